@@ -1,0 +1,5 @@
+import sys
+
+from aoizora.cli import main
+
+sys.exit(main())
