@@ -1,0 +1,101 @@
+"""A layout: how one program is laid out on a logical mesh. Plain data, JSON in and out.
+
+A *spec* is the layout of one tensor, one entry per dimension, in PartitionSpec spelling:
+``None`` (replicated along that dim), ``"x"`` (split over mesh axis x) or ``("x", "y")`` (split over
+both, x major). JSON spells tuples as lists.
+
+``Layout.node_specs`` is keyed by IR node key (see ``aoizora.extract.jaxpr_walk``): the output of
+that node is constrained to the spec. ``Layout.attention`` is keyed the same way for attention
+nodes (the ``aoizora_attention`` primitive); ``"*"`` is the default for every attention node.
+``Layout.rules`` maps logical dimension names (``batch``, ``seq``, ``heads``, ``embed``, ``mlp``, ...,
+the names a model writes on its ``aoizora_hint`` annotations) to mesh axes; a hint whose names
+have rules is constrained to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Union
+
+Axes = Union[None, str, tuple[str, ...]]
+Spec = tuple[Axes, ...]
+
+
+def spec_to_json(spec: Spec | None) -> Any:
+    if spec is None:
+        return None
+    return [list(a) if isinstance(a, tuple) else a for a in spec]
+
+
+def spec_from_json(d: Any) -> Spec | None:
+    if d is None:
+        return None
+    return tuple(tuple(a) if isinstance(a, list) else a for a in d)
+
+
+def axes_of(a: Axes) -> tuple[str, ...]:
+    """The mesh axes one spec entry uses, major first."""
+    if a is None:
+        return ()
+    return (a,) if isinstance(a, str) else tuple(a)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionLayout:
+    """Layout of one attention op (q, k, v: [batch, heads, seq, head_dim]).
+
+    batch / heads / seq: mesh axes the batch, the heads and the *query* sequence are split over.
+    With ``kv="gather"`` keys and values are all-gathered along the sequence axes (context
+    parallel); with ``kv="ring"`` they travel around a ring over the sequence axes instead.
+    Ulysses is heads split over the axes the surrounding activations split the sequence on.
+    """
+
+    batch: tuple[str, ...] = ()
+    heads: tuple[str, ...] = ()
+    seq: tuple[str, ...] = ()
+    kv: str = "gather"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": list(self.batch), "heads": list(self.heads), "seq": list(self.seq),
+                "kv": self.kv}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "AttentionLayout":
+        return cls(tuple(d.get("batch", ())), tuple(d.get("heads", ())), tuple(d.get("seq", ())),
+                   d.get("kv", "gather"))
+
+
+@dataclasses.dataclass
+class Layout:
+    mesh_axes: dict[str, int]                       # logical mesh: axis name -> size, in order
+    in_specs: list[Spec | None]                     # per flattened input leaf (None: let XLA choose)
+    out_specs: list[Spec | None] | None = None      # per flattened output leaf
+    node_specs: dict[str, Spec] = dataclasses.field(default_factory=dict)
+    attention: dict[str, AttentionLayout] = dataclasses.field(default_factory=dict)
+    rules: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    name: str = ""                                  # e.g. "expert:ulysses" or "ilp"
+
+    def attention_for(self, key: str) -> AttentionLayout:
+        return self.attention.get(key) or self.attention.get("*") or AttentionLayout()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "mesh_axes": dict(self.mesh_axes),
+            "in_specs": [spec_to_json(s) for s in self.in_specs],
+            "out_specs": None if self.out_specs is None else [spec_to_json(s) for s in self.out_specs],
+            "node_specs": {k: spec_to_json(v) for k, v in self.node_specs.items()},
+            "attention": {k: v.to_json() for k, v in self.attention.items()},
+            "rules": {k: list(v) for k, v in self.rules.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Layout":
+        return cls(
+            mesh_axes=dict(d["mesh_axes"]),
+            in_specs=[spec_from_json(s) for s in d["in_specs"]],
+            out_specs=None if d.get("out_specs") is None else [spec_from_json(s) for s in d["out_specs"]],
+            node_specs={k: spec_from_json(v) for k, v in d.get("node_specs", {}).items()},
+            attention={k: AttentionLayout.from_json(v) for k, v in d.get("attention", {}).items()},
+            rules={k: tuple(v) for k, v in d.get("rules", {}).items()},
+            name=d.get("name", ""),
+        )
