@@ -2,3 +2,8 @@
 slices, priced on the program the real XLA:TPU compiler emits (ahead of time, no TPU needed)."""
 
 __version__ = "0.1.0"
+
+from aoizora.extract.targets import prepare_libtpu_env as _prepare_libtpu_env
+
+# libtpu reads these when it first initialises; set them before anything touches a backend.
+_prepare_libtpu_env()

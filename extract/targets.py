@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import os
 import re
 from typing import Any
@@ -195,11 +196,22 @@ _LIBTPU_ENV = {
     "TPU_ACCELERATOR_TYPE": "v5litepod-8",
     "TPU_WORKER_HOSTNAMES": "localhost",
     "TPU_WORKER_ID": "0",
+    # Ahead-of-time compiles touch no chip: let several processes (tests, compile workers) load libtpu.
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
 }
 
 
+def on_tpu_vm() -> bool:
+    """True on a machine with TPU chips attached (then libtpu must find its real settings)."""
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
 def prepare_libtpu_env() -> None:
-    """Set what libtpu needs to initialise quietly for ahead-of-time compilation."""
+    """Set what libtpu needs to initialise quietly for ahead-of-time compilation.
+
+    Only on a machine without TPU chips; values a user set are kept."""
+    if on_tpu_vm():
+        return
     for k, v in _LIBTPU_ENV.items():
         os.environ.setdefault(k, v)
 
