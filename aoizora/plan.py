@@ -1,0 +1,218 @@
+"""A plan: the logical mesh, the layout of every tensor and op, the physical chip of each logical
+rank, the predicted step latency, and each solver's certificate. Saved as JSON, applied to JAX as a
+Mesh plus jit shardings.
+
+A plan carries a key (the function's fingerprint, its input shapes, the target), so that a cached
+plan is reused for the same program and refused, with a clear message, for another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Callable
+
+from aoizora.formulation.layout import Layout, Spec
+from aoizora.solvers.certificate import Certificate
+
+PLAN_FORMAT = "aoizora-plan/1"
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be read, or a plan applied to the wrong program or target."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanKey:
+    fingerprint: str                 # sha256 of the traced program (jaxpr text) and input shapes
+    input_shapes: tuple[str, ...]    # "bf16[2,32760,1536]" per flattened input leaf
+    target: str                      # canonical target name
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "input_shapes": list(self.input_shapes),
+                "target": self.target}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "PlanKey":
+        return cls(d["fingerprint"], tuple(d["input_shapes"]), d["target"])
+
+
+def _shape_str(x) -> str:
+    import numpy as np
+
+    return f"{np.dtype(x.dtype).name}[{','.join(map(str, x.shape))}]"
+
+
+def program_key(fn: Callable, abstract_args: tuple, target: str) -> PlanKey:
+    """The key of (fn, abstract_args, target): a digest of the traced jaxpr and the input shapes."""
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(abstract_args)
+    shapes = tuple(_shape_str(x) for x in leaves)
+    avals = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract_args)
+    text = str(jax.make_jaxpr(fn)(*avals))
+    h = hashlib.sha256()
+    h.update(text.encode())
+    h.update(repr(shapes).encode())
+    h.update(str(jax.tree_util.tree_structure(abstract_args)).encode())
+    return PlanKey(h.hexdigest()[:32], shapes, target)
+
+
+@dataclasses.dataclass
+class Plan:
+    key: PlanKey
+    target: str                                      # canonical target, e.g. "v5e:2x4"
+    layout: Layout                                   # mesh axes, specs, attention layouts
+    device_order: list[int]                          # device id of each logical rank (mesh.devices.flat)
+    device_coords: list[tuple[int, ...]]             # physical chip coordinates of each logical rank
+    predicted: dict[str, Any]                        # step_s, compute_s, communication_s, model, links...
+    certificates: dict[str, Certificate]             # "sharding", "placement"
+    iterations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    planning_time_s: float = 0.0
+    layout_in_words: list[str] = dataclasses.field(default_factory=list)
+    fits_hbm: bool | None = None
+    hbm_bytes_per_device: int | None = None
+    status: str = ""                                 # "OPTIMAL" when both solvers proved optimality
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    # -- views -----------------------------------------------------------------------------------
+    @property
+    def mesh(self) -> dict[str, int]:
+        """Logical mesh: axis name -> size, in order."""
+        return dict(self.layout.mesh_axes)
+
+    @property
+    def in_shardings(self) -> list:
+        """PartitionSpecs of the flattened inputs."""
+        return [_pspec(s) for s in self.layout.in_specs]
+
+    @property
+    def out_shardings(self) -> list | None:
+        if self.layout.out_specs is None:
+            return None
+        return [_pspec(s) for s in self.layout.out_specs]
+
+    # -- applying ----------------------------------------------------------------------------------
+    def make_mesh(self, devices=None):
+        """A jax Mesh over real devices in the planned order (axis types Auto).
+
+        devices: defaults to ``jax.devices()``. Devices that carry physical ``coords`` (TPU) are
+        matched by chip coordinates, so the plan lands on the chips it was priced for; others
+        (CPU) are taken by id in the planned order.
+        """
+        import jax
+        import numpy as np
+        from jax.sharding import AxisType, Mesh
+
+        devices = list(jax.devices() if devices is None else devices)
+        n = len(self.device_order)
+        if len(devices) < n:
+            raise PlanError(f"the plan needs {n} devices, {len(devices)} given")
+        nd = len(self.device_coords[0]) if self.device_coords else 0
+        by_coords = {}
+        for d in devices:
+            c = getattr(d, "coords", None)
+            if c is not None and getattr(d, "core_on_chip", 0) == 0:
+                by_coords[tuple(int(v) for v in c[:nd])] = d
+        if by_coords and all(tuple(c) in by_coords for c in self.device_coords):
+            ordered = [by_coords[tuple(c)] for c in self.device_coords]
+        else:  # no coordinates (CPU): the same permutation, by device id
+            by_id = sorted(devices, key=lambda d: d.id)
+            ordered = [by_id[i] for i in self.device_order]
+        names = tuple(self.layout.mesh_axes)
+        shape = tuple(self.layout.mesh_axes.values())
+        return Mesh(np.array(ordered, dtype=object).reshape(shape), names,
+                    axis_types=(AxisType.Auto,) * len(names))
+
+    def jit(self, fn: Callable, mesh):
+        """fn jitted with the plan's shardings on mesh. Refuses another program (checked on the
+        first call, from the arguments' shapes) with a PlanError."""
+        from aoizora.realize import realize
+
+        cache: dict[str, Any] = {}
+
+        def run(*args):
+            if "f" not in cache:
+                key = program_key(fn, args, self.target)
+                self.check_key(key)
+                realized = realize(fn, args, self.layout, mesh)
+                cache["f"] = realized.fn
+            return cache["f"](*args)
+
+        return run
+
+    def check_key(self, key: PlanKey, *, ignore_target: bool = True) -> None:
+        if key.input_shapes != self.key.input_shapes:
+            raise PlanError(f"this plan is for inputs {list(self.key.input_shapes)[:3]}..., "
+                            f"not {list(key.input_shapes)[:3]}...; plan this program instead")
+        if key.fingerprint != self.key.fingerprint:
+            raise PlanError("this plan was made for another program (fingerprint "
+                            f"{self.key.fingerprint[:12]} != {key.fingerprint[:12]}); plan this program instead")
+        if not ignore_target and key.target != self.key.target:
+            raise PlanError(f"this plan is for {self.key.target}, not {key.target}; plan for that target")
+
+    # -- JSON ------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "key": self.key.to_json(),
+            "target": self.target,
+            "mesh": self.mesh,
+            "device_order": list(self.device_order),
+            "device_coords": [list(c) for c in self.device_coords],
+            "layout": self.layout.to_json(),
+            "layout_in_words": list(self.layout_in_words),
+            "predicted": self.predicted,
+            "certificates": {k: v.to_json() for k, v in self.certificates.items()},
+            "iterations": self.iterations,
+            "planning_time_s": self.planning_time_s,
+            "fits_hbm": self.fits_hbm,
+            "hbm_bytes_per_device": self.hbm_bytes_per_device,
+            "status": self.status,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Plan":
+        if not isinstance(d, dict) or d.get("format") != PLAN_FORMAT:
+            raise PlanError(f"not an AoiZora plan (expected format {PLAN_FORMAT!r})")
+        try:
+            return cls(
+                key=PlanKey.from_json(d["key"]), target=d["target"],
+                layout=Layout.from_json(d["layout"]),
+                device_order=[int(v) for v in d["device_order"]],
+                device_coords=[tuple(int(x) for x in c) for c in d["device_coords"]],
+                predicted=dict(d["predicted"]),
+                certificates={k: Certificate.from_json(v) for k, v in d["certificates"].items()},
+                iterations=list(d.get("iterations", [])),
+                planning_time_s=float(d.get("planning_time_s", 0.0)),
+                layout_in_words=list(d.get("layout_in_words", [])),
+                fits_hbm=d.get("fits_hbm"), hbm_bytes_per_device=d.get("hbm_bytes_per_device"),
+                status=d.get("status", ""), notes=list(d.get("notes", [])),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise PlanError(f"corrupt plan: missing or malformed field {e}; re-run aoizora plan") from e
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=1)
+
+
+def load_plan(path: str) -> Plan:
+    """Read a plan saved by Plan.save; a clear PlanError for a missing, corrupt or foreign file."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except FileNotFoundError:
+        raise PlanError(f"no plan file at {path!r}; make one with: aoizora plan --out {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PlanError(f"corrupt plan file {path!r}: not JSON ({e.__class__.__name__} at "
+                        f"{getattr(e, 'pos', '?')}); re-run aoizora plan --out {path}") from None
+    return Plan.from_json(d)
+
+
+def _pspec(spec: Spec | None):
+    from jax.sharding import PartitionSpec as P
+
+    return P() if spec is None else P(*spec)
