@@ -1,0 +1,249 @@
+"""Attention in the layout a plan chose: the Pallas splash kernel (TPU) or the reference attention
+(CPU), inside ``jax.shard_map`` over the plan's mesh, so both run the same collectives.
+
+``sharded_attention(q, k, v, layout=AttentionLayout, mesh=..., scale=...)`` takes global
+q [B, H, Sq, D] and k, v [B, H, Skv, D] (inside a jitted program) and returns [B, H, Sq, D].
+The :class:`AttentionLayout` decides the shard_map specs:
+
+- q and the output: ``P(batch, heads, seq, None)`` -- batch, heads and the *query* sequence split;
+- ``kv="gather"`` (context parallel; Ulysses when ``seq`` is empty and ``heads`` carries the axes
+  the activations split the sequence on): k, v enter as ``P(batch, heads, None, None)``, so the
+  partitioner all-gathers keys/values along the sequence (or all-to-alls them from a sequence
+  split into a head split, for Ulysses); each shard attends its queries to every key;
+- ``kv="ring"``: k, v enter split like q along the sequence and travel around a ring over the
+  ``seq`` axes (``ppermute``, one step per shard), the partial results combined by online softmax
+  on their log-sum-exp (the splash kernel returns it with ``save_residuals=True``).
+
+Mesh axes the layout does not name replicate the computation.
+
+Padding. Splash needs per-shard key lengths that are multiples of its block (128: key blocks are
+lane-sized) and per-shard query lengths that are multiples of its query block (128, or one block
+of the whole shard rounded up to 8 when a shard is shorter than 128). The wrapper pads the query
+sequence to ``seq degree x block_q`` multiples and the keys to block multiples (ring: to
+``seq degree x block``), and masks the padded keys with segment ids (queries 0; real keys 0,
+padded keys 1), so padded keys get no weight; padded query rows are sliced off. The reference
+path pads only what the sequence split needs (to a multiple of the seq degree) and masks the
+same way. Padding is visible in the compiled program, so its cost is counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from aoizora.formulation.layout import AttentionLayout
+from aoizora.models.primitives import reference_attention
+
+SPLASH_BLOCK = 128
+_NEG = -0.7 * float(np.finfo(np.float32).max)   # the splash kernel's own mask value
+
+
+class AttentionLayoutError(ValueError):
+    """An attention layout that does not fit the attention's shapes or the mesh."""
+
+
+def _axes_size(mesh, axes: tuple[str, ...]) -> int:
+    return int(math.prod(mesh.shape[a] for a in axes))
+
+
+def _entry(axes: tuple[str, ...]):
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def splash_block(local_len: int, block: int = SPLASH_BLOCK) -> int:
+    """The splash query block for a per-shard query length: ``block`` when the shard is at least
+    that long, else one block covering the shard (rounded up to 8 sublanes)."""
+    return block if local_len >= block else _round_up(max(local_len, 1), 8)
+
+
+def padded_lengths(sq: int, skv: int, n_seq: int, *, kv: str, impl: str,
+                   block: int = SPLASH_BLOCK) -> tuple[int, int, int, int]:
+    """(Sq padded, Skv padded, block_q, block_kv) for ``impl`` ("splash" | "reference").
+
+    Splash: the key block is always ``block`` (the kernel wants key blocks in multiples of 128
+    lanes), the query block may be smaller for short shards (multiples of 8 sublanes)."""
+    kv_split = n_seq if kv == "ring" else 1
+    if impl == "splash":
+        if block % 128:
+            raise AttentionLayoutError(f"splash block {block} must be a multiple of 128")
+        bq = splash_block(-(-sq // n_seq), block)
+        return _round_up(sq, n_seq * bq), _round_up(skv, kv_split * block), bq, block
+    return _round_up(sq, n_seq), _round_up(skv, kv_split), 1, 1
+
+
+def check_layout(shape_q, shape_kv, layout: AttentionLayout, mesh) -> None:
+    """Raise AttentionLayoutError if the layout names unknown axes, reuses one, or does not divide."""
+    names = set(mesh.axis_names)
+    used = list(layout.batch) + list(layout.heads) + list(layout.seq)
+    for a in used:
+        if a not in names:
+            raise AttentionLayoutError(f"attention layout uses mesh axis {a!r}, not in the mesh "
+                                       f"{dict(mesh.shape)}")
+    if len(set(used)) != len(used):
+        raise AttentionLayoutError(f"attention layout {layout.to_json()} uses a mesh axis twice")
+    if layout.kv not in ("gather", "ring"):
+        raise AttentionLayoutError(f"attention kv mode {layout.kv!r}: use 'gather' or 'ring'")
+    b, h = shape_q[0], shape_q[1]
+    for what, n, axes in (("batch", b, layout.batch), ("heads", h, layout.heads)):
+        d = _axes_size(mesh, axes)
+        if n % d:
+            raise AttentionLayoutError(f"attention q {tuple(shape_q)}: {what} ({n}) does not divide "
+                                       f"over mesh axes {axes} of size {d}; choose another layout")
+
+
+def _specs(layout: AttentionLayout):
+    qspec = P(_entry(layout.batch), _entry(layout.heads), _entry(layout.seq), None)
+    if layout.kv == "ring":
+        kvspec = qspec
+    else:
+        kvspec = P(_entry(layout.batch), _entry(layout.heads), None, None)
+    return qspec, kvspec
+
+
+# ---------------------------------------------------------------------------------------------
+# per-shard pieces: (out normalised, logsumexp [b, h, q]) of local q against one kv chunk
+
+def _reference_partial(q, k, v, kv_valid, scale):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    s = jnp.where(kv_valid[None, None, None, :], s, _NEG)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.exp(s - m)
+    l = jnp.sum(p, axis=-1, keepdims=True)
+    o = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return o / l, (m + jnp.log(l))[..., 0]
+
+
+def _splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool,
+                   save_residuals: bool):
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    mask = sa.MultiHeadMask([sa.FullMask((lq, lkv))] * h)
+    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv)
+    return sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                              save_residuals=save_residuals, interpret=interpret)
+
+
+def _splash_partial(q, k, v, kv_valid, scale, bq, bkv, interpret):
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    b, h, lq, _ = q.shape
+    lkv = k.shape[2]
+    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True)
+    seg = sa.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=(~kv_valid).astype(jnp.int32))
+    qs = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    o, (lse,) = jax.vmap(lambda a, b_, c: kernel(a, b_, c, segment_ids=seg))(qs, k, v)
+    return o.astype(jnp.float32), lse
+
+
+def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret):
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    b, h, lq, _ = q.shape
+    lkv = k.shape[2]
+    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False)
+    qs = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    if kv_valid is None:
+        return jax.vmap(lambda a, b_, c: kernel(a, b_, c))(qs, k, v)
+    seg = sa.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=(~kv_valid).astype(jnp.int32))
+    return jax.vmap(lambda a, b_, c: kernel(a, b_, c, segment_ids=seg))(qs, k, v)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
+                      impl: str = "auto", interpret: bool = False, block: int = SPLASH_BLOCK):
+    """Attention of global q [B,H,Sq,D], k, v [B,H,Skv,D] in ``layout`` on ``mesh``.
+
+    impl: "splash" (Pallas kernel; ``interpret=True`` runs it on CPU), "reference" (dense softmax
+    per shard), or "auto" (splash on TPU meshes, reference otherwise).
+    """
+    if q.ndim != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise AttentionLayoutError(f"attention wants q [B,H,Sq,D] and k = v [B,H,Skv,D]; got "
+                                   f"{q.shape}, {k.shape}, {v.shape}")
+    if impl == "auto":
+        impl = "splash" if mesh.devices.flat[0].platform == "tpu" else "reference"
+    if impl not in ("splash", "reference"):
+        raise AttentionLayoutError(f"attention impl {impl!r}: use 'splash', 'reference' or 'auto'")
+    check_layout(q.shape, k.shape, layout, mesh)
+    sq, skv = q.shape[2], k.shape[2]
+    n_seq = _axes_size(mesh, layout.seq)
+    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl, block=block)
+    if sq_p != sq:
+        q = jnp.pad(q, ((0, 0), (0, 0), (0, sq_p - sq), (0, 0)))
+    if skv_p != skv:
+        k = jnp.pad(k, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
+        v = jnp.pad(v, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
+    qspec, kvspec = _specs(layout)
+    if layout.kv == "ring" and n_seq > 1:
+        body = functools.partial(_ring_body, impl=impl, scale=scale, skv=skv, n=n_seq,
+                                 axes=tuple(layout.seq), bq=bq, bkv=bkv, interpret=interpret)
+    else:
+        body = functools.partial(_gather_body, impl=impl, scale=scale, skv=skv, bq=bq, bkv=bkv,
+                                 interpret=interpret)
+    out = jax.shard_map(body, mesh=mesh, in_specs=(qspec, kvspec, kvspec), out_specs=qspec,
+                        check_vma=False)(q, k, v)
+    return out[:, :, :sq] if sq_p != sq else out
+
+
+def splash_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
+                     interpret: bool = False, block: int = SPLASH_BLOCK):
+    """The Pallas splash kernel in ``layout`` (see :func:`sharded_attention`)."""
+    return sharded_attention(q, k, v, layout=layout, mesh=mesh, scale=scale, impl="splash",
+                             interpret=interpret, block=block)
+
+
+def _gather_body(q, k, v, *, impl, scale, skv, bq, bkv, interpret):
+    lkv = k.shape[2]
+    kv_valid = None if lkv == skv else jnp.arange(lkv) < skv
+    if impl == "splash":
+        return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret)
+    if kv_valid is None:
+        return reference_attention(q, k, v, scale=scale)
+    o, _ = _reference_partial(q, k, v, kv_valid, scale)
+    return o.astype(q.dtype)
+
+
+def _ring_body(q, k, v, *, impl, scale, skv, n, axes, bq, bkv, interpret):
+    """Ring attention over the ``axes`` (size n): at step t this shard holds the kv chunk of shard
+    (me - t) mod n; before each step after the first the chunks move one shard on (ppermute
+    i -> i+1), n - 1 times in all."""
+    lkv = k.shape[2]
+    me = jax.lax.axis_index(axes)
+    perm = [(i, (i + 1) % n) for i in range(n)]
+
+    def partial_(kc, vc, src):
+        kv_valid = src * lkv + jnp.arange(lkv) < skv
+        if impl == "splash":
+            return _splash_partial(q, kc, vc, kv_valid, scale, bq, bkv, interpret)
+        return _reference_partial(q, kc, vc, kv_valid, scale)
+
+    def combine(o_acc, lse_acc, kc, vc, src):
+        o_t, lse_t = partial_(kc, vc, src)
+        new = jnp.logaddexp(lse_acc, lse_t)
+        o_acc = (o_acc * jnp.exp(lse_acc - new)[..., None]
+                 + o_t * jnp.exp(lse_t - new)[..., None])
+        return o_acc, new
+
+    def step(t, carry):
+        o_acc, lse_acc, kc, vc = carry
+        kc = jax.lax.ppermute(kc, axes, perm)
+        vc = jax.lax.ppermute(vc, axes, perm)
+        o_acc, lse_acc = combine(o_acc, lse_acc, kc, vc, (me - t) % n)
+        return o_acc, lse_acc, kc, vc
+
+    b, h, lq, d = q.shape
+    o0, lse0 = combine(jnp.zeros((b, h, lq, d), jnp.float32),
+                       jnp.full((b, h, lq), -jnp.inf, jnp.float32), k, v, me)
+    o, _, _, _ = jax.lax.fori_loop(1, n, step, (o0, lse0, k, v))
+    return o.astype(q.dtype)

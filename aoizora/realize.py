@@ -1,0 +1,339 @@
+"""Realize a :class:`~aoizora.formulation.layout.Layout` as a runnable, compilable JAX program.
+
+``realize(fn, abstract_args, layout, mesh)`` traces ``fn`` to a jaxpr over the abstract args and
+re-interprets it inside ``jax.jit``, eqn by eqn, under the keys of
+:mod:`aoizora.extract.jaxpr_walk` (top-level eqn i -> ``"i"``, eqn j in the sub-jaxpr of eqn i ->
+``"i.j"``; call-like eqns inlined, ``scan`` / ``while`` bodies visited once), so a key the planner
+chose on the IR names the same op here:
+
+- every eqn is bound again as it was (``cond`` and other eqns with sub-jaxprs the walk does not
+  enter are bound whole);
+- call-like eqns (``jit``, ``closed_call``, ``remat2``, ``custom_jvp_call``, ``custom_vjp_call``)
+  are inlined (their custom derivative rules are dropped: a realized program is for inference);
+- ``scan`` becomes ``lax.scan`` whose Python body interprets the body jaxpr (``while`` likewise
+  ``lax.while_loop``), so constraints inside a scanned layer apply at every iteration;
+- after an eqn whose key is in ``layout.node_specs`` its output is constrained with
+  ``with_sharding_constraint`` (an eqn with several outputs: every output of the spec's rank);
+- at an ``aoizora_hint`` eqn the layout's ``rules`` give the spec: a dim whose logical name has a
+  rule is split over the rule's axes (an empty rule: replicated); a dim with no rule (or no name)
+  is ``P.UNCONSTRAINED`` (the partitioner propagates); a mesh axis already used by an earlier dim
+  of the same tensor is dropped from later dims; a hint with no ruled name is left alone;
+- at an ``aoizora_attention`` eqn the attention runs in ``layout.attention_for(key)`` through
+  :func:`aoizora.models.attention_kernels.sharded_attention` (splash on TPU meshes, the reference
+  on CPU meshes, both inside the same ``shard_map``).
+
+Inputs: ``layout.in_specs`` per flattened input leaf (``None``: replicated). Outputs:
+``layout.out_specs`` per flattened output leaf (``None`` for the whole list: the partitioner
+chooses; ``None`` for a leaf: unconstrained). A spec that does not divide a dim, names an axis
+not in the mesh, or has the wrong rank raises :class:`RealizeError` (one line, naming the tensor,
+the dim and the axes).
+
+The mesh must have ``AxisType.Auto`` axes (``aoizora.models.experts.default_mesh`` builds one):
+the realizer annotates and lets the partitioner propagate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.extend.core import DropVar, Literal, jaxpr_as_fun
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES
+from aoizora.formulation.layout import Layout, Spec, axes_of
+from aoizora.models.attention_kernels import sharded_attention
+from aoizora.models.primitives import ATTENTION, HINT
+
+
+class RealizeError(ValueError):
+    """A layout that cannot be realized on this program and mesh."""
+
+
+@dataclasses.dataclass
+class Realized:
+    """A program realized under a layout. Unpacks as ``(fn, args)``.
+
+    fn: ``jax.jit`` of the re-interpreted program with the layout's in/out shardings; call it on
+    arrays with the same pytree structure as ``args`` or lower it: ``fn.lower(*args).compile()``.
+    args: the abstract args as ``jax.ShapeDtypeStruct`` carrying their ``NamedSharding``.
+    """
+
+    fn: Callable
+    args: tuple
+    mesh: Mesh
+    layout: Layout
+    in_shardings: tuple
+    out_shardings: Any
+
+    def __iter__(self):
+        return iter((self.fn, self.args))
+
+    def lower(self):
+        return self.fn.lower(*self.args)
+
+    def compile(self):
+        return self.lower().compile()
+
+
+# ---------------------------------------------------------------------------------------------
+# specs
+
+def _entry(axes: tuple[str, ...]):
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def check_spec(spec: Sequence, shape: Sequence[int], mesh: Mesh, what: str) -> None:
+    """Raise RealizeError unless ``spec`` fits an array of ``shape`` on ``mesh``."""
+    if len(spec) != len(shape):
+        raise RealizeError(f"{what} {tuple(shape)}: spec {tuple(spec)} has {len(spec)} entries for "
+                           f"{len(shape)} dims")
+    used: list[str] = []
+    for d, (entry, n) in enumerate(zip(spec, shape)):
+        if entry is P.UNCONSTRAINED:
+            continue
+        axes = axes_of(entry)
+        for a in axes:
+            if a not in mesh.shape:
+                raise RealizeError(f"{what} {tuple(shape)}: dim {d} uses mesh axis {a!r}, not in the "
+                                   f"mesh {dict(mesh.shape)}")
+            if a in used:
+                raise RealizeError(f"{what} {tuple(shape)}: mesh axis {a!r} used by two dims in "
+                                   f"spec {tuple(spec)}")
+            used.append(a)
+        size = math.prod(mesh.shape[a] for a in axes)
+        if n % size:
+            raise RealizeError(f"{what} {tuple(shape)}: dim {d} ({n}) does not divide over mesh axes "
+                               f"{axes} of size {size}; pad that dim or choose another spec")
+
+
+def _sharding(mesh: Mesh, spec) -> NamedSharding:
+    return NamedSharding(mesh, P(*spec))
+
+
+def hint_spec(names: Sequence[str | None], rules: dict[str, tuple[str, ...]]) -> tuple | None:
+    """The spec a hint gets from the rules (see module docstring), or None when no name is ruled."""
+    if not any(n in rules for n in names if n is not None):
+        return None
+    used: set[str] = set()
+    spec = []
+    for n in names:
+        if n is None or n not in rules:
+            spec.append(P.UNCONSTRAINED)
+            continue
+        axes = tuple(a for a in rules[n] if a not in used)
+        used.update(axes)
+        spec.append(_entry(axes))
+    return tuple(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# the interpreter
+
+@dataclasses.dataclass
+class _Ctx:
+    layout: Layout
+    mesh: Mesh
+    attention_impl: str
+    interpret: bool
+
+
+def _closed(j) -> tuple[Any, list]:
+    """(open jaxpr, consts) of a ClosedJaxpr or an open Jaxpr."""
+    if hasattr(j, "consts"):
+        return j.jaxpr, list(j.consts)
+    return j, []
+
+
+def _inline_sub(eqn):
+    """The sub-jaxpr jaxpr_walk.sub_jaxpr would pick, with its consts."""
+    for name in ("jaxpr", "call_jaxpr", "fun_jaxpr", "body_jaxpr"):
+        if name in eqn.params:
+            return _closed(eqn.params[name])
+    return None
+
+
+def _source_context(eqn):
+    """The eqn's own context (and its source name stack, so HLO op names stay those of fn)."""
+    try:
+        from jax._src import source_info_util as siu   # private; op names only, optional
+        stack = siu.current_name_stack() + eqn.source_info.name_stack
+        ctx = siu.user_context(eqn.source_info.traceback, name_stack=stack)
+    except Exception:  # pragma: no cover - a jax without it: lose only op names
+        ctx = contextlib.nullcontext()
+    return _both(ctx, eqn.ctx.manager)
+
+
+@contextlib.contextmanager
+def _both(a, b):
+    with a, b:
+        yield
+
+
+def _constrain(x, spec, ctx: _Ctx, what: str):
+    check_spec(spec, x.shape, ctx.mesh, what)
+    return jax.lax.with_sharding_constraint(x, _sharding(ctx.mesh, spec))
+
+
+def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
+    env: dict = {}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    def write(v, x):
+        if not isinstance(v, DropVar):
+            env[v] = x
+
+    for v, x in zip(jaxpr.constvars, consts):
+        write(v, x)
+    for v, x in zip(jaxpr.invars, args):
+        write(v, x)
+
+    for i, eqn in enumerate(jaxpr.eqns):
+        key = f"{prefix}{i}"
+        invals = [read(v) for v in eqn.invars]
+        name = eqn.primitive.name
+        sub = _inline_sub(eqn) if name in INLINE_PRIMITIVES else None
+        if sub is not None:
+            outs = _eval(sub[0], sub[1], invals, key + ".", ctx)
+        elif name == "scan":
+            outs = _scan(eqn, invals, key, ctx)
+        elif name == "while":
+            outs = _while(eqn, invals, key, ctx)
+        elif name == ATTENTION:
+            q, k, v = invals
+            outs = [sharded_attention(q, k, v, layout=ctx.layout.attention_for(key), mesh=ctx.mesh,
+                                      scale=eqn.params["scale"], impl=ctx.attention_impl,
+                                      interpret=ctx.interpret)]
+        elif name == HINT:
+            x = invals[0]
+            spec = hint_spec(eqn.params["names"], ctx.layout.rules)
+            if spec is not None:
+                x = _constrain(x, spec, ctx, f"hint {key} {eqn.params['names']}")
+            outs = [x]
+        else:
+            params = eqn.primitive.get_bind_params(eqn.params)
+            with _source_context(eqn):
+                ans = eqn.primitive.bind(*invals, **params)
+            outs = list(ans) if eqn.primitive.multiple_results else [ans]
+        spec = ctx.layout.node_specs.get(key)
+        if spec is not None:
+            if len(outs) == 1:
+                outs = [_constrain(outs[0], spec, ctx, f"node {key} ({name})")]
+            else:
+                outs = [_constrain(o, spec, ctx, f"node {key} ({name}) output {j}")
+                        if getattr(o, "ndim", -1) == len(spec) else o for j, o in enumerate(outs)]
+        for v, x in zip(eqn.outvars, outs):
+            write(v, x)
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _scan(eqn, invals, key, ctx):
+    p = eqn.params
+    body, body_consts = _closed(p["jaxpr"])
+    nc, ncarry = p["num_consts"], p["num_carry"]
+    consts, init, xs = invals[:nc], invals[nc:nc + ncarry], invals[nc + ncarry:]
+
+    def step(carry, x):
+        outs = _eval(body, body_consts, [*consts, *carry, *x], key + ".", ctx)
+        return outs[:ncarry], outs[ncarry:]
+
+    carry, ys = jax.lax.scan(step, list(init), list(xs), length=p["length"], reverse=p["reverse"],
+                             unroll=p["unroll"])
+    return [*carry, *ys]
+
+
+def _while(eqn, invals, key, ctx):
+    p = eqn.params
+    cond = jaxpr_as_fun(p["cond_jaxpr"])
+    body, body_consts = _closed(p["body_jaxpr"])
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    cconsts, bconsts, init = invals[:nc], invals[nc:nc + nb], invals[nc + nb:]
+
+    def cond_fn(carry):
+        return cond(*cconsts, *carry)[0]
+
+    def body_fn(carry):
+        return _eval(body, body_consts, [*bconsts, *carry], key + ".", ctx)
+
+    return list(jax.lax.while_loop(cond_fn, body_fn, list(init)))
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _check_mesh(layout: Layout, mesh: Mesh) -> None:
+    got = dict(mesh.shape)
+    if list(got.items()) != list(layout.mesh_axes.items()):
+        raise RealizeError(f"layout {layout.name or ''} wants mesh {dict(layout.mesh_axes)}, got "
+                           f"{got}; build the mesh from layout.mesh_axes")
+    types = getattr(mesh, "axis_types", None) or ()
+    for a, t in zip(mesh.axis_names, types):
+        if t != AxisType.Auto:
+            raise RealizeError(f"mesh axis {a!r} is {t}; build the mesh with axis_types=(AxisType.Auto,)"
+                               f" * ndim (aoizora.models.experts.default_mesh does)")
+
+
+def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *,
+            attention_impl: str = "auto", interpret: bool = False) -> Realized:
+    """Realize ``fn(*abstract_args)`` under ``layout`` on ``mesh`` (see module docstring).
+
+    abstract_args: the positional args, pytrees of ``jax.ShapeDtypeStruct`` (or arrays).
+    attention_impl: "auto" (splash on TPU meshes, reference elsewhere), "splash", "reference".
+    interpret: run the Pallas kernel in interpret mode (splash on CPU, for tests).
+    Returns a :class:`Realized` (unpacks as ``(jitted_fn, sharded_abstract_args)``).
+    """
+    abstract_args = tuple(abstract_args)
+    _check_mesh(layout, mesh)
+    plain = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), abstract_args)
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*plain)
+    in_leaves, in_tree = jax.tree_util.tree_flatten_with_path(plain)
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)
+
+    if len(layout.in_specs) != len(in_leaves):
+        raise RealizeError(f"layout has {len(layout.in_specs)} input specs, the program has "
+                           f"{len(in_leaves)} input leaves")
+    in_shardings = []
+    for (path, leaf), spec in zip(in_leaves, layout.in_specs):
+        spec = (None,) * len(leaf.shape) if spec is None else tuple(spec)
+        check_spec(spec, leaf.shape, mesh, f"input {jax.tree_util.keystr(path) or '[0]'}")
+        in_shardings.append(_sharding(mesh, spec))
+
+    out_specs = layout.out_specs
+    out_shardings = None
+    if out_specs is not None:
+        if len(out_specs) != len(out_leaves):
+            raise RealizeError(f"layout has {len(out_specs)} output specs, the program has "
+                               f"{len(out_leaves)} output leaves")
+        for j, (leaf, spec) in enumerate(zip(out_leaves, out_specs)):
+            if spec is not None:
+                check_spec(tuple(spec), leaf.shape, mesh, f"output {j}")
+        if all(s is not None for s in out_specs):
+            out_shardings = jax.tree_util.tree_unflatten(
+                out_tree, [_sharding(mesh, tuple(s)) for s in out_specs])
+
+    ctx = _Ctx(layout, mesh, attention_impl, interpret)
+    n_in = len(in_leaves)
+
+    def run(*args):
+        flat = jax.tree_util.tree_leaves(args)
+        if len(flat) != n_in:
+            raise RealizeError(f"realized program takes {n_in} input leaves, got {len(flat)}")
+        outs = _eval(closed.jaxpr, closed.consts, flat, "", ctx)
+        if out_specs is not None and out_shardings is None:
+            outs = [o if s is None else jax.lax.with_sharding_constraint(o, _sharding(mesh, tuple(s)))
+                    for o, s in zip(outs, out_specs)]
+        return jax.tree_util.tree_unflatten(out_tree, outs)
+
+    in_sh_tree = jax.tree_util.tree_unflatten(in_tree, in_shardings)
+    kw = {} if out_shardings is None else {"out_shardings": out_shardings}
+    jitted = jax.jit(run, in_shardings=tuple(in_sh_tree), **kw)
+    args = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                                  plain, in_sh_tree)
+    return Realized(jitted, tuple(args), mesh, layout, tuple(in_sh_tree), out_shardings)
