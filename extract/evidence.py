@@ -43,6 +43,11 @@ class Collective:
     computation: str = ""                      # HLO computation it lives in
     op_name: str = ""                          # HLO metadata op_name (links back to the IR)
     source: str = ""                           # "file:line" from metadata, when present
+    # Schedule: positions in the program's schedule flattened from ENTRY (called computations
+    # inlined where they are called); a sync collective has start_index == done_index.
+    start_index: int = 0
+    done_index: int = 0
+    fused_with: list[str] = dataclasses.field(default_factory=list)  # compute fusions carrying it
 
     @property
     def group_size(self) -> int:
@@ -60,6 +65,7 @@ class ComputeOp:
     computation: str = ""
     op_name: str = ""
     custom_call_target: str = ""
+    index: int = 0                             # schedule position (same numbering as Collective)
 
 
 @dataclasses.dataclass
@@ -96,6 +102,7 @@ class Evidence:
     algorithms_device_order: list[int] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
     compile_s: float = 0.0
+    optimal_seconds: float | None = None       # cost_analysis() estimate; None when unknown (<0)
 
     @property
     def num_devices(self) -> int:

@@ -1,0 +1,141 @@
+"""Compile a candidate ahead of time for a target slice and read its evidence.
+
+`compile_evidence(fn, args, mesh=..., target=...)` lowers and compiles `fn` on `mesh` (built from
+`target_mesh`, i.e. from libtpu's devices for the target in some order) and returns `Evidence`:
+- a compile-time ``RESOURCE_EXHAUSTED`` (the program does not fit in HBM) is a recorded outcome:
+  ``memory.fits=False`` with the compiler's message, no collectives;
+- ``compile_s`` is the wall time of ``.compile()`` (seconds; lowering excluded);
+- on a mesh of CPU devices (the fallback when libtpu is unavailable, see `target_mesh`) the
+  evidence is marked ``fidelity="cpu-low"``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from aoizora.extract.compiled_evidence import evidence_from_compiled
+from aoizora.extract.evidence import Evidence, MemoryUse
+from aoizora.extract.targets import Target, get_target, libtpu_available
+
+
+class CompileError(ValueError):
+    """The candidate failed to trace, lower or compile for a reason other than HBM."""
+
+
+def target_mesh(target: "str | Target", axes: "dict[str, int] | Sequence[tuple[str, int]]",
+                device_order: Sequence[int] | None = None, *, allow_cpu: bool = True) -> Any:
+    """A `jax.sharding.Mesh` over the target's devices (Auto axes).
+
+    `axes`: logical axis name -> size, in order (their product must be the device count).
+    `device_order`: physical device ids per logical rank (default: by id). When libtpu is not
+    available and `allow_cpu`, the mesh is built from the same number of CPU devices instead
+    (the evidence then comes out as ``fidelity="cpu-low"``)."""
+    import jax
+    from jax.sharding import AxisType, Mesh
+
+    tgt = get_target(target)
+    items = list(axes.items()) if isinstance(axes, dict) else [tuple(a) for a in axes]
+    names = tuple(str(k) for k, _ in items)
+    sizes = tuple(int(v) for _, v in items)
+    n = int(np.prod(sizes)) if sizes else 1
+    if n != tgt.num_devices:
+        raise CompileError(f"mesh {dict(zip(names, sizes))} has {n} devices but {tgt.name} has "
+                           f"{tgt.num_devices}; choose axis sizes whose product is {tgt.num_devices}")
+    if libtpu_available():
+        devs = {d.id: d for d in tgt.devices()}
+    elif allow_cpu:
+        cpus = jax.devices("cpu")
+        if len(cpus) < n:
+            raise CompileError(f"libtpu is unavailable and only {len(cpus)} CPU devices exist for "
+                               f"the {n}-device fallback; set jax.config.update("
+                               f"'jax_num_cpu_devices', {n}) before using jax")
+        devs = {i: d for i, d in enumerate(cpus[:n])}
+    else:
+        raise CompileError(f"libtpu is unavailable; cannot compile for {tgt.name}")
+    order = list(device_order) if device_order is not None else sorted(devs)
+    if sorted(order) != sorted(devs):
+        raise CompileError(f"device_order {order} is not a permutation of the device ids "
+                           f"{sorted(devs)} of {tgt.name}")
+    arr = np.array([devs[i] for i in order], dtype=object).reshape(sizes)
+    return Mesh(arr, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def _as_sharding(mesh: Any, s: Any) -> Any:
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if isinstance(s, PartitionSpec):
+        return NamedSharding(mesh, s)
+    return s
+
+
+def _tree_shardings(mesh: Any, tree: Any) -> Any:
+    import jax
+    from jax.sharding import PartitionSpec
+
+    return jax.tree.map(lambda s: _as_sharding(mesh, s), tree,
+                        is_leaf=lambda x: x is None or isinstance(x, PartitionSpec))
+
+
+def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | Target",
+                     in_shardings: Any = None, out_shardings: Any = None,
+                     static_argnums: Sequence[int] = (), donate_argnums: Sequence[int] = ()
+                     ) -> Evidence:
+    """Compile `fn(*args)` on `mesh` for `target` and return its Evidence.
+
+    `args`: positional arguments as pytrees of `jax.ShapeDtypeStruct` (with or without a
+    NamedSharding) or arrays. `in_shardings` / `out_shardings`: as for `jax.jit`; a bare
+    `PartitionSpec` is taken on `mesh`. Raises CompileError when tracing, lowering or compiling
+    fails for any reason other than running out of HBM (which is recorded, see module doc)."""
+    import jax
+
+    tgt = get_target(target)
+    jit_kw: dict[str, Any] = {}
+    if in_shardings is not None:
+        jit_kw["in_shardings"] = _tree_shardings(mesh, in_shardings)
+    if out_shardings is not None:
+        jit_kw["out_shardings"] = _tree_shardings(mesh, out_shardings)
+    if static_argnums:
+        jit_kw["static_argnums"] = tuple(static_argnums)
+    if donate_argnums:
+        jit_kw["donate_argnums"] = tuple(donate_argnums)
+    try:
+        with jax.set_mesh(mesh):
+            lowered = jax.jit(fn, **jit_kw).lower(*args)
+    except Exception as e:
+        raise CompileError(f"cannot trace/lower {getattr(fn, '__name__', fn)} for {tgt.name}: "
+                           f"{_first_line(e)}") from e
+    t0 = time.perf_counter()
+    try:
+        compiled = lowered.compile()
+    except Exception as e:
+        msg = str(e)
+        if "RESOURCE_EXHAUSTED" in msg:
+            dt = time.perf_counter() - t0
+            platform = str(getattr(next(iter(mesh.devices.flat)), "platform", "tpu"))
+            return Evidence(
+                target=tgt.name, mesh_axes=dict(mesh.shape),
+                fidelity="tpu" if platform == "tpu" else "cpu-low",
+                memory=MemoryUse(hbm_bytes=tgt.chip.hbm_bytes // tgt.chip.devices_per_chip,
+                                 fits=False, oom_message=_oom_text(msg)),
+                clock_hz=tgt.chip.clock_hz, compile_s=dt,
+                algorithms_device_order=[int(d.id) for d in mesh.devices.flat],
+                warnings=[f"does not fit in HBM: {_oom_text(msg)}"])
+        raise CompileError(f"XLA cannot compile {getattr(fn, '__name__', fn)} for {tgt.name}: "
+                           f"{_first_line(e)}") from e
+    dt = time.perf_counter() - t0
+    return evidence_from_compiled(compiled, target=tgt, mesh=mesh, compile_s=dt)
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
+def _oom_text(msg: str) -> str:
+    for line in msg.splitlines():
+        if "RESOURCE_EXHAUSTED" in line:
+            return line.strip()[:2000]
+    return msg.strip().splitlines()[0][:2000]
