@@ -35,6 +35,26 @@ def cmd_targets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fmt_count(n: float) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n / 1e6:.2f} M"
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from aoizora.models.registry import models_table
+
+    rows = models_table()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for m in rows:
+        print(f"{m['name']:<22} {_fmt_count(m['params'])} parameters (computed from the configuration; "
+              f"nominal {_fmt_count(m['nominal_params'])})")
+        for w in m["workloads"]:
+            print(f"    {w['name']:<12} {w['width']}x{w['height']}, {w['frames']} frames -> "
+                  f"latent {'x'.join(map(str, w['latent']))}, {w['tokens']:,} tokens after the (1,2,2) patch")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aoizora", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -42,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8")
     t.add_argument("--json", action="store_true", help="print JSON")
     t.set_defaults(func=cmd_targets)
+
+    m = sub.add_parser("models", help="list the built-in models and workloads with parameter and token counts")
+    m.add_argument("--json", action="store_true", help="print JSON")
+    m.set_defaults(func=cmd_models)
     return p
 
 
