@@ -47,8 +47,10 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     for m in rows:
-        print(f"{m['name']:<22} {_fmt_count(m['params'])} parameters (computed from the configuration; "
-              f"nominal {_fmt_count(m['nominal_params'])})")
+        nominal = (f"nominal {_fmt_count(m['nominal_params'])}" if m["nominal_params"]
+                   else "a small test configuration")
+        print(f"{m['name']:<22} {_fmt_count(m['params'])} parameters (computed from the "
+              f"configuration; {nominal})")
         for w in m["workloads"]:
             print(f"    {w['name']:<12} {w['width']}x{w['height']}, {w['frames']} frames -> "
                   f"latent {'x'.join(map(str, w['latent']))}, {w['tokens']:,} tokens after the (1,2,2) patch")
