@@ -26,13 +26,15 @@ class CompileError(ValueError):
 
 
 def target_mesh(target: "str | Target", axes: "dict[str, int] | Sequence[tuple[str, int]]",
-                device_order: Sequence[int] | None = None, *, allow_cpu: bool = True) -> Any:
+                device_order: Sequence[int] | None = None, *, allow_cpu: bool = True,
+                platform: str | None = None) -> Any:
     """A `jax.sharding.Mesh` over the target's devices (Auto axes).
 
     `axes`: logical axis name -> size, in order (their product must be the device count).
     `device_order`: physical device ids per logical rank (default: by id). When libtpu is not
     available and `allow_cpu`, the mesh is built from the same number of CPU devices instead
-    (the evidence then comes out as ``fidelity="cpu-low"``)."""
+    (the evidence then comes out as ``fidelity="cpu-low"``); ``platform="cpu"`` forces that
+    fallback, ``platform="tpu"`` forbids it."""
     import jax
     from jax.sharding import AxisType, Mesh
 
@@ -44,9 +46,15 @@ def target_mesh(target: "str | Target", axes: "dict[str, int] | Sequence[tuple[s
     if n != tgt.num_devices:
         raise CompileError(f"mesh {dict(zip(names, sizes))} has {n} devices but {tgt.name} has "
                            f"{tgt.num_devices}; choose axis sizes whose product is {tgt.num_devices}")
-    if libtpu_available():
+    if platform not in (None, "tpu", "cpu"):
+        raise CompileError(f"platform {platform!r}: use 'tpu', 'cpu' or None (automatic)")
+    use_tpu = platform != "cpu" and libtpu_available()
+    if platform == "tpu" and not use_tpu:
+        raise CompileError(f"libtpu is unavailable; cannot compile for {tgt.name} "
+                           f"(install jax[tpu] or use platform='cpu')")
+    if use_tpu:
         devs = {d.id: d for d in tgt.devices()}
-    elif allow_cpu:
+    elif allow_cpu or platform == "cpu":
         cpus = jax.devices("cpu")
         if len(cpus) < n:
             raise CompileError(f"libtpu is unavailable and only {len(cpus)} CPU devices exist for "

@@ -37,7 +37,8 @@ def _ints(s: str) -> list[int]:
 def parse_iota_array(text: str) -> np.ndarray:
     """An iota tile assignment ``[dims]`` / ``[dims]T(perm)`` / ``[dims]<=[rdims]T(perm)``.
 
-    Returns the id array with shape ``dims``."""
+    Returns the id array: shape ``dims`` for the ``<=`` form; for ``[dims]T(perm)`` the
+    transposed array (only the flattened order matters to callers)."""
     t = text.strip()
     m = re.fullmatch(r"\[([\d,\s]*)\]\s*(?:<=\s*\[([\d,\s]*)\])?\s*(?:T\(([\d,\s]*)\))?", t)
     if not m:
@@ -55,6 +56,8 @@ def parse_iota_array(text: str) -> np.ndarray:
             raise ReplicaGroupError(f"iota device list {text!r}: T{tuple(perm)} is not a "
                                     f"permutation of {len(rdims)} dims")
         arr = arr.transpose(perm)
+    if m.group(2) is None:          # "[dims]T(perm)": the dims are the ones before the transpose
+        return arr
     return arr.reshape(dims)
 
 
