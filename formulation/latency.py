@@ -1,0 +1,113 @@
+"""Q2: the step latency this model predicts for (evidence, placement) on a network.
+
+A PREDICTION of AoiZora's link-load model, not a measurement.
+
+    step_s          = compute_s + communication_s
+    compute_s       = sum_o count_o * t_o,  t_o = estimated_cycles_o / clock_hz when the compiler
+                      gave cycles, else max(flops_o / peak_flops, bytes_o / hbm_bandwidth)
+    communication_s = sum_p count_p * max(0, T_p - O_p)                (exposed)
+    T_p             = max_l load_{p,l} / bandwidth_l                   (seconds)
+    load_{p,l}      = bytes on directed link l of the collectives of phase p, one run
+                      (flows as ``formulation.traffic`` builds them under the placement)
+    O_p             = min_{c in p} overlap_cycles_c / clock_hz if every collective of p is async
+                      (start/done with compute between them), else 0
+
+Phases ``p`` are the evidence's ``(phase, count)`` classes: collectives in flight together share
+links, so their bytes add per link before the max. Only the bandwidth term is priced; the per-hop
+latency (about 1 us, dominant only below ~45 kB per hop) is not modelled. ``link_time_s`` is the
+communication before overlap; ``hops`` the flow hops (the CP-SAT model's last tie-break).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from aoizora.extract.evidence import Evidence
+from aoizora.extract.network import Network
+from aoizora.formulation.traffic import TrafficModel
+
+MODEL = "AoiZora Q2 link-load model (prediction)"
+
+
+@dataclasses.dataclass
+class PhaseReport:
+    phase: int
+    count: int
+    collectives: list[str]
+    link_s: float              # T_p, seconds, one run
+    overlap_s: float           # O_p, seconds
+    exposed_s: float           # max(0, T_p - O_p), one run
+    max_link: int              # id of the most loaded link
+    max_link_bytes: float      # its bytes, one run
+    link_bytes: float          # total bytes over all links, one run
+    hops: int                  # flow hops, one run
+
+
+@dataclasses.dataclass
+class Q2:
+    step_s: float
+    compute_s: float
+    communication_s: float     # exposed, summed over phases x counts
+    link_time_s: float         # before overlap
+    link_bytes: float          # sum_p count_p * total link bytes
+    hops: int                  # sum_p count_p * flow hops
+    phases: list[PhaseReport]
+    link_loads: dict[int, list[float]]   # phase -> bytes per link id, one run
+    placement: list[int]
+    model: str = MODEL
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def compute_seconds(evidence: Evidence, network: Network) -> tuple[float, list[str]]:
+    """sum over compute ops of count x time (seconds); warnings for ops that could not be priced."""
+    total = 0.0
+    warns = []
+    for op in evidence.compute:
+        if op.estimated_cycles is not None and evidence.clock_hz > 0:
+            t = op.estimated_cycles / evidence.clock_hz
+        else:
+            parts = []
+            if op.flops and network.peak_flops > 0:
+                parts.append(op.flops / network.peak_flops)
+            if op.bytes and network.hbm_bandwidth_Bps > 0:
+                parts.append(op.bytes / network.hbm_bandwidth_Bps)
+            if (op.flops or op.bytes) and not parts:
+                warns.append(f"compute op {op.name}: no cycles and no chip peak numbers; priced 0 s")
+            t = max(parts, default=0.0)
+        total += op.count * t
+    return total, warns
+
+
+def predict_step(evidence: Evidence, placement: Sequence[int], network: Network,
+                 traffic: TrafficModel | None = None) -> Q2:
+    """Q2 for (evidence, placement): see the module docstring. `traffic` may be reused."""
+    tm = traffic or TrafficModel(evidence, network)
+    loads = tm.phase_loads(placement)
+    comp, warns = compute_seconds(evidence, network)
+    if evidence.clock_hz <= 0 and any(c.is_async and c.overlap_cycles for c in evidence.collectives):
+        warns.append("evidence has no clock_hz: async overlap not credited")
+    phases = []
+    comm = link_t = lb = 0.0
+    hops = 0
+    for pl in loads:
+        n = pl.key.count
+        j = int(pl.link_bytes.argmax()) if len(pl.link_bytes) else -1
+        phases.append(PhaseReport(pl.key.phase, n, pl.collectives, pl.link_s, pl.overlap_s,
+                                  pl.exposed_s, j, float(pl.link_bytes[j]) if j >= 0 else 0.0,
+                                  float(pl.link_bytes.sum()), pl.hops))
+        comm += n * pl.exposed_s
+        link_t += n * pl.link_s
+        lb += n * float(pl.link_bytes.sum())
+        hops += n * pl.hops
+    link_loads: dict[int, list[float]] = {}
+    for pl in loads:
+        prev = link_loads.get(pl.key.phase)
+        vals = pl.link_bytes.tolist()
+        link_loads[pl.key.phase] = vals if prev is None else [a + b for a, b in zip(prev, vals)]
+    return Q2(step_s=comp + comm, compute_s=comp, communication_s=comm, link_time_s=link_t,
+              link_bytes=lb, hops=hops, phases=phases,
+              link_loads=link_loads, placement=[int(v) for v in placement], warnings=warns)

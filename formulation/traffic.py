@@ -1,0 +1,231 @@
+"""The traffic of collectives under a placement: flows as the hardware runs them, per-link loads.
+
+A *placement* maps each logical rank ``r`` (position in the compiled mesh's ``devices.flat``, the
+ids the evidence uses) to a device index ``placement[r]`` (position in ``target.devices()``);
+``chip(r) = network.device_chip[placement[r]]``.
+
+Flows of one collective ``c`` (V = ``c.bytes``, see ``aoizora.extract.evidence``), per replica
+group with ``k`` distinct chips ``S`` (devices sharing a chip exchange data without links, so a
+group of n ranks on k chips moves data only between its k chips):
+
+- all-gather / reduce-scatter (``m = 1``) and all-reduce (``m = 2``: a reduce-scatter then an
+  all-gather) run as a ring. The compiler reorders the group's members along physical links
+  (``Network.ring_through``, deterministic):
+    * ``ring`` (S has a cycle on physical links, k >= 3): bidirectional ring, half the data each
+      way; each direction of each cycle link carries ``h = m (k-1) V / (2k)`` bytes;
+    * ``line`` (S has a path on physical links): one-direction ring whose closing step travels
+      back along the line; each direction of each path link carries ``2h = m (k-1) V / k``;
+    * ``pair`` (k = 2): each chip sends ``m V / 2`` to the other, routed by dimension order;
+    * ``scattered`` (no path on physical links): one-direction ring in the group's logical
+      order, each step ``i -> i+1`` (and ``k-1 -> 0``) a flow of ``m (k-1) V / k`` routed by
+      dimension order.
+  (On a line of 4 this gives 3 V / 4 per link, on a closed ring V / 2 per link direction: the
+  scaling book's figures, ``shared/facts/tpu.md``.)
+- all-to-all: every ordered pair of ranks (i, j), i != j, in the group is a flow of ``V / n``
+  (n = ranks in the group), routed by dimension order.
+- collective-permute: each (source, target) pair is a flow of ``V``, routed.
+
+Phases: collectives with the same ``(phase, count)`` are in flight together and their link bytes
+add up (``PhaseKey``); a phase's time is its most loaded link's bytes over that link's one-way
+bandwidth. Overlap: a phase whose collectives are all async hides behind
+``O = min_c overlap_cycles_c / clock_hz`` seconds of compute; exposed time = ``max(0, T - O)``.
+
+Cost of a placement (``TrafficModel.cost``), lexicographic:
+  1. ``comm_s = sum_p count_p * max(0, T_p - O_p)`` (seconds, exposed communication);
+  2. ``link_bytes = sum_p count_p * sum_l load_{p,l}`` (bytes crossing links);
+  3. ``hops = sum_p count_p * sum_flows hops(flow)`` (link crossings of flows; a ring of k
+     counts 2k, a line 2(k-1)).
+This module has no jax import (formulation layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from aoizora.extract.evidence import Collective, Evidence
+from aoizora.extract.network import Network
+
+RING_KINDS = ("all-gather", "reduce-scatter", "all-reduce")
+
+
+class PlacementError(ValueError):
+    """A placement that is not a permutation of the devices."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseKey:
+    phase: int
+    count: int
+
+
+def check_placement(placement: Sequence[int], network: Network, n_ranks: int) -> np.ndarray:
+    p = np.asarray(placement, dtype=np.int64)
+    if p.shape != (n_ranks,) or sorted(p.tolist()) != list(range(network.num_devices)):
+        raise PlacementError(
+            f"placement must list a distinct device index (0..{network.num_devices - 1}) for each "
+            f"of the {n_ranks} logical ranks; got {list(p)[:16]}")
+    return p
+
+
+def base_kind(kind: str) -> str:
+    """The collective kind without an async suffix ("all-gather-start" -> "all-gather")."""
+    return kind.removesuffix("-start").removesuffix("-done")
+
+
+def ring_multiplier(kind: str) -> int:
+    return 2 if kind == "all-reduce" else 1
+
+
+def group_link_bytes(c: Collective, group_chips: Sequence[int], network: Network,
+                     logical_order_chips: Sequence[int] | None = None) -> tuple[np.ndarray, int]:
+    """Per-link bytes and flow hops of one replica group of a collective.
+
+    `group_chips`: the chip of each rank of the group, in the group's order."""
+    L = network.num_links
+    V = float(c.bytes)
+    kind = base_kind(c.kind)
+    chips = [int(x) for x in group_chips]
+    n = len(chips)
+    if kind in RING_KINDS:
+        m = ring_multiplier(kind)
+        ring = network.ring_through(chips)
+        k = len(ring.order)
+        o = ring.order
+        if ring.kind == "single":
+            return np.zeros(L), 0
+        if ring.kind == "pair":
+            a, b = o
+            f = network.flows_to_link_bytes(np.array([a, b]), np.array([b, a]),
+                                            np.array([m * V / 2, m * V / 2]))
+            return f, int(network.hops[a, b] + network.hops[b, a])
+        if ring.kind in ("ring", "line"):
+            h = m * (k - 1) * V / (2 * k)
+            edges = [(o[i], o[i + 1]) for i in range(k - 1)]
+            if ring.kind == "ring":
+                edges.append((o[-1], o[0]))
+            per = h if ring.kind == "ring" else 2 * h
+            out = np.zeros(L)
+            for a, b in edges:
+                out[network.link_id[(a, b)]] += per
+                out[network.link_id[(b, a)]] += per
+            return out, 2 * len(edges)
+        # scattered: logical order, one direction, each step routed
+        src = np.array(o)
+        dst = np.roll(src, -1)
+        f = network.flows_to_link_bytes(src, dst, np.full(k, m * (k - 1) * V / k))
+        return f, int(network.hops[src, dst].sum())
+    if kind == "all-to-all":
+        if n < 2:
+            return np.zeros(L), 0
+        ch = np.array(chips)
+        ii, jj = np.nonzero(~np.eye(n, dtype=bool))
+        src, dst = ch[ii], ch[jj]
+        f = network.flows_to_link_bytes(src, dst, np.full(len(src), V / n))
+        return f, int(network.hops[src, dst].sum())
+    raise ValueError(f"collective {c.name}: kind {kind!r} is not priced per group")
+
+
+def collective_link_bytes(c: Collective, chip_of_rank: np.ndarray,
+                          network: Network) -> tuple[np.ndarray, int]:
+    """Per-link bytes (one run) and flow hops of collective `c` when rank r sits on chip_of_rank[r]."""
+    if base_kind(c.kind) == "collective-permute":
+        pairs = np.array(c.source_target_pairs or [], dtype=np.int64).reshape(-1, 2)
+        src, dst = chip_of_rank[pairs[:, 0]], chip_of_rank[pairs[:, 1]]
+        f = network.flows_to_link_bytes(src, dst, np.full(len(src), float(c.bytes)))
+        return f, int(network.hops[src, dst].sum())
+    total = np.zeros(network.num_links)
+    hops = 0
+    for g in c.replica_groups:
+        f, h = group_link_bytes(c, chip_of_rank[np.asarray(g, dtype=np.int64)], network)
+        total += f
+        hops += h
+    return total, hops
+
+
+@dataclasses.dataclass
+class PhaseLoad:
+    key: PhaseKey
+    collectives: list[str]             # names of the collectives in flight together
+    link_bytes: np.ndarray             # bytes per link, one run of the phase
+    link_s: float                      # T: most loaded link's bytes / its bandwidth (seconds)
+    overlap_s: float                   # O: compute it can hide behind (seconds)
+    hops: int                          # flow hops, one run
+
+    @property
+    def exposed_s(self) -> float:
+        return max(0.0, self.link_s - self.overlap_s)
+
+
+class TrafficModel:
+    """Evidence + network, precomputed once; prices placements (used by Q2 and every search)."""
+
+    def __init__(self, evidence: Evidence, network: Network):
+        self.evidence = evidence
+        self.network = network
+        self.n_ranks = evidence.num_devices
+        if self.n_ranks != network.num_devices:
+            raise PlacementError(f"evidence has {self.n_ranks} logical ranks but the network "
+                                 f"{network.name or network.shape} has {network.num_devices} "
+                                 "devices: price evidence compiled for this target")
+        groups: dict[PhaseKey, list[Collective]] = {}
+        for c in evidence.collectives:
+            if base_kind(c.kind) not in (
+                    RING_KINDS + ("all-to-all", "collective-permute")):
+                raise ValueError(f"collective {c.name}: unknown kind {c.kind!r}")
+            groups.setdefault(PhaseKey(int(c.phase), int(c.count)), []).append(c)
+        self.phases: list[PhaseKey] = sorted(groups, key=lambda k: (k.phase, k.count))
+        self.phase_collectives = [groups[k] for k in self.phases]
+        clock = float(evidence.clock_hz or 0.0)
+        self.overlap_s: list[float] = []
+        for cs in self.phase_collectives:
+            if clock > 0 and all(c.is_async for c in cs):
+                self.overlap_s.append(min(float(c.overlap_cycles) for c in cs) / clock)
+            else:
+                self.overlap_s.append(0.0)
+        self.bandwidth = network.link_bandwidth
+
+    def chip_of_rank(self, placement: Sequence[int]) -> np.ndarray:
+        p = check_placement(placement, self.network, self.n_ranks)
+        return self.network.device_chip[p]
+
+    def phase_loads(self, placement: Sequence[int]) -> list[PhaseLoad]:
+        chip = self.chip_of_rank(placement)
+        out = []
+        for key, cs, ov in zip(self.phases, self.phase_collectives, self.overlap_s):
+            tot = np.zeros(self.network.num_links)
+            hops = 0
+            for c in cs:
+                f, h = collective_link_bytes(c, chip, self.network)
+                tot += f
+                hops += h
+            t = float((tot / self.bandwidth).max()) if len(tot) else 0.0
+            out.append(PhaseLoad(key, [c.name for c in cs], tot, t, ov, hops))
+        return out
+
+    def cost(self, placement: Sequence[int]) -> tuple[float, float, int]:
+        """(comm_s exposed, link_bytes, hops), all summed over phases x counts. Lexicographic."""
+        comm = 0.0
+        lb = 0.0
+        hops = 0
+        for pl in self.phase_loads(placement):
+            n = pl.key.count
+            comm += n * pl.exposed_s
+            lb += n * float(pl.link_bytes.sum())
+            hops += n * pl.hops
+        return comm, lb, hops
+
+
+def mesh_axis_groups(mesh_shape: Sequence[int], axes: Sequence[int]) -> list[list[int]]:
+    """Replica groups (logical ids, row-major ``devices.flat`` order) of a collective over the
+    given axes of a logical mesh: ranks that differ only along `axes` form one group."""
+    shape = [int(s) for s in mesh_shape]
+    n = int(np.prod(shape))
+    ids = np.arange(n).reshape(shape)
+    axes = sorted(int(a) for a in axes)
+    rest = [a for a in range(len(shape)) if a not in axes]
+    t = np.transpose(ids, rest + axes)
+    k = int(np.prod([shape[a] for a in axes])) if axes else 1
+    return [row.tolist() for row in t.reshape(-1, k)]
