@@ -1,0 +1,699 @@
+"""The partitioner IR: the traced program as a graph of ops with shapes, flops, bytes and the role
+of every dimension. Plain dataclasses, no JAX objects, JSON in and out (another frontend can
+produce the same IR).
+
+``build_ir(fn, *abstract_args)`` traces ``fn`` with ``jax.make_jaxpr`` and walks it with the
+shared walk (``aoizora.extract.jaxpr_walk``), so every node key is the walk's key (the realizer
+constrains the output of the eqn with that key).
+
+Dimension roles are written as einsum-style *labels*: each dim of each operand and result gets a
+label; a label shared by several tensors is one loop dimension of the op, and ``Node.roles`` says
+what it is:
+
+- ``dot_general`` / ``conv``: ``batch``, ``lhs_free``, ``rhs_free``, ``contracting``
+  (``conv``: ``spatial`` dims are not shared between input and output);
+- ``attention``: ``batch``, ``heads``, ``q_seq``, ``kv_seq``, ``head_dim`` (q [B,H,S,D], k/v [B,H,T,D]);
+- ``elementwise``: ``aligned`` (one label per output dim; scalar operands have none);
+- ``reduce``: ``kept`` and ``reduced`` (in the operand only);
+- ``broadcast``: ``aligned``, ``new`` (output only), ``expanded`` (a size-1 operand dim that grows);
+- ``transpose``: ``moved`` / ``aligned``;
+- ``reshape``: ``aligned`` for dims kept as they are, else ``split`` / ``merged`` / ``regrouped`` with
+  ``Node.groups`` giving which operand dims become which result dims;
+- ``slice`` / ``concat`` / ``pad`` / ``cumulative`` / ``sort``: ``aligned``, and ``sliced`` (a dim whose
+  size or order changes: the operand and result labels differ);
+- ``hint``: ``aligned``; ``Node.params["names"]`` are the logical names.
+
+A ``lax.scan`` body appears once; its nodes carry ``repeat`` = the product of enclosing lengths and
+``scope`` = the scan's key. Its body inputs are tensors of their own with ``kind`` ``scan_const``,
+``scan_carry`` (``outer`` = the initial value, ``loop_back`` = the body's carry output) or ``scan_xs``
+(``outer`` = the stacked tensor; the body sees it without the leading dim); the scan's outer results
+are tensors of kind ``scan_carry_out`` / ``scan_ys`` with ``inner`` = the body tensor (``scan_ys``
+adds the leading stacked dim). Inlined calls (``jit``, checkpoint, custom_jvp/vjp) add no tensors:
+their inner variables are the outer ones.
+
+A primitive the IR does not know becomes a node of kind ``unknown`` (replicated only); all of them
+are listed in ``ProgramIR.warnings`` and one ``warnings.warn``. Nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import warnings as _warnings
+from typing import Any
+
+import jax
+import numpy as np
+
+from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, sub_jaxpr, walk
+
+IR_VERSION = 1
+
+
+class IRError(ValueError):
+    """The program could not be traced or turned into an IR."""
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+@dataclasses.dataclass
+class Tensor:
+    id: str
+    shape: list[int]
+    dtype: str
+    bytes: int
+    kind: str                      # input | node | literal | const | scan_const | scan_carry |
+                                   # scan_xs | scan_carry_out | scan_ys
+    producer: str | None = None    # node key (kind "node")
+    input_index: int | None = None # position among flattened input leaves (kind "input")
+    path: str = ""                 # pytree path of an input / output leaf, e.g. "params/blocks/attn/wq"
+    outer: str | None = None       # scan body input: the outer tensor it comes from
+    loop_back: str | None = None   # scan_carry: the body tensor that becomes the next carry
+    inner: str | None = None       # scan outer result: the body tensor it comes from
+    scope: str = ""                # key of the scan this tensor lives in ("" = top level)
+    value: float | None = None     # literal scalars
+    repeat: int = 1                # scan body inputs: times bound per call (as the body's nodes)
+    trip: int = 1                  # scan body inputs: the scan's length (1 for while: unknown)
+
+
+@dataclasses.dataclass
+class Node:
+    key: str
+    primitive: str
+    kind: str                      # dot, conv, elementwise, reduce, reshape, transpose, broadcast,
+                                   # attention, hint, slice, concat, pad, gather, scatter,
+                                   # cumulative, sort, source, opaque, unknown
+    operands: list[str]            # tensor ids (literals included)
+    results: list[str]
+    flops: float                   # per execution, FLOP
+    bytes: float                   # per execution: operands read + results written, bytes
+    repeat: int = 1
+    scope: str = ""
+    operand_labels: list[list[str]] = dataclasses.field(default_factory=list)
+    result_labels: list[list[str]] = dataclasses.field(default_factory=list)
+    roles: dict[str, str] = dataclasses.field(default_factory=dict)
+    groups: list[dict[str, list[int]]] = dataclasses.field(default_factory=list)  # reshape
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    name_stack: str = ""
+    source: str = ""               # "file:line (function)"
+
+
+@dataclasses.dataclass
+class ProgramIR:
+    nodes: list[Node]
+    tensors: dict[str, Tensor]
+    inputs: list[str]              # tensor ids of the flattened input leaves
+    outputs: list[str]             # tensor ids of the flattened output leaves
+    output_paths: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    version: int = IR_VERSION
+
+    # --- queries
+    def node(self, key: str) -> Node:
+        for n in self.nodes:
+            if n.key == key:
+                return n
+        raise KeyError(key)
+
+    def by_kind(self, kind: str) -> list[Node]:
+        return [n for n in self.nodes if n.kind == kind]
+
+    def edges(self) -> list[tuple[str, str, str]]:
+        """(producer node key, consumer node key, tensor id) for every tensor passed node to node
+        (through scan aliases: a body input resolves to the outer producer)."""
+        out = []
+        for n in self.nodes:
+            for t in n.operands:
+                src = self.source_node(t)
+                if src is not None:
+                    out.append((src, n.key, t))
+        return out
+
+    def source_node(self, tid: str) -> str | None:
+        t = self.tensors[tid]
+        seen = 0
+        while t.kind != "node" and seen < 1000:
+            nxt = t.inner or (t.outer if t.kind in ("scan_const", "scan_xs", "scan_carry") else None)
+            if nxt is None:
+                return None
+            t = self.tensors[nxt]
+            seen += 1
+        return t.producer
+
+    def consumers(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for n in self.nodes:
+            for t in n.operands:
+                out.setdefault(t, []).append(n.key)
+        return out
+
+    def total_flops(self) -> float:
+        return sum(n.flops * n.repeat for n in self.nodes)
+
+    # --- JSON
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version,
+                "nodes": [dataclasses.asdict(n) for n in self.nodes],
+                "tensors": {k: dataclasses.asdict(t) for k, t in self.tensors.items()},
+                "inputs": list(self.inputs), "outputs": list(self.outputs),
+                "output_paths": list(self.output_paths), "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ProgramIR":
+        return cls(nodes=[Node(**n) for n in d["nodes"]],
+                   tensors={k: Tensor(**t) for k, t in d["tensors"].items()},
+                   inputs=list(d["inputs"]), outputs=list(d["outputs"]),
+                   output_paths=list(d.get("output_paths", [])),
+                   warnings=list(d.get("warnings", [])), version=d.get("version", IR_VERSION))
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json())
+
+    @classmethod
+    def loads(cls, s: str) -> "ProgramIR":
+        return cls.from_json(json.loads(s))
+
+
+# ---------------------------------------------------------------------------------------------
+# primitive tables
+
+ELEMENTWISE = frozenset("""
+add sub mul div rem pow integer_pow max min neg sign floor ceil round is_finite abs exp exp2 log
+log1p expm1 tanh logistic sin cos tan asin acos atan atan2 sinh cosh asinh acosh atanh sqrt rsqrt
+cbrt erf erfc erf_inv lgamma digamma square reciprocal convert_element_type select_n clamp
+and or not xor eq ne lt le gt ge nextafter copy copy_p real imag conj complex reduce_precision
+stop_gradient shift_left shift_right_logical shift_right_arithmetic population_count
+optimization_barrier
+""".split())
+REDUCE = frozenset("reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or reduce_xor "
+                   "argmax argmin".split())
+SLICE = frozenset("slice dynamic_slice rev split".split())
+CUMULATIVE = frozenset("cumsum cumprod cummax cummin cumlogsumexp".split())
+SOURCE = frozenset("iota rng_bit_generator random_bits random_seed random_wrap random_unwrap "
+                   "threefry2x32 rng_uniform".split())
+OPAQUE = frozenset("pallas_call custom_call tpu_custom_call shard_map".split())
+GATHER = frozenset("gather".split())
+SCATTER = frozenset("scatter scatter-add scatter_add scatter_mul scatter_min scatter_max "
+                    "dynamic_update_slice".split())
+
+ATTENTION_NAME = "aoizora_attention"
+HINT_NAME = "aoizora_hint"
+
+
+def _dtype_str(dt) -> str:
+    return str(np.dtype(dt)) if not hasattr(dt, "name") else dt.name
+
+
+def _nbytes(shape, dtype) -> int:
+    try:
+        item = np.dtype(dtype).itemsize
+    except TypeError:
+        item = 4
+    return int(math.prod(shape)) * int(item)
+
+
+def _path_str(path) -> str:
+    parts = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return "/".join(parts)
+
+
+def _source(eqn) -> tuple[str, str]:
+    try:
+        from jax._src import source_info_util as siu
+        name_stack = str(eqn.source_info.name_stack)
+        fr = siu.user_frame(eqn.source_info.traceback)
+        src = f"{fr.file_name}:{fr.start_line} ({fr.function_name})" if fr else ""
+        return name_stack, src
+    except Exception:  # source info is best effort; the key still identifies the op
+        return "", ""
+
+
+def _json_param(v) -> Any:
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, (tuple, list)):
+        return [_json_param(x) for x in v]
+    if isinstance(v, np.dtype) or hasattr(v, "dtype") and isinstance(v, type):
+        return str(v)
+    return str(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# dim roles
+
+def _reshape_groups(a: list[int], b: list[int]) -> list[tuple[list[int], list[int]]] | None:
+    """Minimal groups of consecutive dims with equal products (size-1 dims join a neighbour)."""
+    groups, i, j = [], 0, 0
+    while i < len(a) or j < len(b):
+        gi, gj = [], []
+        pa = pb = 1
+        if i < len(a):
+            gi.append(i); pa *= a[i]; i += 1
+        if j < len(b):
+            gj.append(j); pb *= b[j]; j += 1
+        while pa != pb:
+            if pa < pb and i < len(a):
+                gi.append(i); pa *= a[i]; i += 1
+            elif pb < pa and j < len(b):
+                gj.append(j); pb *= b[j]; j += 1
+            else:
+                return None
+        # absorb trailing size-1 dims into this group
+        while i < len(a) and a[i] == 1 and (j >= len(b) or b[j] != 1):
+            gi.append(i); i += 1
+        while j < len(b) and b[j] == 1 and (i >= len(a) or a[i] != 1):
+            gj.append(j); j += 1
+        groups.append((gi, gj))
+    return groups
+
+
+def _labels(node: Node, eqn, op_shapes: list[list[int]], res_shapes: list[list[int]]) -> None:
+    """Fill operand_labels / result_labels / roles / groups of `node` for its primitive."""
+    name, p, kind = node.primitive, eqn.params, node.kind
+    ol: list[list[str]] = [[] for _ in op_shapes]
+    rl: list[list[str]] = [[] for _ in res_shapes]
+    roles: dict[str, str] = {}
+    if kind == "dot":
+        (lc, rc), (lb, rb) = p["dimension_numbers"]
+        ls, rs = op_shapes[0], op_shapes[1]
+        ol = [[""] * len(ls), [""] * len(rs)]
+        out = []
+        for i, (a, b) in enumerate(zip(lb, rb)):
+            ol[0][a] = ol[1][b] = f"b{i}"; roles[f"b{i}"] = "batch"; out.append(f"b{i}")
+        for i, (a, b) in enumerate(zip(lc, rc)):
+            ol[0][a] = ol[1][b] = f"k{i}"; roles[f"k{i}"] = "contracting"
+        for i in [d for d in range(len(ls)) if d not in lb and d not in lc]:
+            ol[0][i] = f"m{i}"; roles[f"m{i}"] = "lhs_free"; out.append(f"m{i}")
+        for i in [d for d in range(len(rs)) if d not in rb and d not in rc]:
+            ol[1][i] = f"n{i}"; roles[f"n{i}"] = "rhs_free"; out.append(f"n{i}")
+        rl = [out]
+    elif kind == "conv":
+        dn = p["dimension_numbers"]
+        lsp, rsp, osp = dn.lhs_spec, dn.rhs_spec, dn.out_spec
+        nsp = len(lsp) - 2
+        ls, rs, os_ = op_shapes[0], op_shapes[1], res_shapes[0]
+        ol = [[""] * len(ls), [""] * len(rs)]
+        out = [""] * len(os_)
+        ol[0][lsp[0]] = "b"; out[osp[0]] = "b"; roles["b"] = "batch"
+        ol[0][lsp[1]] = "k"; ol[1][rsp[1]] = "k"; roles["k"] = "contracting"
+        ol[1][rsp[0]] = "n"; out[osp[1]] = "n"; roles["n"] = "rhs_free"
+        for s in range(nsp):
+            ol[0][lsp[2 + s]] = f"si{s}"; roles[f"si{s}"] = "spatial"
+            ol[1][rsp[2 + s]] = f"w{s}"; roles[f"w{s}"] = "spatial"
+            out[osp[2 + s]] = f"so{s}"; roles[f"so{s}"] = "spatial"
+        rl = [out]
+    elif kind == "attention":
+        ol = [["b", "h", "s", "d"], ["b", "h", "t", "d"], ["b", "h", "t", "d"]]
+        rl = [["b", "h", "s", "d"]]
+        roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
+    elif kind in ("elementwise", "hint"):
+        out = [f"e{i}" for i in range(len(res_shapes[0]))]
+        for i in out:
+            roles[i] = "aligned"
+        r = len(out)
+        for k, s in enumerate(op_shapes):
+            if len(s) == 0:
+                continue
+            off = r - len(s)
+            ol[k] = [out[off + d] if s[d] == res_shapes[0][off + d] else f"x{k}_{d}"
+                     for d in range(len(s))]
+            for d in range(len(s)):
+                if ol[k][d].startswith("x"):
+                    roles[ol[k][d]] = "expanded"
+        rl = [list(out) for _ in res_shapes]
+    elif kind == "reduce":
+        axes = tuple(p.get("axes", ()))
+        s = op_shapes[0]
+        ol = [[f"e{i}" for i in range(len(s))]]
+        for i in range(len(s)):
+            roles[f"e{i}"] = "reduced" if i in axes else "kept"
+        rl = [[f"e{i}" for i in range(len(s)) if i not in axes] for _ in res_shapes]
+    elif kind == "broadcast":
+        s, o = op_shapes[0], res_shapes[0]
+        bd = tuple(p["broadcast_dimensions"])
+        out = [f"e{j}" for j in range(len(o))]
+        for j in range(len(o)):
+            roles[out[j]] = "aligned" if j in bd else "new"
+        ol[0] = []
+        for i, j in enumerate(bd):
+            if s[i] == o[j]:
+                ol[0].append(out[j])
+            else:
+                ol[0].append(f"x{i}"); roles[f"x{i}"] = "expanded"
+        for k in range(1, len(op_shapes)):
+            ol[k] = [f"dyn{k}_{d}" for d in range(len(op_shapes[k]))]
+        rl = [out]
+    elif kind == "transpose":
+        perm = tuple(p["permutation"])
+        s = op_shapes[0]
+        ol = [[f"e{i}" for i in range(len(s))]]
+        rl = [[f"e{perm[j]}" for j in range(len(perm))]]
+        for i in range(len(s)):
+            roles[f"e{i}"] = "aligned" if perm[i] == i else "moved"
+    elif kind == "reshape":
+        s, o = op_shapes[0], res_shapes[0]
+        grp = _reshape_groups(list(s), list(o))
+        ol = [[f"i{i}" for i in range(len(s))]] + [[f"dyn{k}_{d}" for d in range(len(op_shapes[k]))]
+                                                  for k in range(1, len(op_shapes))]
+        out = [f"o{j}" for j in range(len(o))]
+        groups = []
+        if grp is None:
+            for lab in ol[0]:
+                roles[lab] = "regrouped"
+            for lab in out:
+                roles[lab] = "regrouped"
+            groups.append({"in": list(range(len(s))), "out": list(range(len(o)))})
+        else:
+            for gi, gj in grp:
+                gi_n = [d for d in gi if s[d] != 1]
+                gj_n = [d for d in gj if o[d] != 1]
+                if len(gi_n) == 1 and len(gj_n) == 1:
+                    lab = f"i{gi_n[0]}"
+                    out[gj_n[0]] = lab
+                    roles[lab] = "aligned"
+                    how = "aligned"
+                else:
+                    how = "split" if len(gi_n) <= 1 else ("merged" if len(gj_n) <= 1 else "regrouped")
+                    for d in gi:
+                        roles.setdefault(f"i{d}", how)
+                    for d in gj:
+                        roles.setdefault(out[d], how)
+                for d in gi:
+                    if s[d] == 1:
+                        roles.setdefault(f"i{d}", "unit")
+                for d in gj:
+                    if o[d] == 1:
+                        roles.setdefault(out[d], "unit")
+                groups.append({"in": list(gi), "out": list(gj), "how": how})
+        node.groups = [{"in": g["in"], "out": g["out"]} for g in groups]
+        node.params.setdefault("group_kinds", [g.get("how", "regrouped") for g in groups])
+        rl = [out]
+    elif kind == "squeeze":
+        s = op_shapes[0]
+        dims = tuple(d % max(len(s), 1) for d in p["dimensions"])
+        ol = [[f"e{i}" for i in range(len(s))]]
+        rl = [[f"e{i}" for i in range(len(s)) if i not in dims]]
+        for i in range(len(s)):
+            roles[f"e{i}"] = "unit" if i in dims else "aligned"
+    elif kind in ("slice", "pad", "concat", "cumulative", "sort"):
+        o = res_shapes[0]
+        axis = p.get("axis", p.get("dimension", None))
+        out = [f"e{j}" for j in range(len(o))]
+        for j in range(len(o)):
+            roles[out[j]] = "aligned"
+        for k, s in enumerate(op_shapes):
+            if len(s) != len(o):
+                ol[k] = [f"x{k}_{d}" for d in range(len(s))]
+                continue
+            ol[k] = [out[d] if (s[d] == o[d] and d != axis) else f"x{k}_{d}" for d in range(len(s))]
+        for j in range(len(o)):
+            if any(len(s) == len(o) and ol[k][j] != out[j] for k, s in enumerate(op_shapes)) \
+                    or j == axis:
+                out[j] = f"r{j}"; roles[out[j]] = "sliced"
+        for k in range(len(op_shapes)):
+            for lab in ol[k]:
+                roles.setdefault(lab, "sliced")
+        rl = [list(out) for _ in res_shapes]
+        if kind == "sort":
+            rl = [list(out) for _ in res_shapes]
+    # gather / scatter / source / opaque / unknown: no shared labels (replicated-only or free)
+    node.operand_labels, node.result_labels, node.roles = ol, rl, roles
+
+
+def _kind(name: str) -> str:
+    if name == "dot_general":
+        return "dot"
+    if name == "conv_general_dilated":
+        return "conv"
+    if name == ATTENTION_NAME:
+        return "attention"
+    if name == HINT_NAME:
+        return "hint"
+    if name in ELEMENTWISE:
+        return "elementwise"
+    if name in REDUCE:
+        return "reduce"
+    if name == "broadcast_in_dim":
+        return "broadcast"
+    if name == "transpose":
+        return "transpose"
+    if name == "reshape":
+        return "reshape"
+    if name == "squeeze":
+        return "squeeze"
+    if name in SLICE:
+        return "slice"
+    if name == "pad":
+        return "pad"
+    if name == "concatenate":
+        return "concat"
+    if name in CUMULATIVE:
+        return "cumulative"
+    if name == "sort":
+        return "sort"
+    if name in GATHER:
+        return "gather"
+    if name in SCATTER:
+        return "scatter"
+    if name in SOURCE:
+        return "source"
+    if name in OPAQUE or name.startswith("pallas") or "custom" in name:
+        return "opaque"
+    return "unknown"
+
+
+def _flops(node: Node, eqn, op_shapes, res_shapes) -> float:
+    kind = node.kind
+    out_elems = sum(math.prod(s) for s in res_shapes)
+    if kind == "dot":
+        (lc, _), _ = eqn.params["dimension_numbers"]
+        k = math.prod(op_shapes[0][d] for d in lc)
+        return 2.0 * math.prod(res_shapes[0]) * k
+    if kind == "conv":
+        dn = eqn.params["dimension_numbers"]
+        rs = op_shapes[1]
+        per_out = math.prod(rs[d] for d in dn.rhs_spec[1:])   # in-features/groups x kernel
+        return 2.0 * math.prod(res_shapes[0]) * per_out
+    if kind == "attention":
+        b, h, s, d = op_shapes[0]
+        t = op_shapes[1][2]
+        return 4.0 * b * h * s * t * d
+    if kind in ("reduce", "cumulative"):
+        return float(math.prod(op_shapes[0])) if op_shapes else 0.0
+    if kind == "opaque":
+        ce = eqn.params.get("cost_estimate")
+        if ce is not None and getattr(ce, "flops", None) is not None:
+            return float(ce.flops)
+        return 0.0
+    if kind in ("elementwise",):
+        return float(out_elems)
+    return 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# builder
+
+class _Builder:
+    def __init__(self):
+        self.tensors: dict[str, Tensor] = {}
+        self.nodes: list[Node] = []
+        self.unknown: list[str] = []
+        self._n = 0
+
+    def new(self, aval, kind, scope="", **kw) -> str:
+        tid = f"t{self._n}"
+        self._n += 1
+        shape = [int(d) for d in getattr(aval, "shape", ())]
+        dtype = _dtype_str(getattr(aval, "dtype", np.float32))
+        self.tensors[tid] = Tensor(tid, shape, dtype, _nbytes(shape, dtype), kind, scope=scope, **kw)
+        return tid
+
+    def operand(self, env, v, scope) -> str:
+        from jax.extend.core import Literal
+        if isinstance(v, Literal):
+            val = v.val
+            try:
+                fval = float(np.asarray(val).reshape(-1)[0]) if np.asarray(val).size == 1 else None
+            except Exception:
+                fval = None
+            return self.new(v.aval, "literal", scope, value=fval)
+        if v not in env:  # a const var of a closed jaxpr without a binding
+            env[v] = self.new(v.aval, "const", scope)
+        return env[v]
+
+    def run(self, jaxpr, env, prefix="", repeat=1, scope=""):
+        consts = getattr(jaxpr, "consts", None)
+        j = getattr(jaxpr, "jaxpr", jaxpr)
+        if consts is not None:
+            for cv in j.constvars:
+                env.setdefault(cv, self.new(cv.aval, "const", scope))
+        for i, eqn in enumerate(j.eqns):
+            key = f"{prefix}{i}"
+            name = eqn.primitive.name
+            if name in INLINE_PRIMITIVES and sub_jaxpr(eqn) is not None:
+                inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr", eqn.params.get("fun_jaxpr")))
+                ij = getattr(inner, "jaxpr", inner)
+                ienv = {}
+                ops = [self.operand(env, v, scope) for v in eqn.invars]
+                for iv, t in zip(ij.invars, ops[len(ops) - len(ij.invars):]):
+                    ienv[iv] = t
+                self.run(inner, ienv, key + ".", repeat, scope)
+                for ov, iv in zip(eqn.outvars, ij.outvars):
+                    env[ov] = self.operand(ienv, iv, scope)
+            elif name == "scan":
+                self._scan(eqn, env, key, repeat, scope)
+            elif name == "while":
+                self._while(eqn, env, key, repeat, scope)
+            else:
+                self._leaf(eqn, env, key, repeat, scope)
+
+    def _scan(self, eqn, env, key, repeat, scope):
+        p = eqn.params
+        body = p["jaxpr"]
+        bj = body.jaxpr
+        nc, ncar = int(p["num_consts"]), int(p["num_carry"])
+        length = int(p["length"])
+        ops = [self.operand(env, v, scope) for v in eqn.invars]
+        benv = {}
+        carry_ids = []
+        for k, (bv, outer) in enumerate(zip(bj.invars, ops)):
+            kind = "scan_const" if k < nc else ("scan_carry" if k < nc + ncar else "scan_xs")
+            benv[bv] = self.new(bv.aval, kind, key, outer=outer)
+            if kind == "scan_carry":
+                carry_ids.append(benv[bv])
+        for t in benv.values():
+            self.tensors[t].repeat, self.tensors[t].trip = repeat * length, length
+        self.run(body, benv, key + ".", repeat * length, key)
+        bouts = [self.operand(benv, v, key) for v in bj.outvars]
+        for k, cid in enumerate(carry_ids):
+            self.tensors[cid].loop_back = bouts[k]
+        for k, ov in enumerate(eqn.outvars):
+            kind = "scan_carry_out" if k < ncar else "scan_ys"
+            env[ov] = self.new(ov.aval, kind, scope, inner=bouts[k])
+
+    def _while(self, eqn, env, key, repeat, scope):
+        p = eqn.params
+        body = p["body_jaxpr"]
+        bj = body.jaxpr
+        cn, bn = int(p["cond_nconsts"]), int(p["body_nconsts"])
+        ops = [self.operand(env, v, scope) for v in eqn.invars]
+        body_ops = ops[cn:]
+        benv = {}
+        carry_ids = []
+        for k, (bv, outer) in enumerate(zip(bj.invars, body_ops)):
+            kind = "scan_const" if k < bn else "scan_carry"
+            benv[bv] = self.new(bv.aval, kind, key, outer=outer)
+            if kind == "scan_carry":
+                carry_ids.append(benv[bv])
+        for t in benv.values():
+            self.tensors[t].repeat = repeat
+        self.run(body, benv, key + ".", repeat, key)
+        bouts = [self.operand(benv, v, key) for v in bj.outvars]
+        for k, cid in enumerate(carry_ids):
+            self.tensors[cid].loop_back = bouts[k]
+        for k, ov in enumerate(eqn.outvars):
+            env[ov] = self.new(ov.aval, "scan_carry_out", scope, inner=bouts[k])
+
+    def _leaf(self, eqn, env, key, repeat, scope):
+        name = eqn.primitive.name
+        kind = _kind(name)
+        ops = [self.operand(env, v, scope) for v in eqn.invars]
+        node = Node(key=key, primitive=name, kind=kind, operands=ops, results=[], flops=0.0,
+                    bytes=0.0, repeat=repeat, scope=scope)
+        for ov in eqn.outvars:
+            tid = self.new(ov.aval, "node", scope, producer=key)
+            env[ov] = tid
+            node.results.append(tid)
+        op_shapes = [self.tensors[t].shape for t in ops]
+        res_shapes = [self.tensors[t].shape for t in node.results]
+        if kind == "hint":
+            node.params["names"] = list(eqn.params["names"])
+        elif kind == "attention":
+            node.params["scale"] = float(eqn.params["scale"])
+        else:
+            for k, v in eqn.params.items():
+                if k in ("jaxpr", "call_jaxpr", "body_jaxpr", "cond_jaxpr", "kernel"):
+                    continue
+                try:
+                    node.params[k] = _json_param(v)
+                except Exception:
+                    node.params[k] = "?"
+        try:
+            _labels(node, eqn, op_shapes, res_shapes)
+        except Exception as e:  # a known primitive in a form we did not expect: keep it, replicated
+            self.unknown.append(f"{key} {name} (dim roles failed: {e})")
+            node.kind = "unknown"
+            node.operand_labels, node.result_labels, node.roles = [], [], {}
+        node.flops = _flops(node, eqn, op_shapes, res_shapes)
+        node.bytes = float(sum(self.tensors[t].bytes for t in ops if self.tensors[t].kind != "literal")
+                           + sum(self.tensors[t].bytes for t in node.results))
+        if kind == "unknown" and not any(u.startswith(f"{key} ") for u in self.unknown):
+            self.unknown.append(f"{key} {name}")
+        node.name_stack, node.source = _source(eqn)
+        self.nodes.append(node)
+
+
+def _arg_names(fn, n: int) -> list[str]:
+    """Names of the first n positional parameters of fn (else "0", "1", ...)."""
+    import inspect
+    try:
+        ps = [q.name for q in inspect.signature(fn).parameters.values()
+              if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        ps = []
+    return [ps[i] if i < len(ps) else str(i) for i in range(n)]
+
+
+def build_ir(fn, *abstract_args) -> ProgramIR:
+    """Trace `fn(*abstract_args)` (pytrees of ShapeDtypeStruct or arrays) into a ProgramIR."""
+    try:
+        closed = jax.make_jaxpr(fn)(*abstract_args)
+    except Exception as e:
+        raise IRError(f"could not trace the function: {type(e).__name__}: {str(e).splitlines()[0]} "
+                      f"(check the abstract inputs' shapes and dtypes)") from e
+    b = _Builder()
+    leaves = jax.tree_util.tree_flatten_with_path(tuple(abstract_args))[0]
+    j = closed.jaxpr
+    if len(leaves) != len(j.invars):
+        raise IRError(f"traced {len(j.invars)} inputs but the arguments have {len(leaves)} leaves")
+    arg_names = _arg_names(fn, len(abstract_args))
+    env = {}
+    inputs = []
+    for idx, ((path, _), v) in enumerate(zip(leaves, j.invars)):
+        pth = _path_str(path)
+        head, _, rest = pth.partition("/")
+        if head.isdigit() and int(head) < len(arg_names):
+            pth = arg_names[int(head)] + ("/" + rest if rest else "")
+        tid = b.new(v.aval, "input", input_index=idx, path=pth)
+        env[v] = tid
+        inputs.append(tid)
+    for cv in j.constvars:
+        env[cv] = b.new(cv.aval, "const")
+    b.run(j, env)
+    outputs = [b.operand(env, v, "") for v in j.outvars]
+    out_shape = jax.eval_shape(fn, *abstract_args)
+    out_paths = [_path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(out_shape)[0]]
+    for tid, pth in zip(outputs, out_paths):
+        if not b.tensors[tid].path:
+            b.tensors[tid].path = pth
+    # the keys must be exactly the shared walk's keys (the realizer relies on them)
+    walk_keys = [w.key for w in walk(closed.jaxpr)]
+    ir_keys = [n.key for n in b.nodes]
+    if walk_keys != ir_keys:
+        raise IRError("internal: IR node keys differ from the shared walk's keys")
+    warns = []
+    if b.unknown:
+        warns.append(f"{len(b.unknown)} op(s) the IR does not understand are kept replicated-only: "
+                     + ", ".join(b.unknown))
+        _warnings.warn(warns[0], stacklevel=2)
+    return ProgramIR(nodes=b.nodes, tensors=b.tensors, inputs=inputs, outputs=outputs,
+                     output_paths=out_paths, warnings=warns)
