@@ -1,0 +1,254 @@
+"""Collectives expanded into the per-step transfers the hardware makes.
+
+Input: one `Collective` (V = ``bytes``, see ``aoizora.extract.evidence``), the chip of every
+logical rank under a placement, and the physical network (``aoizora.extract.network.Network``:
+chips, directed links, dimension-order routes, the ring order through a group of chips).
+Output: a `TransferBatch` for the flow engine (``benchmarks.sim.engine``): bytes, routed links,
+latency (hops x per-hop latency) and dependencies of every transfer. Every replica group of the
+collective runs at the same time, in one batch.
+
+What is simulated, per replica group of n ranks (devices on chips; ranks on one chip exchange data
+without links, a transfer with an empty route):
+
+- all-gather, reduce-scatter: a ring of n-1 steps; all-reduce: a reduce-scatter then an all-gather
+  on the same ring, 2(n-1) steps (the reduction's arithmetic is not timed).
+  * Ring order: the compiler reorders a group along physical links; the order is the network's
+    ``ring_through`` of the group's chips (a cycle on physical links if one exists: ``ring``; else
+    a path: ``line``; else the logical order: ``scattered``). Ranks sharing a chip sit next to each
+    other in the ring.
+  * Directions: *bidirectional* (V/(2n) per transfer, one ring each way, running at once) when the
+    ring closes on physical links (kind ``ring``: the group spans a full wrapped axis or its chips
+    form a closed physical cycle), and also for a ``scattered`` ring whose routed forward and
+    backward steps use no directed link twice (they cannot slow each other down);
+    *one direction* (V/n per transfer) otherwise: a ``line`` (its closing step travels back along
+    the line), a ``pair`` (n = 2: each sends V/2 to the other), or a ``scattered`` ring whose two
+    directions would contend.
+  * Step s of direction d: rank at ring position k sends one chunk to position k+d over the
+    dimension-order route. It depends on (i) the transfer that brought that chunk to k in step s-1
+    (from position k-d) and (ii) k's own send of step s-1; there is no global barrier.
+- all-to-all: every ordered pair (i, j), i != j, is a transfer of V/n, all at once, no
+  dependencies. On a wrapped axis where both ways round are equally short (distance n/2), the
+  transfer is split in halves, one each way (dimension-order routing with ties spread; the
+  scaling book's AllToAll count assumes this balance).
+- collective-permute: each (source, target) pair is a transfer of V, all at once.
+Units: bytes, seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Sequence
+
+import numpy as np
+
+from aoizora.extract.evidence import Collective
+
+RING_KINDS = ("all-gather", "reduce-scatter", "all-reduce")
+
+
+class CollectiveError(ValueError):
+    """A collective the simulator cannot expand (unknown kind, ranks outside the placement)."""
+
+
+@dataclasses.dataclass
+class TransferBatch:
+    """Transfers of one collective, in the flow engine's terms (deps index within the batch)."""
+
+    nbytes: list[float] = dataclasses.field(default_factory=list)
+    routes: list[np.ndarray] = dataclasses.field(default_factory=list)
+    latency: list[float] = dataclasses.field(default_factory=list)
+    deps: list[list[int]] = dataclasses.field(default_factory=list)
+    algorithm: str = ""                      # e.g. "bidirectional ring", "pairwise"
+
+    def extend(self, other: "TransferBatch") -> None:
+        base = len(self.nbytes)
+        self.nbytes += other.nbytes
+        self.routes += other.routes
+        self.latency += other.latency
+        self.deps += [[d + base for d in ds] for ds in other.deps]
+
+    def __len__(self) -> int:
+        return len(self.nbytes)
+
+
+class Expander:
+    """Turns collectives into transfer batches on one network (routes and rings cached)."""
+
+    def __init__(self, network, tie_split: bool = True):
+        self.net = network
+        self.tie_split = tie_split
+        self.lat = network.hop_latency_s
+        self._routes: dict[tuple[int, int], list[tuple[np.ndarray, float]]] = {}
+        self._rings: dict[tuple[int, ...], tuple[list[int], str]] = {}
+
+    # -- routes -------------------------------------------------------------------------------
+    def routes(self, a: int, b: int) -> list[tuple[np.ndarray, float]]:
+        """The route(s) from chip a to chip b with the share of bytes each carries.
+
+        One dimension-order route; with ``tie_split``, on a wrapped axis where both ways are
+        equally short, each such axis is taken both ways (shares split equally)."""
+        key = (a, b)
+        got = self._routes.get(key)
+        if got is not None:
+            return got
+        net = self.net
+        if a == b:
+            got = [(np.zeros(0, dtype=np.int64), 1.0)]
+        else:
+            base = np.asarray(net.route(a, b), dtype=np.int64)
+            ties = self._tie_axes(a, b) if self.tie_split else []
+            if not ties:
+                got = [(base, 1.0)]
+            else:
+                got = []
+                combos = list(itertools.product((1, -1), repeat=len(ties)))
+                for dirs in combos:
+                    got.append((self._dor_route(a, b, dict(zip(ties, dirs))), 1.0 / len(combos)))
+        self._routes[key] = got
+        return got
+
+    def _tie_axes(self, a: int, b: int) -> list[int]:
+        net = self.net
+        ca, cb = net.chips[a], net.chips[b]
+        out = []
+        for ax, n in enumerate(net.shape):
+            if net.wrap[ax] and n >= 3 and n % 2 == 0 and (cb[ax] - ca[ax]) % n == n // 2:
+                out.append(ax)
+        return out
+
+    def _dor_route(self, a: int, b: int, forced: dict[int, int]) -> np.ndarray:
+        """Dimension-order route with the direction forced on the given (tied) axes."""
+        net = self.net
+        cur = list(net.chips[a])
+        tgt = net.chips[b]
+        out = []
+        for ax, n in enumerate(net.shape):
+            if cur[ax] == tgt[ax]:
+                continue
+            if ax in forced:
+                d, k = forced[ax], n // 2
+            elif net.wrap[ax] and n >= 3:
+                fwd = (tgt[ax] - cur[ax]) % n
+                d, k = (1, fwd) if fwd <= n - fwd else (-1, n - fwd)
+            else:
+                d, k = (1, tgt[ax] - cur[ax]) if tgt[ax] > cur[ax] else (-1, cur[ax] - tgt[ax])
+            for _ in range(k):
+                nxt = list(cur)
+                nxt[ax] = (cur[ax] + d) % n
+                out.append(net.link_id[(net.chip_index[tuple(cur)], net.chip_index[tuple(nxt)])])
+                cur = nxt
+        return np.asarray(out, dtype=np.int64)
+
+    def _single_route(self, a: int, b: int) -> np.ndarray:
+        return np.asarray(self.net.route(a, b), dtype=np.int64)
+
+    # -- rings --------------------------------------------------------------------------------
+    def ring(self, chips: Sequence[int]) -> tuple[list[int], str]:
+        """Ring order (positions into ``chips``) and direction mode for a group's chips.
+
+        Mode: "bidirectional", "unidirectional" or "none" (one rank)."""
+        key = tuple(int(c) for c in chips)
+        got = self._rings.get(key)
+        if got is not None:
+            return got
+        n = len(key)
+        if n <= 1:
+            got = (list(range(n)), "none")
+            self._rings[key] = got
+            return got
+        r = self.net.ring_through(key)
+        # ranks in ring order of their chips; ranks on one chip stay together, in logical order
+        by_chip: dict[int, list[int]] = {}
+        for pos, c in enumerate(key):
+            by_chip.setdefault(c, []).append(pos)
+        order = [pos for c in r.order for pos in by_chip[c]]
+        if n == 2 or r.kind in ("single", "pair", "line"):
+            mode = "unidirectional"
+        elif r.kind == "ring":
+            mode = "bidirectional"
+        else:                                   # scattered: both ways only if they cannot contend
+            ring_chips = [key[p] for p in order]
+            used: set[int] = set()
+            mode = "bidirectional"
+            for k in range(n):
+                for d in (1, -1):
+                    lk = self._single_route(ring_chips[k], ring_chips[(k + d) % n])
+                    for lid in lk.tolist():
+                        if lid in used:
+                            mode = "unidirectional"
+                        used.add(lid)
+        got = (order, mode)
+        self._rings[key] = got
+        return got
+
+    # -- expansion ----------------------------------------------------------------------------
+    def expand(self, c: Collective, rank_chip: np.ndarray) -> TransferBatch:
+        """All transfers of one run of ``c``; ``rank_chip[r]`` is the chip of logical rank r."""
+        nranks = len(rank_chip)
+
+        def chip(r: int) -> int:
+            if not 0 <= r < nranks:
+                raise CollectiveError(f"collective {c.name}: logical rank {r} outside the "
+                                      f"placement of {nranks} ranks")
+            return int(rank_chip[r])
+
+        out = TransferBatch()
+        V = float(c.bytes)
+        if c.kind == "collective-permute":
+            pairs = c.source_target_pairs or []
+            for s, t in pairs:
+                self._add_p2p(out, chip(s), chip(t), V, [])
+            out.algorithm = "permute"
+            return out
+        algos = set()
+        for g in c.replica_groups:
+            n = len(g)
+            if n <= 1:
+                continue
+            chips = [chip(r) for r in g]
+            if c.kind in RING_KINDS:
+                algos.add(self._ring_batch(out, c.kind, chips, V))
+            elif c.kind == "all-to-all":
+                for i in range(n):
+                    for j in range(n):
+                        if i != j:
+                            self._add_p2p(out, chips[i], chips[j], V / n, [])
+                algos.add("pairwise")
+            else:
+                raise CollectiveError(f"collective {c.name}: unknown kind {c.kind!r}")
+        out.algorithm = "+".join(sorted(algos)) if algos else "none"
+        return out
+
+    def _add_p2p(self, out: TransferBatch, a: int, b: int, nbytes: float,
+                 deps: list[int]) -> None:
+        for route, share in self.routes(a, b):
+            out.nbytes.append(nbytes * share)
+            out.routes.append(route)
+            out.latency.append(len(route) * self.lat)
+            out.deps.append(list(deps))
+
+    def _ring_batch(self, out: TransferBatch, kind: str, chips: list[int], V: float) -> str:
+        n = len(chips)
+        order, mode = self.ring(chips)
+        if mode == "none":
+            return "none"
+        rc = [chips[p] for p in order]
+        steps = (n - 1) * (2 if kind == "all-reduce" else 1)
+        dirs = (1, -1) if mode == "bidirectional" else (1,)
+        chunk = V / n / len(dirs)
+        base = len(out.nbytes)
+        for di, d in enumerate(dirs):
+            hop_routes = [self._single_route(rc[k], rc[(k + d) % n]) for k in range(n)]
+            for s in range(steps):
+                for k in range(n):
+                    r = hop_routes[k]
+                    out.nbytes.append(chunk)
+                    out.routes.append(r)
+                    out.latency.append(len(r) * self.lat)
+                    if s == 0:
+                        out.deps.append([])
+                    else:
+                        prev = base + (di * steps + s - 1) * n
+                        out.deps.append([prev + (k - d) % n, prev + k])
+        return f"{mode} ring"

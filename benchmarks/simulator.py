@@ -1,0 +1,334 @@
+"""The AoiZora reference simulator: one step of a compiled program on a target, under a placement.
+
+It is the "simulated" column of every benchmark table. It prices the compiler's evidence
+(``aoizora.extract.evidence.Evidence``) in more detail than the cost models the solvers optimize
+and independently of them (it shares only the physical network with them: chips, links,
+dimension-order routes and ring orders, ``aoizora.extract.network``, facts of the hardware).
+
+What it does
+1. Compute: one TensorCore stream. An op takes ``estimated_cycles / clock_hz`` (the compiler's own
+   estimate at the evidence's clock, else the chip's); where the compiler gave no estimate
+   (e.g. an opaque custom call), the roofline ``max(flops / peak_bf16_flops,
+   bytes / hbm_bandwidth)``.
+2. Collectives: each run is expanded into the per-step transfers the hardware makes
+   (``benchmarks.sim.collectives``: rings of n-1 steps, both ways where the ring closes on
+   physical links, pairwise all-to-all, permutes), each transfer routed hop by hop over directed
+   links with per-hop latency, links shared max-min fairly among the transfers active at the same
+   moment, rates recomputed at every start and end (``benchmarks.sim.engine``).
+3. The schedule is walked in order. A collective's transfers are released when the stream
+   reaches its start; the stream waits at its done until the last transfer has arrived. Sync
+   collectives start and are waited for at once (they block); async ones overlap the compute
+   scheduled between their start and done, and share links with every collective in flight.
+   Order: the evidence's schedule positions (``Collective.start_index`` / ``done_index``,
+   ``ComputeOp.index``) when it has them; else, from its phases: per phase (in phase order) the
+   phase's collectives start together, sync ones are waited for, then the compute the compiler
+   said overlaps the async ones (``overlap_cycles``, taken from the loop's compute, async dones in
+   order of their overlap), then the async dones; the rest of the compute runs after.
+4. Loops: ops are grouped by ``count`` (the trip-count product of the loops around them). A
+   group's body is simulated once and its time multiplied by ``count``, which assumes the body is
+   identical in every iteration (it is: the compiler emits one body per `while`). Groups are
+   simulated one after the other (nothing in flight crosses a loop boundary).
+5. The step ends when its last op does: ``step_s = sum over groups of count x body time``;
+   ``compute_s`` is the compute alone; ``communication_s = step_s - compute_s`` is the exposed
+   communication.
+
+Not simulated: the reduction arithmetic of reduce-scatter / all-reduce, HBM traffic of the
+collectives, DMA engine limits beyond the links, contention between ICI and compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import numpy as np
+
+from aoizora.extract.evidence import Collective, ComputeOp, Evidence
+from aoizora.extract.network import Network
+from aoizora.extract.targets import Target, get_target
+from benchmarks.sim.collectives import Expander
+from benchmarks.sim.engine import FlowEngine
+
+LABEL = "simulated (AoiZora reference simulator)"
+
+
+class SimulatorError(ValueError):
+    """Bad input to the simulator (placement not a permutation, evidence for another target)."""
+
+
+@dataclasses.dataclass
+class CollectiveTime:
+    """One collective of the evidence, as simulated. Times in seconds, bytes in bytes."""
+
+    name: str
+    kind: str
+    bytes: int
+    count: int
+    group_size: int
+    num_groups: int
+    is_async: bool
+    algorithm: str          # e.g. "bidirectional ring", "unidirectional ring", "pairwise"
+    time_s: float           # one run: from its start to its last transfer's arrival, in context
+    exposed_s: float        # one run: how long the compute stream waited for it at its done
+    total_exposed_s: float  # exposed_s x count
+
+
+@dataclasses.dataclass
+class LinkUse:
+    """One directed ICI link's use over the step (busy: at least one transfer draining)."""
+
+    src: list[int]          # physical chip coordinates
+    dst: list[int]
+    busy_s: float
+    bytes: float
+    utilization: float      # busy_s / step_s
+
+
+@dataclasses.dataclass
+class SimResult:
+    """The simulated step. Seconds; marked with LABEL wherever it is shown."""
+
+    label: str
+    target: str
+    placement: list[int]
+    step_s: float
+    compute_s: float
+    communication_s: float                  # exposed: step_s - compute_s
+    collectives: list[CollectiveTime]
+    busiest_links: list[LinkUse]
+    schedule: str                           # "positions" or "phases"
+    loops: list[dict[str, Any]]             # per count group: count, body_s, compute_s
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+class Simulator:
+    """A target's network and its caches; ``run`` simulates evidence under a placement."""
+
+    def __init__(self, target: "str | Target", network: Network | None = None):
+        self.target = get_target(target)
+        self.net = network if network is not None else Network.from_target(self.target)
+        self.expander = Expander(self.net)
+        self.capacity = np.asarray(self.net.link_bandwidth, dtype=float)
+        self._episodes: dict[Any, tuple] = {}
+
+    # -- compute --------------------------------------------------------------------------------
+    def compute_seconds(self, op: ComputeOp, clock_hz: float) -> float:
+        """Seconds of one run of a compute op (see module docstring, 1)."""
+        if op.estimated_cycles is not None:
+            return float(op.estimated_cycles) / clock_hz
+        chip = self.target.chip
+        return max(float(op.flops) / chip.peak_bf16_flops,
+                   float(op.bytes) / chip.hbm_bandwidth_Bps)
+
+    # -- placement ------------------------------------------------------------------------------
+    def rank_chips(self, evidence: Evidence, placement: Sequence[int] | None) -> np.ndarray:
+        nranks = evidence.num_devices if evidence.mesh_axes else self._max_rank(evidence) + 1
+        if placement is None:
+            placement = list(range(nranks))
+        placement = [int(p) for p in placement]
+        nd = self.net.num_devices
+        if len(placement) != nranks:
+            raise SimulatorError(f"placement has {len(placement)} entries but the evidence has "
+                                 f"{nranks} logical ranks: give one device id per rank")
+        if len(set(placement)) != len(placement) or min(placement) < 0 or max(placement) >= nd:
+            raise SimulatorError(f"placement {placement} is not a list of distinct device ids in "
+                                 f"0..{nd - 1} of {self.target.name}")
+        return self.net.device_chip[np.asarray(placement, dtype=np.int64)]
+
+    @staticmethod
+    def _max_rank(ev: Evidence) -> int:
+        m = 0
+        for c in ev.collectives:
+            for g in c.replica_groups:
+                m = max([m] + list(g))
+            for s, t in c.source_target_pairs or []:
+                m = max(m, s, t)
+        return m
+
+    # -- one collective alone -------------------------------------------------------------------
+    def collective_seconds(self, c: Collective, rank_chip: np.ndarray) -> float:
+        """Seconds of one run of ``c`` alone on the network."""
+        eng = FlowEngine(self.capacity)
+        b = self.expander.expand(c, rank_chip)
+        eng.add(b.nbytes, b.routes, b.latency, 0.0, 0, b.deps)
+        return eng.run_until_tag(0)
+
+    # -- the step -------------------------------------------------------------------------------
+    def run(self, evidence: Evidence, placement: Sequence[int] | None = None,
+            top_links: int = 8) -> SimResult:
+        ev = evidence
+        if ev.target and get_target(ev.target).name != self.target.name:
+            raise SimulatorError(f"evidence was compiled for {ev.target} but the simulator's "
+                                 f"target is {self.target.name}: use Simulator({ev.target!r})")
+        rank_chip = self.rank_chips(ev, placement)
+        clock = ev.clock_hz or self.target.chip.clock_hz
+        notes: list[str] = []
+        positions = _has_positions(ev)
+        counts = sorted({c.count for c in ev.collectives} | {o.count for o in ev.compute})
+        per_coll: dict[int, tuple[float, float, str]] = {}
+        link_bytes = np.zeros(self.net.num_links)
+        link_busy = np.zeros(self.net.num_links)
+        loops = []
+        step = comp_total = 0.0
+        for k in counts:
+            cis = [i for i, c in enumerate(ev.collectives) if c.count == k]
+            ops = [o for o in ev.compute if o.count == k]
+            if positions:
+                items = _items_from_positions(ev, cis, ops, self, clock)
+            else:
+                items = _items_from_phases(ev, cis, ops, self, clock, notes)
+            body, comp, lb, lbusy = self._walk(ev, items, rank_chip, per_coll)
+            step += k * body
+            comp_total += k * comp
+            link_bytes += k * lb
+            link_busy += k * lbusy
+            loops.append({"count": k, "body_s": body, "compute_s": comp,
+                          "collectives": len(cis), "compute_ops": len(ops)})
+            if k > 1:
+                notes.append(f"ops with count {k}: body simulated once, time x {k} "
+                             "(the body is identical in every iteration)")
+        colls = []
+        for i, c in enumerate(ev.collectives):
+            t, ex, algo = per_coll.get(i, (0.0, 0.0, "none"))
+            colls.append(CollectiveTime(c.name, c.kind, int(c.bytes), int(c.count), c.group_size,
+                                        len(c.replica_groups), bool(c.is_async), algo, t, ex,
+                                        ex * c.count))
+        order = np.argsort(-link_busy, kind="stable")[:top_links]
+        links = [LinkUse(list(self.net.chips[int(self.net.link_src[l])]),
+                         list(self.net.chips[int(self.net.link_dst[l])]),
+                         float(link_busy[l]), float(link_bytes[l]),
+                         float(link_busy[l] / step) if step > 0 else 0.0)
+                 for l in order if link_busy[l] > 0]
+        return SimResult(LABEL, self.target.name, [int(p) for p in (placement if placement
+                         is not None else range(len(rank_chip)))], step, comp_total,
+                         max(0.0, step - comp_total), colls, links,
+                         "positions" if positions else "phases", loops, notes)
+
+    def _walk(self, ev: Evidence, items: list[tuple], rank_chip: np.ndarray,
+              per_coll: dict[int, tuple[float, float, str]]):
+        """Walk one loop body's items; returns (body_s, compute_s, link_bytes, link_busy)."""
+        t = 0.0
+        comp = 0.0
+        lb = np.zeros(self.net.num_links)
+        lbusy = np.zeros(self.net.num_links)
+        eng: FlowEngine | None = None
+        t0 = 0.0
+        inflight: dict[int, float] = {}
+        algos: dict[int, str] = {}
+        for it in items:
+            typ = it[1]
+            if typ == "compute":
+                t += it[2]
+                comp += it[2]
+            elif typ == "start":
+                ci = it[2]
+                if eng is None:
+                    eng = FlowEngine(self.capacity)
+                    t0 = t
+                b = self.expander.expand(ev.collectives[ci], rank_chip)
+                algos[ci] = b.algorithm
+                eng.add(b.nbytes, b.routes, b.latency, t - t0, ci, b.deps)
+                inflight[ci] = t
+            elif typ == "done":
+                ci = it[2]
+                tf = eng.run_until_tag(ci) + t0
+                ts = inflight.pop(ci)
+                exposed = max(0.0, tf - t)
+                per_coll[ci] = (tf - ts, exposed, algos[ci])
+                t = max(t, tf)
+                if not inflight:
+                    eng.run_all()
+                    lb += eng.link_bytes
+                    lbusy += eng.link_busy
+                    eng = None
+        if eng is not None:           # a start without a done: wait for it at the end
+            end = eng.run_all() + t0
+            for ci, ts in inflight.items():
+                tf = eng.tag_finish[ci] + t0
+                per_coll[ci] = (tf - ts, max(0.0, tf - t), algos[ci])
+            t = max(t, end)
+            lb += eng.link_bytes
+            lbusy += eng.link_busy
+        return t, comp, lb, lbusy
+
+
+# ---------------------------------------------------------------------------------------------
+def _has_positions(ev: Evidence) -> bool:
+    return any(getattr(c, "start_index", 0) or getattr(c, "done_index", 0)
+               for c in ev.collectives) or any(getattr(o, "index", 0) for o in ev.compute)
+
+
+def _items_from_positions(ev, cis, ops, sim, clock) -> list[tuple]:
+    """(sort key, type, payload): starts before compute before dones at one position."""
+    items = []
+    for ci in cis:
+        c = ev.collectives[ci]
+        s, d = int(c.start_index), int(c.done_index)
+        if not c.is_async:
+            d = s
+        items.append(((s, 0, ci), "start", ci))
+        items.append(((max(d, s), 2, ci), "done", ci))
+    for j, o in enumerate(ops):
+        items.append(((int(o.index), 1, j), "compute", sim.compute_seconds(o, clock)))
+    items.sort(key=lambda x: x[0])
+    return items
+
+
+def _items_from_phases(ev, cis, ops, sim, clock, notes) -> list[tuple]:
+    """Schedule synthesized from phases (module docstring, 3)."""
+    pool = sum(sim.compute_seconds(o, clock) for o in ops)
+    left = pool
+    items = []
+    phases: dict[int, list[int]] = {}
+    for ci in cis:
+        phases.setdefault(int(ev.collectives[ci].phase), []).append(ci)
+    key = 0
+    for p in sorted(phases):
+        members = phases[p]
+        for ci in members:
+            items.append((key, "start", ci)); key += 1
+        sync = [ci for ci in members if not ev.collectives[ci].is_async]
+        asyn = sorted((ci for ci in members if ev.collectives[ci].is_async),
+                      key=lambda ci: (ev.collectives[ci].overlap_cycles, ci))
+        for ci in sync:
+            items.append((key, "done", ci)); key += 1
+        done_o = 0.0
+        for ci in asyn:
+            o = float(ev.collectives[ci].overlap_cycles) / clock
+            take = min(max(0.0, o - done_o), left)
+            if take > 0:
+                items.append((key, "compute", take)); key += 1
+                left -= take
+                done_o += take
+            if o - done_o > 1e-15 and left <= 0:
+                notes.append(f"{ev.collectives[ci].name}: overlap_cycles exceed the compute "
+                             "left in its loop; overlap capped")
+            items.append((key, "done", ci)); key += 1
+    if left > 0:
+        items.append((key, "compute", left))
+    return items
+
+
+@functools.lru_cache(maxsize=16)
+def _simulator(target_name: str) -> Simulator:
+    return Simulator(target_name)
+
+
+def simulate(evidence: Evidence, placement: Sequence[int] | None = None,
+             target: "str | Target | None" = None, top_links: int = 8) -> SimResult:
+    """Simulate one step of ``evidence`` with logical rank r on device ``placement[r]``
+    (default: rank r on device r) on ``target`` (default: the evidence's own)."""
+    t = get_target(target if target is not None else evidence.target)
+    return _simulator(t.name).run(evidence, placement, top_links=top_links)
+
+
+def simulate_collective(c: Collective, placement: Sequence[int], target: "str | Target") -> float:
+    """Seconds of one run of one collective alone on ``target``, rank r on device placement[r]."""
+    sim = _simulator(get_target(target).name)
+    chips = sim.net.device_chip[np.asarray(placement, dtype=np.int64)]
+    return sim.collective_seconds(c, chips)

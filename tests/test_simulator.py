@@ -1,0 +1,192 @@
+"""The reference simulator: flow engine, collective expansion, schedule walk, and the scaling book's
+worked v5e timings (JAX scaling book, chapter 'sharding'; shared/facts/tpu.md)."""
+
+import numpy as np
+import pytest
+
+from aoizora.extract.evidence import Collective, ComputeOp, Evidence
+from aoizora.extract.network import Network
+from benchmarks.sim.engine import EngineError, FlowEngine, maxmin_rates
+from benchmarks.simulator import LABEL, Simulator, SimulatorError, simulate
+from benchmarks.simulator_validation import ARRAY_BYTES, cases, run_case
+
+W = 4.5e10          # v5e one-way link bandwidth, B/s
+LAT = 1e-6          # per hop, s
+
+
+# --------------------------------------------------------------------------- flow engine
+def test_maxmin_classic():
+    # flow 0 crosses links 0 and 1; flow 1 only link 0; flow 2 only link 1: all get half
+    r = maxmin_rates(np.array([0, 0, 1, 2]), np.array([0, 1, 0, 1]), 3, np.array([1.0, 1.0]))
+    assert np.allclose(r, 0.5)
+    # link 1 is wide: flow 0 is held by link 0 only, shared with flow 1
+    r = maxmin_rates(np.array([0, 0, 1, 2]), np.array([0, 1, 0, 1]), 3, np.array([1.0, 10.0]))
+    assert np.allclose(r, [0.5, 0.5, 9.5])
+
+
+def test_engine_sharing_latency_and_dependencies():
+    e = FlowEngine([1.0, 1.0])
+    e.add([1.0], [[0, 1]], [0.5], 0.0, tag=0)
+    assert e.run_until_tag(0) == pytest.approx(1.5)            # b / W + hops x latency
+    e = FlowEngine([1.0])
+    e.add([1.0, 2.0], [[0], [0]], [0.0, 0.0], 0.0, tag=0)
+    assert e.run_until_tag(0) == pytest.approx(3.0)            # fair: both at 1/2, then 1
+    assert e.finish[:2] == pytest.approx([2.0, 3.0])
+    e = FlowEngine([1.0])
+    e.add([1.0, 1.0], [[0], [0]], [0.1, 0.1], 0.0, tag=0, deps=[[], [0]])
+    assert e.run_until_tag(0) == pytest.approx(2.2)            # the second waits for the first
+    e = FlowEngine([1.0])
+    e.add([1.0], [[0]], [0.0], 0.0, tag=0)
+    e.add([1.0], [[0]], [0.0], 0.5, tag=1)                     # released half way
+    assert e.run_until_tag(1) == pytest.approx(2.0)
+    assert e.tag_finish[0] == pytest.approx(1.5)
+    with pytest.raises(EngineError):
+        e.add([1.0], [[5]], [0.0], 3.0, tag=2)
+
+
+# --------------------------------------------------------------------------- helpers
+def _ev(target, mesh, colls, compute=()):
+    return Evidence(target=target, mesh_axes=mesh, collectives=list(colls), compute=list(compute),
+                    clock_hz=1.5e9)
+
+
+def _ag(name, groups, V, **kw):
+    return Collective(name, "all-gather", "bf16", int(V), groups, **kw)
+
+
+# --------------------------------------------------------------------------- the scaling book
+@pytest.mark.parametrize("case", [c for c in cases() if c.checked], ids=lambda c: c.name)
+def test_scaling_book_cases_within_15_percent(case):
+    row = run_case(case)
+    assert row["within_15pct"], row
+
+
+def test_line_ring_matches_the_book_count_and_wrap_halves_it():
+    # Y=4 line: 3 steps of V/4 one way (+ latency); with a wraparound on Y: both ways, 3 V / 8.
+    line = next(c for c in cases() if c.name.startswith("AllGather over Y=4, no wrap"))
+    wrapped = next(c for c in cases() if "hypothetical" in c.name)
+    t_line = run_case(line)["simulated_us"] * 1e-6
+    t_ring = run_case(wrapped)["simulated_us"] * 1e-6
+    assert t_line == pytest.approx(3 * ARRAY_BYTES / 4 / W, rel=0.03)
+    assert t_ring == pytest.approx(3 * ARRAY_BYTES / 8 / W, rel=0.03)
+
+
+# --------------------------------------------------------------------------- behaviour
+def test_concurrent_collectives_sharing_links_take_longer():
+    # v5e-8 (2x4, device d at (d % 2, d // 2)). A: all-gather along the x=0 column (ranks 0,2,4,6);
+    # B: a permute from (0,0) to (0,3), routed over the same column.
+    V = 64e6
+    a = _ag("A", [[0, 2, 4, 6]], V, is_async=True, phase=0)
+    b = Collective("B", "collective-permute", "bf16", int(V), [[0, 6]],
+                   source_target_pairs=[(0, 6)], is_async=True, phase=0)
+    mesh = {"x": 8}
+    t_a = simulate(_ev("v5e:2x4", mesh, [a])).step_s
+    t_b = simulate(_ev("v5e:2x4", mesh, [b])).step_s
+    both = simulate(_ev("v5e:2x4", mesh, [a, b]))
+    assert both.step_s > max(t_a, t_b) * 1.1
+    # in different phases they run one after the other
+    b2 = Collective("B", "collective-permute", "bf16", int(V), [[0, 6]],
+                    source_target_pairs=[(0, 6)], is_async=True, phase=1)
+    assert simulate(_ev("v5e:2x4", mesh, [a, b2])).step_s == pytest.approx(t_a + t_b, rel=1e-6)
+    # a collective on disjoint links (the x=1 column) does not slow A down
+    c = _ag("C", [[1, 3, 5, 7]], V, is_async=True, phase=0)
+    assert simulate(_ev("v5e:2x4", mesh, [a, c])).step_s == pytest.approx(t_a, rel=1e-6)
+
+
+def test_async_collective_hidden_behind_compute_adds_nothing():
+    V = 8e6
+    clock = 1.5e9
+    alone = simulate(_ev("v5e:2x4", {"x": 8}, [_ag("g", [list(range(8))], V)])).step_s
+    cycles = 2 * alone * clock
+    # phases (no schedule positions)
+    ev = _ev("v5e:2x4", {"x": 8},
+             [_ag("g", [list(range(8))], V, is_async=True, overlap_cycles=cycles)],
+             [ComputeOp("mlp", "fusion", cycles)])
+    r = simulate(ev)
+    assert r.step_s == pytest.approx(r.compute_s)
+    assert r.communication_s == pytest.approx(0.0, abs=1e-12)
+    assert r.compute_s == pytest.approx(cycles / clock)
+    # schedule positions: start at 1, the compute at 2, done at 3
+    ev = _ev("v5e:2x4", {"x": 8},
+             [_ag("g", [list(range(8))], V, is_async=True, start_index=1, done_index=3)],
+             [ComputeOp("mlp", "fusion", cycles, index=2)])
+    r = simulate(ev)
+    assert r.communication_s == pytest.approx(0.0, abs=1e-12)
+    # too little compute: the rest is exposed
+    ev = _ev("v5e:2x4", {"x": 8},
+             [_ag("g", [list(range(8))], V, is_async=True, start_index=1, done_index=3)],
+             [ComputeOp("mlp", "fusion", cycles / 8, index=2)])
+    r = simulate(ev)
+    assert r.communication_s == pytest.approx(alone - cycles / 8 / clock, rel=1e-6)
+    # a sync collective blocks: compute + collective
+    ev = _ev("v5e:2x4", {"x": 8}, [_ag("g", [list(range(8))], V, start_index=1, done_index=1)],
+             [ComputeOp("mlp", "fusion", cycles, index=2)])
+    r = simulate(ev)
+    assert r.step_s == pytest.approx(cycles / clock + alone, rel=1e-6)
+
+
+def test_placement_changes_a_collective_not_physically_adjacent():
+    # 4 ranks of an 8-rank mesh all-gather. Identity placement: devices 0..3 = the 2x2 block
+    # (0,0),(1,0),(0,1),(1,1), a closed physical cycle (bidirectional ring). Scattered: devices
+    # 0,3,4,7 = (0,0),(1,1),(0,2),(1,3): no two adjacent, routed, slower.
+    V = 32e6
+    ev = _ev("v5e:2x4", {"x": 8}, [_ag("g", [[0, 1, 2, 3]], V)])
+    block = simulate(ev, list(range(8)))
+    scattered = simulate(ev, [0, 3, 4, 7, 1, 2, 5, 6])
+    line = simulate(ev, [0, 2, 4, 6, 1, 3, 5, 7])              # the x=0 column: a line
+    assert block.collectives[0].algorithm == "bidirectional ring"
+    assert line.collectives[0].algorithm == "unidirectional ring"
+    assert block.step_s < line.step_s < scattered.step_s
+    assert block.step_s == pytest.approx(3 * V / 8 / W, rel=0.03)
+    assert line.step_s == pytest.approx(3 * V / 4 / W, rel=0.03)
+
+
+def test_loops_multiply_the_body_and_results_are_labelled():
+    V = 4e6
+    one = simulate(_ev("v5e:2x2", {"x": 4}, [_ag("g", [[0, 1, 2, 3]], V)],
+                       [ComputeOp("f", "fusion", 1.5e6)]))
+    ev = _ev("v5e:2x2", {"x": 4}, [_ag("g", [[0, 1, 2, 3]], V, count=30)],
+             [ComputeOp("f", "fusion", 1.5e6, count=30), ComputeOp("head", "fusion", 3e6)])
+    r = simulate(ev)
+    assert r.step_s == pytest.approx(30 * one.step_s + 3e6 / 1.5e9, rel=1e-9)
+    assert r.compute_s == pytest.approx(30 * 1e-3 + 2e-3)
+    assert r.label == LABEL == "simulated (AoiZora reference simulator)"
+    assert r.collectives[0].total_exposed_s == pytest.approx(30 * r.collectives[0].exposed_s)
+    assert r.busiest_links and r.busiest_links[0].busy_s > 0
+    assert {lp["count"] for lp in r.loops} == {1, 30}
+
+
+def test_compute_roofline_where_the_compiler_gave_no_estimate():
+    sim = Simulator("v5e:2x2")
+    op = ComputeOp("splash", "custom-call", None, flops=1.97e14, bytes=8.1e12)
+    assert sim.compute_seconds(op, 1.5e9) == pytest.approx(10.0)      # bytes-bound: 8.1e12 / 8.1e11
+    op = ComputeOp("mm", "fusion", None, flops=3.94e14, bytes=0.0)
+    assert sim.compute_seconds(op, 1.5e9) == pytest.approx(2.0)       # flops-bound
+
+
+def test_all_to_all_and_permute_and_bad_placements():
+    V = 16e6
+    ev = _ev("v5e:2x2", {"x": 4}, [Collective("a2a", "all-to-all", "bf16", int(V), [[0, 1, 2, 3]])])
+    r = simulate(ev)
+    # 2x2 block: each chip sends V/4 to each of 3 others; the diagonal goes over 2 hops, so the
+    # busiest link carries 2 x V/4 -> at least V / (2W)
+    assert r.step_s >= V / 2 / W
+    assert r.collectives[0].algorithm == "pairwise"
+    with pytest.raises(SimulatorError):
+        simulate(ev, [0, 1, 2, 2])
+    with pytest.raises(SimulatorError):
+        simulate(ev, [0, 1, 2])
+    with pytest.raises(SimulatorError):
+        Simulator("v5e:2x4").run(ev)
+
+
+def test_multiple_groups_share_links_when_placed_across_each_other():
+    # two groups of 2 on a 1x4 line-like column: {0,2} and {1,3} crossing vs {0,1} and {2,3}
+    net = Network((1, 4), (False, False), W, LAT)
+    sim = Simulator("v5e:2x2", network=net)
+    V = 16e6
+    near = Evidence(target="", mesh_axes={"x": 4},
+                    collectives=[_ag("g", [[0, 1], [2, 3]], V)])
+    crossing = Evidence(target="", mesh_axes={"x": 4},
+                        collectives=[_ag("g", [[0, 2], [1, 3]], V)])
+    assert sim.run(crossing).step_s > sim.run(near).step_s
