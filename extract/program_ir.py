@@ -21,6 +21,7 @@ what it is:
   ``Node.groups`` giving which operand dims become which result dims;
 - ``slice`` / ``concat`` / ``pad`` / ``cumulative`` / ``sort``: ``aligned``, and ``sliced`` (a dim whose
   size or order changes: the operand and result labels differ);
+- ``stack``: ``aligned``, ``new`` (the stacked dim);
 - ``hint``: ``aligned``; ``Node.params["names"]`` are the logical names.
 
 A ``lax.scan`` body appears once; its nodes carry ``repeat`` = the product of enclosing lengths and
@@ -397,6 +398,15 @@ def _labels(node: Node, eqn, op_shapes: list[list[int]], res_shapes: list[list[i
         node.groups = [{"in": g["in"], "out": g["out"]} for g in groups]
         node.params.setdefault("group_kinds", [g.get("how", "regrouped") for g in groups])
         rl = [out]
+    elif kind == "stack":
+        o = res_shapes[0]
+        axis = int(p["axis"]) % len(o)
+        out = [f"e{j}" for j in range(len(o))]
+        for j in range(len(o)):
+            roles[out[j]] = "new" if j == axis else "aligned"
+        dims = [j for j in range(len(o)) if j != axis]
+        ol = [[out[j] for j in dims] for _ in op_shapes]
+        rl = [out]
     elif kind == "squeeze":
         s = op_shapes[0]
         dims = tuple(d % max(len(s), 1) for d in p["dimensions"])
@@ -456,6 +466,8 @@ def _kind(name: str) -> str:
         return "pad"
     if name == "concatenate":
         return "concat"
+    if name == "stack":
+        return "stack"
     if name in CUMULATIVE:
         return "cumulative"
     if name == "sort":

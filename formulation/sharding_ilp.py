@@ -1,0 +1,344 @@
+"""The sharding ILP (Alpa-style) over a StrategyGraph, as a PuLP model.
+
+Names as in the code (``g`` a group, ``k`` one of its strategies, ``e`` an edge between groups,
+``p`` / ``q`` the distinct producer / required specs of the edge's tensor):
+
+Variables
+  ``s[g][k]`` in {0,1}: group g uses strategy k (a group with one strategy has no variable: 1).
+  ``x[e][p][q]`` in [0,1] (continuous): edge e carries its tensor from spec p to spec q. With
+  one-hot ``s`` the row/column sums below force x to the one pair in use, so x needs no integrality.
+
+Objective (Q1, the placement-oblivious step latency; seconds, scaled by ``TIME_SCALE`` in the model)
+  minimise  sum_g sum_k s[g][k] * (cost[g][k] + correction[g][k])
+          + sum_e sum_{p,q} x[e][p][q] * r[e][p][q]
+  cost[g][k]: compute of every op in the group (one shard: max(flops/peak, bytes/HBM bandwidth))
+  plus its own communication (partial-sum all-reduce or reduce-scatter, gathers a follower cannot
+  avoid), times each op's repeat (a scan body is in the model once: its costs are times the trip
+  count); r[e][p][q]: resharding the edge's tensor from p to q (``strategies.reshard_cost``) times
+  the consumer's repeat. ``correction`` is the planner's additive feedback (seconds, per node key
+  or per node key and strategy name).
+
+Constraints
+  (one-hot)  sum_k s[g][k] = 1                                        for every group g
+  (rows)     sum_q x[e][p][q] = sum_{k : p_of[k] = p} s[P(e)][k]      for every edge e and p
+  (columns)  sum_p x[e][p][q] = sum_{k : q_of[k] = q} s[C(e)][k]      for every edge e and q
+  (memory)   sum_{tensors t live at step i} bytes(t | s) + sum_{operands o of op i} copy(o | s)
+                 <= hbm_budget                                         for every step i
+  (no-good)  sum_{g in cut} s[g][k_g] <= |cut| - 1                    for every forbidden combination
+
+Memory, a sound over-approximation (never below what the layouts need, under this model):
+steps are the ops in program order (a scan body once; what lives across the loop -- stacked
+weights, the carry, consts -- is live at every body step). Program inputs and consts are live
+throughout, outputs to the end, every other tensor from its producer to its last consumer (a
+tensor fed to a scan: to the end of the body). bytes(t | s) is one device's shard under the
+chosen spec (padded shards rounded up); a scan's xs slice is counted besides the stacked array,
+a scan const aliases its outer tensor (0). At op i each operand that comes from another group is
+counted once more, at the spec op i needs (the resharded copy; counted even when no reshard
+happens). Tensors below ``small_bytes`` count at their full size as constants. Rows implied by
+another row (a subset of its terms with a smaller constant) are dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pulp
+
+from aoizora.formulation.strategies import StrategyGraph, shard_bytes
+
+TIME_SCALE = 1e6      # model objective unit: microseconds
+MEM_SCALE = 1e-6      # model memory unit: MB
+
+
+@dataclasses.dataclass
+class MemoryRow:
+    step: str                                   # node key of the step
+    terms: dict[tuple[str, int], float]         # (group, strategy) -> bytes
+    const: float                                # bytes fixed whatever the layout
+
+
+@dataclasses.dataclass
+class ILPModel:
+    prob: pulp.LpProblem
+    s: dict[str, list[Any]]                     # group -> per strategy: pulp var or 1 (fixed)
+    x: list[dict[tuple[int, int], Any]]         # per edge
+    memory_rows: list[MemoryRow]
+    hbm_budget: float
+    constant_s: float                           # objective part no variable changes, seconds
+
+    def size(self) -> dict[str, int]:
+        return {"binaries": sum(1 for v in self.prob.variables() if v.cat == pulp.LpInteger),
+                "continuous": sum(1 for v in self.prob.variables() if v.cat != pulp.LpInteger),
+                "constraints": len(self.prob.constraints),
+                "memory_rows": len(self.memory_rows)}
+
+
+def _strategy_index(graph: StrategyGraph, group: str, name: str) -> int:
+    for k, s in enumerate(graph.groups[group].strategies):
+        if s.name == name:
+            return k
+    raise KeyError(f"group {group} has no strategy {name!r}")
+
+
+def memory_rows(ir, graph: StrategyGraph, small_bytes: float) -> list[MemoryRow]:
+    T = ir.tensors
+    order = {n.key: i for i, n in enumerate(ir.nodes)}
+    N = len(ir.nodes)
+    scope_rng: dict[str, tuple[int, int]] = {}
+    for n in ir.nodes:
+        parts = n.key.split(".")
+        for j in range(1, len(parts)):
+            sc = ".".join(parts[:j])
+            lo, hi = scope_rng.get(sc, (N, -1))
+            scope_rng[sc] = (min(lo, order[n.key]), max(hi, order[n.key]))
+    start, end = {}, {}
+    for tid, t in T.items():
+        if t.kind in ("input", "const"):
+            start[tid], end[tid] = -1, N
+        elif t.kind == "node":
+            start[tid] = end[tid] = order[t.producer]
+        elif t.kind in ("scan_carry", "scan_xs", "scan_const"):
+            lo, hi = scope_rng.get(t.scope, (N, N))
+            start[tid], end[tid] = lo, lo
+        else:   # scan outer results: exist after the body
+            inner_scope = T[t.inner].scope if t.inner else ""
+            lo, hi = scope_rng.get(inner_scope, (None, None)) if inner_scope else (None, None)
+            pos = hi if hi is not None else start.get(t.inner, 0)
+            start[tid] = end[tid] = pos
+    for n in ir.nodes:
+        for tid in n.operands:
+            if tid in end:
+                end[tid] = max(end[tid], order[n.key])
+    for tid, t in T.items():
+        if t.kind in ("scan_carry", "scan_xs", "scan_const") and t.outer in end:
+            lo, hi = scope_rng.get(t.scope, (0, 0))
+            end[t.outer] = max(end[t.outer], hi)
+            if t.loop_back in end:
+                end[t.loop_back] = max(end[t.loop_back], hi)
+                end[tid] = max(end[tid], hi)
+        if t.kind in ("scan_carry_out", "scan_ys") and t.inner in end:
+            end[t.inner] = max(end[t.inner], start[tid])
+    for tid in ir.outputs:
+        end[tid] = N
+
+    def expr(tid) -> tuple[dict, float]:
+        t = T[tid]
+        if t.kind in ("literal", "scan_const", "scan_carry_out", "scan_ys"):
+            return {}, 0.0   # literals; aliases of a buffer counted elsewhere
+        o = graph.origin.get(tid)
+        if o is None or t.bytes < small_bytes:
+            return {}, float(t.bytes)
+        gid, base, tr = o
+        G = graph.groups[gid]
+        vals = []
+        for s in G.strategies:
+            spec = s.specs[base]
+            for x in tr:
+                spec = spec[1:] if x == "drop0" else ((),) + spec
+            vals.append(shard_bytes(t, spec, graph.mesh_axes))
+        if len(G.strategies) == 1:
+            return {}, vals[0]
+        return {(gid, k): v for k, v in enumerate(vals)}, 0.0
+
+    exprs = {tid: expr(tid) for tid in T}
+    rows: list[MemoryRow] = []
+    live_sorted = sorted(T, key=lambda t: start.get(t, 0))
+    for i, n in enumerate(ir.nodes):
+        terms: dict[tuple[str, int], float] = {}
+        const = 0.0
+        for tid in live_sorted:
+            if start.get(tid, N + 1) > i:
+                break
+            if end.get(tid, -2) < i:
+                continue
+            tt, c = exprs[tid]
+            const += c
+            for key, v in tt.items():
+                terms[key] = terms.get(key, 0.0) + v
+        gid = graph.group_of_node.get(n.key)
+        if gid is not None:
+            G = graph.groups[gid]
+            for k_op, tid in enumerate(n.operands):
+                if (n.key, k_op) not in G.strategies[0].req:
+                    continue
+                t = T[tid]
+                vals = [shard_bytes(t, s.req[(n.key, k_op)], graph.mesh_axes) for s in G.strategies]
+                if len(vals) == 1 or t.bytes < small_bytes:
+                    const += max(vals)
+                else:
+                    for k, v in enumerate(vals):
+                        terms[(gid, k)] = terms.get((gid, k), 0.0) + v
+        rows.append(MemoryRow(n.key, terms, const))
+    return _drop_implied(rows)
+
+
+def _drop_implied(rows: list[MemoryRow]) -> list[MemoryRow]:
+    """Drop a row when another has every one of its terms at least as large and a larger constant."""
+    rows = sorted(rows, key=lambda r: (-len(r.terms), -r.const))
+    kept: list[MemoryRow] = []
+    for r in rows:
+        implied = False
+        for q in kept:
+            if q.const >= r.const and all(q.terms.get(k, -1.0) >= v for k, v in r.terms.items()):
+                implied = True
+                break
+        if not implied:
+            kept.append(r)
+    return kept
+
+
+def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
+                corrections: dict[str, Any] | None = None,
+                forbidden: list[dict[str, str]] | None = None,
+                small_bytes: float | None = None,
+                objective: str = "latency") -> ILPModel:
+    """The PuLP model (see the module docstring). `forbidden`: combinations {node key or group id:
+    strategy name} that may not all hold at once. `objective="memory"` minimises the largest
+    memory row instead (to tell how much is missing when nothing fits)."""
+    prob = pulp.LpProblem("sharding", pulp.LpMinimize)
+    s: dict[str, list[Any]] = {}
+    gids = sorted(graph.groups)
+    for gi, gid in enumerate(gids):
+        G = graph.groups[gid]
+        if len(G.strategies) == 1:
+            s[gid] = [1]
+        else:
+            s[gid] = [pulp.LpVariable(f"s_{gi}_{k}", cat=pulp.LpBinary) for k in range(len(G.strategies))]
+            prob += pulp.lpSum(s[gid]) == 1, f"onehot_{gi}"
+    corr = _corrections(graph, corrections or {})
+    obj_terms = []
+    constant = 0.0
+    for gid in gids:
+        G = graph.groups[gid]
+        for k, st in enumerate(G.strategies):
+            c = st.cost + corr.get((gid, k), 0.0)
+            if isinstance(s[gid][k], int):
+                constant += c
+            elif c:
+                obj_terms.append((s[gid][k], c))
+    x: list[dict[tuple[int, int], Any]] = []
+    for ei, e in enumerate(graph.edges):
+        sp, sc = s[e.producer], s[e.consumer]
+        xe: dict[tuple[int, int], Any] = {}
+        if len(e.p_specs) == 1 or len(e.q_specs) == 1:
+            # the cost depends on one side only: put it on that side's strategies
+            if len(e.p_specs) == 1 and len(e.q_specs) == 1:
+                constant += e.cost[0][0]
+            elif len(e.p_specs) == 1:
+                for k, v in enumerate(sc):
+                    c = e.cost[0][e.q_of[k]]
+                    _add(obj_terms, v, c) if not isinstance(v, int) else None
+                    constant += c if isinstance(v, int) else 0.0
+            else:
+                for k, v in enumerate(sp):
+                    c = e.cost[e.p_of[k]][0]
+                    _add(obj_terms, v, c) if not isinstance(v, int) else None
+                    constant += c if isinstance(v, int) else 0.0
+            x.append(xe)
+            continue
+        for p in range(len(e.p_specs)):
+            for q in range(len(e.q_specs)):
+                xe[(p, q)] = pulp.LpVariable(f"x_{ei}_{p}_{q}", lowBound=0, upBound=1)
+                if e.cost[p][q]:
+                    obj_terms.append((xe[(p, q)], e.cost[p][q]))
+        for p in range(len(e.p_specs)):
+            prob += (pulp.lpSum(xe[(p, q)] for q in range(len(e.q_specs)))
+                     == pulp.lpSum(sp[k] for k in range(len(sp)) if e.p_of[k] == p)), f"row_{ei}_{p}"
+        for q in range(len(e.q_specs)):
+            prob += (pulp.lpSum(xe[(p, q)] for p in range(len(e.p_specs)))
+                     == pulp.lpSum(sc[k] for k in range(len(sc)) if e.q_of[k] == q)), f"col_{ei}_{q}"
+        x.append(xe)
+    rows = memory_rows(ir, graph, small_bytes if small_bytes is not None else hbm_budget * 1e-3)
+    if objective == "memory":
+        M = pulp.LpVariable("peak_MB", lowBound=0)
+        prob += M
+        for ri, r in enumerate(rows):
+            prob += (pulp.lpSum(v * MEM_SCALE * s[g][k] for (g, k), v in r.terms.items())
+                     + r.const * MEM_SCALE <= M), f"mem_{ri}"
+    else:
+        coef: dict[Any, float] = {}
+        for v, c in obj_terms:
+            coef[v] = coef.get(v, 0.0) + c * TIME_SCALE
+        prob += pulp.LpAffineExpression(list(coef.items()), constant=constant * TIME_SCALE)
+        for ri, r in enumerate(rows):
+            prob += (pulp.lpSum(v * MEM_SCALE * s[g][k] for (g, k), v in r.terms.items())
+                     <= (hbm_budget - r.const) * MEM_SCALE), f"mem_{ri}"
+    for ci, combo in enumerate(forbidden or []):
+        add_no_good(prob, graph, s, combo, f"forbid_{ci}")
+    return ILPModel(prob, s, x, rows, hbm_budget, constant)
+
+
+def _add(terms, v, c):
+    if c:
+        terms.append((v, c))
+
+
+def _group_of(graph: StrategyGraph, key: str) -> str:
+    if key in graph.groups:
+        return key
+    if key in graph.group_of_node:
+        return graph.group_of_node[key]
+    raise KeyError(f"{key!r} is neither a group nor a node of the strategy graph")
+
+
+def _corrections(graph: StrategyGraph, corrections: dict[str, Any]) -> dict[tuple[str, int], float]:
+    out: dict[tuple[str, int], float] = {}
+    for key, val in corrections.items():
+        gid = _group_of(graph, key)
+        G = graph.groups[gid]
+        if isinstance(val, dict):
+            for name, c in val.items():
+                k = _strategy_index(graph, gid, name)
+                out[(gid, k)] = out.get((gid, k), 0.0) + float(c)
+        else:
+            for k in range(len(G.strategies)):
+                out[(gid, k)] = out.get((gid, k), 0.0) + float(val)
+    return out
+
+
+def add_no_good(prob, graph: StrategyGraph, s, combo: dict[str, str], name: str) -> None:
+    """Forbid the combination {group/node key: strategy name} (at least one must differ)."""
+    vs = []
+    fixed_true = 0
+    for key, sname in combo.items():
+        gid = _group_of(graph, key)
+        v = s[gid][_strategy_index(graph, gid, sname)]
+        if isinstance(v, int):
+            fixed_true += 1
+        else:
+            vs.append(v)
+    if not vs:
+        raise ValueError(f"forbidden combination {combo} involves no choice; the ILP would be infeasible")
+    prob += pulp.lpSum(vs) <= len(vs) - 1, name
+
+
+def chosen(model: ILPModel) -> dict[str, int]:
+    """Group -> chosen strategy index, from a solved model."""
+    out = {}
+    for gid, vs in model.s.items():
+        if len(vs) == 1:
+            out[gid] = 0
+            continue
+        vals = [v.value() or 0.0 for v in vs]
+        out[gid] = max(range(len(vs)), key=lambda k: vals[k])
+    return out
+
+
+def evaluate(graph: StrategyGraph, choice: dict[str, int], corrections: dict | None = None
+             ) -> dict[str, float]:
+    """Q1 of a choice, seconds: node costs, edge costs, communication part."""
+    corr = _corrections(graph, corrections or {})
+    node = sum(graph.groups[g].strategies[k].cost + corr.get((g, k), 0.0) for g, k in choice.items())
+    comm = sum(graph.groups[g].strategies[k].comm for g, k in choice.items())
+    edge = sum(e.cost[e.p_of[choice[e.producer]]][e.q_of[choice[e.consumer]]] for e in graph.edges)
+    return {"total_s": node + edge, "nodes_s": node, "edges_s": edge, "comm_s": comm + edge}
+
+
+def peak_memory(model: ILPModel, choice: dict[str, int]) -> float:
+    """Largest memory row under a choice, bytes per device."""
+    best = 0.0
+    for r in model.memory_rows:
+        v = r.const + sum(b for (g, k), b in r.terms.items() if choice.get(g) == k)
+        best = max(best, v)
+    return best

@@ -1,0 +1,649 @@
+"""Sharding strategies of every op of a ProgramIR on a logical mesh, merged Alpa-style into groups.
+
+A *spec* here is one tuple of mesh axes per tensor dim (``()`` = replicated along that dim, axes
+in mesh order, major first). A *strategy* of an op assigns each mesh axis to at most one of the op's
+dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis):
+
+- ``dot`` / ``conv``: batch, lhs-free (rows), rhs-free (columns) and contracting labels; an axis on a
+  contracting label leaves a partial sum, reduced by an all-reduce (output not split on that axis)
+  or a reduce-scatter onto an output dim (output split on it) -- the node's own communication;
+- ``attention``: batch, heads and query sequence (keys/values are required gathered along the
+  kv sequence, so a split query sequence is context parallel with kv gathered on the edge);
+- the replicated strategy is always present.
+
+An axis may go on a label whose size it does not divide when ``allow_padding`` (intermediates
+only, never program inputs): the shard is ``ceil(size/n)`` and the padded work is counted.
+
+*Groups* (Alpa's shrinking): anchors -- dot, conv, attention, program inputs, scan carries,
+sources (iota, broadcast literals), and ops the IR cannot split (unknown, opaque, gather, scatter:
+replicated only) -- own a strategy variable. Every other op (elementwise, reduce, reshape,
+transpose, broadcast, hint, slice, concat, ...) *follows* its largest operand and joins that
+operand's group: its output spec is derived from the operand's spec, and the costs of the edges
+inside a group (reshards to other operands, gathers a reshape or slice cannot avoid, all-reduces of
+partial reductions) fold into the group's per-strategy cost. Strategies of a group whose specs
+coincide on everything the rest of the program sees are merged (the cheaper one kept).
+
+Costs, seconds per call: compute of one shard ``max(flops_shard / peak_flops,
+bytes_shard / hbm_bandwidth)`` (unfused: every op reads its operands and writes its results)
+plus own communication, times the node's ``repeat``. Resharding a tensor from spec P to spec Q
+(``reshard_cost``): per mesh axis, kept -> nothing; split in P, not in Q -> all-gather; split on
+another dim in Q -> all-to-all; not in P, split in Q -> slicing (free); via ``AxisCosts``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Any
+
+from aoizora.formulation.collective_cost import AxisCosts
+
+Spec = tuple[tuple[str, ...], ...]
+
+ANCHOR_KINDS = frozenset({"dot", "conv", "attention"})
+REPLICATED_KINDS = frozenset({"unknown", "opaque", "gather", "scatter"})
+FOLLOW_KINDS = frozenset({"elementwise", "reduce", "reshape", "transpose", "broadcast", "hint",
+                          "slice", "pad", "concat", "cumulative", "sort", "squeeze", "stack"})
+SHARDABLE_ROLES = {"dot": ("batch", "lhs_free", "rhs_free", "contracting"),
+                   "conv": ("batch", "rhs_free", "contracting"),
+                   "attention": ("batch", "heads", "q_seq")}
+
+
+class StrategyError(ValueError):
+    """The IR or mesh cannot be turned into strategies."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """Per-device numbers the costs use. Units: FLOP/s, bytes/s, bytes."""
+    peak_flops: float
+    hbm_bandwidth_Bps: float
+    hbm_bytes: int
+
+    @classmethod
+    def from_chip(cls, chip) -> "Hardware":
+        return cls(float(chip.peak_bf16_flops), float(chip.hbm_bandwidth_Bps), int(chip.hbm_bytes))
+
+
+@dataclasses.dataclass
+class Strategy:
+    name: str                                   # e.g. "m0:x n2:y" or a spec "(x,_,y)"
+    specs: dict[str, Spec]                      # spec of every tensor produced in the group
+    req: dict[tuple[str, int], Spec]            # (node key, operand index) -> spec it needs (cross-group)
+    cost: float = 0.0                           # seconds per call (compute + own comm + inner edges)
+    comm: float = 0.0                           # the communication part of `cost`, seconds
+    words: str = ""                             # "heads on y, sequence on x"
+    labels: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # anchor labels
+
+
+@dataclasses.dataclass
+class Group:
+    id: str                                     # anchor node key, "in:<tid>", "carry:<tid>", "const:<tid>"
+    kind: str                                   # anchor kind, or "input" / "carry" / "const" / "source"
+    anchor: str                                 # node key or tensor id
+    members: list[str]                          # node keys merged into the group (anchor first)
+    strategies: list[Strategy]
+
+
+@dataclasses.dataclass
+class Edge:
+    """A tensor passed from one group to another: cost[p][q] for producer spec p, required spec q."""
+    producer: str                               # group id
+    consumer: str                               # group id
+    tensor: str                                 # tensor id as the consumer sees it
+    node: str                                   # consumer node key ("" for a carry loop)
+    operand: int
+    p_of: list[int]                             # producer strategy -> index into p_specs
+    q_of: list[int]                             # consumer strategy -> index into q_specs
+    p_specs: list[Spec]
+    q_specs: list[Spec]
+    cost: list[list[float]]                     # seconds per call (times repeat)
+
+
+@dataclasses.dataclass
+class StrategyGraph:
+    mesh_axes: dict[str, int]
+    groups: dict[str, Group]
+    edges: list[Edge]
+    group_of_node: dict[str, str]
+    origin: dict[str, tuple[str, str, tuple[str, ...]]]  # tensor -> (group, base tensor, transforms)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def num_strategies(self) -> int:
+        return sum(len(g.strategies) for g in self.groups.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# spec arithmetic
+
+def _itemsize(t) -> int:
+    n = math.prod(t.shape) if t.shape else 1
+    return max(1, t.bytes // n) if n else 1
+
+
+def shard_bytes(t, spec: Spec, sizes: dict[str, int]) -> float:
+    """Bytes one device holds of tensor t under spec (padded shards rounded up)."""
+    if not t.shape:
+        return float(t.bytes)
+    n = _itemsize(t)
+    for d, s in enumerate(t.shape):
+        p = math.prod(sizes[a] for a in spec[d]) if d < len(spec) else 1
+        n *= -(-s // p)
+    return float(n)
+
+
+def replicated(rank: int) -> Spec:
+    return tuple(() for _ in range(rank))
+
+
+def spec_str(spec: Spec) -> str:
+    return "(" + ",".join("+".join(a) if a else "_" for a in spec) + ")"
+
+
+def reshard_cost(t, src: Spec, dst: Spec, ac: AxisCosts) -> float:
+    """Seconds to turn tensor t from spec src into spec dst (see the module docstring)."""
+    if src == dst or not t.shape:
+        return 0.0
+    sizes = ac.sizes
+
+    def where(spec, a):
+        for d, axes in enumerate(spec):
+            if a in axes:
+                i = axes.index(a)
+                return d, axes[:i + 1]
+        return None, None
+
+    cur = dict()  # axis -> dim, current sharding
+    for d, axes in enumerate(src):
+        for a in axes:
+            cur[a] = d
+    per_dev = shard_bytes(t, src, sizes)
+    cost = 0.0
+    gathers = []
+    for a in list(cur):
+        ds, ps = where(src, a)
+        dd, pd = where(dst, a)
+        if dd is None:
+            gathers.append(a)
+        elif dd != ds or ps != pd:
+            cost += ac.all_to_all(a, per_dev * sizes[a])
+    for a in gathers:   # gather one axis after the other; V = the group's gathered array
+        per_dev *= sizes[a]
+        cost += ac.all_gather(a, per_dev)
+    return cost
+
+
+def all_specs(shape: list[int], axes: dict[str, int], allow_padding: bool,
+              forbid_dims: tuple[int, ...] = ()) -> list[Spec]:
+    """Every spec of a tensor: each mesh axis on one dim (that it divides) or on none."""
+    names = [a for a in axes if axes[a] > 1]
+    out = []
+    for choice in itertools.product(range(-1, len(shape)), repeat=len(names)):
+        spec = [[] for _ in shape]
+        ok = True
+        for a, d in zip(names, choice):
+            if d < 0:
+                continue
+            if d in forbid_dims:
+                ok = False
+                break
+            spec[d].append(a)
+        if not ok:
+            continue
+        for d, s in enumerate(shape):
+            p = math.prod(axes[a] for a in spec[d])
+            if p > 1 and (s % p != 0 and not (allow_padding and s >= p)):
+                ok = False
+                break
+        if ok:
+            out.append(tuple(tuple(x) for x in spec))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# building
+
+@dataclasses.dataclass
+class Options:
+    allow_padding: bool = True            # intermediates may be split unevenly (padded shards)
+    max_strategies: int = 400             # per anchor, after merging (replicated always kept)
+
+
+class _Builder:
+    def __init__(self, ir, ac: AxisCosts, hw: Hardware, opts: Options):
+        self.ir, self.ac, self.hw, self.opts = ir, ac, hw, opts
+        self.sizes = ac.sizes
+        self.T = ir.tensors
+        self.groups: dict[str, Group] = {}
+        self.group_of_node: dict[str, str] = {}
+        self.origin: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self.pending: list[tuple[str, str, str, int, int]] = []  # (tensor, consumer grp, node, op idx, repeat)
+        self.notes: list[str] = []
+        self.scan_xs_outers = {t.outer for t in self.T.values() if t.kind == "scan_xs"}
+
+    # --- tensor origins
+    def resolve(self, tid: str):
+        if tid in self.origin:
+            return self.origin[tid]
+        t = self.T[tid]
+        if t.kind == "literal":
+            return None
+        if t.kind == "node":
+            gid = self.group_of_node.get(t.producer)
+            return None if gid is None else self.origin.get(tid)
+        if t.kind in ("scan_xs", "scan_const"):
+            o = self.resolve(t.outer)
+            if o is None:
+                return None
+            r = (o[0], o[1], o[2] + (("drop0",) if t.kind == "scan_xs" else ()))
+        elif t.kind in ("scan_carry_out", "scan_ys"):
+            o = self.resolve(t.inner)
+            if o is None:
+                return None
+            r = (o[0], o[1], o[2] + (("add0",) if t.kind == "scan_ys" else ()))
+        else:
+            return None
+        self.origin[tid] = r
+        return r
+
+    def spec_of(self, tid: str, k: int) -> Spec:
+        t = self.T[tid]
+        o = self.resolve(tid)
+        if o is None:
+            return replicated(len(t.shape))
+        gid, base, tr = o
+        spec = self.groups[gid].strategies[k].specs[base]
+        for x in tr:
+            spec = spec[1:] if x == "drop0" else ((),) + spec
+        return spec
+
+    # --- groups
+    def source_group(self, gid, kind, tid, forbid0=False, allow_padding=False):
+        t = self.T[tid]
+        specs = all_specs(t.shape, self.sizes, allow_padding, (0,) if forbid0 else ())
+        strats = [Strategy(spec_str(s), {tid: s}, {}, words=f"{spec_str(s)}") for s in specs]
+        self.groups[gid] = Group(gid, kind, tid, [], strats)
+        self.origin[tid] = (gid, tid, ())
+
+    def single_group(self, gid, kind, tid):
+        t = self.T[tid]
+        s = replicated(len(t.shape))
+        self.groups[gid] = Group(gid, kind, tid, [], [Strategy("replicated", {tid: s}, {})])
+        self.origin[tid] = (gid, tid, ())
+
+    def compute_time(self, n, flops_frac: float, bytes_dev: float) -> float:
+        return max(n.flops * flops_frac / self.hw.peak_flops, bytes_dev / self.hw.hbm_bandwidth_Bps)
+
+    def label_sizes(self, n) -> dict[str, int]:
+        out = {}
+        for k, labs in enumerate(n.operand_labels):
+            shp = self.T[n.operands[k]].shape
+            for d, lab in enumerate(labs):
+                if d < len(shp):
+                    out.setdefault(lab, shp[d])
+        for k, labs in enumerate(n.result_labels):
+            shp = self.T[n.results[k]].shape
+            for d, lab in enumerate(labs):
+                out.setdefault(lab, shp[d])
+        return out
+
+    def anchor(self, n):
+        roles_ok = SHARDABLE_ROLES[n.kind]
+        lsz = self.label_sizes(n)
+        labels = [lab for lab, r in n.roles.items() if r in roles_ok and lab in lsz]
+        names = [a for a in self.sizes if self.sizes[a] > 1]   # a size-1 axis splits nothing
+        strategies = []
+        for choice in itertools.product([None] + labels, repeat=len(names)):
+            assign: dict[str, tuple[str, ...]] = {}
+            for a, lab in zip(names, choice):
+                if lab is not None:
+                    assign[lab] = assign.get(lab, ()) + (a,)
+            ok, frac = True, 1.0
+            for lab, axes in assign.items():
+                p = math.prod(self.sizes[a] for a in axes)
+                s = lsz[lab]
+                if s % p and not (self.opts.allow_padding and s >= p):
+                    ok = False
+                    break
+                frac *= -(-s // p) / s
+            if not ok:
+                continue
+            strategies.extend(self._anchor_variants(n, assign, frac))
+        self._add_node_group(n, strategies)
+
+    def _anchor_variants(self, n, assign, frac):
+        """One strategy per way of resolving the partial sums of contracting axes."""
+        out_t = self.T[n.results[0]]
+        out_spec = tuple(assign.get(lab, ()) for lab in n.result_labels[0])
+        req = {}
+        for k, labs in enumerate(n.operand_labels):
+            if self.T[n.operands[k]].kind == "literal":
+                continue
+            spec = tuple(assign.get(lab, ()) for lab in labs)
+            req[k] = spec
+        partial = [a for lab, axes in assign.items() if n.roles.get(lab) == "contracting" for a in axes]
+        bytes_dev = sum(shard_bytes(self.T[n.operands[k]], s, self.sizes) for k, s in req.items()) \
+            + shard_bytes(out_t, out_spec, self.sizes)
+        comp = self.compute_time(n, frac, bytes_dev)
+        used = {a for axes in assign.values() for a in axes}
+        options: list[list[tuple[str, int | None]]] = []
+        for a in partial:
+            opts = [("ar", None)]
+            for d, lab in enumerate(n.result_labels[0]):
+                if out_t.shape[d] % (math.prod(self.sizes[b] for b in out_spec[d]) * self.sizes[a]) == 0:
+                    opts.append(("rs", d))
+            options.append(opts)
+        variants = []
+        for combo in itertools.product(*options) if options else [()]:
+            spec = [list(x) for x in out_spec]
+            comm = 0.0
+            for a, (how, d) in zip(partial, combo):
+                if how == "rs":
+                    spec[d].append(a)
+            spec_t = tuple(tuple(sorted(x, key=list(self.sizes).index)) for x in spec)
+            # reduce one axis after the other; V = the partial array the group holds
+            cur = list(out_spec)
+            for a, (how, d) in zip(partial, combo):
+                V = shard_bytes(out_t, tuple(tuple(x) for x in cur), self.sizes)
+                if how == "ar":
+                    comm += self.ac.all_reduce(a, V)
+                else:
+                    comm += self.ac.reduce_scatter(a, V)
+                    cur[d] = tuple(cur[d]) + (a,)
+            name = " ".join(f"{lab}:{'+'.join(axes)}" for lab, axes in sorted(assign.items())) or "replicated"
+            if partial:
+                name += " " + ",".join(f"{a}:{'ar' if h == 'ar' else f'rs{d}'}" for a, (h, d) in zip(partial, combo))
+            words = _words(n, assign, combo, partial)
+            s = Strategy(name, {n.results[0]: spec_t}, {}, comp + comm, comm, words, dict(assign))
+            s._req_local = req  # type: ignore[attr-defined]
+            variants.append(s)
+        return variants
+
+    def replicated_node(self, n):
+        s = Strategy("replicated", {r: replicated(len(self.T[r].shape)) for r in n.results}, {})
+        s._req_local = {k: replicated(len(self.T[t].shape)) for k, t in enumerate(n.operands)  # type: ignore
+                        if self.T[t].kind != "literal"}
+        bytes_dev = sum(self.T[t].bytes for t in n.operands if self.T[t].kind != "literal") + \
+            sum(self.T[t].bytes for t in n.results)
+        s.cost = self.compute_time(n, 1.0, bytes_dev)
+        s.words = "replicated"
+        self._add_node_group(n, [s])
+
+    def source_node(self, n):
+        """An op without tensor operands (iota, a broadcast literal): any output spec, no traffic."""
+        r = n.results[0]
+        t = self.T[r]
+        strats = []
+        for spec in all_specs(t.shape, self.sizes, self.opts.allow_padding):
+            frac = shard_bytes(t, spec, self.sizes) / max(t.bytes, 1)
+            s = Strategy(spec_str(spec), {rr: (spec if rr == r else replicated(len(self.T[rr].shape)))
+                                         for rr in n.results}, {})
+            s._req_local = {k: replicated(len(self.T[x].shape)) for k, x in enumerate(n.operands)  # type: ignore
+                            if self.T[x].kind != "literal"}
+            s.cost = self.compute_time(n, frac, frac * n.bytes)
+            s.words = spec_str(spec)
+            strats.append(s)
+        self._add_node_group(n, strats)
+
+    def _add_node_group(self, n, strategies):
+        gid = n.key
+        for s in strategies:
+            s.cost *= n.repeat
+            s.comm *= n.repeat
+        self.groups[gid] = Group(gid, n.kind, n.key, [n.key], strategies)
+        self.group_of_node[n.key] = gid
+        for r in n.results:
+            self.origin[r] = (gid, r, ())
+        self._register_consumption(n, gid)
+
+    def _register_consumption(self, n, gid):
+        """Turn each strategy's local operand requirements into req (cross-group) or inner costs."""
+        g = self.groups[gid]
+        for k, tid in enumerate(n.operands):
+            if self.T[tid].kind == "literal":
+                continue
+            o = self.resolve(tid)
+            if o is None:
+                continue
+            if o[0] == gid:
+                for kk, s in enumerate(g.strategies):
+                    need = s._req_local.get(k)  # type: ignore[attr-defined]
+                    if need is None:
+                        continue
+                    have = self.spec_of(tid, kk)
+                    c = reshard_cost(self.T[tid], have, need, self.ac) * n.repeat
+                    s.cost += c
+                    s.comm += c
+            else:
+                for s in g.strategies:
+                    need = s._req_local.get(k)  # type: ignore[attr-defined]
+                    if need is not None:
+                        s.req[(n.key, k)] = need
+                self.pending.append((tid, gid, n.key, k, n.repeat))
+
+    # --- followers
+    def follow(self, n, f: int):
+        tid = n.operands[f]
+        gid = self.resolve(tid)[0]
+        g = self.groups[gid]
+        for kk, s in enumerate(g.strategies):
+            have = self.spec_of(tid, kk)
+            out_specs, req_local, comm, frac = self._derive(n, f, have)
+            bytes_dev = sum(shard_bytes(self.T[n.operands[k]], sp, self.sizes) for k, sp in req_local.items()) \
+                + sum(shard_bytes(self.T[r], sp, self.sizes) for r, sp in zip(n.results, out_specs))
+            for r, sp in zip(n.results, out_specs):
+                s.specs[r] = sp
+            s._req_local = req_local  # type: ignore[attr-defined]
+            c = (self.compute_time(n, frac, bytes_dev) + comm) * n.repeat
+            s.cost += c
+            s.comm += comm * n.repeat
+        g.members.append(n.key)
+        self.group_of_node[n.key] = gid
+        for r in n.results:
+            self.origin[r] = (gid, r, ())
+        # the followed operand needs exactly what it has (gathers are in `comm`); others via req
+        for s in g.strategies:
+            s._req_local.pop(f, None)  # type: ignore[attr-defined]
+        self._register_consumption(n, gid)
+
+    def _derive(self, n, f, have: Spec):
+        """Output specs, required operand specs, own communication and work fraction of follower n
+        when its operand f has spec `have`."""
+        sizes = self.sizes
+        labs_f = n.operand_labels[f] if f < len(n.operand_labels) else []
+        lmap: dict[str, tuple[str, ...]] = {}
+        for d, lab in enumerate(labs_f):
+            if d < len(have) and have[d]:
+                lmap[lab] = have[d]
+        comm = 0.0
+        src_t = self.T[n.operands[f]]
+        out_labels = n.result_labels
+        partial_axes: list[str] = []
+        dropped: list[str] = []
+        extra: dict[int, dict[int, tuple[str, ...]]] = {}   # reshape: result dim -> axes
+        if n.kind == "reshape":
+            res_t = self.T[n.results[0]]
+            extra[0] = {}
+            for gi, grp in enumerate(n.groups):
+                gin, gout = grp["in"], grp["out"]
+                nz_in = [d for d in gin if src_t.shape[d] != 1]
+                nz_out = [d for d in gout if res_t.shape[d] != 1]
+                if len(nz_in) == 1 and len(nz_out) == 1 and labs_f[nz_in[0]] == out_labels[0][nz_out[0]]:
+                    continue   # aligned: the label carries over
+                for d in gin:
+                    lab = labs_f[d]
+                    if lab not in lmap:
+                        continue
+                    axes = lmap.pop(lab)
+                    if nz_in and d == nz_in[0] and nz_out:
+                        od = nz_out[0]
+                        p = math.prod(sizes[a] for a in axes)
+                        if res_t.shape[od] % p == 0:
+                            extra[0][od] = axes
+                            continue
+                    dropped.extend(axes)
+        for lab in list(lmap):
+            role = n.roles.get(lab, "aligned")
+            if role in ("sliced", "expanded", "unit", "regrouped", "split", "merged"):
+                dropped.extend(lmap.pop(lab))
+            elif role == "reduced":
+                partial_axes.extend(lmap.pop(lab))
+        # gathers the op cannot avoid: the operand is gathered along those axes
+        if dropped:
+            cur = [tuple(a for a in axes if a not in dropped) for axes in have]
+            per = shard_bytes(src_t, tuple(cur), sizes)
+            for a in dropped:
+                comm += self.ac.all_gather(a, per)
+        out_specs = []
+        for k, labs in enumerate(out_labels):
+            spec = [lmap.get(lab, ()) for lab in labs]
+            for d, axes in extra.get(k, {}).items():
+                spec[d] = axes
+            out_specs.append(tuple(tuple(x) for x in spec))
+        if partial_axes and n.results:
+            per = shard_bytes(self.T[n.results[0]], out_specs[0], sizes)
+            for a in partial_axes:
+                comm += self.ac.all_reduce(a, per)
+        req_local = {}
+        for k, tid in enumerate(n.operands):
+            t = self.T[tid]
+            if t.kind == "literal":
+                continue
+            if k == f:
+                req_local[k] = tuple(tuple(a for a in axes if a not in dropped) for axes in have)
+                continue
+            labs = n.operand_labels[k] if k < len(n.operand_labels) else []
+            if len(labs) != len(t.shape):
+                req_local[k] = replicated(len(t.shape))
+            else:
+                req_local[k] = tuple(lmap.get(lab, ()) if n.roles.get(lab) not in ("expanded",) else ()
+                                     for lab in labs)
+        # fraction of the work one device does: what remains split of the operand it follows
+        kept = req_local.get(f, replicated(len(src_t.shape)))
+        frac = shard_bytes(src_t, kept, sizes) / max(src_t.bytes, 1)
+        return out_specs, req_local, comm, frac
+
+    # --- driver
+    def build(self) -> StrategyGraph:
+        ir, T = self.ir, self.T
+        for tid in ir.inputs:
+            self.source_group(f"in:{tid}", "input", tid, forbid0=tid in self.scan_xs_outers)
+        for tid, t in T.items():
+            if t.kind == "const":
+                self.single_group(f"const:{tid}", "const", tid)
+        carries = []
+        for n in ir.nodes:
+            # body inputs of a scan become visible when its first node is reached
+            for tid in n.operands:
+                self._ensure_body_input(tid, carries)
+            tens = [k for k, t in enumerate(n.operands) if T[t].kind != "literal"
+                    and self.resolve(t) is not None]
+            if n.kind in ANCHOR_KINDS:
+                self.anchor(n)
+            elif n.kind in REPLICATED_KINDS:
+                self.replicated_node(n)
+            elif n.kind == "source" or not tens:
+                self.source_node(n)
+            elif n.kind in FOLLOW_KINDS:
+                f = max(tens, key=lambda k: (T[n.operands[k]].bytes, -k))
+                self.follow(n, f)
+            else:
+                self.replicated_node(n)
+        for tid in ir.outputs:
+            self.resolve(tid)
+        self._prune()
+        edges = self._edges(carries)
+        return StrategyGraph(dict(self.sizes), self.groups, edges, self.group_of_node, self.origin,
+                             self.notes)
+
+    def _ensure_body_input(self, tid, carries):
+        t = self.T[tid]
+        if tid in self.origin or t.kind != "scan_carry":
+            if t.kind in ("scan_xs", "scan_const"):
+                self._ensure_body_input(t.outer, carries)
+            return
+        self._ensure_body_input(t.outer, carries)
+        self.source_group(f"carry:{tid}", "carry", tid, allow_padding=self.opts.allow_padding)
+        carries.append(tid)
+
+    def _prune(self):
+        """Merge strategies of a group that look the same from outside; cap the count."""
+        for g in self.groups.values():
+            best: dict[Any, Strategy] = {}
+            order = []
+            for s in g.strategies:
+                sig = (tuple(sorted(s.specs.items())), tuple(sorted(s.req.items())))
+                if sig not in best:
+                    order.append(sig)
+                    best[sig] = s
+                elif s.cost < best[sig].cost - 1e-15:
+                    best[sig] = s
+            strats = [best[k] for k in order]
+            if len(strats) > self.opts.max_strategies:
+                rep = [s for s in strats if all(not a for sp in s.specs.values() for a in sp)]
+                rest = sorted((s for s in strats if s not in rep), key=lambda s: s.cost)
+                strats = rep + rest[: self.opts.max_strategies - len(rep)]
+                self.notes.append(f"group {g.id}: kept the {self.opts.max_strategies} cheapest strategies")
+            g.strategies = strats
+            for s in g.strategies:
+                if hasattr(s, "_req_local"):
+                    del s._req_local
+
+    def _edges(self, carries) -> list[Edge]:
+        edges = []
+        for tid, cg, node, k, rep in self.pending:
+            edges.append(self._edge(tid, cg, node, k, rep,
+                                    [s.req[(node, k)] for s in self.groups[cg].strategies]))
+        for c in carries:
+            t = self.T[c]
+            gid = f"carry:{c}"
+            mine = [s.specs[c] for s in self.groups[gid].strategies]
+            outer_rep = max(1, t.repeat // max(t.trip, 1))
+            if self.resolve(t.outer) is not None:
+                edges.append(self._edge(t.outer, gid, "", -1, outer_rep, mine))
+            if t.loop_back and self.resolve(t.loop_back) is not None:
+                edges.append(self._edge(t.loop_back, gid, "", -2, t.repeat, mine))
+        return [e for e in edges if e is not None]
+
+    def _edge(self, tid, cg, node, k, rep, q_list):
+        o = self.resolve(tid)
+        pg = o[0]
+        P = self.groups[pg]
+        p_list = [self.spec_of(tid, kk) for kk in range(len(P.strategies))]
+        p_specs = sorted(set(p_list))
+        q_specs = sorted(set(q_list))
+        pi = {s: i for i, s in enumerate(p_specs)}
+        qi = {s: i for i, s in enumerate(q_specs)}
+        t = self.T[tid]
+        cost = [[reshard_cost(t, a, b, self.ac) * rep for b in q_specs] for a in p_specs]
+        if pg == cg:   # a carry fed from its own group: fold into the node costs
+            G = self.groups[cg]
+            for kk, s in enumerate(G.strategies):
+                c = cost[pi[p_list[kk]]][qi[q_list[kk]]]
+                s.cost += c
+                s.comm += c
+            return None
+        return Edge(pg, cg, tid, node, k, [pi[s] for s in p_list], [qi[s] for s in q_list],
+                    p_specs, q_specs, cost)
+
+
+def _words(n, assign, combo, partial) -> str:
+    role_words = {"batch": "batch", "lhs_free": "rows", "rhs_free": "columns", "contracting":
+                  "contracting", "heads": "heads", "q_seq": "sequence", "spatial": "spatial"}
+    parts = []
+    for lab, axes in sorted(assign.items()):
+        r = n.roles.get(lab, lab)
+        parts.append(f"{role_words.get(r, r)}({lab}) on {'+'.join(axes)}")
+    for a, (how, d) in zip(partial, combo):
+        parts.append(f"partial sum over {a} by " + ("all-reduce" if how == "ar" else f"reduce-scatter to dim {d}"))
+    kind = "attention" if n.kind == "attention" else n.kind
+    return f"{kind}: " + (", ".join(parts) if parts else "replicated")
+
+
+def build_strategies(ir, axis_costs: AxisCosts, hardware: Hardware,
+                     options: Options | None = None) -> StrategyGraph:
+    """Groups, strategies and edges of `ir` on the mesh `axis_costs.sizes`."""
+    if not axis_costs.sizes or len(axis_costs.sizes) > 3:
+        raise StrategyError(f"the logical mesh needs 1 to 3 axes, got {axis_costs.sizes}")
+    return _Builder(ir, axis_costs, hardware, options or Options()).build()
