@@ -241,6 +241,25 @@ def _match(s: str, i: int, line_no: int = 0) -> int:
     raise HloParseError(f"HLO line {line_no}: unclosed {s[i]!r} at column {i}")
 
 
+def _open_depth(s: str) -> int:
+    """Brackets left open at the end of s (strings respected); > 0 means the text goes on."""
+    depth, j, n = 0, 0, len(s)
+    while j < n:
+        c = s[j]
+        if c == '"':
+            k = j + 1
+            while k < n and s[k] != '"':
+                k += 2 if s[k] == "\\" else 1
+            j = k + 1
+            continue
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        j += 1
+    return depth
+
+
 def _skip_string(s: str, i: int, line_no: int) -> int:
     q = s[i]
     j = i + 1
@@ -404,9 +423,18 @@ def parse_hlo_module(text: str) -> HloModule:
     table: str | None = None
     cur: tuple[str, bool, int] | None = None
     cur_instrs: list[Instruction] = []
+    pending, pending_ln = "", 0   # an instruction continued over several lines (Pallas metadata)
     for ln, raw in enumerate(lines, start=1):
         line = raw.rstrip()
         s = line.strip()
+        if cur is not None and (pending or (s != "}" and _open_depth(s) > 0)):
+            pending, pending_ln = (pending + "\n" + line if pending else s), (pending_ln or ln)
+            if _open_depth(pending) > 0:
+                continue
+            s, ln_at = pending, pending_ln
+            pending, pending_ln = "", 0
+            cur_instrs.append(_parse_instruction(s, cur[0], len(cur_instrs), ln_at))
+            continue
         if cur is not None:
             if s == "}":
                 cname, is_entry, cline = cur
