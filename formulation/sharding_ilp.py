@@ -70,7 +70,7 @@ class ILPModel:
     def size(self) -> dict[str, int]:
         return {"binaries": sum(1 for v in self.prob.variables() if v.cat == pulp.LpInteger),
                 "continuous": sum(1 for v in self.prob.variables() if v.cat != pulp.LpInteger),
-                "constraints": len(self.prob.constraints),
+                "constraints": self.prob.numConstraints(),
                 "memory_rows": len(self.memory_rows)}
 
 
@@ -204,7 +204,7 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
         if len(G.strategies) == 1:
             s[gid] = [1]
         else:
-            s[gid] = [pulp.LpVariable(f"s_{gi}_{k}", cat=pulp.LpBinary) for k in range(len(G.strategies))]
+            s[gid] = [prob.add_variable(f"s_{gi}_{k}", 0, 1, cat=pulp.LpBinary) for k in range(len(G.strategies))]
             prob += pulp.lpSum(s[gid]) == 1, f"onehot_{gi}"
     corr = _corrections(graph, corrections or {})
     obj_terms = []
@@ -239,7 +239,7 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
             continue
         for p in range(len(e.p_specs)):
             for q in range(len(e.q_specs)):
-                xe[(p, q)] = pulp.LpVariable(f"x_{ei}_{p}_{q}", lowBound=0, upBound=1)
+                xe[(p, q)] = prob.add_variable(f"x_{ei}_{p}_{q}", 0, 1)
                 if e.cost[p][q]:
                     obj_terms.append((xe[(p, q)], e.cost[p][q]))
         for p in range(len(e.p_specs)):
@@ -251,7 +251,7 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
         x.append(xe)
     rows = memory_rows(ir, graph, small_bytes if small_bytes is not None else hbm_budget * 1e-3)
     if objective == "memory":
-        M = pulp.LpVariable("peak_MB", lowBound=0)
+        M = prob.add_variable("peak_MB", 0, None)
         prob += M
         for ri, r in enumerate(rows):
             prob += (pulp.lpSum(v * MEM_SCALE * s[g][k] for (g, k), v in r.terms.items())

@@ -19,6 +19,7 @@ import os
 import re
 import tempfile
 import time
+import warnings
 from typing import Any
 
 import pulp
@@ -36,6 +37,8 @@ GiB = 1024 ** 3
 
 class ShardingSolveError(ValueError):
     """The sharding ILP could not be solved as asked."""
+
+    certificate: Certificate | None = None
 
 
 class MemoryBudgetError(ShardingSolveError):
@@ -125,15 +128,18 @@ def _cbc_bound(log: str) -> tuple[float | None, str]:
     return lb, result
 
 
-def _run(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int, threads: int
+def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int, threads: int
          ) -> dict[str, Any]:
-    """Solve prob; return status word, objective and bound in model units, and details."""
+    """Solve a PuLP problem (minimisation); return {status, objective, bound (model units, from
+    the solver: CBC's log "Lower bound", HiGHS's mip_dual_bound), time_s, solver, detail}."""
     t0 = time.perf_counter()
     if solver == "cbc":
         with tempfile.TemporaryDirectory() as d:
             log = os.path.join(d, "cbc.log")
-            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads, logPath=log,
-                                    options=[f"randomSeed {seed + 1}", f"randomCbcSeed {seed + 1}"])
+            with warnings.catch_warnings():   # PuLP 3.3 marks its bundled CBC for removal in 4.0
+                warnings.simplefilter("ignore", DeprecationWarning)
+                cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads, logPath=log,
+                                        options=[f"randomSeed {seed + 1}", f"randomCbcSeed {seed + 1}"])
             prob.solve(cmd)
             text = open(log).read() if os.path.exists(log) else ""
         elapsed = time.perf_counter() - t0
@@ -266,7 +272,7 @@ def min_peak_bytes(ir, graph: StrategyGraph, *, solver: str = "cbc", time_limit_
     """The smallest per-device peak (bytes) over all layouts, under the ILP's memory model, and
     the solver status of that answer."""
     m = build_model(ir, graph, hbm_budget=float("inf"), objective="memory", small_bytes=small_bytes)
-    r = _run(m.prob, solver, time_limit_s, seed, threads)
+    r = run_solver(m.prob, solver, time_limit_s, seed, threads)
     if r["objective"] is None:
         return None, r["status"]
     return r["objective"] / MEM_SCALE, r["status"]
@@ -299,7 +305,7 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     build_s = time.perf_counter() - t0
     size = {"groups": len(graph.groups), "strategies": graph.num_strategies(),
             "edges": len(graph.edges), **model.size()}
-    res = _run(model.prob, solver, time_limit_s, seed, threads)
+    res = run_solver(model.prob, solver, time_limit_s, seed, threads)
     if res["status"] == "INFEASIBLE" or (res["objective"] is None and res["status"] != "UNKNOWN"):
         if forbidden:
             raise ShardingSolveError(
@@ -318,8 +324,13 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
             f"{'' if st == 'OPTIMAL' else ' (minimum not proven: ' + st + ')'}; "
             f"use more chips, a mesh with more axes, or a smaller workload", need, budget)
     if res["objective"] is None:
-        raise ShardingSolveError(f"{res['solver']} found no layout within {time_limit_s} s "
+        err = ShardingSolveError(f"{res['solver']} found no layout within {time_limit_s} s "
                                  f"(status {res['status']}); raise time_limit_s")
+        err.certificate = Certificate(solver=res["solver"], status=res["status"], objective=None,
+                                      bound=None if res["bound"] is None else res["bound"] / TIME_SCALE,
+                                      time_s=res["time_s"], seed=seed, workers=threads,
+                                      time_limit_s=time_limit_s, detail=dict(res["detail"]))
+        raise err
     first = chosen(model)
     best = _solution(ir, graph, model, res, first, time_limit_s, seed, threads, corrections, 0)
     alts = []
@@ -330,7 +341,7 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
         if not cut:
             break
         add_no_good(model.prob, graph, model.s, cut, f"kbest_{r}")
-        rr = _run(model.prob, solver, time_limit_s, seed, threads)
+        rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
         if rr["objective"] is None:
             break
         ch = chosen(model)
