@@ -128,7 +128,8 @@ def test_async_collective_hidden_behind_compute_adds_nothing():
 def test_placement_changes_a_collective_not_physically_adjacent():
     # 4 ranks of an 8-rank mesh all-gather. Identity placement: devices 0..3 = the 2x2 block
     # (0,0),(1,0),(0,1),(1,1), a closed physical cycle (bidirectional ring). Scattered: devices
-    # 0,3,4,7 = (0,0),(1,1),(0,2),(1,3): no two adjacent, routed, slower.
+    # 0,3,4,7 = (0,0),(1,1),(0,2),(1,3): no two adjacent; its routed ring cannot run both ways
+    # without contention, so it runs one way: twice the block's time.
     V = 32e6
     ev = _ev("v5e:2x4", {"x": 8}, [_ag("g", [[0, 1, 2, 3]], V)])
     block = simulate(ev, list(range(8)))
@@ -136,7 +137,9 @@ def test_placement_changes_a_collective_not_physically_adjacent():
     line = simulate(ev, [0, 2, 4, 6, 1, 3, 5, 7])              # the x=0 column: a line
     assert block.collectives[0].algorithm == "bidirectional ring"
     assert line.collectives[0].algorithm == "unidirectional ring"
-    assert block.step_s < line.step_s < scattered.step_s
+    assert scattered.collectives[0].algorithm == "unidirectional ring"
+    assert block.step_s * 1.9 < line.step_s
+    assert block.step_s * 1.9 < scattered.step_s
     assert block.step_s == pytest.approx(3 * V / 8 / W, rel=0.03)
     assert line.step_s == pytest.approx(3 * V / 4 / W, rel=0.03)
 
@@ -190,3 +193,29 @@ def test_multiple_groups_share_links_when_placed_across_each_other():
     crossing = Evidence(target="", mesh_axes={"x": 4},
                         collectives=[_ag("g", [[0, 2], [1, 3]], V)])
     assert sim.run(crossing).step_s > sim.run(near).step_s
+
+
+def test_episode_cache_gives_the_same_answer_across_placements():
+    ev = _ev("v5e:2x4", {"x": 8},
+             [_ag("a", [[0, 1, 2, 3], [4, 5, 6, 7]], 16e6, is_async=True, start_index=1,
+                  done_index=3),
+              Collective("p", "collective-permute", "bf16", int(8e6), [list(range(8))],
+                         source_target_pairs=[(i, (i + 1) % 8) for i in range(8)],
+                         is_async=True, start_index=2, done_index=4)],
+             [ComputeOp("f", "fusion", 1e5, index=2)])
+    sim = Simulator("v5e:2x4")
+    p1, p2 = list(range(8)), [0, 3, 4, 7, 1, 2, 5, 6]
+    a = sim.run(ev, p1).to_json()
+    b = sim.run(ev, p2).to_json()
+    fresh = Simulator("v5e:2x4")
+    assert fresh.run(ev, p2).to_json() == b
+    assert sim.run(ev, p1).to_json() == a
+    assert a["step_s"] != b["step_s"]
+
+
+def test_devices_sharing_a_chip_exchange_without_links():
+    # v4: two devices per chip; a group of the two devices of one chip moves nothing over ICI
+    ev = Evidence(target="v4-8", mesh_axes={"x": 8}, clock_hz=1.05e9,
+                  collectives=[_ag("g", [[0, 1], [2, 3], [4, 5], [6, 7]], 32e6)])
+    r = simulate(ev)
+    assert r.step_s == 0.0 and r.busiest_links == []

@@ -36,7 +36,6 @@ Units: bytes, seconds.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Sequence
 
@@ -51,25 +50,44 @@ class CollectiveError(ValueError):
     """A collective the simulator cannot expand (unknown kind, ranks outside the placement)."""
 
 
-@dataclasses.dataclass
 class TransferBatch:
-    """Transfers of one collective, in the flow engine's terms (deps index within the batch)."""
+    """Transfers of one collective, in the flow engine's terms (deps index within the batch).
 
-    nbytes: list[float] = dataclasses.field(default_factory=list)
-    routes: list[np.ndarray] = dataclasses.field(default_factory=list)
-    latency: list[float] = dataclasses.field(default_factory=list)
-    deps: list[list[int]] = dataclasses.field(default_factory=list)
-    algorithm: str = ""                      # e.g. "bidirectional ring", "pairwise"
+    Built from pieces (numpy arrays appended by the expansion); ``arrays()`` joins them."""
 
-    def extend(self, other: "TransferBatch") -> None:
-        base = len(self.nbytes)
-        self.nbytes += other.nbytes
-        self.routes += other.routes
-        self.latency += other.latency
-        self.deps += [[d + base for d in ds] for ds in other.deps]
+    def __init__(self) -> None:
+        self._bytes: list[np.ndarray] = []
+        self._flat: list[np.ndarray] = []
+        self._lens: list[np.ndarray] = []
+        self._lat: list[np.ndarray] = []
+        self._deps: list[np.ndarray] = []
+        self.n = 0
+        self.algorithm = ""                  # e.g. "bidirectional ring", "pairwise"
+
+    def append(self, nbytes: np.ndarray, flat: np.ndarray, lens: np.ndarray, lat: np.ndarray,
+               deps: np.ndarray | None = None) -> None:
+        """Add k transfers; ``deps`` (k, 2) indices within the whole batch, -1 for none."""
+        k = len(nbytes)
+        self._bytes.append(np.asarray(nbytes, dtype=float))
+        self._flat.append(np.asarray(flat, dtype=np.int64))
+        self._lens.append(np.asarray(lens, dtype=np.int64))
+        self._lat.append(np.asarray(lat, dtype=float))
+        self._deps.append(np.full((k, 2), -1, dtype=np.int64) if deps is None
+                          else np.asarray(deps, dtype=np.int64))
+        self.n += k
+
+    def arrays(self):
+        """(nbytes, (flat routes, lengths), latency, deps) for ``FlowEngine.add``."""
+        if not self._bytes:
+            z = np.zeros(0)
+            zi = np.zeros(0, dtype=np.int64)
+            return z, (zi, zi), z, np.zeros((0, 2), dtype=np.int64)
+        return (np.concatenate(self._bytes), (np.concatenate(self._flat),
+                np.concatenate(self._lens)), np.concatenate(self._lat),
+                np.concatenate(self._deps))
 
     def __len__(self) -> int:
-        return len(self.nbytes)
+        return self.n
 
 
 class Expander:
@@ -195,10 +213,13 @@ class Expander:
 
         out = TransferBatch()
         V = float(c.bytes)
-        if c.kind == "collective-permute":
+        kind = c.kind
+        for suffix in ("-start", "-done"):          # async spellings of the same collective
+            if kind.endswith(suffix):
+                kind = kind[: -len(suffix)]
+        if kind == "collective-permute":
             pairs = c.source_target_pairs or []
-            for s, t in pairs:
-                self._add_p2p(out, chip(s), chip(t), V, [])
+            self._add_p2p(out, [chip(s) for s, _ in pairs], [chip(t) for _, t in pairs], V)
             out.algorithm = "permute"
             return out
         algos = set()
@@ -207,26 +228,32 @@ class Expander:
             if n <= 1:
                 continue
             chips = [chip(r) for r in g]
-            if c.kind in RING_KINDS:
-                algos.add(self._ring_batch(out, c.kind, chips, V))
-            elif c.kind == "all-to-all":
-                for i in range(n):
-                    for j in range(n):
-                        if i != j:
-                            self._add_p2p(out, chips[i], chips[j], V / n, [])
+            if kind in RING_KINDS:
+                algos.add(self._ring_batch(out, kind, chips, V))
+            elif kind == "all-to-all":
+                src = [chips[i] for i in range(n) for j in range(n) if i != j]
+                dst = [chips[j] for i in range(n) for j in range(n) if i != j]
+                self._add_p2p(out, src, dst, V / n)
                 algos.add("pairwise")
             else:
                 raise CollectiveError(f"collective {c.name}: unknown kind {c.kind!r}")
         out.algorithm = "+".join(sorted(algos)) if algos else "none"
         return out
 
-    def _add_p2p(self, out: TransferBatch, a: int, b: int, nbytes: float,
-                 deps: list[int]) -> None:
-        for route, share in self.routes(a, b):
-            out.nbytes.append(nbytes * share)
-            out.routes.append(route)
-            out.latency.append(len(route) * self.lat)
-            out.deps.append(list(deps))
+    def _add_p2p(self, out: TransferBatch, src: Sequence[int], dst: Sequence[int],
+                 nbytes: float) -> None:
+        """Independent transfers src[i] -> dst[i] of ``nbytes`` each, routed (ties split)."""
+        bs, flats, lens, lats = [], [], [], []
+        for a, b in zip(src, dst):
+            for route, share in self.routes(int(a), int(b)):
+                bs.append(nbytes * share)
+                flats.append(route)
+                lens.append(len(route))
+        if not bs:
+            return
+        lens_a = np.asarray(lens, dtype=np.int64)
+        flat = np.concatenate(flats) if lens_a.sum() else np.zeros(0, dtype=np.int64)
+        out.append(np.asarray(bs), flat, lens_a, lens_a * self.lat)
 
     def _ring_batch(self, out: TransferBatch, kind: str, chips: list[int], V: float) -> str:
         n = len(chips)
@@ -237,18 +264,17 @@ class Expander:
         steps = (n - 1) * (2 if kind == "all-reduce" else 1)
         dirs = (1, -1) if mode == "bidirectional" else (1,)
         chunk = V / n / len(dirs)
-        base = len(out.nbytes)
-        for di, d in enumerate(dirs):
-            hop_routes = [self._single_route(rc[k], rc[(k + d) % n]) for k in range(n)]
-            for s in range(steps):
-                for k in range(n):
-                    r = hop_routes[k]
-                    out.nbytes.append(chunk)
-                    out.routes.append(r)
-                    out.latency.append(len(r) * self.lat)
-                    if s == 0:
-                        out.deps.append([])
-                    else:
-                        prev = base + (di * steps + s - 1) * n
-                        out.deps.append([prev + (k - d) % n, prev + k])
+        ks = np.arange(n)
+        for d in dirs:
+            hop = [self._single_route(rc[k], rc[(k + d) % n]) for k in range(n)]
+            lens1 = np.array([len(r) for r in hop], dtype=np.int64)
+            flat1 = np.concatenate(hop) if lens1.sum() else np.zeros(0, dtype=np.int64)
+            base = out.n                          # first transfer of this direction
+            s_idx = np.repeat(np.arange(steps), n)
+            k_idx = np.tile(ks, steps)
+            prev = base + (s_idx - 1) * n
+            deps = np.stack([prev + (k_idx - d) % n, prev + k_idx], axis=1)
+            deps[s_idx == 0] = -1
+            out.append(np.full(steps * n, chunk), np.tile(flat1, steps), np.tile(lens1, steps),
+                       np.tile(lens1 * self.lat, steps), deps)
         return f"{mode} ring"
