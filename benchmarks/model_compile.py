@@ -36,7 +36,8 @@ from aoizora.models.registry import abstract_inputs, denoise_step, get_model
 from aoizora.models.workloads import Workload, pad_to
 from aoizora.realize import realize
 
-RUNS = [("wan2.1-1.3b", "480p-81f"), ("wan2.1-14b", "480p-81f"), ("hunyuanvideo-13b", "720p-129f")]
+RUNS = [("wan2.1-1.3b", "480p-81f"), ("wan2.1-14b", "480p-81f"), ("hunyuanvideo-13b", "720p-129f"),
+        ("wan2.1-14b", "720p-81f"), ("hunyuanvideo-13b", "544p-129f")]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -141,8 +142,11 @@ def write(rows: list[dict], target: str, out_dir: str) -> None:
              f"Machine: {doc['machine']['platform']}, {doc['machine']['cpus']} CPUs, jax "
              f"{doc['machine']['jax']}, libtpu {doc['machine']['libtpu']} (no TPU; shared machine).", "",
              "Layout `fsdp+cp`: mesh data=2 x seq=4 (jax.make_mesh order), CFG pair over data, "
-             "sequence over seq, splash attention with keys/values gathered, weights FSDP over all 8.", "",
-             "| model | workload | tokens | padded seq | compile s | lower s | HBM/device GiB | fits | error |",
+             "sequence over seq, splash attention with keys/values gathered, weights FSDP over all 8. "
+             "Padded attention sequence: video tokens (Wan) or video + 256 text tokens (HunyuanVideo) "
+             "padded to a multiple of 512. HBM: argument + output + temp + code - alias bytes per "
+             "device (capacity 15.75 GiB); a program that does not fit fails to compile.", "",
+             "| model | workload | video tokens | padded attention seq | compile s | lower s | HBM/device GiB | fits | error |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         hb = r.get("hbm_total_bytes_per_device")

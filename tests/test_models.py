@@ -47,7 +47,8 @@ def test_pad_to_and_unknown_names():
 
 def test_models_table_lists_params_and_tokens():
     rows = {r["name"]: r for r in models_table()}
-    assert set(FULL_SIZE) <= set(rows)
+    assert set(rows) == set(FULL_SIZE)
+    assert {r["name"] for r in models_table(include_small=True)} == set(MODELS)
     assert rows["wan2.1-14b"]["params"] == get_model("wan2.1-14b").params
     assert {w["name"]: w["tokens"] for w in rows["hunyuanvideo-13b"]["workloads"]}["720p-129f"] == 118800
 
@@ -114,6 +115,12 @@ def test_small_padded_step_has_padded_attention_and_same_output_shape(name, smal
     assert all(L % 128 == 0 or L == text for L in lens) and max(lens) >= 256
     out = jax.jit(step)(params, *args)
     assert out.shape == args[0].shape and bool(jnp.all(jnp.isfinite(out)))
+    # an odd token count (147) pads to a multiple of 8 for an 8-way sequence split
+    odd = m.workload("tiny-odd-9f")
+    assert odd.tokens == 147
+    lat, t, text_, unc, g = random_inputs(m, odd, jax.random.key(2))
+    out = jax.jit(denoise_step(m, pad_multiple=8))(params, lat, t, text_, unc, g)
+    assert out.shape == lat.shape and bool(jnp.all(jnp.isfinite(out)))
 
 
 def _walk(jx):

@@ -157,10 +157,13 @@ def random_inputs(model: "str | Model", workload: "str | W.Workload", key, dtype
     return latents, timestep, text, uncond, jnp.float32(5.0)
 
 
-def models_table() -> list[dict]:
-    """For ``aoizora models --json``: name, params (count), nominal size, per workload tokens."""
+def models_table(include_small: bool = False) -> list[dict]:
+    """For ``aoizora models --json``: name, params (count), nominal size, per workload tokens.
+    The small test configurations are listed only with ``include_small``."""
     out = []
     for m in MODELS.values():
+        if m.name not in FULL_SIZE and not include_small:
+            continue
         out.append({"name": m.name, "family": m.family, "params": m.params,
                     "nominal_params": m.nominal_params,
                     "workloads": [{"name": w.name, "resolution": w.resolution, "frames": w.frames,
