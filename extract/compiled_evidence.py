@@ -57,6 +57,10 @@ ASYNC_DONE = {k + "-done": v for k, v in SYNC_OPS.items()}
 # Collective-like opcodes this reader does not price: a clear error instead of a silent zero.
 UNSUPPORTED = {"collective-broadcast", "send", "recv", "send-done", "recv-done"}
 _PASS_THROUGH = {"copy", "bitcast", "convert", "reshape"}
+# Bookkeeping custom calls of XLA:TPU that do no arithmetic.
+_NO_COST_CALLS = {"AllocateBuffer", "ConcatBitcast", "AsyncCollectiveStart", "AsyncCollectiveDone",
+                  "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
+                  "MoveToDevice", "annotate_device_placement"}
 
 
 @dataclasses.dataclass
@@ -348,10 +352,33 @@ class _Walker:
             elif op in UNSUPPORTED:
                 raise EvidenceError(f"HLO line {ins.line_no}: {op} (%{ins.name}) is not supported by "
                                     f"the evidence reader")
-            elif op in ("custom-call", "convolution", "dot"):
+            elif op == "custom-call":
+                self._custom_call(ins, comp, count)
+            elif op in ("convolution", "dot"):
                 self._add_compute(ins, comp, count, _conv_flops(ins, comp))
             elif ins.estimated_cycles is not None:
                 self._add_compute(ins, comp, count)
+
+    def _custom_call(self, ins: Instruction, comp: Computation, count: int) -> None:
+        """A kernel (e.g. Pallas): cycles or the kernel's own cost estimate, else bytes only."""
+        cfg = ins.backend_config
+        ccc = cfg.get("custom_call_config") if isinstance(cfg.get("custom_call_config"), dict) else {}
+        est = cfg.get("cost_estimate") or ccc.get("cost_estimate") or {}
+        self._add_compute(ins, comp, count, float(est.get("flops", 0) or 0))
+        op = self.compute[-1]
+        if est.get("bytes_accessed"):
+            op.bytes = float(est["bytes_accessed"])
+        target = ins.custom_call_target
+        if op.estimated_cycles is None and not est and target not in _NO_COST_CALLS:
+            self._note(f"custom-call {target} ({ins.name}, x{count}): the compiler gives no cycle "
+                       f"or flop estimate; only its operand/result bytes are recorded")
+        if ccc.get("has_communication") in (True, "true"):
+            self._note(f"custom-call {target} ({ins.name}) communicates inside the kernel; that "
+                       f"traffic is not in the collectives")
+
+    def _note(self, msg: str) -> None:
+        if msg not in self.warnings:
+            self.warnings.append(msg)
 
     def _generic_async(self, ins: Instruction, comp: Computation, count: int) -> None:
         op = ins.opcode
