@@ -133,6 +133,30 @@ def _gte_index(ins: Instruction | None, comp: Computation) -> int | None:
     return int(ins.attrs.get("index", "-1"))
 
 
+def _counter_step(body: Computation, name: str, k: int) -> int | None:
+    """The counter's increment per iteration: a chain of add/subtract of constants from
+    get-tuple-element(param, k) (an unrolled loop adds several times)."""
+    step = 0
+    ins = _resolve(body, name)
+    for _ in range(64):
+        if ins is None:
+            return None
+        if _gte_index(ins, body) == k:
+            return step
+        if ins.opcode not in ("add", "subtract") or len(ins.operands) != 2:
+            return None
+        x, c = (_resolve(body, o) for o in ins.operands)
+        if _int_constant(c) is not None:
+            step += _int_constant(c) * (1 if ins.opcode == "add" else -1)
+            ins = x
+        elif ins.opcode == "add" and _int_constant(x) is not None:
+            step += _int_constant(x)
+            ins = c
+        else:
+            return None
+    return None
+
+
 def while_trip_count(module: HloModule, loop: Instruction, comp: Computation) -> tuple[int | None, str]:
     """Trip count of a ``while``; (None, reason) when it cannot be read."""
     ktc = loop.backend_config.get("known_trip_count")
@@ -162,14 +186,7 @@ def while_trip_count(module: HloModule, loop: Instruction, comp: Computation) ->
     broot = body.root
     if broot.opcode != "tuple" or k >= len(broot.operands):
         return None, f"body {body.name} does not return a tuple"
-    upd = _resolve(body, broot.operands[k])
-    step = None
-    if upd is not None and upd.opcode in ("add", "subtract") and len(upd.operands) == 2:
-        x, c = (_resolve(body, o) for o in upd.operands)
-        if _gte_index(x, body) == k and _int_constant(c) is not None:
-            step = _int_constant(c) * (1 if upd.opcode == "add" else -1)
-        elif upd.opcode == "add" and _gte_index(c, body) == k and _int_constant(x) is not None:
-            step = _int_constant(x)
+    step = _counter_step(body, broot.operands[k], k)
     if init is None or not step:
         return None, f"cannot read the start or step of the counter of {loop.name}"
     span = limit - init

@@ -80,7 +80,7 @@ def summarize_evidence(ev: Evidence) -> str:
         lines.append(f"  compute overlapping async collectives: {overlap:,.0f} cycles per call")
     opt = f", optimal {_time(ev.optimal_seconds)}" if ev.optimal_seconds is not None else ""
     lines.append(f"cost analysis per device: {ev.flops:.3e} FLOP, {_size(ev.bytes_accessed)} "
-                 f"accessed{opt}")
+                 f"accessed{opt} (XLA counts each loop body once)")
     if ev.algorithms:
         lines.append(f"placement-dependent algorithm choices: {len(ev.algorithms)} (device order "
                      f"{ev.algorithms_device_order})")

@@ -182,6 +182,24 @@ def test_known_trip_count_and_unknown_trip_count():
     assert any("trip count unknown" in w for w in ev.warnings)
 
 
+def test_unrolled_counter_step():
+    # the body adds 1 twice per iteration (an unrolled loop): 30 / 2 = 15 trips
+    text = HAND.replace("%next = s32[] add(%c, %one)",
+                        "%half = s32[] add(%c, %one)\n  %next = s32[] add(%half, %one)")
+    by = {c.name: c for c in evidence_from_hlo_text(text, target="v5e:2x4",
+                                                    mesh_axes={"d": 2, "m": 4}).collectives}
+    assert by["ags"].count == 15 and by["ar2"].count == 45
+    # counting down from 30 to 0 with a GT compare: 30 trips
+    text = HAND.replace("tuple(%zc, %a, %m)", "tuple(%thirty.e, %a, %m)").replace(
+        "%zc = s32[] copy(%zero)", "%thirty.e = s32[] constant(30)").replace(
+        "%next = s32[] add(%c, %one)", "%next = s32[] subtract(%c, %one)").replace(
+        "%thirty = s32[] constant(30)", "%thirty = s32[] constant(0)").replace(
+        "direction=LT\n}\n\nENTRY", "direction=GT\n}\n\nENTRY")
+    by = {c.name: c for c in evidence_from_hlo_text(text, target="v5e:2x4",
+                                                    mesh_axes={"d": 2, "m": 4}).collectives}
+    assert by["ags"].count == 30
+
+
 def test_unknown_syntax_is_a_clear_error():
     bad = HAND.replace("%m = f32[16,16]{1,0} parameter(1)", "%m = q7[16,16]{1,0} parameter(1)")
     with pytest.raises(HloParseError, match=r"line \d+.*q7"):
