@@ -505,10 +505,34 @@ def _flops(node: Node, eqn, op_shapes, res_shapes) -> float:
         ce = eqn.params.get("cost_estimate")
         if ce is not None and getattr(ce, "flops", None) is not None:
             return float(ce.flops)
+        inner = eqn.params.get("jaxpr")
+        if inner is not None:   # shard_map: the body's flops (per shard) times the shards
+            mesh = eqn.params.get("mesh")
+            shards = int(getattr(mesh, "size", 1) or 1)
+            return _inner_flops(getattr(inner, "jaxpr", inner)) * shards
         return 0.0
     if kind in ("elementwise",):
         return float(out_elems)
     return 0.0
+
+
+def _inner_flops(jaxpr) -> float:
+    """FLOPs of every eqn of a (sub-)jaxpr, recursing into calls and loops (scan: times length)."""
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        sub = sub_jaxpr(eqn)
+        if sub is not None:
+            mult = int(eqn.params.get("length", 1)) if eqn.primitive.name == "scan" else 1
+            total += mult * _inner_flops(getattr(sub, "jaxpr", sub))
+            continue
+        shapes_in = [list(getattr(v.aval, "shape", ())) for v in eqn.invars]
+        shapes_out = [list(getattr(v.aval, "shape", ())) for v in eqn.outvars]
+        n = Node("", eqn.primitive.name, _kind(eqn.primitive.name), [], [], 0.0, 0.0)
+        try:
+            total += _flops(n, eqn, shapes_in, shapes_out)
+        except Exception:  # an inner op we cannot count adds nothing (kept as the opaque node)
+            pass
+    return total
 
 
 # ---------------------------------------------------------------------------------------------

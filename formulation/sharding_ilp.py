@@ -26,7 +26,9 @@ Constraints
                  <= hbm_budget                                         for every step i
   (no-good)  sum_{g in cut} s[g][k_g] <= |cut| - 1                    for every forbidden combination
 
-Memory, a sound over-approximation (never below what the layouts need, under this model):
+Memory, an over-approximation of the live buffers the program itself needs (it does not see the
+compiler's own temporaries, kernel scratch or collective buffers: the solver keeps a reserve of
+HBM for those, see ``aoizora.solvers.sharding.solve_sharding``):
 steps are the ops in program order (a scan body once; what lives across the loop -- stacked
 weights, the carry, consts -- is live at every body step). Program inputs and consts are live
 throughout, outputs to the end, every other tensor from its producer to its last consumer (a
@@ -132,11 +134,15 @@ def memory_rows(ir, graph: StrategyGraph, small_bytes: float) -> list[MemoryRow]
         gid, base, tr = o
         G = graph.groups[gid]
         vals = []
+        memo: dict = {}
         for s in G.strategies:
             spec = s.specs[base]
-            for x in tr:
-                spec = spec[1:] if x == "drop0" else ((),) + spec
-            vals.append(shard_bytes(t, spec, graph.mesh_axes))
+            if spec not in memo:
+                sp = spec
+                for x in tr:
+                    sp = sp[1:] if x == "drop0" else ((),) + sp
+                memo[spec] = shard_bytes(t, sp, graph.mesh_axes)
+            vals.append(memo[spec])
         if len(G.strategies) == 1:
             return {}, vals[0]
         return {(gid, k): v for k, v in enumerate(vals)}, 0.0
@@ -243,18 +249,18 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
                 if e.cost[p][q]:
                     obj_terms.append((xe[(p, q)], e.cost[p][q]))
         for p in range(len(e.p_specs)):
-            prob += (pulp.lpSum(xe[(p, q)] for q in range(len(e.q_specs)))
-                     == pulp.lpSum(sp[k] for k in range(len(sp)) if e.p_of[k] == p)), f"row_{ei}_{p}"
+            prob += _eq([xe[(p, q)] for q in range(len(e.q_specs))],
+                        [sp[k] for k in range(len(sp)) if e.p_of[k] == p]), f"row_{ei}_{p}"
         for q in range(len(e.q_specs)):
-            prob += (pulp.lpSum(xe[(p, q)] for p in range(len(e.p_specs)))
-                     == pulp.lpSum(sc[k] for k in range(len(sc)) if e.q_of[k] == q)), f"col_{ei}_{q}"
+            prob += _eq([xe[(p, q)] for p in range(len(e.p_specs))],
+                        [sc[k] for k in range(len(sc)) if e.q_of[k] == q]), f"col_{ei}_{q}"
         x.append(xe)
     rows = memory_rows(ir, graph, small_bytes if small_bytes is not None else hbm_budget * 1e-3)
     if objective == "memory":
         M = prob.add_variable("peak_MB", 0, None)
         prob += M
         for ri, r in enumerate(rows):
-            prob += (pulp.lpSum(v * MEM_SCALE * s[g][k] for (g, k), v in r.terms.items())
+            prob += (_lin([(s[g][k], v * MEM_SCALE) for (g, k), v in r.terms.items()])
                      + r.const * MEM_SCALE <= M), f"mem_{ri}"
     else:
         coef: dict[Any, float] = {}
@@ -262,11 +268,28 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
             coef[v] = coef.get(v, 0.0) + c * TIME_SCALE
         prob += pulp.LpAffineExpression(list(coef.items()), constant=constant * TIME_SCALE)
         for ri, r in enumerate(rows):
-            prob += (pulp.lpSum(v * MEM_SCALE * s[g][k] for (g, k), v in r.terms.items())
+            prob += (_lin([(s[g][k], v * MEM_SCALE) for (g, k), v in r.terms.items()])
                      <= (hbm_budget - r.const) * MEM_SCALE), f"mem_{ri}"
     for ci, combo in enumerate(forbidden or []):
         add_no_good(prob, graph, s, combo, f"forbid_{ci}")
     return ILPModel(prob, s, x, rows, hbm_budget, constant)
+
+
+def _lin(pairs) -> pulp.LpAffineExpression:
+    """sum of coef * var (a fixed strategy, the int 1, goes to the constant)."""
+    const = 0.0
+    coef: dict[Any, float] = {}
+    for v, c in pairs:
+        if isinstance(v, int):
+            const += v * c
+        else:
+            coef[v] = coef.get(v, 0.0) + c
+    return pulp.LpAffineExpression(list(coef.items()), constant=const)
+
+
+def _eq(lhs, rhs) -> pulp.LpConstraint:
+    """sum(lhs) == sum(rhs) for lists of variables (or fixed 1s)."""
+    return _lin([(v, 1.0) for v in lhs] + [(v, -1.0) for v in rhs]) == 0
 
 
 def _add(terms, v, c):

@@ -11,8 +11,10 @@ dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis)
   kv sequence, so a split query sequence is context parallel with kv gathered on the edge);
 - the replicated strategy is always present.
 
-An axis may go on a label whose size it does not divide when ``allow_padding`` (intermediates
-only, never program inputs): the shard is ``ceil(size/n)`` and the padded work is counted.
+An axis may go on a label whose size it does not divide only with ``Options.allow_padding``
+(intermediates only, never program inputs): the shard is ``ceil(size/n)`` and the padded work is
+counted. It is off by default because the realizer (``aoizora.realize``) and ``shard_map``
+attention accept only dividing specs; pad the program instead (the models' ``pad_multiple``).
 
 *Groups* (Alpa's shrinking): anchors -- dot, conv, attention, program inputs, scan carries,
 sources (iota, broadcast literals), and ops the IR cannot split (unknown, opaque, gather, scatter:
@@ -206,7 +208,7 @@ def all_specs(shape: list[int], axes: dict[str, int], allow_padding: bool,
 
 @dataclasses.dataclass
 class Options:
-    allow_padding: bool = True            # intermediates may be split unevenly (padded shards)
+    allow_padding: bool = False           # intermediates may be split unevenly (padded shards)
     max_strategies: int = 400             # per anchor, after merging (replicated always kept)
 
 
@@ -221,6 +223,7 @@ class _Builder:
         self.pending: list[tuple[str, str, str, int, int]] = []  # (tensor, consumer grp, node, op idx, repeat)
         self.notes: list[str] = []
         self.scan_xs_outers = {t.outer for t in self.T.values() if t.kind == "scan_xs"}
+        self._sb: dict[tuple[str, Spec], float] = {}
 
     # --- tensor origins
     def resolve(self, tid: str):
@@ -407,12 +410,15 @@ class _Builder:
             if o is None:
                 continue
             if o[0] == gid:
+                memo: dict[tuple[Spec, Spec], float] = {}
                 for kk, s in enumerate(g.strategies):
                     need = s._req_local.get(k)  # type: ignore[attr-defined]
                     if need is None:
                         continue
                     have = self.spec_of(tid, kk)
-                    c = reshard_cost(self.T[tid], have, need, self.ac) * n.repeat
+                    if (have, need) not in memo:
+                        memo[(have, need)] = reshard_cost(self.T[tid], have, need, self.ac) * n.repeat
+                    c = memo[(have, need)]
                     s.cost += c
                     s.comm += c
             else:
@@ -427,17 +433,21 @@ class _Builder:
         tid = n.operands[f]
         gid = self.resolve(tid)[0]
         g = self.groups[gid]
+        memo: dict[Spec, tuple] = {}   # many strategies give the operand the same spec
         for kk, s in enumerate(g.strategies):
             have = self.spec_of(tid, kk)
-            out_specs, req_local, comm, frac = self._derive(n, f, have)
-            bytes_dev = sum(shard_bytes(self.T[n.operands[k]], sp, self.sizes) for k, sp in req_local.items()) \
-                + sum(shard_bytes(self.T[r], sp, self.sizes) for r, sp in zip(n.results, out_specs))
+            if have not in memo:
+                out_specs, req_local, comm, frac = self._derive(n, f, have)
+                bytes_dev = sum(self.sbytes(n.operands[k], sp) for k, sp in req_local.items()) \
+                    + sum(self.sbytes(r, sp) for r, sp in zip(n.results, out_specs))
+                c = (self.compute_time(n, frac, bytes_dev) + comm) * n.repeat
+                memo[have] = (out_specs, req_local, c, comm * n.repeat)
+            out_specs, req_local, c, cm = memo[have]
             for r, sp in zip(n.results, out_specs):
                 s.specs[r] = sp
-            s._req_local = req_local  # type: ignore[attr-defined]
-            c = (self.compute_time(n, frac, bytes_dev) + comm) * n.repeat
+            s._req_local = dict(req_local)  # type: ignore[attr-defined]
             s.cost += c
-            s.comm += comm * n.repeat
+            s.comm += cm
         g.members.append(n.key)
         self.group_of_node[n.key] = gid
         for r in n.results:
@@ -446,6 +456,13 @@ class _Builder:
         for s in g.strategies:
             s._req_local.pop(f, None)  # type: ignore[attr-defined]
         self._register_consumption(n, gid)
+
+    def sbytes(self, tid: str, spec: Spec) -> float:
+        key = (tid, spec)
+        v = self._sb.get(key)
+        if v is None:
+            v = self._sb[key] = shard_bytes(self.T[tid], spec, self.sizes)
+        return v
 
     def _derive(self, n, f, have: Spec):
         """Output specs, required operand specs, own communication and work fraction of follower n

@@ -141,3 +141,18 @@ def test_unknown_primitive_kept_replicated_with_one_warning():
 def test_trace_failure_is_a_clear_error():
     with pytest.raises(IRError, match="could not trace"):
         build_ir(lambda x: x @ x, jax.ShapeDtypeStruct((3, 4), jnp.float32))
+
+
+def test_opaque_shard_map_counts_its_flops():
+    from jax.sharding import AxisType, PartitionSpec as P
+    mesh = jax.make_mesh((4,), ("x",), devices=jax.devices()[:4], axis_types=(AxisType.Auto,))
+
+    def f(a, b):
+        return jax.shard_map(lambda a, b: jnp.tanh(a @ b), mesh=mesh, in_specs=(P("x"), P()),
+                             out_specs=P("x"))(a, b)
+
+    ir = build_ir(f, jax.ShapeDtypeStruct((8, 4), jnp.float32), jax.ShapeDtypeStruct((4, 4), jnp.float32))
+    (n,) = ir.nodes
+    assert n.kind == "opaque" and n.primitive == "shard_map"
+    assert n.flops == 4 * (2 * 2 * 4 * 4 + 2 * 4)   # per shard: dot + tanh, times 4 shards
+    assert not ir.warnings
