@@ -57,6 +57,130 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job(args: argparse.Namespace):
+    from aoizora.builtin import builtin_job
+
+    return builtin_job(args.model, args.resolution, args.frames, args.target)
+
+
+def _plan_json(p) -> dict:
+    d = p.to_json()
+    d["device_order"] = [list(c) for c in p.device_coords]
+    d["device_ids"] = list(p.device_order)
+    return d
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from aoizora.planner import plan
+    from aoizora.progress import ConsoleProgress, Progress
+    from aoizora.report import format_plan
+
+    job = _job(args)
+    prog = Progress() if args.quiet else ConsoleProgress()
+    prog.stage(f"planning {job.describe()}, budget {args.time_budget:g} s, seed {args.seed}")
+    p = plan(job.fn, *job.args, target=job.target, time_budget_s=args.time_budget,
+             seed=args.seed, top_k=args.top_k, progress=prog)
+    if args.out:
+        p.save(args.out)
+    if args.json:
+        print(json.dumps(_plan_json(p), indent=1))
+    else:
+        print(format_plan(p))
+        if args.out:
+            print(f"saved: {args.out}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from aoizora.plans import load_plan
+    from aoizora.report import format_plan
+
+    p = load_plan(args.plan)
+    if args.json:
+        print(json.dumps(_plan_json(p), indent=1))
+    else:
+        print(format_plan(p))
+    if args.png:
+        from aoizora.picture import draw_plan
+
+        draw_plan(p, args.png)
+        print(f"picture: {args.png}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from aoizora.extract.evidence_summary import summarize_evidence
+    from aoizora.extract.network import default_device_order
+    from aoizora.models.experts import expert_layouts
+    from aoizora.planner import compile_layout
+
+    job = _job(args)
+    if args.plan:
+        from aoizora.plans import load_plan
+
+        p = load_plan(args.plan)
+        fn, fargs, layout, order = job.fn, job.args, p.layout, p.device_order
+        from aoizora.plans import program_key
+
+        p.check_key(program_key(fn, fargs, job.target.name), ignore_target=False)
+        what = f"plan {args.plan}"
+    else:
+        exs = {e.name: e for e in expert_layouts(job.model, job.workload, job.target)}
+        if args.expert not in exs:
+            raise UsageError(f"unknown expert configuration {args.expert!r}; known: {', '.join(exs)}")
+        ex = exs[args.expert]
+        if not ex.valid:
+            raise UsageError(f"expert configuration {ex.name} is not valid here: {ex.reason}")
+        fn, fargs, layout = ex.fn, ex.args, ex.layout
+        order = default_device_order(job.target, layout.mesh_axes)
+        what = f"expert configuration {ex.name} ({ex.reason}), JAX's default device order"
+    ev = compile_layout(fn, fargs, job.target, layout, order)
+    if args.json:
+        print(json.dumps(ev.to_json()))
+    else:
+        print(f"{job.describe()}: {what}")
+        print(summarize_evidence(ev))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from aoizora.compare import compare
+    from aoizora.progress import ConsoleProgress, Progress
+
+    job = _job(args)
+    plan = None
+    if args.plan:
+        from aoizora.plans import load_plan, program_key
+
+        plan = load_plan(args.plan)
+        plan.check_key(program_key(job.fn, job.args, job.target.name), ignore_target=False)
+    prog = Progress() if args.quiet else ConsoleProgress()
+    res = compare(job, plan=plan, time_budget_s=args.time_budget, seed=args.seed, progress=prog)
+    res.pop("plan")
+    if args.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    print(f"{job.describe()}: step latency predicted by the Q2 link-load model on the compiled "
+          f"TPU program (not measured)")
+    print(f"{'configuration':<32} {'mesh':<14} {'step ms':>10} {'AoiZora speedup':>16}  note")
+    for r in res["rows"]:
+        mesh = "x".join(f"{k}{v}" for k, v in (r.get("mesh") or {}).items()) or "-"
+        step = f"{r['step_s'] * 1e3:.3f}" if r.get("step_s") else "-"
+        sp = f"{r['speedup']:.3f}x" if r.get("speedup") else "-"
+        note = r.get("reason") or r.get("description") or ""
+        print(f"{r['name']:<32} {mesh:<14} {step:>10} {sp:>16}  {note[:90]}")
+    return 0
+
+
+def _add_job_args(p: argparse.ArgumentParser) -> None:
+    from aoizora import builtin as B
+
+    p.add_argument("--model", default=B.DEFAULT_MODEL, help=f"built-in model (default {B.DEFAULT_MODEL}; see aoizora models)")
+    p.add_argument("--resolution", default=B.DEFAULT_RESOLUTION, help=f"480p, 720p, 544p (default {B.DEFAULT_RESOLUTION})")
+    p.add_argument("--frames", type=int, default=B.DEFAULT_FRAMES, help=f"video frames (default {B.DEFAULT_FRAMES})")
+    p.add_argument("--target", default=B.DEFAULT_TARGET, help=f"TPU slice (default {B.DEFAULT_TARGET}; see aoizora targets)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aoizora", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -68,18 +192,63 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list the built-in models and workloads with parameter and token counts")
     m.add_argument("--json", action="store_true", help="print JSON")
     m.set_defaults(func=cmd_models)
+
+    pl = sub.add_parser("plan", help="plan a built-in model (default: Wan 2.1 1.3B, 480p, 81 frames, v5e-8)")
+    _add_job_args(pl)
+    pl.add_argument("--time-budget", type=float, default=300.0, help="seconds for the whole call, compiles included (default 300)")
+    pl.add_argument("--seed", type=int, default=0, help="solver seed (default 0)")
+    pl.add_argument("--top-k", type=int, default=2, help="layouts compiled per iteration (default 2)")
+    pl.add_argument("--out", help="save the plan as JSON")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON")
+    pl.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    pl.set_defaults(func=cmd_plan)
+
+    sh = sub.add_parser("show", help="summarize a saved plan (and draw it with --png)")
+    sh.add_argument("plan", help="a plan file from aoizora plan --out")
+    sh.add_argument("--png", help="draw the chip grid with link loads and logical ranks (needs the plot extra)")
+    sh.add_argument("--json", action="store_true", help="print the plan as JSON")
+    sh.set_defaults(func=cmd_show)
+
+    ins = sub.add_parser("inspect", help="what the TPU compiler emitted for an expert configuration or a plan")
+    _add_job_args(ins)
+    ins.add_argument("--expert", default="context", help="expert configuration (default context)")
+    ins.add_argument("--plan", help="a saved plan for this model, workload and target instead")
+    ins.add_argument("--json", action="store_true", help="print the whole evidence as JSON")
+    ins.set_defaults(func=cmd_inspect)
+
+    cp = sub.add_parser("compare", help="the plan against expert configurations, Alpa-style search, default order")
+    _add_job_args(cp)
+    cp.add_argument("--plan", help="a saved plan (else plan now)")
+    cp.add_argument("--time-budget", type=float, default=120.0, help="planning budget when no --plan (default 120)")
+    cp.add_argument("--seed", type=int, default=0)
+    cp.add_argument("--json", action="store_true")
+    cp.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    cp.set_defaults(func=cmd_compare)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def _user_errors() -> tuple:
+    from aoizora.builtin import WorkloadError
     from aoizora.extract.targets import TargetError
+    from aoizora.planner import PlanningError
+    from aoizora.plans import PlanError
+    from aoizora.realize import RealizeError
+    from aoizora.solvers.sharding import ShardingSolveError
 
+    return (UsageError, TargetError, WorkloadError, PlanningError, PlanError, RealizeError,
+            ShardingSolveError)
+
+
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, TargetError) as e:
-        print(f"aoizora: error: {e}", file=sys.stderr)
+    except _user_errors() as e:
+        print(f"aoizora: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("aoizora: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ class ConsoleProgress(Progress):
     def __init__(self) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True, highlight=False)
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.t0 = time.perf_counter()
 
     def _print(self, text: str) -> None:

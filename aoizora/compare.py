@@ -1,0 +1,125 @@
+"""AoiZora's plan against today's practice, on one model, workload and target.
+
+Rows (every latency predicted by the Q2 link-load model on the compiled TPU program):
+- ``aoizora``: the plan (its layout, its placement);
+- ``aoizora-layout/default-order``: the plan's layout under JAX's default device order (the
+  ablation that isolates placement);
+- ``alpa-logical``: the sharding ILP with fixed, placement-oblivious alpha-beta costs (Alpa's
+  model), its best layout compiled and placed in JAX's default order;
+- ``expert:NAME``: each expert configuration (``models.experts``) in JAX's default order, or the
+  reason it is rejected.
+``speedup`` = baseline step / AoiZora step (> 1: AoiZora faster).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aoizora.builtin import Job
+from aoizora.extract.aot_compile import CompileError
+from aoizora.extract.network import Network, default_device_order
+from aoizora.extract.program_ir import build_ir
+from aoizora.formulation.latency import predict_step
+from aoizora.models.experts import expert_layouts
+from aoizora.planner import compile_layout, plan as make_plan
+from aoizora.plans import Plan
+from aoizora.progress import Progress
+from aoizora.realize import RealizeError
+from aoizora.solvers.sharding import ShardingSolveError, solve_sharding
+
+
+def _row(name: str, **kw) -> dict[str, Any]:
+    r = {"name": name, "valid": True, "reason": "", "mesh": None, "step_s": None,
+         "compute_s": None, "communication_s": None, "fits_hbm": None, "planning_time_s": None,
+         "source": "predicted (Q2 link-load model on the compiled TPU program)"}
+    r.update(kw)
+    return r
+
+
+def price_default_order(fn, args, job: Job, layout, network: Network) -> dict[str, Any]:
+    """Compile `layout` in JAX's default device order and price it with Q2."""
+    order = default_device_order(job.target, layout.mesh_axes)
+    try:
+        ev = compile_layout(fn, args, job.target, layout, order)
+    except (CompileError, RealizeError) as e:
+        return {"valid": False, "reason": str(e).splitlines()[0], "mesh": dict(layout.mesh_axes)}
+    out = {"mesh": dict(layout.mesh_axes), "fits_hbm": ev.memory.fits,
+           "device_order": order, "compile_s": ev.compile_s}
+    if not ev.memory.fits:
+        out.update(valid=False, reason="does not fit in HBM: " + ev.memory.oom_message[:160])
+        return out
+    q = predict_step(ev, order, network)
+    out.update(step_s=q.step_s, compute_s=q.compute_s, communication_s=q.communication_s)
+    out["evidence"] = ev
+    return out
+
+
+def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0, seed: int = 0,
+            progress: Progress | None = None, keep_evidence: bool = False) -> dict[str, Any]:
+    progress = progress or Progress()
+    network = Network.from_target(job.target)
+    rows = []
+    if plan is None:
+        progress.stage(f"planning {job.describe()}")
+        plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=time_budget_s,
+                         seed=seed, progress=progress)
+    pr = plan.predicted
+    rows.append(_row("aoizora", mesh=plan.mesh, step_s=pr["step_s"], compute_s=pr["compute_s"],
+                     communication_s=pr["communication_s"], fits_hbm=plan.fits_hbm,
+                     planning_time_s=plan.planning_time_s, device_order=plan.device_order))
+    progress.stage("AoiZora's layout under JAX's default device order")
+    d = price_default_order(job.fn, job.args, job, plan.layout, network)
+    rows.append(_row("aoizora-layout/default-order", **_clean(d, keep_evidence)))
+
+    progress.stage("Alpa-style logical search (fixed alpha-beta, default order)")
+    t0 = time.perf_counter()
+    ir = build_ir(job.fn, *job.args)
+    best = None
+    for m in _meshes(job):
+        try:
+            res = solve_sharding(ir, job.target, m, time_limit_s=30.0, seed=seed)
+        except ShardingSolveError:
+            continue
+        q1 = res.best.predicted["total_s"]
+        if best is None or q1 < best[0]:
+            best = (q1, res.best)
+    alpa_t = time.perf_counter() - t0
+    if best is None:
+        rows.append(_row("alpa-logical", valid=False, reason="no layout fits on any mesh"))
+    else:
+        d = price_default_order(job.fn, job.args, job, best[1].layout, network)
+        rows.append(_row("alpa-logical", planning_time_s=alpa_t, q1_s=best[0],
+                         **_clean(d, keep_evidence)))
+
+    for ex in expert_layouts(job.model, job.workload, job.target):
+        progress.stage(f"expert configuration {ex.name}")
+        if not ex.valid:
+            rows.append(_row(f"expert:{ex.name}", valid=False, reason=ex.reason))
+            continue
+        d = price_default_order(ex.fn, ex.args, job, ex.layout, network)
+        rows.append(_row(f"expert:{ex.name}", description=ex.reason, **_clean(d, keep_evidence)))
+
+    base = rows[0]["step_s"]
+    for r in rows:
+        r["speedup"] = (r["step_s"] / base) if (r.get("step_s") and base) else None
+    experts = [r for r in rows if r["name"].startswith("expert:") and r.get("step_s")]
+    best_expert = min(experts, key=lambda r: r["step_s"]) if experts else None
+    return {"model": job.model.name, "workload": job.workload.name, "target": job.target.name,
+            "tokens": job.workload.tokens, "padded_tokens": job.padded_tokens,
+            "rows": rows, "best_expert": best_expert["name"] if best_expert else None,
+            "speedup_over_best_expert": best_expert["speedup"] if best_expert else None,
+            "plan": plan}
+
+
+def _meshes(job: Job):
+    from aoizora.formulation.meshes import candidate_meshes
+
+    return candidate_meshes(job.target.num_devices)
+
+
+def _clean(d: dict[str, Any], keep_evidence: bool) -> dict[str, Any]:
+    d = dict(d)
+    if not keep_evidence:
+        d.pop("evidence", None)
+    return d

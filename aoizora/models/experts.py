@@ -1,0 +1,294 @@
+"""Today's expert configurations (``shared/facts/practice.md``) as Layouts: the baselines to beat.
+
+``expert_layouts(model, workload, target)`` -> one :class:`Expert` per configuration, either with a
+:class:`~aoizora.formulation.layout.Layout` or rejected with the reason. n = devices of the target.
+
+- ``ulysses`` (xDiT / DeepSpeed-Ulysses): mesh ``sp=n``; activations sequence-split over sp;
+  self-attention heads split over sp (all-to-all in and out); cross-attention queries stay
+  sequence-split and attend to the whole text. Valid only when the heads divide n.
+- ``context`` (maxdiffusion's default, ``ici_context_parallelism=-1``): mesh ``context=n``;
+  activations and attention queries sequence-split; keys/values all-gathered.
+- ``cfg2_context`` (maxdiffusion's recipe for 8 chips: data 2 x context 4): mesh
+  ``data=2 x context=n/2``; the CFG pair (batch) on data, sequence on context, keys/values
+  gathered; weights split on their embed dim over context (maxdiffusion: embed -> context).
+- ``fsdp_sp`` (the Wan 2.1 repo): mesh ``sp=n``; every weight fully sharded over sp on its
+  largest dim that divides (FSDP, all-gathered at use); activations sequence-split; self-attention
+  Ulysses when the heads divide n, else a ring over all n (Wan repo: 1.3B on 8 = ring 8).
+- ``tp_cfg`` (head / MLP tensor parallel x CFG): mesh ``cfg=2 x tp=n/2``; the CFG pair on cfg;
+  heads and the MLP hidden split over tp (Megatron: q/k/v/fc1 column-split, o/fc2 row-split).
+  Valid when the heads and the MLP width divide n/2.
+
+Mesh axes in ``jax.make_mesh`` order (``default_mesh``): that is the default device order a user
+gets. Attention layouts are per attention node (keys of ``aoizora.extract.jaxpr_walk``): the
+video self-attention (HunyuanVideo's joint attention) takes the configuration's layout, the
+cross-attention to the text keeps its queries split like the activations, and text-only
+attention (HunyuanVideo's token refiner) splits only the batch.
+
+Padding: the video sequence is padded (as the Wan repo pads for sequence parallelism) to
+``pad_multiple`` = 128 x (sequence degree) -- so every shard holds whole 128-token splash blocks
+and the attention wrapper never pads again -- or 128 without a sequence split. The padded
+program is ``Expert.fn``; its padding is part of every cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType
+
+from aoizora.extract.jaxpr_walk import walk
+from aoizora.extract.targets import Target, get_target
+from aoizora.formulation.layout import AttentionLayout, Layout
+from aoizora.models import registry
+from aoizora.models.primitives import ATTENTION, HINT
+
+EXPERTS = ("ulysses", "context", "cfg2_context", "fsdp_sp", "tp_cfg")
+SPLASH_BLOCK = 128
+
+# Layer roles by the param dict key that holds {"w", "b"} (both models' names).
+_COLUMN = frozenset({"q", "k", "v", "qkv", "fc1", "linear1"})      # output dim = heads / mlp
+_ROW = frozenset({"o", "proj", "fc2", "linear2"})                  # input dim = heads / mlp
+_HEAD_NORMS = frozenset({"norm_q", "norm_k"})                       # Wan: RMS over the full dim
+
+
+@dataclasses.dataclass
+class Expert:
+    """One expert configuration for a model, workload and target. Unpacks as (name, layout, reason).
+
+    layout: None when rejected; reason: why rejected, or a one-line description when valid.
+    fn, args: the program the layout is for (``denoise_step(model, pad_multiple)`` and its
+    abstract inputs) -- realize exactly this pair.
+    """
+
+    name: str
+    layout: Layout | None
+    reason: str
+    pad_multiple: int = 1
+    fn: Callable | None = None
+    args: tuple | None = None
+
+    def __iter__(self):
+        return iter((self.name, self.layout, self.reason))
+
+    @property
+    def valid(self) -> bool:
+        return self.layout is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "valid": self.valid, "reason": self.reason,
+                "pad_multiple": self.pad_multiple,
+                "layout": None if self.layout is None else self.layout.to_json()}
+
+
+def default_mesh(target, mesh_axes: dict[str, int]):
+    """``jax.make_mesh`` over the target's devices (JAX's default device order) with Auto axes.
+
+    target: a Target or target name (its libtpu devices), or a list of devices (e.g. CPU)."""
+    if isinstance(target, (str, Target)):
+        devices = get_target(target).devices()
+    else:
+        devices = list(target)
+    n = math.prod(mesh_axes.values())
+    if n > len(devices):
+        raise ValueError(f"mesh {dict(mesh_axes)} needs {n} devices, the target has {len(devices)}")
+    return jax.make_mesh(tuple(mesh_axes.values()), tuple(mesh_axes.keys()),
+                         axis_types=(AxisType.Auto,) * len(mesh_axes), devices=devices[:n])
+
+
+# ---------------------------------------------------------------------------------------------
+# the program's attention nodes and parameter paths
+
+def attention_roles(fn, args) -> dict[str, str]:
+    """Attention node key -> "self" (video / joint sequence), "cross" (video queries, text keys)
+    or "text" (text-only), from the hint names on q and k (else from their lengths)."""
+    closed = jax.make_jaxpr(fn)(*args)
+    producer: dict = {}
+    roles: dict[str, str] = {}
+    for w in walk(closed.jaxpr):
+        for v in w.eqn.outvars:
+            producer[v] = w.eqn
+        if w.eqn.primitive.name != ATTENTION:
+            continue
+        names = []
+        for v in w.eqn.invars[:2]:
+            p = producer.get(v)
+            names.append(p.params["names"][2] if p is not None and p.primitive.name == HINT else None)
+        sq, skv = w.eqn.invars[0].aval.shape[2], w.eqn.invars[1].aval.shape[2]
+        qn, kn = names
+        if qn == "text":
+            roles[w.key] = "text"
+        elif qn == "seq" and kn == "seq":
+            roles[w.key] = "self"
+        elif qn == "seq":
+            roles[w.key] = "cross"
+        else:
+            roles[w.key] = "self" if sq == skv else "cross"
+    return roles
+
+
+def _path_keys(path) -> list[str]:
+    return [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+
+
+def _param_leaves(args):
+    """(path keys, leaf) of every input leaf; params are under arg 0."""
+    return [(_path_keys(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(args)[0]]
+
+
+def _stacked(keys: list[str]) -> bool:
+    return any("blocks" in k for k in keys)
+
+
+def _fsdp_spec(keys, shape, axes: tuple[str, ...], n: int):
+    """Shard the largest dim that n divides (not the layer dim of stacked block params)."""
+    spec = [None] * len(shape)
+    start = 1 if _stacked(keys) and len(shape) > 1 else 0
+    dims = sorted(range(start, len(shape)), key=lambda d: -shape[d])
+    for d in dims:
+        if shape[d] % n == 0:
+            spec[d] = axes if len(axes) > 1 else axes[0]
+            return tuple(spec)
+    return tuple(spec)
+
+
+def _role(keys: list[str]) -> str | None:
+    if len(keys) < 2 or not _stacked(keys):
+        return None
+    layer, leaf = keys[-2], keys[-1]
+    if layer in _COLUMN and leaf in ("w", "b"):
+        return "column"
+    if layer in _ROW and leaf == "w":
+        return "row"
+    if layer in _HEAD_NORMS and leaf == "scale":
+        return "head_norm"
+    return None
+
+
+def _tp_spec(keys, shape, axis: str, n: int):
+    role = _role(keys)
+    spec = [None] * len(shape)
+    if role in ("column", "head_norm"):
+        d = len(shape) - 1                  # out dim of w, the only non-layer dim of b / scale
+    elif role == "row":
+        d = len(shape) - 2                  # in dim of w
+    else:
+        return tuple(spec)
+    if shape[d] % n == 0:
+        spec[d] = axis
+    return tuple(spec)
+
+
+def _embed_spec(keys, shape, axis: str, n: int, width: int):
+    """maxdiffusion: the embed dim (the model width) of each weight over ``axis``."""
+    spec = [None] * len(shape)
+    start = 1 if _stacked(keys) and len(shape) > 1 else 0
+    cand = [d for d in range(start, len(shape)) if shape[d] == width]
+    if not cand:
+        return tuple(spec)
+    d = cand[-1] if _role(keys) == "row" else cand[0]
+    if shape[d] % n == 0:
+        spec[d] = axis
+    return tuple(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _model_dims(model) -> tuple[int, int, int]:
+    c = model.config
+    if model.family == "wan":
+        return c.heads, c.ffn_dim, c.dim
+    return c.heads, c.mlp_dim, c.hidden
+
+
+def _build(name, model, wl, n, dtype, block):
+    """(Layout | None, reason, pad_multiple, fn, args)."""
+    heads, mlp, width = _model_dims(model)
+    batch = 2 * wl.batch                           # the CFG pair runs as one batch
+    if name in ("cfg2_context", "tp_cfg"):
+        if n % 2:
+            return None, f"CFG parallel needs an even number of chips, the target has {n}", 1, None, None
+        if batch % 2:
+            return None, f"CFG parallel needs an even batch, the step runs {batch}", 1, None, None
+    if name == "ulysses" and heads % n:
+        return None, f"{heads} heads do not divide {n} chips (Ulysses splits heads over all chips)", 1, None, None
+    if name == "tp_cfg":
+        tp = n // 2
+        if heads % tp:
+            return None, f"{heads} heads do not divide tensor-parallel degree {tp} (= {n} chips / CFG 2)", 1, None, None
+        if mlp % tp:
+            return None, f"MLP width {mlp} does not divide tensor-parallel degree {tp}", 1, None, None
+
+    if name in ("ulysses", "context", "fsdp_sp"):
+        ax = {"ulysses": "sp", "context": "context", "fsdp_sp": "sp"}[name]
+        mesh = {ax: n}
+        seq_deg, seq, bat, hd = n, (ax,), (), ()
+        rules = {"seq": (ax,)}
+        if name == "ulysses" or (name == "fsdp_sp" and heads % n == 0):
+            main = AttentionLayout(heads=(ax,))
+            how = "Ulysses"
+        elif name == "fsdp_sp":
+            main = AttentionLayout(seq=(ax,), kv="ring")
+            how = f"ring over {n} ({heads} heads do not divide {n})"
+        else:
+            main = AttentionLayout(seq=(ax,))
+            how = "context parallel (keys/values gathered)"
+        cross = AttentionLayout(seq=(ax,))
+        text = AttentionLayout()
+    elif name == "cfg2_context":
+        mesh = {"data": 2, "context": n // 2}
+        seq_deg, seq, bat = n // 2, ("context",), ("data",)
+        rules = {"batch": ("data",), "seq": ("context",)}
+        main = cross = AttentionLayout(batch=bat, seq=seq)
+        text = AttentionLayout(batch=bat)
+        how = f"CFG 2 x context {n // 2}"
+    elif name == "tp_cfg":
+        tp = n // 2
+        mesh = {"cfg": 2, "tp": tp}
+        seq_deg, bat = 1, ("cfg",)
+        rules = {"batch": ("cfg",), "heads": ("tp",), "mlp": ("tp",)}
+        main = cross = text = AttentionLayout(batch=bat, heads=("tp",))
+        how = f"CFG 2 x tensor parallel {tp} (heads, MLP)"
+    else:
+        raise ValueError(f"unknown expert configuration {name!r}; known: {list(EXPERTS)}")
+
+    pad = block * seq_deg
+    fn = registry.denoise_step(model, pad)
+    args = registry.abstract_inputs(model, wl, dtype)
+    roles = attention_roles(fn, args)
+    attention = {k: {"self": main, "cross": cross, "text": text}[r] for k, r in roles.items()}
+
+    in_specs = []
+    for keys, leaf in _param_leaves(args):
+        shape = leaf.shape
+        if keys[0] != "0":                     # latents, timestep, text, guidance: batch 1
+            in_specs.append(None)
+        elif name == "fsdp_sp":
+            in_specs.append(_fsdp_spec(keys[1:], shape, ("sp",), n))
+        elif name == "tp_cfg":
+            in_specs.append(_tp_spec(keys[1:], shape, "tp", n // 2))
+        elif name == "cfg2_context":
+            in_specs.append(_embed_spec(keys[1:], shape, "context", n // 2, width))
+        else:
+            in_specs.append(None)
+    layout = Layout(mesh_axes=mesh, in_specs=in_specs, out_specs=None, attention=attention,
+                    rules=rules, name=f"expert:{name}")
+    return layout, how, pad, fn, args
+
+
+def expert_layouts(model, workload, target, *, dtype=jnp.bfloat16,
+                   block: int = SPLASH_BLOCK) -> list[Expert]:
+    """Every expert configuration for ``model`` (name or Model) at ``workload`` (name or Workload)
+    on ``target`` (Target or name; n = its devices): valid ones with their Layout and padded
+    program, invalid ones with the reason (e.g. "12 heads do not divide 8 chips ...")."""
+    model = registry.get_model(model)
+    wl = model.workload(workload) if isinstance(workload, str) else workload
+    n = get_target(target).num_devices
+    out = []
+    for name in EXPERTS:
+        layout, reason, pad, fn, args = _build(name, model, wl, n, dtype, block)
+        out.append(Expert(name, layout, reason, pad, fn, args))
+    return out

@@ -1,0 +1,406 @@
+"""The planner's loop: sharding ILP -> realize -> compile for the target -> evidence -> placement
+CP-SAT -> price (Q2) -> feed the priced evidence back into the ILP -> solve again.
+
+One iteration:
+  1. For each candidate logical mesh m, solve the sharding ILP (``solvers.sharding``) for its
+     ``top_k`` best distinct layouts under the current axis costs ``A[m]``, corrections ``C[m]``
+     and forbidden combinations ``F[m]``. Rank every (m, layout) by Q1 (placement-oblivious).
+  2. Take the ``top_k`` best layouts not compiled before. For each: realize it as shardings
+     (``aoizora.realize``) on the target's devices in JAX's default order, compile ahead of time
+     with libtpu (``extract.aot_compile``), read the evidence. A layout that does not fit in HBM
+     joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``) and price with Q2.
+  3. Feedback, per mesh, from its best priced candidate:
+       - effective bandwidth: for every logical axis a whose collectives appear in the evidence,
+         ``beta_eff[a] = sum_c count_c t_c / sum_c count_c f_c V_c`` where ``t_c`` is the time the
+         collective's most loaded link needs under the chosen placement (``formulation.traffic``)
+         and ``f_c V_c`` the bytes term alpha-beta charges it ((n-1)/n V for all-gather and
+         reduce-scatter, 2(n-1)/n V for all-reduce, (n-1)/n^2 V for all-to-all). ``A[m]`` takes
+         ``beta_eff`` in place of its default beta on those axes;
+       - layouts that did not fit in HBM stay forbidden.
+     Not yet: per-op corrections for communication the compiler added or removed against the
+     ILP's assumptions (``corrections`` in the ILP is ready; mapping HLO collectives back onto
+     ILP groups needs finer provenance than the shared layer code gives today).
+  4. Stop when an iteration brings no new layout (the plan repeats), after ``max_iterations``, or
+     when the time budget cannot fit another compile. Keep the best plan by Q2.
+
+The time budget bounds the whole call, compiles included; the next compile starts only when the
+slowest compile so far still fits. When the budget cannot hold one compile, ``BudgetError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from aoizora.extract.aot_compile import CompileError, compile_evidence, target_mesh
+from aoizora.extract.evidence import Evidence
+from aoizora.extract.network import Network, default_device_order
+from aoizora.extract.program_ir import ProgramIR, build_ir
+from aoizora.extract.targets import Target, get_target
+from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
+from aoizora.formulation.latency import Q2, predict_step
+from aoizora.formulation.layout import Layout
+from aoizora.formulation.meshes import candidate_meshes
+from aoizora.formulation.traffic import base_kind, collective_link_bytes, mesh_axis_groups
+from aoizora.plans import Plan, program_key
+from aoizora.progress import Progress
+from aoizora.realize import RealizeError, realize
+from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.placement import solve_placement
+from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
+
+
+class PlanningError(ValueError):
+    """Planning cannot go on: a one-line reason and what to do."""
+
+
+class BudgetError(PlanningError):
+    """The time budget is too small for one compile of the program."""
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One (mesh, layout) the loop compiled and priced."""
+
+    iteration: int
+    mesh_axes: dict[str, int]
+    solution: ShardingSolution
+    evidence: Evidence | None = None
+    fits: bool | None = None
+    placement: list[int] | None = None
+    placement_cert: Certificate | None = None
+    q2: Q2 | None = None
+    q2_default: Q2 | None = None
+    default_order: list[int] | None = None
+    compile_s: float = 0.0
+    error: str = ""
+
+    @property
+    def q1_s(self) -> float:
+        return float(self.solution.predicted.get("total_s", math.inf))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "mesh": dict(self.mesh_axes), "layout": self.solution.layout.name,
+            "q1_s": self.q1_s, "fits_hbm": self.fits, "compile_s": round(self.compile_s, 3),
+            "q2_step_s": self.q2.step_s if self.q2 else None,
+            "q2_default_order_step_s": self.q2_default.step_s if self.q2_default else None,
+            "placement_status": self.placement_cert.status if self.placement_cert else None,
+            "error": self.error or None,
+        }
+
+
+def _layout_id(mesh_axes: dict[str, int], layout: Layout) -> str:
+    d = layout.to_json()
+    d.pop("name", None)
+    return json.dumps([mesh_axes, d], sort_keys=True)
+
+
+_BYTES_FACTOR = {
+    "all-gather": lambda n: (n - 1) / n,
+    "reduce-scatter": lambda n: (n - 1) / n,
+    "all-reduce": lambda n: 2 * (n - 1) / n,
+    "all-to-all": lambda n: (n - 1) / (n * n),
+}
+
+
+def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Network,
+                         costs: AxisCosts) -> tuple[AxisCosts, dict[str, dict[str, float]]]:
+    """``costs`` with beta replaced by the effective seconds-per-byte each logical axis got under
+    ``placement`` (see the module docstring). Axes without a single-axis collective keep theirs."""
+    names = list(ev.mesh_axes)
+    shape = [int(ev.mesh_axes[a]) for a in names]
+    groups_of = {frozenset(frozenset(g) for g in mesh_axis_groups(shape, [i])): a
+                 for i, a in enumerate(names) if shape[i] > 1}
+    chip_of_rank = network.device_chip[np.asarray(placement, dtype=np.int64)]
+    num = {a: 0.0 for a in names}
+    den = {a: 0.0 for a in names}
+    for c in ev.collectives:
+        kind = base_kind(c.kind)
+        if kind not in _BYTES_FACTOR or c.bytes <= 0:
+            continue
+        axis = groups_of.get(frozenset(frozenset(g) for g in c.replica_groups))
+        if axis is None:
+            continue
+        link_bytes, _ = collective_link_bytes(c, chip_of_rank, network)
+        t = float(link_bytes.max()) / network.link_bandwidth_Bps if len(link_bytes) else 0.0
+        num[axis] += c.count * t
+        den[axis] += c.count * _BYTES_FACTOR[kind](costs.sizes[axis]) * c.bytes
+    beta = dict(costs.beta_s_per_byte)
+    detail = {}
+    for a in names:
+        if den[a] > 0 and num[a] > 0:
+            detail[a] = {"beta_before_s_per_B": beta[a], "beta_after_s_per_B": num[a] / den[a],
+                         "effective_bandwidth_Bps": den[a] / num[a]}
+            beta[a] = num[a] / den[a]
+    new = dataclasses.replace(costs, beta_s_per_byte=beta,
+                              note=f"effective bandwidth measured on compiled evidence under the "
+                                   f"best placement ({', '.join(detail) or 'no axis measured'})")
+    return new, detail
+
+
+def _link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
+    """Per directed link: seconds of traffic per step under the plan (sum over phases x runs)."""
+    L = network.num_links
+    tot = np.zeros(L)
+    counts = {}
+    for ph in q2.phases:
+        counts[ph.phase] = counts.get(ph.phase, 0) + ph.count
+    for phase, loads in q2.link_loads.items():
+        n = max(counts.get(int(phase), 1), 1)
+        tot += n * np.asarray(loads, dtype=float) / network.link_bandwidth_Bps
+    out = []
+    for lid in range(L):
+        a, b = network.link(lid)
+        out.append({"from": list(network.chips[a]), "to": list(network.chips[b]),
+                    "seconds": float(tot[lid])})
+    return out
+
+
+def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
+         time_budget_s: float = 300.0, seed: int = 0, top_k: int = 2,
+         meshes: Sequence[dict[str, int]] | None = None, max_iterations: int = 4,
+         placement_time_s: float = 10.0, ilp_time_s: float = 20.0, workers: int = 2,
+         verify: bool = True, progress: Progress | None = None) -> Plan:
+    """Plan ``fn(*abstract_args)`` for ``target`` within ``time_budget_s`` seconds (compiles
+    included). ``abstract_args``: pytrees of ``jax.ShapeDtypeStruct`` or arrays. Returns the best
+    plan by Q2 with both solvers' certificates and the record of every iteration."""
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_budget_s)
+    progress = progress or Progress()
+    tgt = get_target(target)
+    if time_budget_s <= 0:
+        raise BudgetError(f"time budget {time_budget_s} s: give a positive number of seconds")
+    progress.stage(f"tracing the program for {tgt.short_name} ({tgt.name}, {tgt.num_devices} devices)")
+    key = program_key(fn, abstract_args, tgt.name)
+    try:
+        ir = build_ir(fn, *abstract_args)
+    except Exception as e:  # noqa: BLE001 -- a user function that fails to trace
+        raise PlanningError(f"cannot trace the program: {str(e).splitlines()[0]}") from e
+    network = Network.from_target(tgt)
+    mesh_list = [dict(m) for m in (meshes or candidate_meshes(tgt.num_devices))]
+    state = {_mkey(m): {"costs": default_axis_costs(tgt, m), "corrections": {}, "forbidden": []}
+             for m in mesh_list}
+    seen: set[str] = set()
+    ilp_cache: dict[str, Any] = {}
+    priced: list[Candidate] = []
+    iterations: list[dict[str, Any]] = []
+    memory_errors: list[str] = []
+    max_compile_s = 0.0
+    best: Candidate | None = None
+    stop_reason = ""
+
+    for it in range(1, max_iterations + 1):
+        rec: dict[str, Any] = {"iteration": it, "candidates": [], "feedback": {}, "changes": []}
+        progress.stage(f"iteration {it}: sharding ILP on {len(mesh_list)} logical meshes")
+        ranked: list[tuple[float, dict[str, int], ShardingSolution]] = []
+        for m in mesh_list:
+            st = state[_mkey(m)]
+            limit = max(1.0, min(ilp_time_s, (deadline - time.perf_counter()) / (2 * len(mesh_list))))
+            ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"]],
+                              sort_keys=True, default=str)
+            try:
+                if ckey in ilp_cache:  # nothing changed for this mesh: same ILP, same answer
+                    res = ilp_cache[ckey]
+                else:
+                    res = ilp_cache[ckey] = solve_sharding(
+                        ir, tgt, m, axis_costs=st["costs"], k_best=top_k, time_limit_s=limit,
+                        corrections=st["corrections"], forbidden=st["forbidden"] or None,
+                        seed=seed)
+            except MemoryBudgetError as e:
+                memory_errors.append(str(e))
+                progress.note(f"mesh {m}: {e}")
+                continue
+            except ShardingSolveError as e:
+                progress.note(f"mesh {m}: {e}")
+                continue
+            c = res.certificate
+            progress.solver(f"sharding ILP {_mstr(m)}", c.status, c.objective, c.bound)
+            for sol in res.all():
+                ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
+        if not ranked:
+            if it == 1 and memory_errors:
+                raise PlanningError(min(memory_errors, key=len))
+            stop_reason = "no layout left to try on any mesh"
+            iterations.append(rec)
+            break
+        ranked.sort(key=lambda r: (r[0], _mstr(r[1])))
+        fresh = [(q1, m, s) for q1, m, s in ranked if _layout_id(m, s.layout) not in seen][:top_k]
+        if not fresh:
+            stop_reason = "the ILP's best layouts repeat: the plan converged"
+            rec["changes"].append(stop_reason)
+            iterations.append(rec)
+            break
+        this_iter: list[Candidate] = []
+        for k, (q1, m, sol) in enumerate(fresh, 1):
+            left = deadline - time.perf_counter()
+            if priced and left < 1.2 * max_compile_s + 1.0:
+                stop_reason = (f"time budget: {left:.1f} s left, a compile takes up to "
+                               f"{max_compile_s:.1f} s")
+                break
+            seen.add(_layout_id(m, sol.layout))
+            progress.candidate(k, len(fresh), f"mesh {_mstr(m)}, Q1 {q1 * 1e3:.3f} ms (predicted, "
+                                              f"placement-oblivious); compiling for {tgt.name}")
+            cand = _price(fn, abstract_args, tgt, network, m, sol, it, deadline, seed, workers,
+                          placement_time_s, progress)
+            max_compile_s = max(max_compile_s, cand.compile_s)
+            if not priced and time.perf_counter() > deadline and cand.q2 is None:
+                raise BudgetError(
+                    f"the time budget ({time_budget_s:g} s) is too small for one compile of this "
+                    f"program for {tgt.name} (it took {cand.compile_s:.1f} s); raise the budget")
+            rec["candidates"].append(cand.summary())
+            this_iter.append(cand)
+            if cand.fits is False:
+                state[_mkey(m)]["forbidden"].append(dict(sol.choice))
+                rec["changes"].append(f"mesh {_mstr(m)} layout {sol.layout.name}: does not fit in "
+                                      f"HBM -> forbidden in the ILP")
+            if cand.q2 is not None:
+                priced.append(cand)
+                if best is None or cand.q2.step_s < best.q2.step_s:
+                    if best is not None:
+                        rec["changes"].append(
+                            f"new best: mesh {_mstr(m)} {sol.layout.name}, Q2 "
+                            f"{cand.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
+                    best = cand
+        # feedback: effective bandwidth per axis from each mesh's best priced candidate
+        for m in mesh_list:
+            mine = [c for c in this_iter if c.mesh_axes == m and c.q2 is not None]
+            if not mine:
+                continue
+            c = min(mine, key=lambda c: c.q2.step_s)
+            st = state[_mkey(m)]
+            st["costs"], detail = effective_axis_costs(c.evidence, c.placement, network, st["costs"])
+            if detail:
+                rec["feedback"][_mstr(m)] = detail
+                for a, d in detail.items():
+                    rec["changes"].append(
+                        f"mesh {_mstr(m)} axis {a}: effective bandwidth "
+                        f"{d['effective_bandwidth_Bps'] / 1e9:.1f} GB/s under the best placement "
+                        f"(ILP assumed {1 / d['beta_before_s_per_B'] / 1e9:.1f} GB/s)")
+        rec["best_q2_step_s"] = best.q2.step_s if best else None
+        rec["elapsed_s"] = round(time.perf_counter() - t0, 3)
+        iterations.append(rec)
+        if stop_reason:
+            break
+    else:
+        stop_reason = f"{max_iterations} iterations"
+
+    if best is None:
+        errs = [c.get("error") for r in iterations for c in r["candidates"] if c.get("error")]
+        oom = [c for r in iterations for c in r["candidates"] if c.get("fits_hbm") is False]
+        if oom and not errs:
+            raise PlanningError(f"no compiled layout fits in HBM on {tgt.name} "
+                                f"({len(oom)} tried); use a larger slice or a smaller workload")
+        raise PlanningError(f"no layout could be compiled and priced for {tgt.name}: "
+                            f"{errs[0] if errs else stop_reason}")
+    progress.stage(f"best: mesh {_mstr(best.mesh_axes)}, Q2 {best.q2.step_s * 1e3:.3f} ms "
+                   f"(predicted); stopped: {stop_reason}")
+    return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
+                   deadline, verify, max_compile_s, progress)
+
+
+def _mkey(m: dict[str, int]) -> str:
+    return json.dumps(m)
+
+
+def _mstr(m: dict[str, int]) -> str:
+    return "x".join(f"{k}{v}" for k, v in m.items())
+
+
+def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence[int]) -> Evidence:
+    """Realize `layout` on the target's devices in `device_order` and compile it ahead of time."""
+    mesh = target_mesh(tgt, layout.mesh_axes, list(device_order))
+    realized = realize(fn, args, layout, mesh)
+    return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt)
+
+
+def _price(fn, args, tgt: Target, network: Network, m: dict[str, int], sol: ShardingSolution,
+           it: int, deadline: float, seed: int, workers: int, placement_time_s: float,
+           progress: Progress) -> Candidate:
+    cand = Candidate(it, dict(m), sol)
+    order = default_device_order(tgt, m)
+    cand.default_order = order
+    try:
+        t = time.perf_counter()
+        ev = compile_layout(fn, args, tgt, sol.layout, order)
+        cand.compile_s = time.perf_counter() - t
+    except (CompileError, RealizeError) as e:
+        cand.error = str(e).splitlines()[0]
+        progress.note(f"skipped: {cand.error}")
+        return cand
+    cand.evidence = ev
+    cand.fits = ev.memory.fits
+    if not ev.memory.fits:
+        progress.note(f"does not fit in HBM: {ev.memory.oom_message[:120]}")
+        return cand
+    limit = max(0.5, min(placement_time_s, (deadline - time.perf_counter()) * 0.25))
+    res = solve_placement(ev, network, time_limit_s=limit, seed=seed, workers=workers, hint=order)
+    c = res.certificate
+    progress.solver("placement CP-SAT", c.status, c.objective, c.bound)
+    cand.q2_default = predict_step(ev, order, network)
+    if res.placement is None:
+        cand.placement, cand.placement_cert, cand.q2 = order, c, cand.q2_default
+    else:
+        cand.placement, cand.placement_cert, cand.q2 = res.placement, c, res.q2
+    if cand.q2_default.step_s < cand.q2.step_s:  # never worse than the default order
+        cand.placement, cand.q2 = order, cand.q2_default
+    return cand
+
+
+def _named_words(fn, args, words: list[str]) -> list[str]:
+    """The ILP's words with each attention op named by its role (self / cross / text)."""
+    from aoizora.models.experts import attention_roles
+
+    roles = attention_roles(fn, args)
+    out = []
+    for w in words:
+        head, _, rest = w.partition(":")
+        key = w.rsplit(" [", 1)[-1].split()[0] if " [" in w else ""
+        if head == "attention" and roles.get(key):
+            w = f"{roles[key]}-attention:{rest}"
+        out.append(w)
+    return out
+
+
+def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reason, t0, deadline,
+            verify, max_compile_s, progress) -> Plan:
+    q2 = best.q2
+    device_coords = [tuple(int(v) for v in network.chips[network.device_chip[d]])
+                     for d in best.placement]
+    notes = [f"stopped: {stop_reason}",
+             "latencies are predictions of the Q2 link-load model on the compiled TPU program; "
+             "nothing was run on a TPU"]
+    fits = best.fits
+    if verify and (deadline - time.perf_counter()) > 1.2 * max_compile_s + 0.5:
+        progress.stage("verifying: compiling the plan with its own device order")
+        ev = compile_layout(fn, args, tgt, best.solution.layout, best.placement)
+        fits = ev.memory.fits
+        same = ev.placement_open() == {**best.evidence.placement_open()}
+        notes.append(f"verified: compiles for {tgt.name} in the planned device order, "
+                     f"{'fits' if fits else 'does NOT fit'} in HBM"
+                     f"{'' if same else ' (evidence differs from the default-order compile)'}")
+    else:
+        notes.append("not re-compiled in the planned device order (time budget); HBM use is "
+                     "placement-independent and was read from the default-order compile")
+    certs = {"sharding": best.solution.certificate, "placement": best.placement_cert}
+    proven = all(c is not None and c.status == "OPTIMAL" for c in certs.values())
+    mem = best.evidence.memory
+    predicted = {
+        "step_s": q2.step_s, "compute_s": q2.compute_s, "communication_s": q2.communication_s,
+        "link_time_s": q2.link_time_s, "model": q2.model, "kind": "predicted",
+        "default_order_step_s": best.q2_default.step_s if best.q2_default else None,
+        "q1_step_s": best.q1_s,
+        "links": _link_seconds(q2, network),
+    }
+    return Plan(
+        key=key, target=tgt.name, layout=best.solution.layout, device_order=list(best.placement),
+        device_coords=device_coords, predicted=predicted, certificates=certs,
+        iterations=iterations, planning_time_s=time.perf_counter() - t0,
+        layout_in_words=_named_words(fn, args, best.solution.words), fits_hbm=fits,
+        hbm_bytes_per_device=int(mem.total_bytes), status="OPTIMAL" if proven else "NOT PROVEN",
+        notes=notes)

@@ -1,0 +1,52 @@
+"""Plans in words: the summary `aoizora plan` and `aoizora show` print."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+from aoizora.plans import Plan
+
+_KEY = re.compile(r"\[(\S+)")
+
+
+def main_ops(words: list[str], limit: int = 8) -> list[str]:
+    """Attention layouts one per line, then the most common matmul layouts with their counts."""
+    attn = [w for w in words if "attention" in w.split(":")[0]]
+    dots = collections.Counter(w.split(" [")[0] for w in words if w.startswith("dot:"))
+    out = [w.split(" [")[0] for w in attn]
+    out = list(dict.fromkeys(out))  # the same layout for every layer is said once
+    for text, n in dots.most_common(max(0, limit - len(out))):
+        out.append(f"{text}  (x{n} matmuls)")
+    return out
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.3f} ms"
+
+
+def format_plan(p: Plan) -> str:
+    pr = p.predicted
+    lines = [f"AoiZora plan for {p.target} -- {p.status or 'status unknown'}"]
+    lines.append("mesh: " + " x ".join(f"{k}={v}" for k, v in p.mesh.items()))
+    lines.append("layout of the main ops:")
+    lines += [f"  {w}" for w in main_ops(p.layout_in_words)]
+    order = ", ".join(f"{r}->({','.join(map(str, c))})" for r, c in enumerate(p.device_coords))
+    lines.append(f"device order (logical rank -> chip x,y): {order}")
+    lines.append(f"predicted step latency: {_ms(pr.get('step_s'))} "
+                 f"(compute {_ms(pr.get('compute_s'))}, exposed communication "
+                 f"{_ms(pr.get('communication_s'))}); under JAX's default device order "
+                 f"{_ms(pr.get('default_order_step_s'))}")
+    lines.append(f"  source: {pr.get('model', '?')} -- a prediction, not a measurement")
+    if p.fits_hbm is not None:
+        hbm = f"{p.hbm_bytes_per_device / 1024**3:.2f} GiB/device" if p.hbm_bytes_per_device else ""
+        lines.append(f"HBM: {'fits' if p.fits_hbm else 'DOES NOT FIT'} {hbm} (compiler's memory analysis)")
+    lines.append("certificates:")
+    for name, c in p.certificates.items():
+        gap = "-" if c.gap is None else f"{100 * c.gap:.2f}%"
+        lines.append(f"  {name:<9} {c.solver:<18} {c.status:<9} objective {_ms(c.objective)}  "
+                     f"bound {_ms(c.bound)}  gap {gap}  {c.time_s:.2f} s")
+    lines.append(f"iterations: {len(p.iterations)}; planning time {p.planning_time_s:.1f} s")
+    for n in p.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
