@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.plan import Plan, PlanError, load_plan, program_key
+from aoizora.plans import Plan, PlanError, load_plan, program_key
 from aoizora.solvers.certificate import Certificate
 
 
