@@ -109,6 +109,13 @@ class SimResult:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "SimResult":
+        d = dict(d)
+        d["collectives"] = [CollectiveTime(**c) for c in d.get("collectives", [])]
+        d["busiest_links"] = [LinkUse(**l) for l in d.get("busiest_links", [])]
+        return cls(**d)
+
 
 # ---------------------------------------------------------------------------------------------
 class Simulator:

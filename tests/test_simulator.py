@@ -219,3 +219,11 @@ def test_devices_sharing_a_chip_exchange_without_links():
                   collectives=[_ag("g", [[0, 1], [2, 3], [4, 5], [6, 7]], 32e6)])
     r = simulate(ev)
     assert r.step_s == 0.0 and r.busiest_links == []
+
+
+def test_result_round_trips_through_json():
+    import json
+    from benchmarks.simulator import SimResult
+    r = simulate(_ev("v5e:2x2", {"x": 4}, [_ag("g", [[0, 1, 2, 3]], 4e6, count=3)]))
+    again = SimResult.from_json(json.loads(json.dumps(r.to_json())))
+    assert again == r

@@ -97,7 +97,9 @@ class FlowEngine:
         self.deps = np.full((n, _MAX_DEPS), -1, dtype=np.int64)
         self.route_off = np.zeros(n + 1, dtype=np.int64)
         self.route_flat = np.zeros(1024, dtype=np.int64)
-        self._waiting = np.zeros(0, dtype=np.int64)
+        self._blocked = np.zeros(0, dtype=np.int64)   # waiting for a dependency
+        self._pending = np.zeros(0, dtype=np.int64)   # dependencies met, waiting for release
+        self._recheck = False                          # something completed: re-test _blocked
         self._active = np.zeros(0, dtype=np.int64)
         self._tails = np.zeros(0, dtype=np.int64)
         self._rates: np.ndarray | None = None
@@ -181,7 +183,9 @@ class FlowEngine:
         self.route_flat[roff:roff + len(flat)] = flat
         self.route_off[base + 1:base + k + 1] = roff + np.cumsum(lens)
         self._n = base + k
-        self._waiting = np.concatenate([self._waiting, ids])
+        has_dep = (d >= 0).any(axis=1)
+        self._blocked = np.concatenate([self._blocked, ids[has_dep]])
+        self._pending = np.concatenate([self._pending, ids[~has_dep]])
         self.tag_left[tag] = self.tag_left.get(tag, 0) + k
         if k == 0:
             self.tag_finish.setdefault(tag, release)
@@ -225,18 +229,26 @@ class FlowEngine:
                     self._tails = self._tails[~m]
                     self.state[done] = 3
                     self.finish[done] = now
+                    self._recheck = True
                     tags, cnt = np.unique(self.tag[done], return_counts=True)
                     for t, c in zip(tags.tolist(), cnt.tolist()):
                         self.tag_left[t] -= c
                         if self.tag_left[t] == 0:
                             self.tag_finish[t] = now
                     changed = True
-            if len(self._waiting):
-                w = self._waiting
-                ok = self._deps_done(w) & (self.release[w] <= now + _TIME_TOL)
+            if self._recheck and len(self._blocked):
+                b = self._blocked
+                ok = self._deps_done(b)
+                if ok.any():
+                    self._pending = np.concatenate([self._pending, b[ok]])
+                    self._blocked = b[~ok]
+            self._recheck = False
+            if len(self._pending):
+                w = self._pending
+                ok = self.release[w] <= now + _TIME_TOL
                 if ok.any():
                     st = w[ok]
-                    self._waiting = w[~ok]
+                    self._pending = w[~ok]
                     self.start[st] = now
                     nl = self.route_off[st + 1] - self.route_off[st]
                     instant = (self.left[st] <= _BYTES_TOL) | (nl == 0)
@@ -261,11 +273,8 @@ class FlowEngine:
 
     def _next_event_time(self) -> float:
         t = np.inf
-        if len(self._waiting):
-            w = self._waiting
-            ok = self._deps_done(w)
-            if ok.any():
-                t = min(t, max(float(self.release[w[ok]].min()), self.now))
+        if len(self._pending):
+            t = min(t, max(float(self.release[self._pending].min()), self.now))
         if len(self._tails):
             t = min(t, float(self.tail_end[self._tails].min()))
         if len(self._active):
@@ -326,4 +335,5 @@ class FlowEngine:
 
     @property
     def idle(self) -> bool:
-        return not (len(self._waiting) or len(self._active) or len(self._tails))
+        return not (len(self._blocked) or len(self._pending) or len(self._active)
+                    or len(self._tails))
