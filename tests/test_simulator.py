@@ -227,3 +227,44 @@ def test_result_round_trips_through_json():
     r = simulate(_ev("v5e:2x2", {"x": 4}, [_ag("g", [[0, 1, 2, 3]], 4e6, count=3)]))
     again = SimResult.from_json(json.loads(json.dumps(r.to_json())))
     assert again == r
+
+
+@pytest.mark.tpu_compiler
+def test_real_compiler_output_scanned_mlp_gradient():
+    # XLA:TPU evidence of a 4-layer scanned MLP gradient on v5e-8: schedule positions, a loop,
+    # async collectives fused with compute.
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from aoizora.extract.aot_compile import compile_evidence, target_mesh
+
+    mesh = target_mesh("v5e:2x4", {"d": 2, "m": 4})
+
+    def sds(shape, spec):
+        return jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, P(*spec)))
+
+    def layer(x, w):
+        wq, wo = w
+        return x + jax.nn.gelu(x @ wq) @ wo, None
+
+    def loss(x, wq, wo):
+        return jax.lax.scan(layer, x, (wq, wo))[0].sum()
+
+    w = (None, "m", None)
+    ev = compile_evidence(jax.grad(loss, argnums=(1, 2)),
+                          [sds((1024, 512), ("d", None)), sds((4, 512, 512), w),
+                           sds((4, 512, 512), w)], mesh=mesh, target="v5e-8")
+    assert ev.collectives and ev.compute
+    order = [int(d) for d in range(8)]
+    r = simulate(ev, order)
+    assert r.schedule == "positions"
+    assert 4 in {lp["count"] for lp in r.loops}
+    assert r.step_s >= r.compute_s > 0
+    for c, e in zip(r.collectives, ev.collectives):
+        if any(len(g) > 1 for g in e.replica_groups) or e.source_target_pairs:
+            assert c.time_s > 0 and c.algorithm not in ("", "none"), c
+    total = sum(lp["count"] * lp["body_s"] for lp in r.loops)
+    assert r.step_s == pytest.approx(total)
+    hidden = [c for c in r.collectives if c.is_async and c.exposed_s < c.time_s]
+    assert hidden, "an async collective overlapped no compute"
