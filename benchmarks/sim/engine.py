@@ -50,25 +50,21 @@ def maxmin_rates(pair_flow: np.ndarray, pair_link: np.ndarray, n_flows: int,
     if n_flows == 0:
         return rate
     nl = len(capacity)
-    capr = np.asarray(capacity, dtype=float).copy()
+    capr = np.array(capacity, dtype=float)
+    none = np.full(nl, np.inf)
     pf, pl = pair_flow, pair_link
-    flow_alive = np.ones(n_flows, dtype=bool)
     while len(pf):
         cnt = np.bincount(pl, minlength=nl)
-        used = cnt > 0
-        share = np.full(nl, np.inf)
-        share[used] = np.maximum(capr[used], 0.0) / cnt[used]
-        m = share.min()
+        share = np.divide(capr, cnt, out=none.copy(), where=cnt > 0)
+        m = max(float(share.min()), 0.0)
         bott = share <= m * (1.0 + 1e-9)
         frozen = np.zeros(n_flows, dtype=bool)
         frozen[pf[bott[pl]]] = True
-        frozen &= flow_alive
         rate[frozen] = m
         sel = frozen[pf]
         capr -= np.bincount(pl[sel], minlength=nl) * m
         keep = ~sel
         pf, pl = pf[keep], pl[keep]
-        flow_alive &= ~frozen
     return rate
 
 
