@@ -138,10 +138,25 @@ class Simulator:
                    float(op.bytes) / chip.hbm_bandwidth_Bps)
 
     # -- placement ------------------------------------------------------------------------------
+    def default_placement(self, evidence: Evidence) -> tuple[list[int], str]:
+        """The device order the evidence was compiled under (its ``algorithms_device_order``,
+        device ids mapped to positions in ``target.devices()``), else rank r on device r."""
+        nranks = evidence.num_devices if evidence.mesh_axes else self._max_rank(evidence) + 1
+        order = list(evidence.algorithms_device_order or [])
+        if len(order) == nranks:
+            try:
+                pos = {int(d.id): i for i, d in enumerate(self.target.devices())}
+                mapped = [pos[int(i)] for i in order]
+                if len(mapped) == len(set(mapped)):
+                    return mapped, "the device order the evidence was compiled under"
+            except Exception:       # no libtpu here, or ids of another slice
+                pass
+        return list(range(nranks)), "rank r on device r"
+
     def rank_chips(self, evidence: Evidence, placement: Sequence[int] | None) -> np.ndarray:
         nranks = evidence.num_devices if evidence.mesh_axes else self._max_rank(evidence) + 1
         if placement is None:
-            placement = list(range(nranks))
+            placement = self.default_placement(evidence)[0]
         placement = [int(p) for p in placement]
         nd = self.net.num_devices
         if len(placement) != nranks:
@@ -177,9 +192,12 @@ class Simulator:
         if ev.target and get_target(ev.target).name != self.target.name:
             raise SimulatorError(f"evidence was compiled for {ev.target} but the simulator's "
                                  f"target is {self.target.name}: use Simulator({ev.target!r})")
+        notes: list[str] = []
+        if placement is None:
+            placement, why = self.default_placement(ev)
+            notes.append(f"placement not given: {why}")
         rank_chip = self.rank_chips(ev, placement)
         clock = ev.clock_hz or self.target.chip.clock_hz
-        notes: list[str] = []
         positions = _has_positions(ev)
         counts = sorted({c.count for c in ev.collectives} | {o.count for o in ev.compute})
         per_coll: dict[int, tuple[float, float, str]] = {}
@@ -216,8 +234,7 @@ class Simulator:
                          float(link_busy[l]), float(link_bytes[l]),
                          float(link_busy[l] / step) if step > 0 else 0.0)
                  for l in order if link_busy[l] > 0]
-        return SimResult(LABEL, self.target.name, [int(p) for p in (placement if placement
-                         is not None else range(len(rank_chip)))], step, comp_total,
+        return SimResult(LABEL, self.target.name, [int(p) for p in placement], step, comp_total,
                          max(0.0, step - comp_total), colls, links,
                          "positions" if positions else "phases", loops, notes)
 
@@ -385,8 +402,9 @@ def _simulator(target_name: str) -> Simulator:
 
 def simulate(evidence: Evidence, placement: Sequence[int] | None = None,
              target: "str | Target | None" = None, top_links: int = 8) -> SimResult:
-    """Simulate one step of ``evidence`` with logical rank r on device ``placement[r]``
-    (default: rank r on device r) on ``target`` (default: the evidence's own)."""
+    """Simulate one step of ``evidence`` with logical rank r on device ``placement[r]`` (a
+    position in ``target.devices()``; default: the device order the evidence was compiled under,
+    else rank r on device r) on ``target`` (default: the evidence's own)."""
     t = get_target(target if target is not None else evidence.target)
     return _simulator(t.name).run(evidence, placement, top_links=top_links)
 

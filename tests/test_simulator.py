@@ -268,3 +268,12 @@ def test_real_compiler_output_scanned_mlp_gradient():
     assert r.step_s == pytest.approx(total)
     hidden = [c for c in r.collectives if c.is_async and c.exposed_s < c.time_s]
     assert hidden, "an async collective overlapped no compute"
+
+
+def test_default_placement_is_the_compiled_device_order():
+    ev = _ev("v5e:2x4", {"x": 8}, [_ag("g", [[0, 1, 2, 3]], 32e6)])
+    ev.algorithms_device_order = [0, 3, 4, 7, 1, 2, 5, 6]      # device ids (= positions on v5e)
+    r = simulate(ev)
+    assert r.placement == ev.algorithms_device_order
+    assert r.step_s == simulate(ev, ev.algorithms_device_order).step_s
+    assert r.step_s != simulate(ev, list(range(8))).step_s
