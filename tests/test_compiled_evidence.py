@@ -8,7 +8,7 @@ import pytest
 from aoizora.extract.compiled_evidence import (EvidenceError, evidence_from_compiled,
                                                evidence_from_hlo_text)
 from aoizora.extract.evidence import Evidence
-from aoizora.extract.evidence_summary import summarize_evidence
+from aoizora.extract.evidence_summary import hidden_compute_cycles, summarize_evidence
 from aoizora.extract.hlo import HloParseError, parse_hlo_module
 from aoizora.extract.replica_groups import parse_replica_groups
 
@@ -145,6 +145,8 @@ def test_hand_written_schedule_phases_and_overlap():
     # the sync all-reduce inside the all-gather's window runs with it: same phase
     assert by["ars"].phase == ag.phase
     assert len({by["ar2"].phase, by["rs"].phase, ag.phase, by["cps"].phase}) == 4
+    # compute hidden behind async collectives, per call: (1000 + 500) cycles x 30 runs
+    assert hidden_compute_cycles(ev) == 45000
     phases = [c.phase for c in sorted(ev.collectives, key=lambda c: c.start_index)]
     assert phases == sorted(phases)
     assert ag.start_index < by["ars"].start_index < ag.done_index
