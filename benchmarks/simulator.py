@@ -127,6 +127,8 @@ class Simulator:
         self.expander = Expander(self.net)
         self.capacity = np.asarray(self.net.link_bandwidth, dtype=float)
         self._episodes: dict[Any, tuple] = {}
+        # bound the cache to about 40 MB of per-link arrays
+        self._max_episodes = int(min(20000, max(256, 2.5e6 // max(1, self.net.num_links))))
 
     # -- compute --------------------------------------------------------------------------------
     def compute_seconds(self, op: ComputeOp, clock_hz: float) -> float:
@@ -280,7 +282,7 @@ class Simulator:
             res = self._episodes.get(key)
             if res is None:
                 res = self._run_episode(ev, seg, local, rank_chip)
-                if len(self._episodes) > 20000:
+                if len(self._episodes) >= self._max_episodes:
                     self._episodes.clear()
                 self._episodes[key] = res
             end, ecomp, per, elb, ebusy = res
@@ -409,8 +411,51 @@ def simulate(evidence: Evidence, placement: Sequence[int] | None = None,
     return _simulator(t.name).run(evidence, placement, top_links=top_links)
 
 
+def format_result(r: SimResult, top: int = 10) -> str:
+    """A plain-text summary of a simulated step (milliseconds / microseconds)."""
+    lines = [f"{r.label}: {r.target}, placement {r.placement}",
+             f"step {r.step_s * 1e3:.3f} ms = compute {r.compute_s * 1e3:.3f} ms + exposed "
+             f"communication {r.communication_s * 1e3:.3f} ms (schedule from {r.schedule})",
+             "loops: " + ", ".join(f"{lp['count']} x {lp['body_s'] * 1e3:.3f} ms" for lp in r.loops),
+             f"collectives by exposed time (top {top}):"]
+    for c in sorted(r.collectives, key=lambda c: -c.total_exposed_s)[:top]:
+        lines.append(f"  {c.name:<32} {c.kind:<18} {c.bytes:>12,} B x{c.count:<4} "
+                     f"{c.num_groups}x{c.group_size:<3} {c.algorithm:<20} run {c.time_s * 1e6:9.1f} us"
+                     f"  exposed {c.exposed_s * 1e6:9.1f} us  total {c.total_exposed_s * 1e3:8.3f} ms")
+    lines.append("busiest links:")
+    for l in r.busiest_links:
+        lines.append(f"  {tuple(l.src)} -> {tuple(l.dst)}  busy {l.busy_s * 1e3:.3f} ms "
+                     f"({100 * l.utilization:.1f}% of the step), {l.bytes / 1e9:.3f} GB")
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.simulator EVIDENCE.json [--placement 0,1,...] [--json]``."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="Simulate one step of compiled evidence (JSON).")
+    ap.add_argument("evidence", help="an Evidence JSON file (Evidence.dumps())")
+    ap.add_argument("--placement", default=None,
+                    help="device per logical rank, comma-separated (default: compiled order)")
+    ap.add_argument("--target", default=None, help="default: the evidence's target")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    a = ap.parse_args(argv)
+    with open(a.evidence) as f:
+        ev = Evidence.loads(f.read())
+    placement = None if a.placement is None else [int(v) for v in a.placement.split(",")]
+    r = simulate(ev, placement, a.target)
+    print(json.dumps(r.to_json(), indent=1) if a.json else format_result(r))
+    return 0
+
+
 def simulate_collective(c: Collective, placement: Sequence[int], target: "str | Target") -> float:
     """Seconds of one run of one collective alone on ``target``, rank r on device placement[r]."""
     sim = _simulator(get_target(target).name)
     chips = sim.net.device_chip[np.asarray(placement, dtype=np.int64)]
     return sim.collective_seconds(c, chips)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

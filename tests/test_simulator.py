@@ -277,3 +277,13 @@ def test_default_placement_is_the_compiled_device_order():
     assert r.placement == ev.algorithms_device_order
     assert r.step_s == simulate(ev, ev.algorithms_device_order).step_s
     assert r.step_s != simulate(ev, list(range(8))).step_s
+
+
+def test_command_line_prints_the_labelled_summary(tmp_path, capsys):
+    from benchmarks.simulator import main
+    ev = _ev("v5e:2x2", {"x": 4}, [_ag("g", [[0, 1, 2, 3]], 4e6, count=3)])
+    path = tmp_path / "ev.json"
+    path.write_text(ev.dumps())
+    assert main([str(path), "--placement", "0,1,3,2"]) == 0
+    out = capsys.readouterr().out
+    assert LABEL in out and "step" in out and "placement [0, 1, 3, 2]" in out
