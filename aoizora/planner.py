@@ -249,7 +249,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             cand = _price(fn, abstract_args, tgt, network, m, sol, it, deadline, seed, workers,
                           placement_time_s, progress)
             max_compile_s = max(max_compile_s, cand.compile_s)
-            if not priced and time.perf_counter() > deadline and cand.q2 is None:
+            if not priced and time.perf_counter() > deadline:
                 raise BudgetError(
                     f"the time budget ({time_budget_s:g} s) is too small for one compile of this "
                     f"program for {tgt.name} (it took {cand.compile_s:.1f} s); raise the budget")

@@ -1,0 +1,110 @@
+"""The planner end to end on a small DiT: plan for v5e:2x4 with the real TPU compiler, apply the
+plan on 8 CPU devices, and get the unsharded numbers."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import aoizora
+from aoizora.models import registry as R
+
+pytestmark = pytest.mark.tpu_compiler
+
+MESHES = [{"x": 2, "y": 4}]  # one logical mesh keeps the test short; the CLI tries them all
+
+
+@pytest.fixture(scope="module")
+def small():
+    m = R.get_model("wan2.1-small")
+    wl = m.workloads[0]
+    fn = R.denoise_step(m, pad_multiple=128)
+    args = R.abstract_inputs(m, wl, dtype=jnp.float32)
+    p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, seed=0, top_k=1,
+                     meshes=MESHES, max_iterations=2)
+    return m, wl, fn, args, p
+
+
+def test_plan_has_mesh_order_prediction_and_certificates(small):
+    _, _, _, _, p = small
+    assert p.mesh == {"x": 2, "y": 4}
+    assert sorted(p.device_order) == list(range(8))
+    assert len(set(p.device_coords)) == 8
+    pr = p.predicted
+    assert pr["kind"] == "predicted" and pr["step_s"] > 0
+    assert pr["step_s"] == pytest.approx(pr["compute_s"] + pr["communication_s"])
+    # never worse than JAX's default device order under the same model
+    assert pr["step_s"] <= pr["default_order_step_s"] + 1e-12
+    for name in ("sharding", "placement"):
+        c = p.certificates[name]
+        assert c.status in ("OPTIMAL", "FEASIBLE") and c.objective is not None
+        assert c.bound is None or c.bound <= c.objective + 1e-9
+    assert p.fits_hbm is True
+    assert p.iterations and p.iterations[0]["candidates"]
+
+
+def test_plan_applied_on_cpu_matches_unsharded(small, tmp_path):
+    m, wl, fn, args, p = small
+    path = tmp_path / "plan.json"
+    p.save(str(path))
+    q = aoizora.load_plan(str(path))
+    inputs = (R.init_params(m, jax.random.key(1)),
+              *R.random_inputs(m, wl, jax.random.key(0), dtype=jnp.float32))
+    want = jax.jit(fn)(*inputs)
+    mesh = q.make_mesh(jax.devices())
+    got = q.jit(fn, mesh)(*inputs)
+    err = float(jnp.max(jnp.abs(got - want)))
+    assert np.allclose(np.asarray(got), np.asarray(want), atol=2e-4, rtol=2e-4), f"max abs err {err}"
+
+
+def test_plan_refuses_another_program(small):
+    _, _, fn, args, p = small
+    def other(*a):
+        return 2.0 * fn(*a)
+
+    m = R.get_model("wan2.1-small")
+    inputs = (R.init_params(m, jax.random.key(1)),
+              *R.random_inputs(m, small[1], jax.random.key(1), dtype=jnp.float32))
+    with pytest.raises(aoizora.PlanError, match="another program"):
+        p.jit(other, p.make_mesh(jax.devices()))(*inputs)
+
+
+def test_same_seed_same_plan(small):
+    _, _, fn, args, p = small
+    again = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, seed=0, top_k=1,
+                         meshes=MESHES, max_iterations=2)
+    assert again.layout.to_json() == p.layout.to_json()
+    assert again.device_order == p.device_order
+
+
+def test_budget_too_small_for_one_compile(small):
+    _, _, fn, args, _ = small
+    with pytest.raises(aoizora.BudgetError, match="too small"):
+        aoizora.plan(fn, *args, target="v5e-8", time_budget_s=0.3, meshes=MESHES)
+
+
+def _cli(*a):
+    return subprocess.run([sys.executable, "-m", "aoizora", *a], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["plan", "--target", "v9z-3"], "unknown target"),
+    (["plan", "--frames", "17"], "no workload"),
+    (["plan", "--model", "sd3"], "sd3"),
+    (["show", "/nonexistent.json"], "no plan file"),
+])
+def test_cli_bad_input_is_one_line_exit_2(argv, match):
+    r = _cli(*argv)
+    assert r.returncode == 2, r.stderr
+    assert match in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_corrupt_plan_file(tmp_path):
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"format": "aoizora-plan/1", "key": ')
+    r = _cli("show", str(bad))
+    assert r.returncode == 2 and "corrupt plan file" in r.stderr
