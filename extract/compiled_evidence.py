@@ -277,6 +277,11 @@ class _Walker:
                           replica_groups=groups, source_target_pairs=pairs, count=count,
                           is_async=is_async, computation=home.name,
                           op_name=md.get("op_name", ""), source=self.m.source(src_ins))
+        for carrier in (ins, outer):
+            if carrier is not None and carrier.backend_config is not None \
+                    and carrier.backend_config_unreadable:
+                self._note(f"HLO line {carrier.line_no}: the backend_config of {carrier.name} is "
+                           f"not JSON; its algorithm choice is unknown")
         cfg = None
         for carrier in (ins, outer):
             if carrier is not None and "collective_algorithm_config" in carrier.backend_config:
@@ -304,6 +309,9 @@ class _Walker:
     def _add_compute(self, ins: Instruction, comp: Computation, count: int,
                      flops: float = 0.0) -> None:
         cyc = ins.estimated_cycles
+        if ins.backend_config_unreadable:
+            self._note(f"HLO line {ins.line_no}: the backend_config of {ins.name} is not JSON; its "
+                       f"cycle estimate is unknown")
         by = 0.0
         if cyc is None:
             by = float(_operand_bytes(ins, comp) + ins.shape.bytes)

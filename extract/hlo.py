@@ -125,14 +125,17 @@ class Instruction:
             cfg: Any = {}
             if raw:
                 raw = raw.strip()
-                if raw.startswith('"'):  # escaped-string spelling
-                    raw = json.loads(raw)
                 try:
+                    if raw.startswith('"'):  # escaped-string spelling
+                        raw = json.loads(raw)
                     cfg = json.loads(raw)
                 except (json.JSONDecodeError, TypeError):
-                    cfg = {}
+                    cfg = None
+            self.backend_config_unreadable = not isinstance(cfg, dict)
             self._backend_config = cfg if isinstance(cfg, dict) else {}
         return self._backend_config
+
+    backend_config_unreadable: bool = False   # set when backend_config is present but not JSON
 
     @property
     def estimated_cycles(self) -> float | None:

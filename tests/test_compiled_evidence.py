@@ -220,6 +220,14 @@ def test_unknown_syntax_is_a_clear_error():
                                target="v5e:2x4", mesh_axes={"d": 2, "m": 4})
 
 
+def test_unreadable_backend_config_is_visible():
+    text = HAND.replace('backend_config={"window_config":{"estimated_cycles":"500"}}',
+                        'backend_config={window_config:oops}')
+    ev = evidence_from_hlo_text(text, target="v5e:2x4", mesh_axes={"d": 2, "m": 4})
+    assert any("f2" in w and "not JSON" in w for w in ev.warnings)
+    assert {op.name: op.estimated_cycles for op in ev.compute}["f2"] is None
+
+
 def test_mesh_size_must_match_the_module():
     with pytest.raises(EvidenceError, match="8 partitions"):
         evidence_from_hlo_text(HAND, target="v5e:2x2", mesh_axes={"d": 2, "m": 2})
