@@ -189,8 +189,16 @@ class Simulator:
 
     # -- the step -------------------------------------------------------------------------------
     def run(self, evidence: Evidence, placement: Sequence[int] | None = None,
-            top_links: int = 8) -> SimResult:
+            top_links: int = 8, kernel_flops: "dict[str, float] | None" = None) -> SimResult:
+        """Simulate one step. ``kernel_flops``: flops per run for compute ops (by name) that
+        the evidence has no cycle estimate or flops for, e.g. an attention kernel's flops from
+        the program IR; they are then priced on the roofline with those flops."""
         ev = evidence
+        if kernel_flops:
+            ev = dataclasses.replace(ev, compute=[
+                dataclasses.replace(o, flops=float(kernel_flops[o.name]))
+                if o.estimated_cycles is None and not o.flops and o.name in kernel_flops else o
+                for o in ev.compute])
         if ev.target and get_target(ev.target).name != self.target.name:
             raise SimulatorError(f"evidence was compiled for {ev.target} but the simulator's "
                                  f"target is {self.target.name}: use Simulator({ev.target!r})")
@@ -200,6 +208,12 @@ class Simulator:
             notes.append(f"placement not given: {why}")
         rank_chip = self.rank_chips(ev, placement)
         clock = ev.clock_hz or self.target.chip.clock_hz
+        blind = [o for o in ev.compute if o.estimated_cycles is None and not o.flops
+                 and o.kind == "custom-call" and o.custom_call_target == "tpu_custom_call"]
+        if blind:
+            notes.append(f"{len(blind)} opaque kernel(s) without a cycle estimate or flops in the "
+                         f"evidence ({', '.join(sorted({o.name for o in blind})[:4])}): priced on "
+                         "their bytes only, so their compute is likely underestimated")
         positions = _has_positions(ev)
         counts = sorted({c.count for c in ev.collectives} | {o.count for o in ev.compute})
         per_coll: dict[int, tuple[float, float, str]] = {}
@@ -403,12 +417,14 @@ def _simulator(target_name: str) -> Simulator:
 
 
 def simulate(evidence: Evidence, placement: Sequence[int] | None = None,
-             target: "str | Target | None" = None, top_links: int = 8) -> SimResult:
+             target: "str | Target | None" = None, top_links: int = 8,
+             kernel_flops: "dict[str, float] | None" = None) -> SimResult:
     """Simulate one step of ``evidence`` with logical rank r on device ``placement[r]`` (a
     position in ``target.devices()``; default: the device order the evidence was compiled under,
     else rank r on device r) on ``target`` (default: the evidence's own)."""
     t = get_target(target if target is not None else evidence.target)
-    return _simulator(t.name).run(evidence, placement, top_links=top_links)
+    return _simulator(t.name).run(evidence, placement, top_links=top_links,
+                                  kernel_flops=kernel_flops)
 
 
 def format_result(r: SimResult, top: int = 10) -> str:

@@ -287,3 +287,12 @@ def test_command_line_prints_the_labelled_summary(tmp_path, capsys):
     assert main([str(path), "--placement", "0,1,3,2"]) == 0
     out = capsys.readouterr().out
     assert LABEL in out and "step" in out and "placement [0, 1, 3, 2]" in out
+
+
+def test_kernel_flops_price_an_opaque_kernel_the_evidence_left_blind():
+    ev = _ev("v5e:2x2", {"x": 4}, [], [ComputeOp("splash", "custom-call", None, bytes=8.1e8,
+                                                 custom_call_target="tpu_custom_call")])
+    r = simulate(ev)
+    assert r.compute_s == pytest.approx(1e-3) and any("opaque" in n for n in r.notes)
+    r = simulate(ev, kernel_flops={"splash": 1.97e12})
+    assert r.compute_s == pytest.approx(1e-2) and not any("opaque" in n for n in r.notes)
