@@ -651,7 +651,8 @@ def _words(n, assign, combo, partial) -> str:
     parts = []
     for lab, axes in sorted(assign.items()):
         r = n.roles.get(lab, lab)
-        parts.append(f"{role_words.get(r, r)}({lab}) on {'+'.join(axes)}")
+        what = role_words.get(r, r) if n.kind == "attention" else f"{role_words.get(r, r)}({lab})"
+        parts.append(f"{what} on {'+'.join(axes)}")
     for a, (how, d) in zip(partial, combo):
         parts.append(f"partial sum over {a} by " + ("all-reduce" if how == "ar" else f"reduce-scatter to dim {d}"))
     kind = "attention" if n.kind == "attention" else n.kind

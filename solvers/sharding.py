@@ -145,22 +145,21 @@ def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int
         elapsed = time.perf_counter() - t0
         obj = pulp.value(prob.objective) if prob.sol_status in (1, 2) else None
         lb, result = _cbc_bound(text)
-        mlog = re.search(r"Objective value:\s+([-+0-9.eE]+)", text)
-        offset = (obj - float(mlog.group(1))) if (obj is not None and mlog) else 0.0
+        offset = float(prob.objective.constant) if prob.objective is not None else 0.0
+        # CBC's log leaves the objective's constant out; pulp's value has it
         detail = {"cbc_result": result}
-        if prob.status == 1 and prob.sol_status == 1:
+        if prob.status == 1 and prob.sol_status == 1 and ("optimal" in result.lower() or not result):
             status, bound = "OPTIMAL", obj
-        elif prob.sol_status == 2 or (prob.sol_status == 1 and "time" in result.lower()):
+        elif obj is not None:
             status = "FEASIBLE"
             bound = lb + offset if lb is not None else None
             if lb is None:
                 detail["bound_note"] = "CBC's log gave no lower bound for this stop"
-        elif prob.status == -1:
+        elif prob.status == -1 and "time" not in result.lower() and re.search(
+                r"Problem is infeasible|proven infeasible|relaxation infeasible", text, re.IGNORECASE):
             status, bound = "INFEASIBLE", None
         else:
-            status, bound = "UNKNOWN", None
-            if lb is not None:
-                bound = lb + offset
+            status, bound = "UNKNOWN", (lb + offset if lb is not None else None)
         return {"status": status, "objective": obj, "bound": bound, "time_s": elapsed,
                 "solver": f"PuLP {pulp.__version__}/CBC", "detail": detail}
     if solver == "highs":
@@ -175,7 +174,7 @@ def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int
         ms = h.modelStatusToString(h.getModelStatus())
         have = prob.sol_status in (1, 2)
         obj = pulp.value(prob.objective) if have else None
-        offset = (obj - info.objective_function_value) if have else 0.0
+        offset = float(prob.objective.constant) if prob.objective is not None else 0.0
         bound = info.mip_dual_bound + offset if abs(info.mip_dual_bound) < 1e30 else None
         if ms == "Optimal":
             status, bound = "OPTIMAL", obj
@@ -232,6 +231,25 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
                   attention=attention, name=name)
 
 
+def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
+    """The input path a tensor comes from (through scan slices and converts), or ""."""
+    t = ir.tensors[tid]
+    for _ in range(depth):
+        if t.kind == "input":
+            return t.path
+        if t.kind in ("scan_xs", "scan_const") and t.outer:
+            t = ir.tensors[t.outer]
+            continue
+        if t.kind == "node":
+            n = nodes[t.producer]
+            ops = [o for o in n.operands if ir.tensors[o].kind != "literal"]
+            if n.kind in ("elementwise", "hint", "reshape", "transpose") and len(ops) == 1:
+                t = ir.tensors[ops[0]]
+                continue
+        return ""
+    return ""
+
+
 def _words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
     out = []
     nodes = {n.key: n for n in ir.nodes}
@@ -239,8 +257,10 @@ def _words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
         G = graph.groups[gid]
         st = G.strategies[choice[gid]]
         if G.kind in ("dot", "conv", "attention"):
-            src = nodes[G.anchor].name_stack or nodes[G.anchor].source
-            out.append(f"{st.words} [{gid}{' ' + src if src else ''}]")
+            n = nodes[G.anchor]
+            w = next((p for p in (_weight_path(ir, nodes, o) for o in n.operands[1:2]) if p), "")
+            text = st.words if not w else st.words.replace("dot:", f"dot {w}:", 1)
+            out.append(f"{text} [{gid}{' ' + n.source if n.source else ''}]")
         elif G.kind == "input":
             t = ir.tensors[G.anchor]
             out.append(f"input {t.path or G.anchor} {list(t.shape)}: {spec_str(st.specs[G.anchor])}")
