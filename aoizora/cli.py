@@ -172,6 +172,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when the plan still compiles for its target in its own device order, fits in HBM and
+    its re-priced prediction has not regressed; 1 when it fails a check; 2 on bad input."""
+    from aoizora.extract.network import Network
+    from aoizora.formulation.latency import predict_step
+    from aoizora.planner import compile_layout
+    from aoizora.plans import load_plan, program_key
+
+    job = _job(args)
+    p = load_plan(args.plan)
+    p.check_key(program_key(job.fn, job.args, job.target.name), ignore_target=False)
+    ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
+    if not ev.memory.fits:
+        print(f"FAIL: the plan no longer fits in HBM on {job.target.name}: {ev.memory.oom_message[:160]}")
+        return 1
+    q = predict_step(ev, p.device_order, Network.from_target(job.target))
+    limit, what = None, ""
+    if args.baseline:
+        base = load_plan(args.baseline)
+        limit = base.predicted["step_s"] * (1 + args.tolerance)
+        what = f"baseline {base.predicted['step_s'] * 1e3:.3f} ms + {100 * args.tolerance:g}%"
+    if args.max_step_ms is not None:
+        lim2 = args.max_step_ms / 1e3
+        if limit is None or lim2 < limit:
+            limit, what = lim2, f"--max-step-ms {args.max_step_ms:g}"
+    msg = (f"plan {args.plan}: compiles for {job.target.name} in its device order, fits in HBM "
+           f"({ev.memory.total_bytes / 1024**3:.2f} GiB/device); predicted step "
+           f"{q.step_s * 1e3:.3f} ms (Q2 model)")
+    if limit is not None and q.step_s > limit:
+        print(f"FAIL: {msg} exceeds {limit * 1e3:.3f} ms ({what})")
+        return 1
+    print(f"OK: {msg}" + (f" <= {limit * 1e3:.3f} ms ({what})" if limit is not None else ""))
+    return 0
+
+
 def _add_job_args(p: argparse.ArgumentParser) -> None:
     from aoizora import builtin as B
 
@@ -215,6 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--plan", help="a saved plan for this model, workload and target instead")
     ins.add_argument("--json", action="store_true", help="print the whole evidence as JSON")
     ins.set_defaults(func=cmd_inspect)
+
+    ck = sub.add_parser("check", help="CI gate: the plan still compiles, fits and has not regressed (exit 1 if not)")
+    ck.add_argument("plan", help="a plan file from aoizora plan --out")
+    _add_job_args(ck)
+    ck.add_argument("--baseline", help="a reference plan file; fail when the prediction exceeds its own by --tolerance")
+    ck.add_argument("--tolerance", type=float, default=0.10, help="allowed regression over the baseline (default 0.10)")
+    ck.add_argument("--max-step-ms", type=float, help="fail when the predicted step exceeds this many ms")
+    ck.set_defaults(func=cmd_check)
 
     cp = sub.add_parser("compare", help="the plan against expert configurations, Alpa-style search, default order")
     _add_job_args(cp)
