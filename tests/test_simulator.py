@@ -69,6 +69,10 @@ def test_line_ring_matches_the_book_count_and_wrap_halves_it():
     t_ring = run_case(wrapped)["simulated_us"] * 1e-6
     assert t_line == pytest.approx(3 * ARRAY_BYTES / 4 / W, rel=0.03)
     assert t_ring == pytest.approx(3 * ARRAY_BYTES / 8 / W, rel=0.03)
+    # one group alone on v5e:8x4 (the x=0 column, devices 0, 8, 16, 24): the same as all 8 at once
+    from benchmarks.simulator import simulate_collective
+    one = simulate_collective(_ag("y", [[0, 1, 2, 3]], ARRAY_BYTES), [0, 8, 16, 24], "v5e:8x4")
+    assert one == pytest.approx(t_line, rel=1e-6)
 
 
 # --------------------------------------------------------------------------- behaviour
