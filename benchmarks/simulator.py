@@ -9,7 +9,8 @@ What it does
 1. Compute: one TensorCore stream. An op takes ``estimated_cycles / clock_hz`` (the compiler's own
    estimate at the evidence's clock, else the chip's); where the compiler gave no estimate
    (e.g. an opaque custom call), the roofline ``max(flops / peak_bf16_flops,
-   bytes / hbm_bandwidth)``.
+   bytes / hbm_bandwidth)``; flops the evidence lacks for an opaque kernel can be supplied
+   (``kernel_flops``), else such a kernel is priced on its bytes and the result says so.
 2. Collectives: each run is expanded into the per-step transfers the hardware makes
    (``benchmarks.sim.collectives``: rings of n-1 steps, both ways where the ring closes on
    physical links, pairwise all-to-all, permutes), each transfer routed hop by hop over directed
@@ -36,9 +37,14 @@ What it does
    ``compute_s`` is the compute alone; ``communication_s = step_s - compute_s`` is the exposed
    communication.
 
+Placement: ``placement[r]`` is the device (position in ``target.devices()``) of logical rank r;
+by default the device order the evidence was compiled under, else rank r on device r.
+
 Not simulated: the reduction arithmetic of reduce-scatter / all-reduce, HBM traffic of the
 collectives (two devices of one chip, as on v4, exchange data at no cost), DMA engine limits beyond
-the links, contention between ICI and compute, collectives in flight across a loop boundary.
+the links, contention between ICI and compute, collectives in flight across a loop boundary, and
+two-dimensional collective algorithms: a group spanning two physical axes runs as one ring through
+its chips (the scaling book's "bandwidth divides by the number of axes" is not assumed).
 """
 
 from __future__ import annotations
