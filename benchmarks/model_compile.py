@@ -90,6 +90,7 @@ def compile_one(name: str, wl_name: str, target: str, frames: int | None) -> dic
            "padded_sequence": pad_to(wl.tokens + text, pad), "params": m.params,
            "target": tgt.short_name if hasattr(tgt, "short_name") else target,
            "mesh": mesh_axes, "layout": layout.name, "pad_multiple": pad}
+    row["load_avg_1min_before"] = round(os.getloadavg()[0], 2)  # the machine is shared
     t0 = time.perf_counter()
     try:
         r = realize(step, args, layout, mesh)
