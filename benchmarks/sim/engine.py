@@ -226,8 +226,13 @@ class FlowEngine:
                     self.state[done] = 3
                     self.finish[done] = now
                     self._recheck = True
-                    tags, cnt = np.unique(self.tag[done], return_counts=True)
-                    for t, c in zip(tags.tolist(), cnt.tolist()):
+                    tg = self.tag[done]
+                    if (tg == tg[0]).all():
+                        tags, cnt = [int(tg[0])], [len(tg)]
+                    else:
+                        u, c_ = np.unique(tg, return_counts=True)
+                        tags, cnt = u.tolist(), c_.tolist()
+                    for t, c in zip(tags, cnt):
                         self.tag_left[t] -= c
                         if self.tag_left[t] == 0:
                             self.tag_finish[t] = now
