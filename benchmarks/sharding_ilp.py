@@ -48,10 +48,10 @@ def mesh_name(m: dict[str, int]) -> str:
 def machine() -> dict:
     import jaxlib
     import pulp
+    from importlib.metadata import PackageNotFoundError, version
     try:
-        import highspy
-        hv = highspy.Highs().version() if hasattr(highspy.Highs(), "version") else "?"
-    except ImportError:
+        hv = version("highspy")
+    except PackageNotFoundError:
         hv = None
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
             "jax": jax.__version__, "jaxlib": jaxlib.__version__, "pulp": pulp.__version__,
@@ -143,6 +143,24 @@ def write(rows, out_dir, time_limit) -> None:
                      f"{r['build_s']:.2f} | {r['solve_s']:.2f} | {r['status']} | "
                      f"{r['objective_s']:.4f} | {bound} | {gap} | "
                      f"{r['predicted_peak_bytes'] / GiB:.2f} | {hbm} | {att} |")
+    lines.append("")
+    for r in rows:
+        if r["target"] == "v5e-16" and mesh_name(r["mesh"]) == "4x4":
+            lines.append(f"- 16-chip 2D mesh (4x4), {r['solver'].split('/')[-1]}: {r['status']} in "
+                         f"{r['solve_s']:.2f} s of solving, {r['build_s'] + r['solve_s']:.2f} s with "
+                         f"building strategies and model (target: optimal in < 10 s).")
+    for r in rows:
+        comp = r.get("compile")
+        if comp and comp.get("ok"):
+            lines.append(f"- {r['target']} {mesh_name(r['mesh'])}: the ILP's layout realized and compiled "
+                         f"by libtpu in {comp['seconds']:.0f} s; compiler HBM per device "
+                         f"{comp['hbm_bytes_per_device'] / GiB:.2f} GiB (arguments "
+                         f"{comp['argument_bytes'] / GiB:.2f}, temporaries {comp['temp_bytes'] / GiB:.2f}) "
+                         f"against the ILP's predicted peak {r['predicted_peak_bytes'] / GiB:.2f} GiB.")
+        elif comp:
+            lines.append(f"- {r['target']} {mesh_name(r['mesh'])}: compile failed: {comp['error']}")
+    lines.append("- Attention column: the self-attention layout, then the cross-attention layout "
+                 "(query sequence split; keys/values gathered).")
     with open(os.path.join(out_dir, "sharding_ilp.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -372,3 +372,10 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
         prev.append(ch)
         alts.append(_solution(ir, graph, model, rr, ch, time_limit_s, seed, threads, corrections, r))
     return ShardingResult(best=best, alternatives=alts, size=size, build_s=build_s)
+
+
+def solve_program(fn, abstract_args, target, mesh_axes: dict[str, int], **kw) -> ShardingResult:
+    """Trace `fn(*abstract_args)` into the partitioner IR and solve its sharding ILP
+    (`solve_sharding`'s keyword arguments apply)."""
+    from aoizora.extract.program_ir import build_ir
+    return solve_sharding(build_ir(fn, *abstract_args), target, mesh_axes, **kw)
