@@ -22,7 +22,12 @@ chose on the IR names the same op here:
   :func:`aoizora.models.attention_kernels.sharded_attention` (splash on TPU meshes, the reference
   on CPU meshes, both inside the same ``shard_map``).
 
-Inputs: ``layout.in_specs`` per flattened input leaf (``None``: replicated). Outputs:
+Keys the layout names that this program does not have (or attention layouts on a node that is
+not an attention) raise :class:`RealizeError` at ``realize`` time: a layout made for another
+program is refused.
+
+Inputs: ``layout.in_specs`` per flattened input leaf (``None``: replicated -- jit's input
+shardings cannot be left to the partitioner without the auto-sharding pass). Outputs:
 ``layout.out_specs`` per flattened output leaf (``None`` for the whole list: the partitioner
 chooses; ``None`` for a leaf: unconstrained). A spec that does not divide a dim, names an axis
 not in the mesh, or has the wrong rank raises :class:`RealizeError` (one line, naming the tensor,
@@ -44,7 +49,7 @@ import jax.numpy as jnp
 from jax.extend.core import DropVar, Literal, jaxpr_as_fun
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES
+from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, Spec, axes_of
 from aoizora.models.attention_kernels import sharded_attention
 from aoizora.models.primitives import ATTENTION, HINT
@@ -280,6 +285,19 @@ def _check_mesh(layout: Layout, mesh: Mesh) -> None:
                                f" * ndim (aoizora.models.experts.default_mesh does)")
 
 
+def _check_keys(closed, layout: Layout) -> None:
+    """Every key the layout names must be a node of this program (attention keys: an attention)."""
+    prims = {w.key: w.eqn.primitive.name for w in walk(closed.jaxpr)}
+    for k in layout.node_specs:
+        if k not in prims:
+            raise RealizeError(f"layout {layout.name or ''} constrains node {k!r}, which this program "
+                               f"does not have (a layout for another program?)")
+    for k in layout.attention:
+        if k != "*" and prims.get(k) != ATTENTION:
+            raise RealizeError(f"layout {layout.name or ''} gives an attention layout to node {k!r}, "
+                               f"which is {prims.get(k, 'not a node')!r} in this program, not an attention")
+
+
 def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *,
             attention_impl: str = "auto", interpret: bool = False) -> Realized:
     """Realize ``fn(*abstract_args)`` under ``layout`` on ``mesh`` (see module docstring).
@@ -296,6 +314,7 @@ def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *
     in_leaves, in_tree = jax.tree_util.tree_flatten_with_path(plain)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)
 
+    _check_keys(closed, layout)
     if len(layout.in_specs) != len(in_leaves):
         raise RealizeError(f"layout has {len(layout.in_specs)} input specs, the program has "
                            f"{len(in_leaves)} input leaves")

@@ -133,6 +133,13 @@ def test_node_specs_apply_at_the_walk_key_and_bad_specs_fail_in_one_line():
     lay.node_specs = {key: (None, None, "z")}                   # no such axis
     with pytest.raises(RealizeError, match=re.escape(f"node {key}")):
         realize(toy, abstract, lay, mesh).lower()
+    lay.node_specs = {"99.1": (None, None, None)}
+    with pytest.raises(RealizeError, match="does not have"):
+        realize(toy, abstract, lay, mesh)
+    lay.node_specs = {}
+    lay.attention = {key: AttentionLayout()}                    # a dot_general, not an attention
+    with pytest.raises(RealizeError, match="not an attention"):
+        realize(toy, abstract, lay, mesh)
     bad = context_layout(toy_args(2, 50, 64, 128))              # 50 tokens over y = 4
     with pytest.raises(RealizeError, match=r"input \[1\].*dim 1 \(50\) does not divide over mesh axes \('y',\)"):
         realize(toy, toy_args(2, 50, 64, 128), bad, mesh)
@@ -145,7 +152,7 @@ def test_realized_toy_compiles_for_v5e_8_with_the_layouts_collectives():
     from aoizora.extract.targets import get_target
 
     mesh = auto_mesh(get_target("v5e-8").devices(), (2, 4), ("x", "y"))
-    abstract = toy_args(2, 1024, 1024, 2048, dtype=jnp.bfloat16)   # 8 heads x 128
+    abstract = toy_args(2, 1024, 512, 1024, dtype=jnp.bfloat16)   # 8 heads x 64
     key_w1 = first_key(toy, abstract, "dot_general")
     want = {"context": "all-gather", "ulysses_tp": "all-to-all", "ring": "collective-permute"}
     for layout in (context_layout(abstract), ulysses_tp_layout(abstract, key_w1), ring_layout(abstract)):
@@ -173,3 +180,34 @@ def test_splash_interpret_matches_reference_with_padding(al):
                                                     impl="reference"))(q, k, v)
     err = float(jnp.max(jnp.abs(ref - want)))
     assert err < 1e-5, f"sharded reference vs reference: max abs error {err:.3g}"
+
+
+def test_call_like_eqns_are_inlined_and_loop_bodies_keep_walk_keys():
+    """jit, checkpoint, custom_jvp (relu), a while loop and a cond: same output, walk keys apply."""
+    @jax.jit
+    def inner(x, w):
+        return jax.nn.relu(x @ w)
+
+    def fn(x, w, n):
+        y = jax.checkpoint(lambda x: inner(x, w))(x)
+        y = jax.lax.fori_loop(0, n, lambda i, y: hint(jnp.tanh(y @ w), "batch", "embed"), y)
+        return jax.lax.cond(n > 1, lambda y: y * 2.0, lambda y: y, y)
+
+    abstract = (jax.ShapeDtypeStruct((16, 32), jnp.float32), jax.ShapeDtypeStruct((32, 32), jnp.float32),
+                jax.ShapeDtypeStruct((), jnp.int32))
+    x, w = concrete(abstract[:2])
+    n = jnp.int32(3)
+    want = np.asarray(jax.jit(fn)(x, w, n))
+    mesh = auto_mesh(jax.devices()[:8], (2, 4), ("x", "y"))
+    closed = jax.make_jaxpr(fn)(*abstract)
+    keys = {w_.eqn.primitive.name: w_.key for w_ in walk(closed.jaxpr) if w_.scope}
+    tanh_key = keys["tanh"]                                    # inside the while body
+    lay = Layout(MESH, [("x", None), None, ()], [("x", "y")], node_specs={tanh_key: ("x", "y")},
+                 rules={"batch": ("x",), "embed": ("y",)})
+    fn_r, sargs = realize(fn, abstract, lay, mesh)
+    got = np.asarray(fn_r(jax.device_put(x, sargs[0].sharding), jax.device_put(w, sargs[1].sharding), n))
+    err = float(np.max(np.abs(got - want)))
+    assert err < 1e-4, f"max abs error {err:.3g}"  # sharded contractions sum in another order
+    lay.node_specs = {tanh_key: ("x", "z")}
+    with pytest.raises(RealizeError, match=re.escape(f"node {tanh_key} (tanh)")):
+        realize(fn, abstract, lay, mesh).lower()
