@@ -24,6 +24,10 @@ video self-attention (HunyuanVideo's joint attention) takes the configuration's 
 cross-attention to the text keeps its queries split like the activations, and text-only
 attention (HunyuanVideo's token refiner) splits only the batch.
 
+A configuration whose weights alone (per device, under its in_specs) exceed the chip's HBM is
+rejected with that reason (e.g. Wan 14B replicated for Ulysses on v5e: 26 GiB > 15.75 GiB);
+whether the activations fit too is the compiler's verdict.
+
 Padding: the video sequence is padded (as the Wan repo pads for sequence parallelism) to
 ``pad_multiple`` = 128 x (sequence degree) -- so every shard holds whole 128-token splash blocks
 and the attention wrapper never pads again -- or 128 without a sequence split. The padded
@@ -204,21 +208,35 @@ def _model_dims(model) -> tuple[int, int, int]:
     return c.heads, c.mlp_dim, c.hidden
 
 
-def _build(name, model, wl, n, dtype, block):
+def weight_bytes_per_device(args, in_specs, mesh_axes: dict[str, int]) -> int:
+    """Bytes of the parameters (arg 0) each device holds under ``in_specs``."""
+    total = 0
+    for (keys, leaf), spec in zip(_param_leaves(args), in_specs):
+        if keys[0] != "0":
+            continue
+        split = 1
+        for entry in spec or ():
+            for a in ((entry,) if isinstance(entry, str) else (entry or ())):
+                split *= mesh_axes[a]
+        total += math.prod(leaf.shape) * jnp.dtype(leaf.dtype).itemsize // split
+    return total
+
+
+def _build(name, model, wl, n, dtype, block, unit="chips"):
     """(Layout | None, reason, pad_multiple, fn, args)."""
     heads, mlp, width = _model_dims(model)
     batch = 2 * wl.batch                           # the CFG pair runs as one batch
     if name in ("cfg2_context", "tp_cfg"):
         if n % 2:
-            return None, f"CFG parallel needs an even number of chips, the target has {n}", 1, None, None
+            return None, f"CFG parallel needs an even number of {unit}, the target has {n}", 1, None, None
         if batch % 2:
             return None, f"CFG parallel needs an even batch, the step runs {batch}", 1, None, None
     if name == "ulysses" and heads % n:
-        return None, f"{heads} heads do not divide {n} chips (Ulysses splits heads over all chips)", 1, None, None
+        return None, f"{heads} heads do not divide {n} {unit} (Ulysses splits heads over all {unit})", 1, None, None
     if name == "tp_cfg":
         tp = n // 2
         if heads % tp:
-            return None, f"{heads} heads do not divide tensor-parallel degree {tp} (= {n} chips / CFG 2)", 1, None, None
+            return None, f"{heads} heads do not divide tensor-parallel degree {tp} (= {n} {unit} / CFG 2)", 1, None, None
         if mlp % tp:
             return None, f"MLP width {mlp} does not divide tensor-parallel degree {tp}", 1, None, None
 
@@ -286,9 +304,17 @@ def expert_layouts(model, workload, target, *, dtype=jnp.bfloat16,
     program, invalid ones with the reason (e.g. "12 heads do not divide 8 chips ...")."""
     model = registry.get_model(model)
     wl = model.workload(workload) if isinstance(workload, str) else workload
-    n = get_target(target).num_devices
+    tgt = get_target(target)
+    n = tgt.num_devices
+    hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
     out = []
     for name in EXPERTS:
-        layout, reason, pad, fn, args = _build(name, model, wl, n, dtype, block)
+        unit = "chips" if tgt.chip.devices_per_chip == 1 else "devices"
+        layout, reason, pad, fn, args = _build(name, model, wl, n, dtype, block, unit)
+        if layout is not None:
+            wb = weight_bytes_per_device(args, layout.in_specs, layout.mesh_axes)
+            if wb > hbm:
+                layout, reason = None, (f"weights need {wb / 2**30:.2f} GiB per device under {reason}, "
+                                        f"more than the {hbm / 2**30:.2f} GiB of HBM")
         out.append(Expert(name, layout, reason, pad, fn, args))
     return out
