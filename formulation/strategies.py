@@ -8,7 +8,9 @@ dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis)
   contracting label leaves a partial sum, reduced by an all-reduce (output not split on that axis)
   or a reduce-scatter onto an output dim (output split on it) -- the node's own communication;
 - ``attention``: batch, heads and query sequence (keys/values are required gathered along the
-  kv sequence, so a split query sequence is context parallel with kv gathered on the edge);
+  kv sequence, so a split query sequence is context parallel with kv gathered on the edge); with
+  the query sequence split, also the ring variant (``kv="ring"``): keys/values split like the
+  queries and passed around the sequence axes, overlapped with compute;
 - the replicated strategy is always present.
 
 An axis may go on a label whose size it does not divide only with ``Options.allow_padding``
@@ -47,6 +49,7 @@ ANCHOR_KINDS = frozenset({"dot", "conv", "attention"})
 REPLICATED_KINDS = frozenset({"unknown", "opaque", "gather", "scatter"})
 FOLLOW_KINDS = frozenset({"elementwise", "reduce", "reshape", "transpose", "broadcast", "hint",
                           "slice", "pad", "concat", "cumulative", "sort", "squeeze", "stack"})
+RING_BLOCK = 128   # splash attention's key block: a ring shard must hold whole blocks
 SHARDABLE_ROLES = {"dot": ("batch", "lhs_free", "rhs_free", "contracting"),
                    "conv": ("batch", "rhs_free", "contracting"),
                    "attention": ("batch", "heads", "q_seq")}
@@ -77,6 +80,7 @@ class Strategy:
     comm: float = 0.0                           # the communication part of `cost`, seconds
     words: str = ""                             # "heads on y, sequence on x"
     labels: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # anchor labels
+    kv: str = "gather"                          # attention: keys/values "gather"ed or in a "ring"
 
 
 @dataclasses.dataclass
@@ -361,7 +365,39 @@ class _Builder:
             s = Strategy(name, {n.results[0]: spec_t}, {}, comp + comm, comm, words, dict(assign))
             s._req_local = req  # type: ignore[attr-defined]
             variants.append(s)
+        if n.kind == "attention" and assign.get("s"):
+            ring = self._ring_variant(n, assign, req, frac, out_t, out_spec)
+            if ring is not None:
+                variants.append(ring)
         return variants
+
+    def _ring_variant(self, n, assign, req, frac, out_t, out_spec):
+        """Attention with keys/values split like the queries and passed around a ring over the
+        sequence axes: each device receives what an all-gather would bring, one shard per step,
+        overlapped with the attention of the shard it holds (cost = max(compute, ring traffic)).
+        Offered only when every kv shard is a whole number of 128-token splash blocks."""
+        axes = assign["s"]
+        p = math.prod(self.sizes[a] for a in axes)
+        skv = self.T[n.operands[1]].shape[2]
+        if skv % (p * RING_BLOCK):
+            return None
+        kv_req = {k: tuple(axes if d == 2 else req[k][d] for d in range(4)) for k in (1, 2)}
+        req2 = dict(req)
+        req2.update(kv_req)
+        per = sum(shard_bytes(self.T[n.operands[k]], kv_req[k], self.sizes) for k in (1, 2))
+        comm = 0.0
+        for a in axes:
+            per *= self.sizes[a]
+            comm += self.ac.all_gather(a, per)
+        bytes_dev = sum(shard_bytes(self.T[n.operands[k]], sp, self.sizes) for k, sp in req2.items()) \
+            + shard_bytes(out_t, out_spec, self.sizes)
+        comp = self.compute_time(n, frac, bytes_dev)
+        name = " ".join(f"{lab}:{'+'.join(ax)}" for lab, ax in sorted(assign.items())) + " kv:ring"
+        words = _words(n, assign, (), []) + ", keys/values in a ring"
+        s = Strategy(name, {n.results[0]: out_spec}, {}, max(comp, comm), comm, words, dict(assign),
+                     kv="ring")
+        s._req_local = req2  # type: ignore[attr-defined]
+        return s
 
     def replicated_node(self, n):
         s = Strategy("replicated", {r: replicated(len(self.T[r].shape)) for r in n.results}, {})

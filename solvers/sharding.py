@@ -225,7 +225,7 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
         if n.kind == "attention":
             st = graph.groups[n.key].strategies[choice[n.key]]
             attention[n.key] = AttentionLayout(batch=st.labels.get("b", ()), heads=st.labels.get("h", ()),
-                                               seq=st.labels.get("s", ()), kv="gather")
+                                               seq=st.labels.get("s", ()), kv=st.kv)
     return Layout(mesh_axes=dict(graph.mesh_axes), in_specs=[spec(t) for t in ir.inputs],
                   out_specs=[spec(t) for t in ir.outputs], node_specs=node_specs,
                   attention=attention, name=name)

@@ -247,3 +247,24 @@ def test_ilp_layout_realizes_and_computes_the_same_numbers():
     fn, _ = realize(model, args, r.layout, default_mesh(jax.devices()[:8], mesh_axes))
     out = np.asarray(fn(p, x))
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_ring_attention_variant(v5e4):
+    """With the query sequence split and whole 128-token kv blocks per shard, a ring variant keeps
+    keys/values split like the queries and overlaps their traffic with compute."""
+    from aoizora.models.primitives import attention
+
+    sds = jax.ShapeDtypeStruct
+    ir = build_ir(lambda q, k, v: attention(q, k, v), *[sds((1, 4, 1024, 64), jnp.bfloat16)] * 3)
+    g = build_strategies(ir, default_axis_costs(v5e4, {"x": 4}), Hardware.from_chip(v5e4.chip))
+    att = ir.by_kind("attention")[0].key
+    strats = g.groups[att].strategies
+    ring = [s for s in strats if s.kv == "ring"]
+    gather = [s for s in strats if s.kv == "gather" and s.labels == {"s": ("x",)}]
+    assert len(ring) == 1 and ring[0].labels == {"s": ("x",)} and len(gather) == 1
+    for k in (1, 2):
+        assert ring[0].req[(att, k)] == ((), (), ("x",), ())      # kv split like the queries
+        assert gather[0].req[(att, k)] == ((), (), (), ())        # kv gathered
+    assert ring[0].comm > 0 and ring[0].cost < gather[0].cost + ring[0].comm   # overlapped
+    r = solve_sharding(ir, v5e4, {"x": 4})
+    assert r.layout.attention[att].kv in ("ring", "gather")
