@@ -32,6 +32,9 @@ are tensors of kind ``scan_carry_out`` / ``scan_ys`` with ``inner`` = the body t
 adds the leading stacked dim). Inlined calls (``jit``, checkpoint, custom_jvp/vjp) add no tensors:
 their inner variables are the outer ones.
 
+A ``while`` body is visited once with its repeat unchanged (the trip count is unknown at trace
+time) and its condition is not walked, as in the shared walk.
+
 A primitive the IR does not know becomes a node of kind ``unknown`` (replicated only); all of them
 are listed in ``ProgramIR.warnings`` and one ``warnings.warn``. Nothing is dropped.
 """

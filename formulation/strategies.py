@@ -22,7 +22,8 @@ attention accept only dividing specs; pad the program instead (the models' ``pad
 sources (iota, broadcast literals), and ops the IR cannot split (unknown, opaque, gather, scatter:
 replicated only) -- own a strategy variable. Every other op (elementwise, reduce, reshape,
 transpose, broadcast, hint, slice, concat, ...) *follows* its largest operand and joins that
-operand's group: its output spec is derived from the operand's spec, and the costs of the edges
+operand's group (among equals, one not made by a broadcast): its output spec is derived from
+the operand's spec, and the costs of the edges
 inside a group (reshards to other operands, gathers a reshape or slice cannot avoid, all-reduces of
 partial reductions) fold into the group's per-strategy cost. Strategies of a group whose specs
 coincide on everything the rest of the program sees are merged (the cheaper one kept).
@@ -228,6 +229,7 @@ class _Builder:
         self.notes: list[str] = []
         self.scan_xs_outers = {t.outer for t in self.T.values() if t.kind == "scan_xs"}
         self._sb: dict[tuple[str, Spec], float] = {}
+        self._node_kind = {n.key: n.kind for n in ir.nodes}
 
     # --- tensor origins
     def resolve(self, tid: str):
@@ -333,7 +335,6 @@ class _Builder:
         bytes_dev = sum(shard_bytes(self.T[n.operands[k]], s, self.sizes) for k, s in req.items()) \
             + shard_bytes(out_t, out_spec, self.sizes)
         comp = self.compute_time(n, frac, bytes_dev)
-        used = {a for axes in assign.values() for a in axes}
         options: list[list[tuple[str, int | None]]] = []
         for a in partial:
             opts = [("ar", None)]
@@ -599,7 +600,7 @@ class _Builder:
             elif n.kind == "source" or not tens:
                 self.source_node(n)
             elif n.kind in FOLLOW_KINDS:
-                f = max(tens, key=lambda k: (T[n.operands[k]].bytes, -k))
+                f = max(tens, key=lambda k: (T[n.operands[k]].bytes, not self._expanded(n.operands[k]), -k))
                 self.follow(n, f)
             else:
                 self.replicated_node(n)
@@ -609,6 +610,14 @@ class _Builder:
         edges = self._edges(carries)
         return StrategyGraph(dict(self.sizes), self.groups, edges, self.group_of_node, self.origin,
                              self.notes)
+
+    def _expanded(self, tid: str) -> bool:
+        """A tensor made by broadcasting (or a source op): follow real data before it."""
+        t = self.T[tid]
+        if t.kind != "node":
+            return False
+        kind = self._node_kind.get(t.producer)
+        return kind in ("broadcast", "source")
 
     def _ensure_body_input(self, tid, carries):
         t = self.T[tid]
