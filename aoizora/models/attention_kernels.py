@@ -216,8 +216,7 @@ def _gather_body(q, k, v, *, impl, scale, skv, bq, bkv, interpret):
 
 def _ring_body(q, k, v, *, impl, scale, skv, n, axes, bq, bkv, interpret):
     """Ring attention over the ``axes`` (size n): at step t this shard holds the kv chunk of shard
-    (me - t) mod n; before each step after the first the chunks move one shard on (ppermute
-    i -> i+1), n - 1 times in all."""
+    (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all."""
     lkv = k.shape[2]
     me = jax.lax.axis_index(axes)
     perm = [(i, (i + 1) % n) for i in range(n)]
@@ -236,14 +235,16 @@ def _ring_body(q, k, v, *, impl, scale, skv, n, axes, bq, bkv, interpret):
         return o_acc, new
 
     def step(t, carry):
+        # send the chunk on while computing with it: the two are independent, so the compiler
+        # can overlap the collective-permute with the kernel
         o_acc, lse_acc, kc, vc = carry
-        kc = jax.lax.ppermute(kc, axes, perm)
-        vc = jax.lax.ppermute(vc, axes, perm)
+        nk = jax.lax.ppermute(kc, axes, perm)
+        nv = jax.lax.ppermute(vc, axes, perm)
         o_acc, lse_acc = combine(o_acc, lse_acc, kc, vc, (me - t) % n)
-        return o_acc, lse_acc, kc, vc
+        return o_acc, lse_acc, nk, nv
 
     b, h, lq, d = q.shape
-    o0, lse0 = combine(jnp.zeros((b, h, lq, d), jnp.float32),
-                       jnp.full((b, h, lq), -jnp.inf, jnp.float32), k, v, me)
-    o, _, _, _ = jax.lax.fori_loop(1, n, step, (o0, lse0, k, v))
+    init = (jnp.zeros((b, h, lq, d), jnp.float32), jnp.full((b, h, lq), -jnp.inf, jnp.float32), k, v)
+    o, lse, kc, vc = jax.lax.fori_loop(0, n - 1, step, init)
+    o, _ = combine(o, lse, kc, vc, (me - (n - 1)) % n)
     return o.astype(q.dtype)
