@@ -350,6 +350,8 @@ class _Builder:
                 if how == "rs":
                     spec[d].append(a)
             spec_t = tuple(tuple(sorted(x, key=list(self.sizes).index)) for x in spec)
+            if any(out_t.shape[d] % math.prod(self.sizes[b] for b in spec_t[d]) for d in range(len(spec_t))):
+                continue   # two reduce-scatters onto one dim that together do not divide it
             # reduce one axis after the other; V = the partial array the group holds
             cur = list(out_spec)
             for a, (how, d) in zip(partial, combo):
