@@ -562,3 +562,44 @@ def test_small_wan_model_two_device_orders():
     assert evs[1].algorithms_device_order == [5, 2, 7, 0, 3, 6, 1, 4]
     kernels = [op for op in evs[0].compute if op.custom_call_target == "tpu_custom_call"]
     assert kernels and any("no cycle or flop estimate" in w for w in evs[0].warnings)
+
+
+CALLS = """\
+HloModule calls, is_scheduled=true, num_partitions=4
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+%callee (c0: f32[8]) -> f32[8] {
+  %c0 = f32[8]{0} parameter(0)
+  ROOT %ar.c = f32[8]{0} all-reduce(%c0), channel_id=1, replica_groups=[2,2]<=[4], to_apply=%add
+}
+
+%yes (t0: f32[8]) -> f32[8] {
+  %t0 = f32[8]{0} parameter(0)
+  %t0.s = f32[2]{0} slice(%t0), slice={[0:2]}
+  ROOT %ag.t = f32[8]{0} all-gather(%t0.s), channel_id=2, replica_groups=[1,4]<=[4], dimensions={0}
+}
+
+%no (f0: f32[8]) -> f32[8] {
+  ROOT %f0 = f32[8]{0} parameter(0)
+}
+
+ENTRY %main (p: f32[8], b: pred[]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  %b = pred[] parameter(1)
+  %cl = f32[8]{0} call(%p), to_apply=%callee
+  ROOT %cd = f32[8]{0} conditional(%b, %cl, %cl), true_computation=%yes, false_computation=%no
+}
+"""
+
+
+def test_call_and_conditional_are_walked():
+    ev = evidence_from_hlo_text(CALLS, target="v5e:2x2", mesh_axes={"x": 4})
+    by = {c.name: c for c in ev.collectives}
+    assert by["ar.c"].replica_groups == [[0, 1], [2, 3]] and by["ar.c"].computation == "callee"
+    assert by["ag.t"].bytes == 32 and by["ag.t"].group_size == 4
+    assert any("conditional cd" in w for w in ev.warnings)
