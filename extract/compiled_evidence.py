@@ -211,6 +211,27 @@ def while_trip_count(module: HloModule, loop: Instruction, comp: Computation) ->
 # The walk
 
 
+_SHAPE = re.compile(r"\b(bf16|f16|f32|f8e4m3fn|f8e5m2)\[([0-9,]+)\]")
+
+
+def attention_kernel_flops(ins: Instruction) -> float:
+    """FLOPs of a Pallas splash-attention forward kernel, which the compiler does not estimate:
+    4 * heads * Sq * Skv * d (QK^T and PV, 2 FLOP per multiply-add), from its q, k, v operands
+    ([..., heads, S, d], the last three floating operands). 0 for any other kernel."""
+    if "splash_mha_fwd" not in ins.metadata.get("op_name", "") and "splash" not in ins.name:
+        return 0.0
+    text = ins.attrs.get("operand_layout_constraints", "") or ins.operand_text
+    shapes = [[int(v) for v in dims.split(",")] for _, dims in _SHAPE.findall(text)]
+    shapes = [sh for sh in shapes if len(sh) >= 3]
+    if len(shapes) < 3:
+        return 0.0
+    q, k = shapes[-3], shapes[-2]
+    lead = 1
+    for v in q[:-2]:
+        lead *= v
+    return 4.0 * lead * q[-2] * k[-2] * q[-1]
+
+
 class _Walker:
     def __init__(self, module: HloModule, num_devices: int):
         self.m = module
@@ -389,12 +410,13 @@ class _Walker:
         cfg = ins.backend_config
         ccc = cfg.get("custom_call_config") if isinstance(cfg.get("custom_call_config"), dict) else {}
         est = cfg.get("cost_estimate") or ccc.get("cost_estimate") or {}
-        self._add_compute(ins, comp, count, float(est.get("flops", 0) or 0))
+        flops = float(est.get("flops", 0) or 0) or attention_kernel_flops(ins)
+        self._add_compute(ins, comp, count, flops)
         op = self.compute[-1]
         if est.get("bytes_accessed"):
             op.bytes = float(est["bytes_accessed"])
         target = ins.custom_call_target
-        if op.estimated_cycles is None and not est and target not in _NO_COST_CALLS:
+        if op.estimated_cycles is None and not est and not flops and target not in _NO_COST_CALLS:
             self._note(f"custom-call {target} ({ins.name}, x{count}): the compiler gives no cycle "
                        f"or flop estimate; only its operand/result bytes are recorded")
         if ccc.get("has_communication") in (True, "true"):
