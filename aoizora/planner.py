@@ -55,6 +55,9 @@ from aoizora.solvers.placement import solve_placement
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
 
 
+ILP_SHARE = 0.4   # of the remaining budget, per iteration, for the sharding ILPs
+
+
 class PlanningError(ValueError):
     """Planning cannot go on: a one-line reason and what to do."""
 
@@ -166,10 +169,13 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          time_budget_s: float = 300.0, seed: int = 0, top_k: int = 2,
          meshes: Sequence[dict[str, int]] | None = None, max_iterations: int = 4,
          placement_time_s: float = 10.0, ilp_time_s: float = 20.0, workers: int = 2,
-         verify: bool = True, progress: Progress | None = None) -> Plan:
+         verify: bool = True, progress: Progress | None = None,
+         on_candidate: Callable[[Candidate], None] | None = None) -> Plan:
     """Plan ``fn(*abstract_args)`` for ``target`` within ``time_budget_s`` seconds (compiles
     included). ``abstract_args``: pytrees of ``jax.ShapeDtypeStruct`` or arrays. Returns the best
-    plan by Q2 with both solvers' certificates and the record of every iteration."""
+    plan by Q2 with both solvers' certificates and the record of every iteration.
+    ``on_candidate``: called with every compiled and priced ``Candidate`` (its evidence included),
+    e.g. for benchmarks that re-price the candidates the planner tried."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_budget_s)
     progress = progress or Progress()
@@ -199,11 +205,19 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         rec: dict[str, Any] = {"iteration": it, "candidates": [], "feedback": {}, "changes": []}
         progress.stage(f"iteration {it}: sharding ILP on {len(mesh_list)} logical meshes")
         ranked: list[tuple[float, dict[str, int], ShardingSolution]] = []
-        for m in mesh_list:
+        # The ILPs may use up to ILP_SHARE of what is left, so that compiles still fit; meshes
+        # with fewer axes (smaller ILPs) go first.
+        ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
+        for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
             st = state[_mkey(m)]
-            limit = max(1.0, min(ilp_time_s, (deadline - time.perf_counter()) / (2 * len(mesh_list))))
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"]],
                               sort_keys=True, default=str)
+            if ckey not in ilp_cache and ranked and time.perf_counter() > ilp_deadline:
+                rec["changes"].append(f"mesh {_mstr(m)}: ILP skipped, the time budget is kept "
+                                      f"for compiles")
+                progress.note(f"mesh {_mstr(m)}: ILP skipped (time budget)")
+                continue
+            limit = max(1.0, min(ilp_time_s, ilp_deadline - time.perf_counter()))
             try:
                 if ckey in ilp_cache:  # nothing changed for this mesh: same ILP, same answer
                     res = ilp_cache[ckey]
@@ -249,6 +263,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             cand = _price(fn, abstract_args, tgt, network, m, sol, it, deadline, seed, workers,
                           placement_time_s, progress)
             max_compile_s = max(max_compile_s, cand.compile_s)
+            if on_candidate is not None:
+                on_candidate(cand)
             if not priced and time.perf_counter() > deadline:
                 raise BudgetError(
                     f"the time budget ({time_budget_s:g} s) is too small for one compile of this "
