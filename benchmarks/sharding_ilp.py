@@ -160,7 +160,7 @@ def write(rows, out_dir, time_limit) -> None:
         elif comp:
             lines.append(f"- {r['target']} {mesh_name(r['mesh'])}: compile failed: {comp['error']}")
     lines.append("- Attention column: the self-attention layout, then the cross-attention layout "
-                 "(query sequence split; keys/values gathered).")
+                 "(keys/values gathered along their sequence unless it says ring).")
     with open(os.path.join(out_dir, "sharding_ilp.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
