@@ -14,8 +14,8 @@ Objective (Q1, the placement-oblivious step latency; seconds, scaled by ``TIME_S
   cost[g][k]: compute of every op in the group (one shard: max(flops/peak, bytes/HBM bandwidth))
   plus its own communication (partial-sum all-reduce or reduce-scatter, gathers a follower cannot
   avoid), times each op's repeat (a scan body is in the model once: its costs are times the trip
-  count); r[e][p][q]: resharding the edge's tensor from p to q (``strategies.reshard_cost``) times
-  the consumer's repeat. ``correction`` is the planner's additive feedback (seconds, per node key
+  count) -- ``Strategy.cost``; r[e][p][q] (``Edge.cost``): resharding the edge's tensor from p
+  to q (``strategies.reshard_cost``) times the consumer's repeat. ``correction`` is the planner's additive feedback (seconds, per node key
   or per node key and strategy name).
 
 Constraints
