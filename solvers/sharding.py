@@ -184,10 +184,11 @@ def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int
             status = "FEASIBLE"
         else:
             status = "UNKNOWN"
+        detail = {"highs_status": ms, "mip_gap": info.mip_gap, "mip_node_count": info.mip_node_count}
+        if bound is None:
+            detail["bound_note"] = "HiGHS reported no finite dual bound for this stop"
         return {"status": status, "objective": obj, "bound": bound, "time_s": elapsed,
-                "solver": f"PuLP {pulp.__version__}/HiGHS {h.version()}",
-                "detail": {"highs_status": ms, "mip_gap": info.mip_gap,
-                           "mip_node_count": info.mip_node_count}}
+                "solver": f"PuLP {pulp.__version__}/HiGHS {h.version()}", "detail": detail}
     raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
 
 
