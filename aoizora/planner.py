@@ -194,6 +194,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
              for m in mesh_list}
     seen: set[str] = set()
     ilp_cache: dict[str, Any] = {}
+    ilp_seconds: dict[str, float] = {}
     priced: list[Candidate] = []
     iterations: list[dict[str, Any]] = []
     memory_errors: list[str] = []
@@ -212,7 +213,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             st = state[_mkey(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"]],
                               sort_keys=True, default=str)
-            if ckey not in ilp_cache and ranked and time.perf_counter() > ilp_deadline:
+            expected = ilp_seconds.get(_mkey(m), 0.0)  # what this mesh's ILP took last time
+            if (ckey not in ilp_cache and ranked
+                    and time.perf_counter() + expected > ilp_deadline):
                 rec["changes"].append(f"mesh {_mstr(m)}: ILP skipped, the time budget is kept "
                                       f"for compiles")
                 progress.note(f"mesh {_mstr(m)}: ILP skipped (time budget)")
@@ -222,10 +225,12 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                 if ckey in ilp_cache:  # nothing changed for this mesh: same ILP, same answer
                     res = ilp_cache[ckey]
                 else:
+                    t_ilp = time.perf_counter()
                     res = ilp_cache[ckey] = solve_sharding(
                         ir, tgt, m, axis_costs=st["costs"], k_best=top_k, time_limit_s=limit,
                         corrections=st["corrections"], forbidden=st["forbidden"] or None,
                         seed=seed)
+                    ilp_seconds[_mkey(m)] = time.perf_counter() - t_ilp
             except MemoryBudgetError as e:
                 memory_errors.append(str(e))
                 progress.note(f"mesh {m}: {e}")
