@@ -1,0 +1,607 @@
+"""The workload grid: AoiZora's plan against every baseline, cell by cell, with the reference
+simulator as the "simulated" column.
+
+    python -m benchmarks.grid [--cells NAME,...] [--budget S] [--seed N] [--force] [--list]
+    python -m benchmarks.grid --smoke            # one small cell, written to a temp dir (CI)
+
+A cell is (model, workload, target). In each cell:
+- ``aoizora``: the plan (its layout, its placement), planned within ``--budget`` seconds;
+- ``aoizora-layout/default-order``: the plan's layout under JAX's default device order;
+- ``heuristic-placement``: the plan's layout placed by the best (by Q2, as a heuristic would
+  choose) of the heuristic placement searches (``aoizora.solvers.placement_heuristics``), each
+  given the same time limit the placement CP-SAT got;
+- ``alpa-logical``: the sharding ILP with fixed, placement-oblivious alpha-beta costs, its best
+  layout over the candidate meshes compiled in the default order (as ``aoizora.compare``);
+- ``expert:NAME``: each expert configuration in the default order, valid or with its reason.
+Every row with a compiled program has ``sim_step_s`` (``benchmarks.simulator``: "simulated
+(AoiZora reference simulator)") and ``q2_step_s`` ("predicted (Q2)"), both simulated / predicted
+on the row's own evidence under the row's own placement; ``speedup_sim`` = row / aoizora
+(> 1: AoiZora faster).
+
+Fidelity: every (layout, placement) pair the cell evaluated is priced by both Q2 and the
+simulator: the plan's layout under the default order, CP-SAT's placement, each heuristic's, and
+``RANDOM_PLACEMENTS`` seeded random placements; every candidate layout the planner compiled
+(under its CP-SAT placement and the default order); the baselines. ``rho_placements`` is
+Spearman's rho between Q2 and the simulator over the plan layout's placements (average ranks for
+ties, numpy only); ``rho_all`` over all pairs. ``top1`` is true when the simulator's best pair is
+the planner's choice (within ``TIE_REL`` relative), and ``plan_sim_rank`` its rank (1 = best).
+
+Results: one JSON per cell in ``benchmarks/results/grid/`` (a cell whose JSON exists is skipped
+unless ``--force``), with the machine (nproc, CPU model, load average), versions, budget and seed.
+Evidence objects are dropped; their summary numbers are kept. A failing baseline or planner is
+recorded in the cell as an error, the grid goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import aoizora  # noqa: F401  -- sets libtpu's environment first
+from aoizora.builtin import Job, builtin_job
+from aoizora.compare import price_default_order
+from aoizora.extract.evidence import Evidence
+from aoizora.extract.network import Network, default_device_order
+from aoizora.extract.program_ir import build_ir
+from aoizora.formulation.latency import predict_step
+from aoizora.formulation.meshes import candidate_meshes
+from aoizora.models.experts import expert_layouts
+from aoizora.planner import Candidate, plan as make_plan
+from aoizora.progress import Progress
+from aoizora.solvers.sharding import ShardingSolveError, solve_sharding
+from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
+
+Q2_LABEL = "predicted (Q2)"
+RESULTS = Path(__file__).resolve().parent / "results" / "grid"
+RANDOM_PLACEMENTS = 10
+TIE_REL = 1e-6
+ALPA_ILP_TIME_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    model: str
+    resolution: str
+    frames: int
+    target: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}_{self.resolution}-{self.frames}f_{self.target}"
+
+
+def grid_cells() -> list[Cell]:
+    """Every cell of the grid, cheapest first."""
+    cells: list[Cell] = []
+    for tgt in ("v5e-4", "v5e-8", "v5e-16"):
+        for f in (21, 41, 81):
+            cells.append(Cell("wan2.1-1.3b", "480p", f, tgt))
+    for f in (21, 41, 81):
+        cells.append(Cell("wan2.1-1.3b", "480p", f, "v6e-8"))
+    for res in ("480p", "720p"):
+        for tgt in ("v5e-4", "v5e-8", "v5e-16"):
+            for f in (21, 41, 81):
+                cells.append(Cell("wan2.1-14b", res, f, tgt))
+    cells.append(Cell("hunyuanvideo-13b", "720p", 129, "v5e-16"))
+    # cheapest first: tokens x model size / devices is a fair proxy for compile and plan time
+    size = {"wan2.1-1.3b": 1, "wan2.1-14b": 10, "hunyuanvideo-13b": 12}
+    res_cost = {"480p": 1, "720p": 2.3}
+    return sorted(cells, key=lambda c: (size[c.model], res_cost[c.resolution],
+                                        int(c.target.split("-")[1]) > 8, c.target.startswith("v6e"),
+                                        c.frames, int(c.target.split("-")[1])))
+
+
+SMOKE_CELL = Cell("wan2.1-small", "128p", 9, "v5e-8")
+
+
+# ---------------------------------------------------------------------------------------------
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rho with average ranks for ties (numpy only); None when undefined (fewer than
+    3 points or a constant series)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 3 or len(x) != len(y):
+        return None
+    rx, ry = _avg_ranks(x), _avg_ranks(y)
+    if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _avg_ranks(x: np.ndarray) -> np.ndarray:
+    # values equal to 1e-12 s (1 ps) are ties: float noise must not order placements
+    x = np.round(x, 12)
+    order = np.argsort(x, kind="mergesort")
+    r = np.empty(len(x))
+    r[order] = np.arange(1, len(x) + 1)
+    _, inv = np.unique(x, return_inverse=True)
+    return (np.bincount(inv, r) / np.bincount(inv))[inv]
+
+
+def evidence_summary(ev: Evidence) -> dict[str, Any]:
+    """The numbers of an Evidence kept in the JSON (the object itself is too big)."""
+    kinds: dict[str, dict[str, float]] = {}
+    for c in ev.collectives:
+        k = kinds.setdefault(c.kind, {"ops": 0, "runs": 0, "bytes_per_call": 0.0})
+        k["ops"] += 1
+        k["runs"] += c.count
+        k["bytes_per_call"] += float(c.bytes) * c.count
+    mem = ev.memory
+    return {"target": ev.target, "mesh": dict(ev.mesh_axes), "fidelity": ev.fidelity,
+            "compile_s": round(ev.compile_s, 3), "collectives": len(ev.collectives),
+            "collective_runs": int(sum(c.count for c in ev.collectives)),
+            "collective_bytes_per_call": float(sum(float(c.bytes) * c.count
+                                                   for c in ev.collectives)),
+            "collectives_by_kind": kinds, "compute_ops": len(ev.compute),
+            "compute_cycles_per_call": float(sum((o.estimated_cycles or 0.0) * o.count
+                                                 for o in ev.compute)),
+            "flops_per_device": ev.flops, "hbm_bytes_per_device": int(mem.total_bytes),
+            "hbm_bytes_usable": int(mem.hbm_bytes), "fits_hbm": bool(mem.fits),
+            "warnings": len(ev.warnings)}
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    vers = {"python": platform.python_version()}
+    for mod in ("jax", "jaxlib", "libtpu", "ortools", "numpy"):
+        try:
+            from importlib.metadata import version
+
+            vers[mod] = version(mod)
+        except Exception:  # noqa: BLE001
+            vers[mod] = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001
+        commit = ""
+    return {"nproc": os.cpu_count(), "cpu_model": cpu, "platform": platform.platform(),
+            "load_average": list(os.getloadavg()), "versions": vers, "git_commit": commit}
+
+
+def _err(e: BaseException) -> str:
+    lines = str(e).splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"
+
+
+# ---------------------------------------------------------------------------------------------
+class _Pricer:
+    """Q2 and the simulator on (evidence, placement) pairs; every pair is recorded."""
+
+    def __init__(self, target, network: Network):
+        self.net = network
+        self.sim = Simulator(target, network)
+        self.pairs: list[dict[str, Any]] = []
+
+    def price(self, ev: Evidence, placement: Sequence[int], layout_id: str, what: str,
+              record: bool = True) -> dict[str, Any]:
+        placement = [int(p) for p in placement]
+        q = predict_step(ev, placement, self.net)
+        t = time.perf_counter()
+        s = self.sim.run(ev, placement)
+        out = {"what": what, "layout": layout_id, "placement": placement,
+               "q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
+               "q2_communication_s": q.communication_s, "sim_step_s": s.step_s,
+               "sim_compute_s": s.compute_s, "sim_communication_s": s.communication_s,
+               "sim_wall_s": round(time.perf_counter() - t, 3)}
+        if record:
+            self.pairs.append(out)
+        return out
+
+
+def _row(name: str, **kw) -> dict[str, Any]:
+    r = {"name": name, "valid": True, "reason": "", "error": None, "mesh": None,
+         "device_order": None, "q2_step_s": None, "sim_step_s": None, "planning_time_s": None}
+    r.update(kw)
+    return r
+
+
+def _priced_row(name: str, pricer: _Pricer, ev: Evidence, placement, layout_id: str,
+                **kw) -> dict[str, Any]:
+    p = pricer.price(ev, placement, layout_id, name)
+    return _row(name, mesh=dict(ev.mesh_axes), device_order=p["placement"],
+                q2_step_s=p["q2_step_s"], q2_compute_s=p["q2_compute_s"],
+                q2_communication_s=p["q2_communication_s"], sim_step_s=p["sim_step_s"],
+                sim_compute_s=p["sim_compute_s"], sim_communication_s=p["sim_communication_s"],
+                evidence=evidence_summary(ev), **kw)
+
+
+def _layout_key(mesh_axes, layout) -> str:
+    d = layout.to_json()
+    d.pop("name", None)
+    import hashlib
+
+    return hashlib.sha1(json.dumps([dict(mesh_axes), d], sort_keys=True).encode()).hexdigest()[:12]
+
+
+def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
+             progress: Progress | None = None, log: Callable[[str], None] = print,
+             random_placements: int = RANDOM_PLACEMENTS, experts: bool = True,
+             alpa: bool = True) -> dict[str, Any]:
+    """Run one cell; returns its JSON-ready dict (see the module docstring). Never raises for a
+    failing planner or baseline: the error is recorded in the row / the cell."""
+    t_cell = time.perf_counter()
+    out: dict[str, Any] = {"cell": cell.name, "model": cell.model, "resolution": cell.resolution,
+                           "frames": cell.frames, "target_arg": cell.target,
+                           "budget_s": budget_s, "seed": seed, "machine_start": machine(),
+                           "labels": {"sim": SIM_LABEL, "q2": Q2_LABEL}, "rows": [],
+                           "errors": [], "unit": "seconds"}
+    job: Job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
+    out.update(target=job.target.name, devices=job.target.num_devices, job=job.describe(),
+               tokens=job.workload.tokens, padded_tokens=job.padded_tokens)
+    network = Network.from_target(job.target)
+    pricer = _Pricer(job.target, network)
+    rows = out["rows"]
+
+    # -- the plan -------------------------------------------------------------------------------
+    cands: list[Candidate] = []
+    plan = best = None
+    log(f"[{cell.name}] planning (budget {budget_s:g} s)")
+    try:
+        plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
+                         progress=progress, on_candidate=cands.append)
+    except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on with the baselines
+        out["errors"].append({"row": "aoizora", "error": _err(e),
+                              "traceback": traceback.format_exc(limit=4)})
+        rows.append(_row("aoizora", valid=False, error=_err(e)))
+    if plan is not None:
+        for c in cands:
+            if c.solution.layout is plan.layout:
+                best = c
+        if best is None:
+            key = _layout_key(plan.mesh, plan.layout)
+            best = next((c for c in cands if c.evidence is not None
+                         and _layout_key(c.mesh_axes, c.solution.layout) == key), None)
+        out["plan"] = {"mesh": plan.mesh, "device_order": plan.device_order,
+                       "device_coords": [list(c) for c in plan.device_coords],
+                       "planning_time_s": plan.planning_time_s, "status": plan.status,
+                       "predicted": {k: v for k, v in plan.predicted.items() if k != "links"},
+                       "certificates": {k: (v.to_json() if v is not None else None)
+                                        for k, v in plan.certificates.items()},
+                       "iterations": plan.iterations, "notes": plan.notes,
+                       "layout_in_words": plan.layout_in_words, "fits_hbm": plan.fits_hbm}
+        out["planning_time_s"] = plan.planning_time_s
+        log(f"[{cell.name}] plan: mesh {plan.mesh}, Q2 {plan.predicted['step_s'] * 1e3:.3f} ms "
+            f"(predicted), {plan.planning_time_s:.1f} s, {len(cands)} candidates compiled")
+    plan_key = _layout_key(plan.mesh, plan.layout) if plan is not None else None
+
+    if plan is not None and best is not None and best.evidence is not None:
+        ev = best.evidence
+        rows.append(_priced_row("aoizora", pricer, ev, plan.device_order, plan_key,
+                                planning_time_s=plan.planning_time_s,
+                                q2_planner_step_s=plan.predicted["step_s"]))
+        rows.append(_priced_row("aoizora-layout/default-order", pricer, ev, best.default_order,
+                                plan_key))
+        # -- heuristic placement with the CP-SAT's time limit ------------------------------------
+        cert = plan.certificates.get("placement")
+        h_budget = float(cert.time_limit_s or cert.time_s) if cert is not None else 10.0
+        heur = []
+        try:
+            from aoizora.solvers import placement_heuristics as PH
+
+            for hname, fn in PH.HEURISTICS.items():
+                kw: dict[str, Any] = {"time_limit_s": h_budget}
+                if hname in ("random", "annealing"):
+                    kw["seed"] = seed
+                if hname in ("random", "axis_orders"):
+                    kw["default"] = best.default_order
+                if hname == "annealing":
+                    try:
+                        starts = [best.default_order] + [
+                            list(p) for p in PH.axis_order_placements(
+                                network, list(ev.mesh_axes.values()))]
+                    except PH.HeuristicError:
+                        starts = [best.default_order]
+                    kw["starts"] = starts
+                try:
+                    r = fn(ev, network, **kw)
+                except PH.HeuristicError as e:
+                    heur.append({"heuristic": hname, "skipped": str(e)})
+                    continue
+                p = pricer.price(ev, r.placement, plan_key, f"heuristic:{hname}")
+                heur.append({"heuristic": hname, "status": r.certificate.status,
+                             "time_s": r.certificate.time_s, "time_limit_s": h_budget,
+                             "evaluated": r.certificate.detail.get("evaluated"),
+                             "link_bytes": r.certificate.detail.get("link_bytes"),
+                             "hops": r.certificate.detail.get("hops"), **p})
+        except Exception as e:  # noqa: BLE001
+            out["errors"].append({"row": "heuristic-placement", "error": _err(e),
+                                  "traceback": traceback.format_exc(limit=4)})
+        done = [h for h in heur if "q2_step_s" in h]
+        if done:
+            # chosen as the heuristic itself would: by Q2, then link bytes, then hops (never by
+            # the simulator)
+            hb = min(done, key=lambda h: (round(h["q2_step_s"], 12), h.get("link_bytes") or 0,
+                                          h.get("hops") or 0))
+            rows.append(_row("heuristic-placement", mesh=dict(ev.mesh_axes),
+                             device_order=hb["placement"], q2_step_s=hb["q2_step_s"],
+                             q2_compute_s=hb["q2_compute_s"],
+                             q2_communication_s=hb["q2_communication_s"],
+                             sim_step_s=hb["sim_step_s"], sim_compute_s=hb["sim_compute_s"],
+                             sim_communication_s=hb["sim_communication_s"],
+                             heuristic=hb["heuristic"], time_limit_s=h_budget,
+                             description=f"best heuristic by Q2 ({hb['heuristic']}) with the "
+                                         f"CP-SAT's time limit ({h_budget:g} s each)"))
+        else:
+            rows.append(_row("heuristic-placement", valid=False,
+                             error=out["errors"][-1]["error"] if out["errors"] else "none ran"))
+        out["heuristics"] = heur
+        # -- random placements of the plan's layout ----------------------------------------------
+        rng = np.random.default_rng(seed)
+        n = ev.num_devices
+        seen = {tuple(p["placement"]) for p in pricer.pairs if p["layout"] == plan_key}
+        tries = 0
+        while sum(1 for p in pricer.pairs if p["what"].startswith("random")) < random_placements \
+                and tries < 20 * random_placements:
+            tries += 1
+            p = tuple(int(v) for v in rng.permutation(n))
+            if p in seen:
+                continue
+            seen.add(p)
+            pricer.price(ev, p, plan_key, f"random:{len(seen)}")
+        # -- the other layouts the planner compiled (each under CP-SAT's placement and default) --
+        for c in cands:
+            if c is best or c.evidence is None or c.q2 is None:
+                continue
+            k = _layout_key(c.mesh_axes, c.solution.layout)
+            pricer.price(c.evidence, c.placement, k, f"planner-candidate:it{c.iteration}:cpsat")
+            if list(c.placement) != list(c.default_order):
+                pricer.price(c.evidence, c.default_order, k,
+                             f"planner-candidate:it{c.iteration}:default")
+    elif plan is not None:
+        out["errors"].append({"row": "aoizora", "error": "the planner's best candidate has no "
+                                                         "evidence to simulate"})
+        rows.append(_row("aoizora", valid=False, error="no evidence for the plan's layout",
+                         q2_step_s=plan.predicted["step_s"]))
+    out["candidates"] = [dict(c.summary(), iteration=c.iteration) for c in cands]
+    del cands
+
+    # -- Alpa-style logical search ----------------------------------------------------------------
+    if alpa:
+        log(f"[{cell.name}] Alpa-style logical search")
+        try:
+            t0 = time.perf_counter()
+            ir = build_ir(job.fn, *job.args)
+            alpa_best = None
+            for m in candidate_meshes(job.target.num_devices):
+                try:
+                    res = solve_sharding(ir, job.target, m, time_limit_s=ALPA_ILP_TIME_S, seed=seed)
+                except ShardingSolveError:
+                    continue
+                q1 = res.best.predicted["total_s"]
+                if alpa_best is None or q1 < alpa_best[0]:
+                    alpa_best = (q1, res.best)
+            alpa_t = time.perf_counter() - t0
+            if alpa_best is None:
+                rows.append(_row("alpa-logical", valid=False, reason="no layout fits on any mesh"))
+            else:
+                rows.append(_baseline_row("alpa-logical", job.fn, job.args, job, alpa_best[1].layout,
+                                          network, pricer, planning_time_s=alpa_t,
+                                          q1_s=alpa_best[0]))
+        except Exception as e:  # noqa: BLE001
+            out["errors"].append({"row": "alpa-logical", "error": _err(e),
+                                  "traceback": traceback.format_exc(limit=4)})
+            rows.append(_row("alpa-logical", valid=False, error=_err(e)))
+
+    # -- expert configurations --------------------------------------------------------------------
+    if experts:
+        try:
+            exs = expert_layouts(job.model, job.workload, job.target)
+        except Exception as e:  # noqa: BLE001
+            exs = []
+            out["errors"].append({"row": "expert:*", "error": _err(e),
+                                  "traceback": traceback.format_exc(limit=4)})
+        for ex in exs:
+            name = f"expert:{ex.name}"
+            log(f"[{cell.name}] {name}")
+            if not ex.valid:
+                rows.append(_row(name, valid=False, reason=ex.reason))
+                continue
+            try:
+                rows.append(_baseline_row(name, ex.fn, ex.args, job, ex.layout, network, pricer,
+                                          description=ex.reason))
+            except Exception as e:  # noqa: BLE001
+                out["errors"].append({"row": name, "error": _err(e),
+                                      "traceback": traceback.format_exc(limit=4)})
+                rows.append(_row(name, valid=False, error=_err(e)))
+
+    out["_pairs"] = pricer.pairs
+    _finish_cell(out, plan_key)
+    out["machine_end"] = {"load_average": list(os.getloadavg())}
+    out["cell_wall_s"] = round(time.perf_counter() - t_cell, 1)
+    return out
+
+
+def _baseline_row(name, fn, args, job: Job, layout, network, pricer: _Pricer, **kw):
+    d = price_default_order(fn, args, job, layout, network)
+    ev = d.pop("evidence", None)
+    if ev is None:
+        return _row(name, valid=False, reason=d.get("reason", ""), mesh=d.get("mesh"),
+                    fits_hbm=d.get("fits_hbm"), **kw)
+    return _priced_row(name, pricer, ev, d["device_order"], _layout_key(layout.mesh_axes, layout),
+                       fits_hbm=True, compile_s=d.get("compile_s"), **kw)
+
+
+def _finish_cell(out: dict[str, Any], plan_key: str | None) -> None:
+    rows = out["rows"]
+    az = next((r for r in rows if r["name"] == "aoizora" and r.get("sim_step_s")), None)
+    for r in rows:
+        for k in ("sim", "q2"):
+            v = r.get(f"{k}_step_s")
+            base = az.get(f"{k}_step_s") if az else None
+            r[f"speedup_{k}"] = (v / base) if (v and base) else None
+    experts = [r for r in rows if r["name"].startswith("expert:") and r.get("sim_step_s")]
+    be = min(experts, key=lambda r: r["sim_step_s"]) if experts else None
+    out["best_expert"] = be["name"] if be else None
+    out["best_expert_sim_step_s"] = be["sim_step_s"] if be else None
+    out["speedup_over_best_expert"] = be["speedup_sim"] if be else None
+    priced = [r for r in rows if r.get("sim_step_s") and r["name"] != "aoizora"]
+    out["never_slower"] = (all(r["speedup_sim"] >= 1.0 - TIE_REL for r in priced)
+                           if az and priced else None)
+    out["slower_than"] = [r["name"] for r in priced if az and r["speedup_sim"] < 1.0 - TIE_REL]
+    # fidelity
+    pairs, seen = [], {}
+    for p in out.pop("_pairs", None) or []:     # one entry per distinct (layout, placement)
+        k = (p["layout"], tuple(p["placement"]))
+        if k in seen:
+            seen[k]["also"] = seen[k].get("also", []) + [p["what"]]
+            continue
+        seen[k] = p
+        pairs.append(p)
+    fid: dict[str, Any] = {"pairs": pairs}
+    own = [p for p in pairs if p["layout"] == plan_key]
+    fid["placements_of_plan_layout"] = len(own)
+    fid["rho_placements"] = spearman([p["q2_step_s"] for p in own], [p["sim_step_s"] for p in own])
+    fid["rho_all"] = spearman([p["q2_step_s"] for p in pairs], [p["sim_step_s"] for p in pairs])
+    fid["pairs_evaluated"] = len(pairs)
+    if az and pairs:
+        best_sim = min(p["sim_step_s"] for p in pairs)
+        fid["sim_best"] = min(pairs, key=lambda p: p["sim_step_s"])["what"]
+        fid["top1"] = bool(az["sim_step_s"] <= best_sim * (1 + TIE_REL))
+        fid["plan_sim_rank"] = 1 + sum(1 for p in pairs
+                                       if p["sim_step_s"] < az["sim_step_s"] * (1 - TIE_REL))
+        fid["sim_best_gain_over_plan"] = az["sim_step_s"] / best_sim
+    else:
+        fid.update(top1=None, plan_sim_rank=None, sim_best=None)
+    out["fidelity"] = fid
+
+
+# ---------------------------------------------------------------------------------------------
+def write_cell(out: dict[str, Any], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{out['cell']}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(o):
+    if hasattr(o, "to_json"):
+        return o.to_json()
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if dataclasses.is_dataclass(o):
+        return dataclasses.asdict(o)
+    return str(o)
+
+
+class _LogProgress(Progress):
+    def __init__(self, log):
+        self.log, self.t0 = log, time.perf_counter()
+
+    def _p(self, s):
+        self.log(f"  {time.perf_counter() - self.t0:7.1f}s {s}")
+
+    def stage(self, text):
+        self._p(text)
+
+    def candidate(self, k, total, text):
+        self._p(f"candidate {k}/{total}: {text}")
+
+    def note(self, text):
+        self._p(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.grid", description=__doc__.split("\n")[0])
+    ap.add_argument("--cells", default="", help="comma-separated cell names (default: all, "
+                                                "cheapest first); see --list")
+    ap.add_argument("--budget", type=float, default=120.0, help="planning time budget per cell, s")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--force", action="store_true", help="re-run cells whose JSON exists")
+    ap.add_argument("--smoke", action="store_true", help="one small cell into a temp dir (CI)")
+    ap.add_argument("--out", default=None, help="results directory (default benchmarks/results/grid)")
+    ap.add_argument("--list", action="store_true", help="list the cells and exit")
+    a = ap.parse_args(argv)
+
+    def log(s):
+        print(s, file=sys.stderr, flush=True)
+
+    if a.list:
+        for c in grid_cells():
+            print(c.name)
+        return 0
+    if a.smoke:
+        d = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="aoizora-grid-smoke-"))
+        out = run_smoke(seed=a.seed, log=log)
+        p = write_cell(out, d)
+        print(f"smoke cell written to {p}")
+        _print_cell(out)
+        return 0
+    cells = grid_cells()
+    if a.cells:
+        want = [s.strip() for s in a.cells.split(",") if s.strip()]
+        by = {c.name: c for c in cells + [SMOKE_CELL]}
+        bad = [w for w in want if w not in by]
+        if bad:
+            print(f"error: unknown cell(s) {', '.join(bad)}; see python -m benchmarks.grid --list",
+                  file=sys.stderr)
+            return 2
+        cells = [by[w] for w in want]
+    d = Path(a.out) if a.out else RESULTS
+    for c in cells:
+        path = d / f"{c.name}.json"
+        if path.exists() and not a.force:
+            log(f"[{c.name}] exists, skipped (--force to re-run)")
+            continue
+        try:
+            out = run_cell(c, budget_s=a.budget, seed=a.seed, progress=_LogProgress(log), log=log)
+        except Exception as e:  # noqa: BLE001 -- e.g. an unknown workload; record and go on
+            out = {"cell": c.name, "error": _err(e), "traceback": traceback.format_exc(limit=6),
+                   "budget_s": a.budget, "seed": a.seed, "machine_start": machine(), "rows": []}
+        p = write_cell(out, d)
+        log(f"[{c.name}] written {p}")
+        _print_cell(out)
+    return 0
+
+
+def run_smoke(seed: int = 0, log: Callable[[str], None] = lambda s: None,
+              budget_s: float = 40.0) -> dict[str, Any]:
+    """The CI smoke cell: the small Wan DiT at its 128p workload on v5e-8, a small budget."""
+    return run_cell(SMOKE_CELL, budget_s=budget_s, seed=seed, log=log, random_placements=4)
+
+
+def _print_cell(out: dict[str, Any]) -> None:
+    print(f"\n{out['cell']}: {out.get('job', '')}")
+    if out.get("error"):
+        print(f"  ERROR {out['error']}")
+        return
+    print(f"  {'row':34s} {'sim ms':>10s} {'Q2 ms':>10s} {'speedup(sim)':>12s}")
+    for r in out["rows"]:
+        sim = f"{r['sim_step_s'] * 1e3:10.3f}" if r.get("sim_step_s") else f"{'-':>10s}"
+        q2 = f"{r['q2_step_s'] * 1e3:10.3f}" if r.get("q2_step_s") else f"{'-':>10s}"
+        sp = f"{r['speedup_sim']:12.3f}" if r.get("speedup_sim") else f"{'-':>12s}"
+        why = "" if r.get("sim_step_s") else (r.get("error") or r.get("reason") or "")[:70]
+        print(f"  {r['name']:34s} {sim} {q2} {sp} {why}")
+    f = out.get("fidelity", {})
+    print(f"  rho(placements) {f.get('rho_placements')}, rho(all) {f.get('rho_all')}, "
+          f"top-1 {f.get('top1')} (rank {f.get('plan_sim_rank')} of {f.get('pairs_evaluated')}), "
+          f"planning {out.get('planning_time_s')} s")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
