@@ -195,6 +195,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     seen: set[str] = set()
     ilp_cache: dict[str, Any] = {}
     ilp_seconds: dict[str, float] = {}
+    last_best: dict[str, tuple[str, list[str]]] = {}   # mesh -> the ILP's last best layout
     priced: list[Candidate] = []
     iterations: list[dict[str, Any]] = []
     memory_errors: list[str] = []
@@ -203,7 +204,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     stop_reason = ""
 
     for it in range(1, max_iterations + 1):
-        rec: dict[str, Any] = {"iteration": it, "candidates": [], "feedback": {}, "changes": []}
+        rec: dict[str, Any] = {"iteration": it, "candidates": [], "feedback": {}, "changes": [],
+                               "decisions_changed": []}
         progress.stage(f"iteration {it}: sharding ILP on {len(mesh_list)} logical meshes")
         ranked: list[tuple[float, dict[str, int], ShardingSolution]] = []
         # The ILPs may use up to ILP_SHARE of what is left, so that compiles still fit; meshes
@@ -240,6 +242,16 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                 continue
             c = res.certificate
             progress.solver(f"sharding ILP {_mstr(m)}", c.status, c.objective, c.bound)
+            lid = _layout_id(m, res.best.layout)
+            prev = last_best.get(_mkey(m))
+            if prev is not None and prev[0] != lid:
+                before, after = set(prev[1]), set(res.best.words)
+                rec["decisions_changed"].append({
+                    "mesh": dict(m), "why": "feedback: effective bandwidth per axis",
+                    "before": sorted(before - after), "after": sorted(after - before)})
+                rec["changes"].append(f"mesh {_mstr(m)}: the ILP's best layout changed after the "
+                                      f"feedback ({len(after - before)} op layouts differ)")
+            last_best[_mkey(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
         if not ranked:
