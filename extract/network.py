@@ -23,9 +23,11 @@ Model
   Hamiltonian cycle of the induced subgraph, >= 3 chips) the ring *closes* and both directions
   are used; else if they admit a path on physical links the group is a *line* (one direction,
   the closing step travels back along the line); else the chips are *scattered*: no physical
-  ring exists and the ring keeps the given (logical) order, every step routed by dimension order.
-  The cycle / path is found by a deterministic depth-first search (neighbours in chip-id order,
-  starting at the smallest chip id); for full boxes it is constructed directly.
+  ring exists and the compiler's reordering is modelled as the tour of fewest hops (exhaustive
+  for up to 7 chips, else nearest neighbour from the smallest chip id), every step routed by
+  dimension order. The cycle / path is found by a deterministic depth-first search (neighbours in
+  chip-id order, starting at the smallest chip id); for full boxes it is constructed directly.
+  The ring depends only on the *set* of chips, never on the logical order.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class Ring:
     """The order in which a ring collective visits a group's chips.
 
     kind: "ring" (closes on physical links: bidirectional), "line" (a path on physical links:
-    one direction), "scattered" (no path on physical links: given order, routed), "pair"
+    one direction), "scattered" (no path on physical links: fewest-hop tour, routed), "pair"
     (2 chips), "single" (1 chip)."""
 
     order: tuple[int, ...]
@@ -234,14 +236,15 @@ class Network:
                 order.append(c)
         key = frozenset(order)
         cached = self._ring_cache.get(key)
-        if cached is not None and (cached.kind != "scattered" or cached.order == tuple(order)):
+        if cached is not None:
             return cached
         if len(order) == 1:
             r = Ring(tuple(order), "single")
         elif len(order) == 2:
             r = Ring(tuple(sorted(order)), "pair")
         else:
-            r = self._find_ring(sorted(order)) or Ring(tuple(order), "scattered")
+            r = (self._find_ring(sorted(order))
+                 or Ring(self._fewest_hop_tour(sorted(order)), "scattered"))
         self._ring_cache[key] = r
         return r
 
@@ -260,6 +263,28 @@ class Network:
             if p is not None:
                 return Ring(tuple(p), "line")
         return None
+
+    def _fewest_hop_tour(self, members: list[int]) -> tuple[int, ...]:
+        """Closed tour through the chips with the fewest dimension-order hops (deterministic)."""
+        H = self.hops
+        def length(t):
+            return sum(int(H[t[i], t[(i + 1) % len(t)]]) for i in range(len(t)))
+        first, rest = members[0], members[1:]
+        if len(members) <= 7:
+            best = None
+            for perm in itertools.permutations(rest):
+                t = (first,) + perm
+                key = (length(t), t)
+                if best is None or key < best:
+                    best = key
+            return best[1]
+        tour = [first]
+        left = list(rest)
+        while left:
+            nxt = min(left, key=lambda b: (int(H[tour[-1], b]), b))
+            tour.append(nxt)
+            left.remove(nxt)
+        return tuple(tour)
 
     def _box_ring(self, members: list[int]) -> Ring | None:
         """Constructive ring / line when the chips fill a box of intervals (no wrap needed)."""

@@ -16,9 +16,9 @@ group of n ranks on k chips moves data only between its k chips):
     * ``line`` (S has a path on physical links): one-direction ring whose closing step travels
       back along the line; each direction of each path link carries ``2h = m (k-1) V / k``;
     * ``pair`` (k = 2): each chip sends ``m V / 2`` to the other, routed by dimension order;
-    * ``scattered`` (no path on physical links): one-direction ring in the group's logical
-      order, each step ``i -> i+1`` (and ``k-1 -> 0``) a flow of ``m (k-1) V / k`` routed by
-      dimension order.
+    * ``scattered`` (no path on physical links): one-direction ring along the fewest-hop tour
+      of S, each step a flow of ``m (k-1) V / k`` routed by dimension order.
+  The loads of a group depend only on its set of chips S.
   (On a line of 4 this gives 3 V / 4 per link, on a closed ring V / 2 per link direction: the
   scaling book's figures, ``shared/facts/tpu.md``.)
 - all-to-all: every ordered pair of ranks (i, j), i != j, in the group is a flow of ``V / n``
@@ -41,6 +41,7 @@ This module has no jax import (formulation layer).
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
@@ -79,53 +80,92 @@ def ring_multiplier(kind: str) -> int:
     return 2 if kind == "all-reduce" else 1
 
 
-def group_link_bytes(c: Collective, group_chips: Sequence[int], network: Network,
-                     logical_order_chips: Sequence[int] | None = None) -> tuple[np.ndarray, int]:
+def flow_class(kind: str, k: int) -> str:
+    """How a group of k chips runs a collective: "none", "pair", "ring" (ring/line/scattered), "a2a"."""
+    kind = base_kind(kind)
+    if k < 2:
+        return "none"
+    if kind in RING_KINDS:
+        return "pair" if k == 2 else "ring"
+    if kind == "all-to-all":
+        return "a2a"
+    raise ValueError(f"collective kind {kind!r} is not priced per group")
+
+
+def class_coefficient(kind: str, nbytes: int, k: int) -> Fraction:
+    """Bytes per unit of `unit_loads` (exact): pair m V/2, ring h = m (k-1) V / (2k), a2a V/k."""
+    cls = flow_class(kind, k)
+    V = Fraction(int(nbytes))
+    m = ring_multiplier(base_kind(kind))
+    if cls == "pair":
+        return m * V / 2
+    if cls == "ring":
+        return m * (k - 1) * V / (2 * k)
+    if cls == "a2a":
+        return V / k
+    return Fraction(0)
+
+
+def unit_loads(cls: str, chips: Sequence[int], network: Network) -> tuple[np.ndarray, int]:
+    """Integer load per link (in units of `class_coefficient`) and flow hops of one group whose
+    ranks sit on `chips` (the group's order; for "a2a" one entry per rank)."""
+    L = network.num_links
+    out = np.zeros(L, dtype=np.int64)
+    if cls == "none":
+        return out, 0
+    if cls == "a2a":
+        ch = np.asarray(chips, dtype=np.int64)
+        n = len(ch)
+        ii, jj = np.nonzero(~np.eye(n, dtype=bool))
+        src, dst = ch[ii], ch[jj]
+        return _count_routes(network, src, dst), int(network.hops[src, dst].sum())
+    ring = network.ring_through(chips)
+    o = ring.order
+    if ring.kind == "single":
+        return out, 0
+    if ring.kind == "pair":
+        a, b = o
+        return (_count_routes(network, np.array([a, b]), np.array([b, a])),
+                int(network.hops[a, b] + network.hops[b, a]))
+    if cls == "pair":          # ring kind over 2 ranks whose chips collapse: handled above
+        raise ValueError("pair class needs 2 chips")
+    if ring.kind in ("ring", "line"):
+        k = len(o)
+        edges = [(o[i], o[i + 1]) for i in range(k - 1)]
+        if ring.kind == "ring":
+            edges.append((o[-1], o[0]))
+        per = 1 if ring.kind == "ring" else 2
+        for a, b in edges:
+            out[network.link_id[(a, b)]] += per
+            out[network.link_id[(b, a)]] += per
+        return out, 2 * len(edges)
+    src = np.array(o)
+    dst = np.roll(src, -1)
+    return 2 * _count_routes(network, src, dst), int(network.hops[src, dst].sum())
+
+
+def _count_routes(network: Network, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    rows = network.route_links[src * network.num_chips + dst]
+    return np.bincount(rows[rows >= 0], minlength=network.num_links).astype(np.int64)
+
+
+def group_link_bytes(c: Collective, group_chips: Sequence[int],
+                     network: Network) -> tuple[np.ndarray, int]:
     """Per-link bytes and flow hops of one replica group of a collective.
 
     `group_chips`: the chip of each rank of the group, in the group's order."""
-    L = network.num_links
-    V = float(c.bytes)
-    kind = base_kind(c.kind)
     chips = [int(x) for x in group_chips]
-    n = len(chips)
+    k = len(set(chips))
+    kind = base_kind(c.kind)
     if kind in RING_KINDS:
-        m = ring_multiplier(kind)
-        ring = network.ring_through(chips)
-        k = len(ring.order)
-        o = ring.order
-        if ring.kind == "single":
-            return np.zeros(L), 0
-        if ring.kind == "pair":
-            a, b = o
-            f = network.flows_to_link_bytes(np.array([a, b]), np.array([b, a]),
-                                            np.array([m * V / 2, m * V / 2]))
-            return f, int(network.hops[a, b] + network.hops[b, a])
-        if ring.kind in ("ring", "line"):
-            h = m * (k - 1) * V / (2 * k)
-            edges = [(o[i], o[i + 1]) for i in range(k - 1)]
-            if ring.kind == "ring":
-                edges.append((o[-1], o[0]))
-            per = h if ring.kind == "ring" else 2 * h
-            out = np.zeros(L)
-            for a, b in edges:
-                out[network.link_id[(a, b)]] += per
-                out[network.link_id[(b, a)]] += per
-            return out, 2 * len(edges)
-        # scattered: logical order, one direction, each step routed
-        src = np.array(o)
-        dst = np.roll(src, -1)
-        f = network.flows_to_link_bytes(src, dst, np.full(k, m * (k - 1) * V / k))
-        return f, int(network.hops[src, dst].sum())
-    if kind == "all-to-all":
-        if n < 2:
-            return np.zeros(L), 0
-        ch = np.array(chips)
-        ii, jj = np.nonzero(~np.eye(n, dtype=bool))
-        src, dst = ch[ii], ch[jj]
-        f = network.flows_to_link_bytes(src, dst, np.full(len(src), V / n))
-        return f, int(network.hops[src, dst].sum())
-    raise ValueError(f"collective {c.name}: kind {kind!r} is not priced per group")
+        cls = flow_class(kind, k)
+        coef = class_coefficient(kind, c.bytes, k)
+        u, h = unit_loads(cls, chips, network)
+    else:
+        cls = flow_class(kind, len(chips))
+        coef = class_coefficient(kind, c.bytes, len(chips))
+        u, h = unit_loads(cls, chips, network)
+    return u * float(coef), h
 
 
 def collective_link_bytes(c: Collective, chip_of_rank: np.ndarray,
@@ -186,6 +226,26 @@ class TrafficModel:
             else:
                 self.overlap_s.append(0.0)
         self.bandwidth = network.link_bandwidth
+        self._units: dict[tuple, tuple[np.ndarray, int]] = {}
+        self._coef: dict[tuple, float] = {}
+        self._groups = [[[np.asarray(g, dtype=np.int64) for g in c.replica_groups] for c in cs]
+                        for cs in self.phase_collectives]
+
+    def _group_bytes(self, c: Collective, chips: np.ndarray) -> tuple[np.ndarray, int]:
+        """Cached `group_link_bytes`: a group's loads depend only on its multiset of chips."""
+        kind = base_kind(c.kind)
+        key_chips = tuple(sorted(int(v) for v in chips))
+        k = len(set(key_chips)) if kind in RING_KINDS else len(key_chips)
+        cls = flow_class(kind, k)
+        ck = (kind, int(c.bytes), k)
+        coef = self._coef.get(ck)
+        if coef is None:
+            coef = self._coef[ck] = float(class_coefficient(kind, c.bytes, k))
+        uk = (cls, key_chips)
+        u = self._units.get(uk)
+        if u is None:
+            u = self._units[uk] = unit_loads(cls, key_chips, self.network)
+        return u[0] * coef, u[1]
 
     def chip_of_rank(self, placement: Sequence[int]) -> np.ndarray:
         p = check_placement(placement, self.network, self.n_ranks)
@@ -194,13 +254,20 @@ class TrafficModel:
     def phase_loads(self, placement: Sequence[int]) -> list[PhaseLoad]:
         chip = self.chip_of_rank(placement)
         out = []
-        for key, cs, ov in zip(self.phases, self.phase_collectives, self.overlap_s):
+        for key, cs, gs, ov in zip(self.phases, self.phase_collectives, self._groups,
+                                   self.overlap_s):
             tot = np.zeros(self.network.num_links)
             hops = 0
-            for c in cs:
-                f, h = collective_link_bytes(c, chip, self.network)
-                tot += f
-                hops += h
+            for c, groups in zip(cs, gs):
+                if base_kind(c.kind) == "collective-permute":
+                    f, h = collective_link_bytes(c, chip, self.network)
+                    tot += f
+                    hops += h
+                    continue
+                for g in groups:
+                    f, h = self._group_bytes(c, chip[g])
+                    tot += f
+                    hops += h
             t = float((tot / self.bandwidth).max()) if len(tot) else 0.0
             out.append(PhaseLoad(key, [c.name for c in cs], tot, t, ov, hops))
         return out

@@ -1,0 +1,560 @@
+"""The placement CP-SAT model: logical ranks -> chips, minimising the exposed link time.
+
+Data (``formulation.traffic`` defines the flows; the names below are the code's):
+  ranks r = 0..R-1, chips c = 0..C-1 (one device per chip), directed links l, undirected links u;
+  phases p = the evidence's (phase, count) classes with count_p and overlap O_p; groups g = the
+  distinct rank sets of the replica groups, k_g = |g|. Every collective c on a group g moves
+  ``coef_c x unit_c(S)[l]`` bytes over link l when g sits on the chip set S
+  (``traffic.class_coefficient`` x ``traffic.unit_loads``: rings / lines / scattered tours,
+  pairs, all-to-alls). Bytes are integers in units of ``unit_bytes`` (common denominator of every
+  coef_c, divided by their gcd, refined until a unit is at most 1 byte): exact but for the
+  overlap O_p, rounded down to a unit (the exposed time is over-stated by < 1 unit per run;
+  ``rounding_units`` bounds the total).
+
+Common variables and constraints
+  x[r][c] in {0,1}   rank r on chip c;   sum_c x[r][c] = 1,   sum_r x[r][c] = 1
+  M[p] >= load[p][l] for every l;  E[p] >= M[p] - floor(O_p);  E[p] >= 0
+  permutes: q[(s,t)][a,b] = x[s][a] AND x[t][b]; flow V_c over route(a, b)
+
+Formulation "sets" (exact over every placement; used when sum_g C(C, k_g) is small):
+  y[g][S] in {0,1} for every k_g-subset S of chips;  sum_S y[g][S] = 1
+  sum_{r in g} x[r][c] = sum_{S containing c} y[g][S]                  for every chip c
+  load[p][l] = sum_{c in p on g} coef_c sum_S unit_c(S)[l] y[g][S] + permute terms
+  cut:  M[p] >= sum_S y[g][S] max_l sum_{c in p on g} coef_c unit_c(S)[l]   (each group alone)
+
+Formulation "circuit" (scales to large slices; restricted scope, see SCOPE):
+  z[g][c] = sum_{r in g} x[r][c]
+  ring groups (k_g >= 3): arc[g][l], start[g][c], end[g][c], closed[g] in {0,1};
+    AddCircuit over chips + a depot: arc l with arc[g][l], chip self-loop with NOT z[g][c],
+    depot -> c with start, c -> depot with end, depot self-loop with closed[g]: the chips of g
+    lie on a cycle of physical links (closed[g] = 1, ring) or a path (closed[g] = 0, line).
+    used[g][u] = arc[g][a->b] + arc[g][b->a];  sum_u used[g][u] = k_g - 1 + closed[g]
+    wline[g][u] = used[g][u] AND NOT closed[g]
+    load contribution h_c (used[g][u] + wline[g][u]) on both directions of u   (h_c = coef_c)
+    cut: M[p] >= sum_{c in p on g} h_c (2 - closed[g])
+  pairs / all-to-alls: pz[g][a,b] = z[g][a] AND z[g][b] (a < b), sum pz = k_g (k_g - 1) / 2;
+    contribution coef_c x (routes a->b and b->a) per pz.
+  In this formulation the solver chooses each ring's cycle / path; Q2 uses the canonical one
+  (``Network.ring_through``): the two agree when no other concurrent flow crosses the links
+  inside a ring group (checked after solving).
+
+Objectives, lexicographic (one solve per level, earlier levels fixed at their optimum):
+  1. comm  = sum_p count_p E[p]                 (x unit_bytes / bandwidth = seconds)
+  2. bytes = sum_p count_p sum_l load[p][l]     (x unit_bytes = link bytes)
+  3. hops  = sum_p count_p (flow hops of the chosen sets / rings / pairs / permutes)
+
+Symmetry breaking (``formulation.symmetry``; pi: evidence automorphisms, cost(p o pi) = cost(p)):
+  1. a logical axis a whose coordinates may be permuted arbitrarily (every adjacent
+     transposition maps the collectives onto themselves): its slabs {r : coord_a(r) = v} are
+     interchangeable, so minchip[a][v] = min{c : some rank of slab v on c} is increasing in v
+     (``AddMinEquality`` over c + C (1 - sum_{r in slab} x[r][c]));
+  2. if the remaining shifts / reflections move rank 0 to every rank of its slab, rank 0 sits on
+     chip ``anchor_chip`` (chip 0 when 1 applies: it is in slab 0 of every ordered axis);
+  3. with neither, if every route automorphism sigma of the slice (cost(sigma o p) = cost(p))
+     maps each candidate set's loads onto the image set's loads, rank 0 sits on an orbit
+     representative of those sigma.
+Each is satisfied by an equal-cost relabelling of any placement (``canonical``), so no optimum
+is lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+from typing import Sequence
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from aoizora.extract.evidence import Evidence
+from aoizora.extract.network import Network
+from aoizora.formulation import symmetry
+from aoizora.formulation.traffic import (RING_KINDS, TrafficModel, base_kind, class_coefficient,
+                                         flow_class, unit_loads)
+
+SCOPE_SETS = "every placement"
+SCOPE_CIRCUIT = ("placements where every ring group of >= 3 ranks lies on a cycle or path of "
+                 "physical links (pairs, all-to-alls and permutes: any placement)")
+SETS_CAP = 40_000          # sum_g C(C, k_g) up to which "auto" picks the exact set formulation
+
+
+class PlacementModelError(ValueError):
+    """The evidence / network cannot be modelled (e.g. two devices per chip)."""
+
+
+class PlacementModel:
+    """Builds the CP-SAT model of the module docstring. ``model`` is the cp_model.CpModel."""
+
+    def __init__(self, evidence: Evidence, network: Network, formulation: str = "auto",
+                 symmetry_breaking: bool = True, anchor_chip: int = 0):
+        if network.num_devices != network.num_chips:
+            raise PlacementModelError(
+                f"{network.name}: {network.num_devices} devices on {network.num_chips} chips; the "
+                "CP-SAT model needs one device per chip: use solvers.placement_heuristics here")
+        self.ev = evidence
+        self.net = network
+        self.traffic = TrafficModel(evidence, network)
+        self.R = self.C = network.num_chips
+        self.model = cp_model.CpModel()
+        self.notes: list[str] = []
+        self._collect()
+        if formulation == "auto":
+            n_sets = sum(math.comb(self.C, len(g)) for g in self.groups)
+            formulation = "sets" if n_sets <= SETS_CAP else "circuit"
+        if formulation not in ("sets", "circuit"):
+            raise PlacementModelError(f"formulation {formulation!r}: use 'auto', 'sets' or 'circuit'")
+        self.formulation = formulation
+        self.scope = SCOPE_SETS if formulation == "sets" else SCOPE_CIRCUIT
+        self._sym_axes = symmetry.fully_symmetric_axes(evidence) if symmetry_breaking else []
+        self._slab_groups: dict[int, list[int | None]] = {}
+        for ax in self._sym_axes:
+            self._slab_groups[ax] = [self._gid.get(frozenset(sl))
+                                     for sl in symmetry.axis_slabs(evidence, ax)]
+        self._assignment()
+        self.load_terms = [{l: {} for l in range(network.num_links)} for _ in self.traffic.phases]
+        self.hop_terms = [{} for _ in self.traffic.phases]
+        self.cuts: list[list] = [[] for _ in self.traffic.phases]
+        if formulation == "sets":
+            self._sets()
+        else:
+            self._circuits()
+        self._permutes()
+        self._objectives()
+        self.fixed: dict[int, list[int]] = {}
+        if symmetry_breaking:
+            self._symmetry(anchor_chip)
+
+    # -- data ---------------------------------------------------------------------------------
+    def _collect(self) -> None:
+        """Groups, per-phase (collective, group) items, exact coefficients -> integer units."""
+        tm = self.traffic
+        self.groups: list[frozenset] = []
+        gid: dict[frozenset, int] = {}
+        self.items: list[list[tuple[str, int, Fraction]]] = []   # per phase: (class, g, coef)
+        self.permutes: list[list[tuple[list, Fraction]]] = []
+        fr: list[Fraction] = []
+        for cs in tm.phase_collectives:
+            its, perms = [], []
+            for c in cs:
+                kind = base_kind(c.kind)
+                if kind == "collective-permute":
+                    pairs = [(int(s), int(t)) for s, t in (c.source_target_pairs or []) if s != t]
+                    perms.append((pairs, Fraction(int(c.bytes))))
+                    fr.append(Fraction(int(c.bytes)))
+                    continue
+                for grp in c.replica_groups:
+                    g = frozenset(int(r) for r in grp)
+                    cls = flow_class(kind, len(g))
+                    if cls == "none":
+                        continue
+                    if g not in gid:
+                        gid[g] = len(self.groups)
+                        self.groups.append(g)
+                    coef = class_coefficient(kind, c.bytes, len(g))
+                    its.append((cls, gid[g], coef))
+                    fr.append(coef)
+            self.items.append(its)
+            self.permutes.append(perms)
+        self._gid = gid
+        den = 1
+        for f in fr:
+            den = den * f.denominator // math.gcd(den, f.denominator)
+        g = 0
+        for f in fr:
+            g = math.gcd(g, int(f * den))
+        g = g or 1
+        if g > den:                          # units of more than a byte: refine (overlap rounding)
+            g = Fraction(g, math.ceil(g / den))
+            den, g = den * g.denominator, g.numerator
+        self.unit_bytes = g / den
+        self._den, self._gcd = den, g
+        self.bandwidth = float(self.net.link_bandwidth_Bps)
+        if not np.allclose(self.net.link_bandwidth, self.bandwidth):
+            raise PlacementModelError("links of different bandwidth are not modelled")
+
+    def units(self, coef: Fraction) -> int:
+        v = coef * self._den / self._gcd
+        assert v.denominator == 1
+        return int(v)
+
+    def _add(self, p: int, l: int, var, coef: int) -> None:
+        d = self.load_terms[p][l]
+        d[var] = d.get(var, 0) + coef
+
+    def _addh(self, p: int, var, h: int) -> None:
+        d = self.hop_terms[p]
+        d[var] = d.get(var, 0) + h
+
+    # -- assignment ---------------------------------------------------------------------------
+    def _assignment(self) -> None:
+        m, R, C = self.model, self.R, self.C
+        self.x = [[m.NewBoolVar(f"x[{r}][{c}]") for c in range(C)] for r in range(R)]
+        for r in range(R):
+            m.AddExactlyOne(self.x[r])
+        for c in range(C):
+            m.AddExactlyOne([self.x[r][c] for r in range(R)])
+
+    # -- formulation "sets" -------------------------------------------------------------------
+    def _sets(self) -> None:
+        m, net, C = self.model, self.net, self.C
+        self.y: list[dict[tuple, object]] = []
+        self.set_units: dict[tuple[str, tuple], tuple[np.ndarray, int]] = {}
+        classes_of_group: dict[int, set] = {}
+        for its in self.items:
+            for cls, g, _ in its:
+                classes_of_group.setdefault(g, set()).add(cls)
+        for gi, g in enumerate(self.groups):
+            k = len(g)
+            sets = [tuple(range(C))] if k == C else list(itertools.combinations(range(C), k))
+            ys = {S: m.NewBoolVar(f"y[{gi}][{j}]") for j, S in enumerate(sets)}
+            m.AddExactlyOne(ys.values())
+            for c in range(C):
+                m.Add(sum(self.x[r][c] for r in g) == sum(v for S, v in ys.items() if c in S))
+            self.y.append(ys)
+            for cls in classes_of_group.get(gi, ()):
+                for S in sets:
+                    if (cls, S) not in self.set_units:
+                        self.set_units[(cls, S)] = unit_loads(cls, S, net)
+        for p, its in enumerate(self.items):
+            per_group: dict[int, list[tuple[str, int]]] = {}
+            for cls, g, coef in its:
+                per_group.setdefault(g, []).append((cls, self.units(coef)))
+            for g, lst in per_group.items():
+                cut = []
+                for S, v in self.y[g].items():
+                    tot = np.zeros(net.num_links, dtype=np.int64)
+                    hops = 0
+                    for cls, cu in lst:
+                        u, h = self.set_units[(cls, S)]
+                        tot += cu * u
+                        hops += h
+                    for l in np.nonzero(tot)[0]:
+                        self._add(p, int(l), v, int(tot[l]))
+                    if hops:
+                        self._addh(p, v, hops)
+                    mx = int(tot.max()) if len(tot) else 0
+                    if mx:
+                        cut.append((v, mx))
+                self.cuts[p].append(cut)
+
+    # -- formulation "circuit" ----------------------------------------------------------------
+    def _z(self, g: int) -> list:
+        if g not in self.z:
+            m = self.model
+            zs = []
+            for c in range(self.C):
+                v = m.NewBoolVar(f"z[{g}][{c}]")
+                m.Add(v == sum(self.x[r][c] for r in self.groups[g]))
+                zs.append(v)
+            self.z[g] = zs
+        return self.z[g]
+
+    def _circuits(self) -> None:
+        m, net, C = self.model, self.net, self.C
+        self.z: dict[int, list] = {}
+        self.ring: dict[int, dict] = {}
+        self.pz: dict[int, dict] = {}
+        self.und: list[tuple[int, int]] = []
+        seen = set()
+        for lid in range(net.num_links):
+            a, b = net.link(lid)
+            rid = net.link_id.get((b, a))
+            if rid is not None and lid not in seen:
+                seen.update((lid, rid))
+                self.und.append((lid, rid))
+        route = [[net.route(a, b) for b in range(C)] for a in range(C)]
+        for p, its in enumerate(self.items):
+            ring_h: dict[int, int] = {}
+            for cls, g, coef in its:
+                cu = self.units(coef)
+                if cls == "ring":
+                    rv = self._ring_vars(g)
+                    for ui, (l1, l2) in enumerate(self.und):
+                        for l in (l1, l2):
+                            self._add(p, l, rv["used"][ui], cu)
+                            self._add(p, l, rv["wline"][ui], cu)
+                        self._addh(p, rv["used"][ui], 2)
+                    ring_h[g] = ring_h.get(g, 0) + cu
+                else:                                  # pair / a2a
+                    ps = self._pair_vars(g)
+                    for (a, b), v in ps.items():
+                        for l in route[a][b] + route[b][a]:
+                            self._add(p, l, v, cu)
+                        self._addh(p, v, len(route[a][b]) + len(route[b][a]))
+                    if cls == "pair":
+                        self.cuts[p].append([(None, cu)])      # some link carries >= cu
+            for g, h in ring_h.items():
+                closed = self.ring[g]["closed"]
+                self.cuts[p].append([(None, 2 * h), (closed, -h)])
+
+    def _ring_vars(self, g: int) -> dict:
+        if g in self.ring:
+            return self.ring[g]
+        m, net, C = self.model, self.net, self.C
+        z = self._z(g)
+        arc = [m.NewBoolVar(f"arc[{g}][{l}]") for l in range(net.num_links)]
+        start = [m.NewBoolVar(f"start[{g}][{c}]") for c in range(C)]
+        end = [m.NewBoolVar(f"end[{g}][{c}]") for c in range(C)]
+        closed = m.NewBoolVar(f"closed[{g}]")
+        depot = C
+        arcs = [(int(net.link_src[l]), int(net.link_dst[l]), arc[l]) for l in range(net.num_links)]
+        arcs += [(c, c, z[c].Not()) for c in range(C)]
+        arcs += [(depot, c, start[c]) for c in range(C)]
+        arcs += [(c, depot, end[c]) for c in range(C)]
+        arcs.append((depot, depot, closed))
+        m.AddCircuit(arcs)
+        used, wline = [], []
+        for ui, (l1, l2) in enumerate(self.und):
+            u = m.NewBoolVar(f"used[{g}][{ui}]")
+            m.Add(u == arc[l1] + arc[l2])
+            w = m.NewBoolVar(f"wline[{g}][{ui}]")
+            m.AddImplication(w, u)
+            m.AddImplication(w, closed.Not())
+            m.AddBoolOr([w, u.Not(), closed])
+            used.append(u)
+            wline.append(w)
+        m.Add(sum(used) == len(self.groups[g]) - 1 + closed)
+        self.ring[g] = dict(arc=arc, closed=closed, used=used, wline=wline, start=start, end=end)
+        return self.ring[g]
+
+    def _pair_vars(self, g: int) -> dict:
+        if g in self.pz:
+            return self.pz[g]
+        m, C = self.model, self.C
+        z = self._z(g)
+        ps = {}
+        for a in range(C):
+            for b in range(a + 1, C):
+                v = m.NewBoolVar(f"pz[{g}][{a},{b}]")
+                m.AddImplication(v, z[a])
+                m.AddImplication(v, z[b])
+                m.AddBoolOr([v, z[a].Not(), z[b].Not()])
+                ps[(a, b)] = v
+        k = len(self.groups[g])
+        m.Add(sum(ps.values()) == k * (k - 1) // 2)
+        self.pz[g] = ps
+        return ps
+
+    # -- permutes (both formulations) ---------------------------------------------------------
+    def _permutes(self) -> None:
+        m, net, C = self.model, self.net, self.C
+        self.q: dict[tuple[int, int], dict] = {}
+        for p, perms in enumerate(self.permutes):
+            for pairs, V in perms:
+                cu = self.units(V)
+                for s, t in pairs:
+                    if (s, t) not in self.q:
+                        qs = {}
+                        for a in range(C):
+                            for b in range(C):
+                                if a != b:
+                                    v = m.NewBoolVar(f"q[{s},{t}][{a},{b}]")
+                                    m.AddImplication(v, self.x[s][a])
+                                    m.AddImplication(v, self.x[t][b])
+                                    m.AddBoolOr([v, self.x[s][a].Not(), self.x[t][b].Not()])
+                                    qs[(a, b)] = v
+                        self.q[(s, t)] = qs
+                    for (a, b), v in self.q[(s, t)].items():
+                        r = net.route(a, b)
+                        for l in r:
+                            self._add(p, l, v, cu)
+                        self._addh(p, v, len(r))
+
+    # -- objectives ---------------------------------------------------------------------------
+    def _objectives(self) -> None:
+        m = self.model
+        tm = self.traffic
+        self.M, self.E, self.O_units, self.frac = [], [], [], []
+        for p in range(len(tm.phases)):
+            terms = self.load_terms[p]
+            ub = max((sum(d.values()) for d in terms.values()), default=0)
+            M = m.NewIntVar(0, max(ub, 0), f"M[{p}]")
+            for l, d in terms.items():
+                if d:
+                    m.Add(M >= sum(cf * v for v, cf in d.items()))
+            for cut in self.cuts[p]:
+                m.Add(M >= sum(cf if v is None else cf * v for v, cf in cut))
+            O_exact = tm.overlap_s[p] * self.bandwidth / self.unit_bytes
+            O = int(math.floor(O_exact))
+            E = m.NewIntVar(0, max(ub, 0), f"E[{p}]")
+            m.Add(E >= M - O)
+            self.frac.append(O_exact - O)
+            self.M.append(M)
+            self.E.append(E)
+            self.O_units.append(O)
+        counts = [k.count for k in tm.phases]
+        self.obj_comm = sum(n * E for n, E in zip(counts, self.E))
+        # floor(O_p) over-states the exposed time by frac(O_p) < 1 unit per run of phase p
+        self.rounding_units = sum(n * f for n, f in zip(counts, self.frac))
+        self.obj_bytes = sum(n * cf * v for n, terms in zip(counts, self.load_terms)
+                             for d in terms.values() for v, cf in d.items())
+        self.obj_hops = sum(n * h * v for n, hops in zip(counts, self.hop_terms)
+                            for v, h in hops.items())
+        self.objectives = [("comm", self.obj_comm), ("link_bytes", self.obj_bytes),
+                           ("hops", self.obj_hops)]
+
+    def comm_seconds(self, objective: float) -> float:
+        """The comm objective (units) in seconds."""
+        return objective * self.unit_bytes / self.bandwidth
+
+    # -- symmetry -----------------------------------------------------------------------------
+    def _symmetry(self, anchor_chip: int) -> None:
+        m, C = self.model, self.C
+        ev = self.ev
+        sym = self._sym_axes
+        self._minchip: list = []
+        for ax in sym:
+            gl = self._slab_groups.get(ax, [])
+            if self.formulation == "sets" and gl and all(g is not None for g in gl):
+                # slabs are groups with set variables: minchip = sum_S min(S) y[g][S], linear
+                mins = [sum(min(S) * v for S, v in self.y[g].items()) for g in gl]
+            else:
+                mins = []
+                for v, slab in enumerate(symmetry.axis_slabs(ev, ax)):
+                    mn = m.NewIntVar(0, C - 1, f"minchip[{ax}][{v}]")
+                    m.AddMinEquality(mn, [c + C * (1 - sum(self.x[r][c] for r in slab))
+                                          for c in range(C)])
+                    mins.append(mn)
+                    self._minchip.append((mn, slab))
+            for a, b in zip(mins, mins[1:]):
+                m.Add(a < b)
+        if sym:
+            anchor_chip = 0
+            self.notes.append(f"symmetry: logical axes {sym} have interchangeable coordinates: "
+                              "their slabs are ordered by smallest chip id")
+        shape = [int(v) for v in ev.mesh_axes.values()] or [1]
+        gens = [pi for ax, _, pi in symmetry._logical_candidates(ev) if ax not in sym]
+        orbit = symmetry.orbit_map(gens, self.R, 0)
+        ids = np.arange(self.R).reshape(shape)
+        slab0 = set(ids[tuple(0 if a in sym else slice(None) for a in range(len(shape)))]
+                    .ravel().tolist())
+        if set(orbit) == slab0:
+            m.Add(self.x[0][anchor_chip] == 1)
+            self.fixed = {0: [anchor_chip]}
+            self._orbit = orbit
+            self.notes.append(f"symmetry: rank 0 on chip {anchor_chip} (evidence automorphisms "
+                              "move rank 0 to any rank of its slab)")
+            return
+        if sym:
+            return
+        pg = symmetry.physical_group(self.net)
+        if pg is None or len(pg) <= 1:
+            self.notes.append("symmetry: none used")
+            return
+        if self.formulation == "sets" and not self._equivariant(pg):
+            self.notes.append("symmetry: none used (slice automorphisms do not preserve the "
+                              "canonical rings' loads)")
+            return
+        reps = symmetry.orbit_representatives(pg, self.C)
+        m.AddBoolOr([self.x[0][c] for c in reps])
+        self.fixed = {0: reps}
+        self.notes.append(f"symmetry: rank 0 on one of chips {reps} (slice route automorphisms, "
+                          f"{len(pg)} elements)")
+        self._pg = pg
+
+    def _equivariant(self, pg) -> bool:
+        net = self.net
+        for s in pg:
+            lmap = np.array([net.link_id[(int(s[a]), int(s[b]))]
+                             for a, b in zip(net.link_src, net.link_dst)])
+            for (cls, S), (u, h) in self.set_units.items():
+                S2 = tuple(sorted(int(s[c]) for c in S))
+                u2, h2 = self.set_units.get((cls, S2), (None, None))
+                if u2 is None:
+                    u2, h2 = unit_loads(cls, S2, net)
+                img = np.zeros_like(u)
+                img[lmap] = u
+                if h != h2 or not np.array_equal(img, u2):
+                    return False
+        return True
+
+    def canonical(self, chip_of_rank: Sequence[int]) -> np.ndarray:
+        """An equal-cost placement (rank -> chip) that satisfies the symmetry breaking."""
+        p = np.asarray(chip_of_rank, dtype=np.int64)
+        if getattr(self, "_sym_axes", None):
+            p = symmetry.sort_slabs(self.ev, p, self._sym_axes)
+        if not self.fixed:
+            return p
+        allowed = self.fixed[0]
+        if hasattr(self, "_orbit"):
+            for r, pi in self._orbit.items():
+                if int(p[r]) in allowed:
+                    return p[pi]
+        for s in getattr(self, "_pg", []):
+            if int(s[p][0]) in allowed:
+                return s[p]
+        return p
+
+    def hint_values(self, chip_of_rank: Sequence[int]) -> dict:
+        """Values of every model variable for a placement (rank -> chip) that satisfies the
+        symmetry breaking; the circuit formulation leaves ring variables out when a ring group is
+        scattered (outside its scope)."""
+        p = [int(v) for v in chip_of_rank]
+        net = self.net
+        val: dict = {}
+        for r in range(self.R):
+            for c in range(self.C):
+                val[self.x[r][c]] = int(p[r] == c)
+        chips_of = {g: sorted(p[r] for r in grp) for g, grp in enumerate(self.groups)}
+        if self.formulation == "sets":
+            for g, ys in enumerate(self.y):
+                S = tuple(chips_of[g])
+                for T, v in ys.items():
+                    val[v] = int(T == S)
+        else:
+            for g, zs in self.z.items():
+                for c, v in enumerate(zs):
+                    val[v] = int(c in chips_of[g])
+            for g, ps in self.pz.items():
+                cs = set(chips_of[g])
+                for (a, b), v in ps.items():
+                    val[v] = int(a in cs and b in cs)
+            for g, rv in self.ring.items():
+                ring = net.ring_through(chips_of[g])
+                if ring.kind not in ("ring", "line"):
+                    continue
+                o = ring.order
+                edges = [(o[i], o[i + 1]) for i in range(len(o) - 1)]
+                if ring.kind == "ring":
+                    edges.append((o[-1], o[0]))
+                on = {net.link_id[e] for e in edges}
+                for l, v in enumerate(rv["arc"]):
+                    val[v] = int(l in on)
+                closed = int(ring.kind == "ring")
+                val[rv["closed"]] = closed
+                for c in range(self.C):
+                    val[rv["start"][c]] = int(not closed and c == o[0])
+                    val[rv["end"][c]] = int(not closed and c == o[-1])
+                for ui, (l1, l2) in enumerate(self.und):
+                    u = int(l1 in on or l2 in on)
+                    val[rv["used"][ui]] = u
+                    val[rv["wline"][ui]] = int(u and not closed)
+        for (s_, t), qs in self.q.items():
+            for (a, b), v in qs.items():
+                val[v] = int(p[s_] == a and p[t] == b)
+        for mn, slab in self._minchip:
+            val[mn] = min(p[r] for r in slab)
+        complete = True
+        for pi, terms in enumerate(self.load_terms):
+            mx = 0
+            for d in terms.values():
+                tot = 0
+                for v, cf in d.items():
+                    if v not in val:
+                        complete = False
+                        break
+                    tot += cf * val[v]
+                mx = max(mx, tot)
+            if complete:
+                val[self.M[pi]] = mx
+                val[self.E[pi]] = max(0, mx - self.O_units[pi])
+        return val
+
+    def add_hint(self, chip_of_rank: Sequence[int]) -> None:
+        """Hint a placement (rank -> chip), mapped into the symmetry-broken region, with every
+        auxiliary variable it determines."""
+        p = self.canonical(chip_of_rank)
+        self.model.ClearHints()
+        for v, x in self.hint_values(p).items():
+            self.model.AddHint(v, x)

@@ -1,0 +1,264 @@
+"""Heuristic placement searches: same inputs, same cost function, same budget as the CP-SAT solver.
+
+Every search prices placements with ``formulation.traffic.TrafficModel.cost`` (lexicographic:
+exposed communication seconds, then link bytes, then flow hops) and returns a
+``PlacementResult`` (placement, Certificate with bound None unless an enumeration completed, Q2,
+trace of (seconds since start, best objective in seconds)).
+
+- ``exhaustive``: every placement (<= 8 devices), deduplicated by the evidence automorphisms
+  (slabs of interchangeable logical axes ordered by smallest device; rank 0 fixed when the
+  remaining shifts / reflections allow). A completed enumeration is a proof: status OPTIMAL,
+  bound = objective.
+- ``axis_orders``: the logical mesh axes mapped onto the physical axes and sub-axes in every
+  order (each physical axis split into ordered factors, all factors permuted, consecutive factors
+  merged into the logical axes; reflections are symmetries and omitted), deduplicated by the
+  placement produced; plus JAX's default order when given. What a topology-aware planner does.
+- ``random_search``: uniformly random placements (seeded).
+- ``annealing``: simulated annealing over pairwise swaps of two ranks' devices, from the best of
+  the start placements (default order / axis orders), geometric cooling over the time budget,
+  seeded; ends with a greedy pass over all swaps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aoizora.extract.evidence import Evidence
+from aoizora.extract.network import Network
+from aoizora.formulation import symmetry
+from aoizora.formulation.latency import predict_step
+from aoizora.formulation.traffic import TrafficModel
+from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.placement import PlacementResult
+
+EXHAUSTIVE_MAX_DEVICES = 8
+
+
+class HeuristicError(ValueError):
+    """A search that cannot run on this instance (e.g. exhaustive on too many devices)."""
+
+
+class _Best:
+    def __init__(self, tm: TrafficModel, t0: float):
+        self.tm, self.t0 = tm, t0
+        self.cost: tuple | None = None
+        self.placement: np.ndarray | None = None
+        self.trace: list[tuple[float, float]] = []
+        self.evaluated = 0
+
+    def offer(self, p: np.ndarray, cost: tuple | None = None) -> tuple:
+        c = cost if cost is not None else self.tm.cost(p)
+        self.evaluated += 1
+        if self.cost is None or c < self.cost:
+            self.cost = c
+            self.placement = np.array(p, dtype=np.int64)
+            self.trace.append((time.perf_counter() - self.t0, c[0]))
+        return c
+
+
+def _result(name: str, best: _Best, ev: Evidence, net: Network, t0: float, budget: float,
+            seed: int | None, proven: bool = False, detail: dict | None = None) -> PlacementResult:
+    p = [int(v) for v in best.placement]
+    q2 = predict_step(ev, p, net, best.tm)
+    d = {"evaluated": best.evaluated, "link_bytes": best.cost[1], "hops": best.cost[2]}
+    d.update(detail or {})
+    cert = Certificate(name, "OPTIMAL" if proven else "FEASIBLE", q2.communication_s,
+                       q2.communication_s if proven else None, time.perf_counter() - t0, "s",
+                       seed, 1, budget, d)
+    return PlacementResult(p, cert, q2, best.trace)
+
+
+# ---------------------------------------------------------------------------------------------
+def exhaustive(evidence: Evidence, network: Network, time_limit_s: float = 60.0) -> PlacementResult:
+    """Every placement up to the evidence automorphisms (<= 8 devices)."""
+    n = evidence.num_devices
+    if n > EXHAUSTIVE_MAX_DEVICES:
+        raise HeuristicError(f"exhaustive enumeration is for <= {EXHAUSTIVE_MAX_DEVICES} devices, "
+                             f"this instance has {n}: use axis_orders / annealing / the CP-SAT solver")
+    t0 = time.perf_counter()
+    tm = TrafficModel(evidence, network)
+    best = _Best(tm, t0)
+    shape = [int(v) for v in evidence.mesh_axes.values()] or [1]
+    sym = symmetry.fully_symmetric_axes(evidence)
+    slabs = {ax: symmetry.axis_slabs(evidence, ax) for ax in sym}
+    gens = [pi for ax, _, pi in symmetry._logical_candidates(evidence) if ax not in sym]
+    orbit = symmetry.orbit_map(gens, n, 0)
+    ids = np.arange(n).reshape(shape)
+    slab0 = set(ids[tuple(0 if a in sym else slice(None) for a in range(len(shape)))]
+                .ravel().tolist())
+    fix0 = set(orbit) == slab0
+    complete = True
+    skipped = 0
+    for perm in itertools.permutations(range(n)):
+        if fix0 and perm[0] != 0:
+            break                                    # permutations are in lexicographic order
+        p = np.array(perm, dtype=np.int64)
+        ok = True
+        for ax in sym:
+            mins = [min(int(p[r]) for r in s) for s in slabs[ax]]
+            if any(a > b for a, b in zip(mins, mins[1:])):
+                ok = False
+                break
+        if not ok:
+            skipped += 1
+            continue
+        best.offer(p)
+        if best.evaluated % 256 == 0 and time.perf_counter() - t0 > time_limit_s:
+            complete = False
+            break
+    return _result("exhaustive", best, evidence, network, t0, time_limit_s, None,
+                   proven=complete, detail={"complete": complete, "skipped_by_symmetry": skipped,
+                                            "rank0_fixed": fix0, "ordered_axes": sym})
+
+
+# ---------------------------------------------------------------------------------------------
+def _factorizations(n: int) -> list[tuple[int, ...]]:
+    """Ordered factorizations of n into factors >= 2 (n itself included; () for n == 1)."""
+    if n == 1:
+        return [()]
+    out = []
+    for f in range(2, n + 1):
+        if n % f == 0:
+            for rest in _factorizations(n // f):
+                out.append((f,) + rest)
+    return out
+
+
+def axis_order_placements(network: Network, mesh_shape: Sequence[int]) -> list[np.ndarray]:
+    """Distinct placements from mapping logical axes onto physical axes / sub-axes in every order."""
+    shape = network.shape
+    grid = np.empty(shape, dtype=np.int64)
+    first_dev = {}
+    for d, c in enumerate(network.device_chip):
+        first_dev.setdefault(int(c), d)
+    if network.num_devices != network.num_chips:
+        raise HeuristicError("axis orders need one device per chip")
+    for c, co in enumerate(network.chips):
+        grid[co] = first_dev[c]
+    mesh_shape = [int(v) for v in mesh_shape]
+    out: dict[bytes, np.ndarray] = {}
+    for facs in itertools.product(*[_factorizations(s) for s in shape]):
+        sizes = [f for fs in facs for f in fs]
+        g = grid.reshape(sizes) if sizes else grid.reshape(-1)
+        for perm in set(itertools.permutations(range(len(sizes)))):
+            ordered = [sizes[i] for i in perm]
+            # merge consecutive factors into the logical axes
+            i, ok = 0, True
+            for m in mesh_shape:
+                prod = 1
+                while prod < m and i < len(ordered):
+                    prod *= ordered[i]
+                    i += 1
+                if prod != m:
+                    ok = False
+                    break
+            if not ok or i != len(ordered):
+                continue
+            p = np.transpose(g, perm).reshape(-1)
+            out.setdefault(p.tobytes(), p)
+    return list(out.values())
+
+
+def axis_orders(evidence: Evidence, network: Network, time_limit_s: float = 60.0,
+                default: Sequence[int] | None = None) -> PlacementResult:
+    t0 = time.perf_counter()
+    tm = TrafficModel(evidence, network)
+    best = _Best(tm, t0)
+    cands = axis_order_placements(network, list(evidence.mesh_axes.values()))
+    if default is not None:
+        best.offer(np.asarray(default, dtype=np.int64))
+    done = 0
+    for p in cands:
+        if time.perf_counter() - t0 > time_limit_s:
+            break
+        best.offer(p)
+        done += 1
+    return _result("axis orders", best, evidence, network, t0, time_limit_s, None,
+                   detail={"candidates": len(cands), "evaluated_candidates": done})
+
+
+# ---------------------------------------------------------------------------------------------
+def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.0,
+                  seed: int = 0, default: Sequence[int] | None = None,
+                  max_evaluations: int | None = None) -> PlacementResult:
+    t0 = time.perf_counter()
+    tm = TrafficModel(evidence, network)
+    best = _Best(tm, t0)
+    rng = np.random.default_rng(seed)
+    if default is not None:
+        best.offer(np.asarray(default, dtype=np.int64))
+    n = evidence.num_devices
+    while time.perf_counter() - t0 < time_limit_s:
+        if max_evaluations is not None and best.evaluated >= max_evaluations:
+            break
+        best.offer(rng.permutation(n))
+    return _result("random search", best, evidence, network, t0, time_limit_s, seed)
+
+
+# ---------------------------------------------------------------------------------------------
+def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, seed: int = 0,
+              starts: Sequence[Sequence[int]] | None = None, t_start: float = 0.05,
+              t_end: float = 1e-4, max_evaluations: int | None = None) -> PlacementResult:
+    """Simulated annealing over swaps. Temperatures are relative to the start's objective."""
+    t0 = time.perf_counter()
+    tm = TrafficModel(evidence, network)
+    best = _Best(tm, t0)
+    rng = np.random.default_rng(seed)
+    n = evidence.num_devices
+    cands = [np.asarray(s, dtype=np.int64) for s in (starts or [])] or [np.arange(n)]
+    cur, cur_c = None, None
+    for s in cands:
+        c = best.offer(s)
+        if cur_c is None or c < cur_c:
+            cur, cur_c = s.copy(), c
+    scale = max(cur_c[0], 1e-12)
+    bscale = max(cur_c[1], 1.0)
+
+    def energy(c):
+        return c[0] / scale + 1e-6 * c[1] / bscale
+
+    e_cur = energy(cur_c)
+    it = 0
+    budget = time_limit_s * 0.9
+    while n >= 2:
+        el = time.perf_counter() - t0
+        if el > budget or (max_evaluations is not None and best.evaluated >= max_evaluations):
+            break
+        frac = el / budget if max_evaluations is None else best.evaluated / max_evaluations
+        T = t_start * (t_end / t_start) ** min(1.0, frac)
+        i, j = rng.choice(n, size=2, replace=False)
+        cand = cur.copy()
+        cand[i], cand[j] = cand[j], cand[i]
+        c = best.offer(cand)
+        e = energy(c)
+        if e <= e_cur or rng.random() < math.exp(-(e - e_cur) / T):
+            cur, cur_c, e_cur = cand, c, e
+        it += 1
+    # greedy polish: first-improvement over all swaps of the best
+    improved = True
+    p = best.placement.copy()
+    pc = best.cost
+    while improved and time.perf_counter() - t0 < time_limit_s:
+        improved = False
+        for i in range(n):
+            for j in range(i + 1, n):
+                q = p.copy()
+                q[i], q[j] = q[j], q[i]
+                c = best.offer(q)
+                if c < pc:
+                    p, pc, improved = q, c, True
+            if time.perf_counter() - t0 > time_limit_s:
+                break
+    return _result("annealing", best, evidence, network, t0, time_limit_s, seed,
+                   detail={"iterations": it})
+
+
+HEURISTICS: dict[str, Callable[..., PlacementResult]] = {
+    "exhaustive": exhaustive, "axis_orders": axis_orders, "random": random_search,
+    "annealing": annealing,
+}
