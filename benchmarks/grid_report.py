@@ -1,0 +1,309 @@
+"""The grid's tables and plot, generated from the committed cell JSONs (``benchmarks.grid``).
+
+    python -m benchmarks.grid_report [--dir benchmarks/results/grid]
+
+Writes ``benchmarks/results/grid.md`` (the table, geometric means per target, the targets met or
+missed), ``benchmarks/results/grid_readme.md`` (the README's results section) and
+``benchmarks/results/grid_speedup.png`` (speedup per cell). Every latency is in milliseconds and
+labelled "simulated (AoiZora reference simulator)" or "predicted (Q2)".
+
+Targets (issue 7): AoiZora never slower than any baseline in any cell (simulated); geometric mean
+speedup over the best expert configuration >= 1.10 per target; Spearman's rho between Q2 and the
+simulator >= 0.9 (over the plan layout's placements, per cell); planning <= 60 s per cell on
+v5e-16 for Wan 2.1 1.3B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from benchmarks.grid import Q2_LABEL, RESULTS, SIM_LABEL, TIE_REL
+
+OUT = RESULTS.parent
+GEOMEAN_TARGET = 1.10
+RHO_TARGET = 0.9
+PLANNING_TARGET_S = 60.0
+BASELINES = (("alpa-logical", "alpa-logical"), ("aoizora-layout/default-order", "own layout, default order"),
+             ("heuristic-placement", "heuristic placement"))
+
+
+def load_cells(directory: Path) -> list[dict[str, Any]]:
+    from benchmarks.grid import grid_cells
+
+    order = {c.name: i for i, c in enumerate(grid_cells())}
+    cells = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
+    return sorted(cells, key=lambda c: (order.get(c["cell"], 10**6), c["cell"]))
+
+
+def _row(cell, name):
+    return next((r for r in cell.get("rows", []) if r["name"] == name), None)
+
+
+def _ms(v) -> str:
+    return f"{v * 1e3:.2f}" if v else "-"
+
+
+def _x(v) -> str:
+    return f"{v:.3f}x" if v else "-"
+
+
+def _geomean(v: Sequence[float]) -> float | None:
+    v = [x for x in v if x and x > 0]
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+
+
+def _rho(v) -> str:
+    return f"{v:.3f}" if v is not None else "n/a"
+
+
+def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-target geometric means and the targets met / missed."""
+    by_target: dict[str, list[float]] = {}
+    slower, rhos, low_rho, undefined_rho, plan_t = [], [], [], [], []
+    failed = []
+    for c in cells:
+        az = _row(c, "aoizora")
+        if c.get("error") or not az or not az.get("sim_step_s"):
+            failed.append((c["cell"], c.get("error") or (az or {}).get("error") or "no plan"))
+            continue
+        if c.get("speedup_over_best_expert"):
+            by_target.setdefault(c.get("target_arg", c.get("target")), []).append(
+                c["speedup_over_best_expert"])
+        for name in c.get("slower_than", []):
+            r = _row(c, name)
+            q2_tie = bool(r.get("q2_step_s") and az.get("q2_step_s")
+                          and abs(r["q2_step_s"] - az["q2_step_s"]) <= 1e-9 * az["q2_step_s"] + 1e-12)
+            slower.append((c["cell"], name, r["speedup_sim"], q2_tie))
+        f = c.get("fidelity", {})
+        rho = f.get("rho_placements")
+        if rho is None:
+            undefined_rho.append(c["cell"])
+        else:
+            rhos.append(rho)
+            if rho < RHO_TARGET:
+                low_rho.append((c["cell"], rho))
+        if c["model"] == "wan2.1-1.3b" and c.get("target_arg") == "v5e-16":
+            plan_t.append((c["cell"], c.get("planning_time_s")))
+    geo = {t: (_geomean(v), len(v)) for t, v in by_target.items()}
+    return {"geomean": geo, "slower": slower, "low_rho": low_rho, "undefined_rho": undefined_rho,
+            "rhos": rhos, "planning_v5e16": plan_t, "failed": failed}
+
+
+def table(cells: list[dict[str, Any]]) -> list[str]:
+    head = ("| cell | AoiZora ms (sim) | AoiZora ms (Q2) | best expert | its ms (sim) | vs best expert "
+            "| vs alpa-logical | vs own layout, default order | vs heuristic placement | rho "
+            "(placements) | rho (all pairs) | top-1 | planning s |")
+    lines = [head, "|" + "|".join(["---"] * 13) + "|"]
+    for c in cells:
+        az = _row(c, "aoizora")
+        if c.get("error") or not az or not az.get("sim_step_s"):
+            why = c.get("error") or (az or {}).get("error") or "no plan"
+            lines.append(f"| {c['cell']} | failed: {why[:80]} |" + " |" * 11)
+            continue
+        be = c.get("best_expert")
+        ber = _row(c, be) if be else None
+        sp = [_x((_row(c, n) or {}).get("speedup_sim")) for n, _ in BASELINES]
+        f = c.get("fidelity", {})
+        top = {True: "yes", False: f"no (rank {f.get('plan_sim_rank')}/{f.get('pairs_evaluated')})",
+               None: "n/a"}[f.get("top1")]
+        pt = c.get("planning_time_s")
+        lines.append(f"| {c['cell']} | {_ms(az['sim_step_s'])} | {_ms(az['q2_step_s'])} | "
+                     f"{(be or '-').replace('expert:', '')} | {_ms(ber['sim_step_s'] if ber else None)} "
+                     f"| {_x(c.get('speedup_over_best_expert'))} | {' | '.join(sp)} | "
+                     f"{_rho(f.get('rho_placements'))} | {_rho(f.get('rho_all'))} | {top} | "
+                     f"{f'{pt:.1f}' if pt is not None else '-'} |")
+    return lines
+
+
+def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
+    out = []
+    if s["slower"]:
+        worst = ", ".join(f"{c} vs {n} ({v:.3f}x{'; the same Q2 step: a tie in the planner' + chr(39) + 's cost model' if t else ''})"
+                          for c, n, v, t in s["slower"][:8])
+        out.append(f"- **Never slower than any baseline: MISSED** in {len({x[0] for x in s['slower']})} "
+                   f"of {n_cells} cells: {worst}{' ...' if len(s['slower']) > 8 else ''}.")
+    else:
+        out.append(f"- Never slower than any baseline (simulated, within {TIE_REL:g} relative): "
+                   f"**met** in all {n_cells - len(s['failed'])} cells that ran.")
+    for t, (g, n) in sorted(s["geomean"].items()):
+        ok = g is not None and g >= GEOMEAN_TARGET
+        out.append(f"- Geometric mean speedup over the best expert on {t} ({n} cells): "
+                   f"{g:.3f}x -> **{'met' if ok else 'MISSED'}** (target >= {GEOMEAN_TARGET:.2f}x).")
+    if s["rhos"]:
+        out.append(f"- Spearman's rho (Q2 vs simulator, plan layout's placements) >= {RHO_TARGET}: "
+                   f"**{'met' if not s['low_rho'] else 'MISSED'}**"
+                   f"{' in ' + ', '.join(f'{c} ({r:.3f})' for c, r in s['low_rho']) if s['low_rho'] else ''}"
+                   f" (min {min(s['rhos']):.3f}, median {sorted(s['rhos'])[len(s['rhos']) // 2]:.3f}).")
+    if s["undefined_rho"]:
+        out.append(f"- rho undefined (all placements priced the same by Q2 or the simulator) in: "
+                   f"{', '.join(s['undefined_rho'])}.")
+    if s["planning_v5e16"]:
+        bad = [(c, t) for c, t in s["planning_v5e16"] if t is None or t > PLANNING_TARGET_S]
+        out.append(f"- Planning <= {PLANNING_TARGET_S:g} s per cell on v5e-16 for Wan 2.1 1.3B: "
+                   f"**{'met' if not bad else 'MISSED'}** ("
+                   + ", ".join(f"{c}: {t:.1f} s" for c, t in s["planning_v5e16"]) + ").")
+    else:
+        out.append(f"- Planning <= {PLANNING_TARGET_S:g} s on v5e-16 for Wan 2.1 1.3B: not measured "
+                   "yet (no v5e-16 Wan 1.3B cell has run).")
+    for c, why in s["failed"]:
+        out.append(f"- {c}: the plan failed ({why}).")
+    return out
+
+
+def write_report(directory: Path = RESULTS, out_dir: Path = OUT) -> list[Path]:
+    cells = load_cells(directory)
+    s = summarize(cells)
+    m = cells[0].get("machine_start", {}) if cells else {}
+    budgets = sorted({c.get("budget_s") for c in cells if c.get("budget_s") is not None})
+    seeds = sorted({c.get("seed") for c in cells if c.get("seed") is not None})
+    loads = [c.get("machine_start", {}).get("load_average", [None])[0] for c in cells]
+    loads = [l for l in loads if l is not None]
+    md = ["# The workload grid: AoiZora against every baseline",
+          "",
+          f"Generated by `python -m benchmarks.grid_report` from {len(cells)} cell JSON files in "
+          "`benchmarks/results/grid/` (`python -m benchmarks.grid`). Step latencies in milliseconds, "
+          f"**{SIM_LABEL}** unless marked **{Q2_LABEL}**; nothing was run on a TPU (the programs are "
+          "compiled ahead of time by libtpu for the target, then simulated). Speedup = baseline step "
+          "/ AoiZora step, simulated (> 1: AoiZora faster).",
+          "",
+          f"Machine: {m.get('nproc')} cores, {m.get('cpu_model', '?')}, shared (1-min load average "
+          f"{min(loads):.1f}-{max(loads):.1f} at cell starts)." if loads else "",
+          f"Versions: {', '.join(f'{k} {v}' for k, v in (m.get('versions') or {}).items())}. "
+          f"Planning budget {', '.join(f'{b:g}' for b in budgets)} s per cell, seed "
+          f"{', '.join(map(str, seeds))}.",
+          "",
+          "Rows per cell: AoiZora's plan; each expert configuration in JAX's default device order "
+          "(best shown); Alpa-style logical search (sharding ILP with fixed alpha-beta, default order); "
+          "AoiZora's layout in the default order (isolates placement); AoiZora's layout placed by the "
+          "best heuristic search (exhaustive / axis orders / random / annealing, each with the "
+          "CP-SAT's time limit, best by Q2). rho: Spearman between Q2 and the simulator over the "
+          "plan layout's placements (default order, CP-SAT, heuristics, 10 seeded random); rho (all "
+          "pairs) adds every other (layout, placement) the cell evaluated. top-1: the simulator's "
+          "best pair is the planner's choice.",
+          "",
+          *table(cells),
+          "",
+          "## Geometric mean speedup over the best expert configuration (simulated)",
+          "",
+          "| target | cells | geometric mean |",
+          "|---|---|---|",
+          *[f"| {t} | {n} | {_x(g)} |" for t, (g, n) in sorted(s["geomean"].items())],
+          "",
+          "## Targets",
+          "",
+          *targets_text(s, len(cells)),
+          "",
+          "## Per cell: every row",
+          ""]
+    for c in cells:
+        md.append(f"### {c['cell']}")
+        md.append("")
+        md.append(f"{c.get('job', '')}. Planning {c.get('planning_time_s') or 0:.1f} s; cell wall "
+                  f"{c.get('cell_wall_s', '?')} s; load average at start "
+                  f"{(c.get('machine_start', {}).get('load_average') or ['?'])[0]}.")
+        md.append("")
+        md.append("| row | mesh | ms (simulated) | ms (predicted, Q2) | speedup (simulated) | note |")
+        md.append("|---|---|---|---|---|---|")
+        for r in c.get("rows", []):
+            mesh = " x ".join(f"{k}={v}" for k, v in (r.get("mesh") or {}).items()) or "-"
+            note = r.get("error") or ("" if r.get("sim_step_s") else r.get("reason", "")) or \
+                r.get("description", "") or ""
+            note = note.replace("|", "/")[:110]
+            md.append(f"| {r['name']} | {mesh} | {_ms(r.get('sim_step_s'))} | "
+                      f"{_ms(r.get('q2_step_s'))} | {_x(r.get('speedup_sim'))} | {note} |")
+        for e in c.get("errors", []):
+            md.append(f"\nerror in {e['row']}: {e['error']}")
+        md.append("")
+    paths = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    p = out_dir / "grid.md"
+    p.write_text("\n".join(md) + "\n")
+    paths.append(p)
+    p = out_dir / "grid_readme.md"
+    p.write_text("\n".join(readme_snippet(cells, s)) + "\n")
+    paths.append(p)
+    try:
+        paths.append(plot(cells, out_dir / "grid_speedup.png"))
+    except ImportError:
+        pass
+    return paths
+
+
+def readme_snippet(cells, s) -> list[str]:
+    lines = ["## Results: the workload grid", "",
+             f"Step latency per cell, in ms, {SIM_LABEL} (each program compiled ahead of time by "
+             "libtpu for the target; no TPU was run). Speedup = baseline / AoiZora. Full table, "
+             "every row and the machine: `benchmarks/results/grid.md`; regenerate with "
+             "`python -m benchmarks.grid` (resumes a cell at a time) and "
+             "`python -m benchmarks.grid_report`.", "",
+             "| cell | AoiZora ms | best expert (ms) | vs best expert | vs alpa-logical | vs own layout, default order | vs heuristic | rho | top-1 | planning s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        az = _row(c, "aoizora")
+        if c.get("error") or not az or not az.get("sim_step_s"):
+            lines.append(f"| {c['cell']} | failed | | | | | | | | |")
+            continue
+        be = c.get("best_expert")
+        ber = _row(c, be) if be else None
+        sp = [_x((_row(c, n) or {}).get("speedup_sim")) for n, _ in BASELINES]
+        f = c.get("fidelity", {})
+        lines.append(f"| {c['cell']} | {_ms(az['sim_step_s'])} | {(be or '-').replace('expert:', '')} "
+                     f"({_ms(ber['sim_step_s'] if ber else None)}) | "
+                     f"{_x(c.get('speedup_over_best_expert'))} | {' | '.join(sp)} | "
+                     f"{_rho(f.get('rho_placements'))} | "
+                     f"{'yes' if f.get('top1') else ('no' if f.get('top1') is False else 'n/a')} | "
+                     f"{(c.get('planning_time_s') or 0):.1f} |")
+    lines += ["", "Targets:", "", *targets_text(s, len(cells)),
+              "", "![speedup per cell](benchmarks/results/grid_speedup.png)"]
+    return lines
+
+
+def plot(cells, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    ok = [c for c in cells if _row(c, "aoizora") and (_row(c, "aoizora") or {}).get("sim_step_s")]
+    series = [("best expert", lambda c: c.get("speedup_over_best_expert"))] + [
+        (label, (lambda n: lambda c: (_row(c, n) or {}).get("speedup_sim"))(n))
+        for n, label in BASELINES]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(ok) + 2), 4.5))
+    x = np.arange(len(ok))
+    w = 0.8 / len(series)
+    top = 1.0
+    for i, (label, get) in enumerate(series):
+        v = [get(c) or 0.0 for c in ok]
+        top = max([top] + v)
+        ax.bar(x + (i - (len(series) - 1) / 2) * w, v, w, label=label)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(GEOMEAN_TARGET, color="grey", lw=0.8, ls="--", label=f"{GEOMEAN_TARGET:.2f}x target")
+    ax.set_ylim(0, 1.3 * max(top, GEOMEAN_TARGET))
+    ax.set_xticks(x)
+    ax.set_xticklabels([c["cell"].replace("wan2.1-", "").replace("_", "\n") for c in ok], fontsize=7)
+    ax.set_ylabel("speedup = baseline step / AoiZora step (x)")
+    ax.set_title(f"AoiZora's speedup per cell, {SIM_LABEL}", fontsize=10)
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.grid_report")
+    ap.add_argument("--dir", default=str(RESULTS), help="directory of cell JSONs")
+    ap.add_argument("--out", default=str(OUT), help="where grid.md / grid_readme.md / png go")
+    a = ap.parse_args(argv)
+    for p in write_report(Path(a.dir), Path(a.out)):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
