@@ -13,11 +13,12 @@ _KEY = re.compile(r"\[(\S+)")
 def main_ops(words: list[str], limit: int = 8) -> list[str]:
     """Attention layouts one per line, then the most common matmul layouts with their counts."""
     attn = [w for w in words if "attention" in w.split(":")[0]]
-    dots = collections.Counter(w.split(" [")[0] for w in words if w.startswith("dot:"))
+    dots = collections.Counter("dot: " + w.split(" [")[0].split(":", 1)[1].strip()
+                               for w in words if w.startswith("dot"))
     out = [w.split(" [")[0] for w in attn]
     out = list(dict.fromkeys(out))  # the same layout for every layer is said once
     for text, n in dots.most_common(max(0, limit - len(out))):
-        out.append(f"{text}  (x{n} matmuls)")
+        out.append(f"{text}  ({n} matmul{'s' if n > 1 else ''})")
     return out
 
 
