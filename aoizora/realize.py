@@ -23,8 +23,9 @@ chose on the IR names the same op here:
   on CPU meshes, both inside the same ``shard_map``).
 
 Keys the layout names that this program does not have (or attention layouts on a node that is
-not an attention) raise :class:`RealizeError` at ``realize`` time: a layout made for another
-program is refused.
+not an attention) raise :class:`RealizeError`: a layout made for another program is refused.
+``realize`` traces the program once, so every error (specs that do not divide, attention layouts
+that do not fit) is raised by ``realize`` itself, before any compile.
 
 Inputs: ``layout.in_specs`` per flattened input leaf (``None``: replicated -- jit's input
 shardings cannot be left to the partitioner without the auto-sharding pass). Outputs:
@@ -51,7 +52,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, Spec, axes_of
-from aoizora.models.attention_kernels import sharded_attention
+from aoizora.models.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
 from aoizora.models.primitives import ATTENTION, HINT
 
 
@@ -74,12 +75,13 @@ class Realized:
     layout: Layout
     in_shardings: tuple
     out_shardings: Any
+    traced: Any = None          # fn traced on args at realize time (every spec already checked)
 
     def __iter__(self):
         return iter((self.fn, self.args))
 
     def lower(self):
-        return self.fn.lower(*self.args)
+        return self.traced.lower() if self.traced is not None else self.fn.lower(*self.args)
 
     def compile(self):
         return self.lower().compile()
@@ -285,9 +287,18 @@ def _check_mesh(layout: Layout, mesh: Mesh) -> None:
                                f" * ndim (aoizora.models.experts.default_mesh does)")
 
 
-def _check_keys(closed, layout: Layout) -> None:
-    """Every key the layout names must be a node of this program (attention keys: an attention)."""
-    prims = {w.key: w.eqn.primitive.name for w in walk(closed.jaxpr)}
+def _check_keys(closed, layout: Layout, mesh: Mesh) -> None:
+    """Every key the layout names must be a node of this program (attention keys: an attention),
+    and every attention's layout must fit its shapes and the mesh."""
+    walked = list(walk(closed.jaxpr))
+    prims = {w.key: w.eqn.primitive.name for w in walked}
+    for w in walked:
+        if w.eqn.primitive.name == ATTENTION:
+            q, k = (v.aval.shape for v in w.eqn.invars[:2])
+            try:
+                check_layout(q, k, layout.attention_for(w.key), mesh)
+            except AttentionLayoutError as e:
+                raise RealizeError(f"attention node {w.key}: {e}") from None
     for k in layout.node_specs:
         if k not in prims:
             raise RealizeError(f"layout {layout.name or ''} constrains node {k!r}, which this program "
@@ -314,7 +325,7 @@ def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *
     in_leaves, in_tree = jax.tree_util.tree_flatten_with_path(plain)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)
 
-    _check_keys(closed, layout)
+    _check_keys(closed, layout, mesh)
     if len(layout.in_specs) != len(in_leaves):
         raise RealizeError(f"layout has {len(layout.in_specs)} input specs, the program has "
                            f"{len(in_leaves)} input leaves")
@@ -355,4 +366,6 @@ def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *
     jitted = jax.jit(run, in_shardings=tuple(in_sh_tree), **kw)
     args = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                   plain, in_sh_tree)
-    return Realized(jitted, tuple(args), mesh, layout, tuple(in_sh_tree), out_shardings)
+    # trace now: a hint or node spec that does not fit raises RealizeError here, not at compile
+    traced = jitted.trace(*args)
+    return Realized(jitted, tuple(args), mesh, layout, tuple(in_sh_tree), out_shardings, traced)

@@ -19,13 +19,19 @@ H = 8
 FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}  # CPU -O0
 
 
-def toy(params, x):
+def make_toy(n_heads: int = H):
+    def toy(params, x):
+        return _toy(params, x, n_heads)
+    return toy
+
+
+def _toy(params, x, n_heads):
     """Two scanned attention + MLP layers over x [B, S, E], with hints."""
     b, s, e = x.shape
     x = hint(x, "batch", "seq", "embed")
 
     def heads(t):
-        return hint(t.reshape(b, s, H, e // H).transpose(0, 2, 1, 3), "batch", "heads", "seq", "head_dim")
+        return hint(t.reshape(b, s, n_heads, e // n_heads).transpose(0, 2, 1, 3), "batch", "heads", "seq", "head_dim")
 
     def layer(h, w):
         q, k, v = heads(h @ w["wq"]), heads(h @ w["wk"]), heads(h @ w["wv"])
@@ -37,6 +43,9 @@ def toy(params, x):
 
     h, _ = jax.lax.scan(layer, x, params["layers"])
     return h @ params["out"]
+
+
+toy = make_toy()
 
 
 def toy_args(b, s, e, f, layers=2, dtype=jnp.float32):
@@ -132,7 +141,7 @@ def test_node_specs_apply_at_the_walk_key_and_bad_specs_fail_in_one_line():
     realize(toy, abstract, lay, mesh).lower()
     lay.node_specs = {key: (None, None, "z")}                   # no such axis
     with pytest.raises(RealizeError, match=re.escape(f"node {key}")):
-        realize(toy, abstract, lay, mesh).lower()
+        realize(toy, abstract, lay, mesh)                       # raised by realize, before lowering
     lay.node_specs = {"99.1": (None, None, None)}
     with pytest.raises(RealizeError, match="does not have"):
         realize(toy, abstract, lay, mesh)
@@ -140,6 +149,10 @@ def test_node_specs_apply_at_the_walk_key_and_bad_specs_fail_in_one_line():
     lay.attention = {key: AttentionLayout()}                    # a dot_general, not an attention
     with pytest.raises(RealizeError, match="not an attention"):
         realize(toy, abstract, lay, mesh)
+    with pytest.raises(RealizeError, match=r"attention node .*heads \(3\) does not divide over "
+                                           r"mesh axes \('x', 'y'\) of size 8"):
+        realize(make_toy(3), toy_args(2, 48, 48, 128), Layout(
+            MESH, [None] * 8, None, attention={"*": AttentionLayout(heads=("x", "y"))}), mesh)
     bad = context_layout(toy_args(2, 50, 64, 128))              # 50 tokens over y = 4
     with pytest.raises(RealizeError, match=r"input \[1\].*dim 1 \(50\) does not divide over mesh axes \('y',\)"):
         realize(toy, toy_args(2, 50, 64, 128), bad, mesh)
@@ -210,4 +223,4 @@ def test_call_like_eqns_are_inlined_and_loop_bodies_keep_walk_keys():
     assert err < 1e-4, f"max abs error {err:.3g}"  # sharded contractions sum in another order
     lay.node_specs = {tanh_key: ("x", "z")}
     with pytest.raises(RealizeError, match=re.escape(f"node {tanh_key} (tanh)")):
-        realize(fn, abstract, lay, mesh).lower()
+        realize(fn, abstract, lay, mesh)
