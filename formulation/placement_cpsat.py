@@ -16,7 +16,14 @@ Common variables and constraints
   M[p] >= load[p][l] for every l;  E[p] >= M[p] - floor(O_p);  E[p] >= 0
   permutes: q[(s,t)][a,b] = x[s][a] AND x[t][b]; flow V_c over route(a, b)
 
-Formulation "sets" (exact over every placement; used when sum_g C(C, k_g) is small):
+Pair / all-to-all groups (both formulations; exact for any placement):
+  z[g][c] = sum_{r in g} x[r][c];  pz[g][a,b] = z[g][a] AND z[g][b] (a < b);
+  sum_{a<b} pz[g][a,b] = k_g (k_g - 1) / 2
+  U[g][l] = sum_{a<b} ([l in route(a,b)] + [l in route(b,a)]) pz[g][a,b]   (flows over l)
+  load contribution coef_c U[g][l];  for a pair (k_g = 2) the cut M[p] >= coef_c
+
+Formulation "sets" for ring groups (k_g >= 3; exact over every placement; used when
+sum_g C(C, k_g) over ring groups is small):
   y[g][S] in {0,1} for every k_g-subset S of chips;  sum_S y[g][S] = 1
   sum_{r in g} x[r][c] = sum_{S containing c} y[g][S]                  for every chip c
   load[p][l] = sum_{c in p on g} coef_c sum_S unit_c(S)[l] y[g][S] + permute terms
@@ -32,8 +39,6 @@ Formulation "circuit" (scales to large slices; restricted scope, see SCOPE):
     wline[g][u] = used[g][u] AND NOT closed[g]
     load contribution h_c (used[g][u] + wline[g][u]) on both directions of u   (h_c = coef_c)
     cut: M[p] >= sum_{c in p on g} h_c (2 - closed[g])
-  pairs / all-to-alls: pz[g][a,b] = z[g][a] AND z[g][b] (a < b), sum pz = k_g (k_g - 1) / 2;
-    contribution coef_c x (routes a->b and b->a) per pz.
   In this formulation the solver chooses each ring's cycle / path; Q2 uses the canonical one
   (``Network.ring_through``): the two agree when no other concurrent flow crosses the links
   inside a ring group (checked after solving).
@@ -100,7 +105,8 @@ class PlacementModel:
         self.notes: list[str] = []
         self._collect()
         if formulation == "auto":
-            n_sets = sum(math.comb(self.C, len(g)) for g in self.groups)
+            ring_groups = {g for its in self.items for cls, g, _ in its if cls == "ring"}
+            n_sets = sum(math.comb(self.C, len(self.groups[g])) for g in ring_groups)
             formulation = "sets" if n_sets <= SETS_CAP else "circuit"
         if formulation not in ("sets", "circuit"):
             raise PlacementModelError(f"formulation {formulation!r}: use 'auto', 'sets' or 'circuit'")
@@ -112,8 +118,16 @@ class PlacementModel:
             self._slab_groups[ax] = [self._gid.get(frozenset(sl))
                                      for sl in symmetry.axis_slabs(evidence, ax)]
         self._assignment()
-        self.load_terms = [{l: {} for l in range(network.num_links)} for _ in self.traffic.phases]
-        self.hop_terms = [{} for _ in self.traffic.phases]
+        self.load_terms = [{l: ([], []) for l in range(network.num_links)}
+                           for _ in self.traffic.phases]
+        self.hop_terms = [([], []) for _ in self.traffic.phases]
+        self.y: dict[int, dict[tuple, object]] = {}
+        self.z: dict[int, list] = {}
+        self.ring: dict[int, dict] = {}
+        self.pz: dict[int, dict] = {}
+        self._punit: dict[int, tuple] = {}
+        self._punit_terms: dict[int, tuple] = {}
+        self._route = [[network.route(a, b) for b in range(self.C)] for a in range(self.C)]
         self.cuts: list[list] = [[] for _ in self.traffic.phases]
         if formulation == "sets":
             self._sets()
@@ -179,12 +193,14 @@ class PlacementModel:
         return int(v)
 
     def _add(self, p: int, l: int, var, coef: int) -> None:
-        d = self.load_terms[p][l]
-        d[var] = d.get(var, 0) + coef
+        vs, cs = self.load_terms[p][l]
+        vs.append(var)
+        cs.append(int(coef))
 
     def _addh(self, p: int, var, h: int) -> None:
-        d = self.hop_terms[p]
-        d[var] = d.get(var, 0) + h
+        vs, cs = self.hop_terms[p]
+        vs.append(var)
+        cs.append(int(h))
 
     # -- assignment ---------------------------------------------------------------------------
     def _assignment(self) -> None:
@@ -197,29 +213,34 @@ class PlacementModel:
 
     # -- formulation "sets" -------------------------------------------------------------------
     def _sets(self) -> None:
+        """Set variables for groups that run a ring (k >= 3); pair products for the others."""
         m, net, C = self.model, self.net, self.C
-        self.y: list[dict[tuple, object]] = []
         self.set_units: dict[tuple[str, tuple], tuple[np.ndarray, int]] = {}
         classes_of_group: dict[int, set] = {}
         for its in self.items:
             for cls, g, _ in its:
                 classes_of_group.setdefault(g, set()).add(cls)
         for gi, g in enumerate(self.groups):
+            if "ring" not in classes_of_group.get(gi, ()):
+                continue
             k = len(g)
             sets = [tuple(range(C))] if k == C else list(itertools.combinations(range(C), k))
             ys = {S: m.NewBoolVar(f"y[{gi}][{j}]") for j, S in enumerate(sets)}
             m.AddExactlyOne(ys.values())
             for c in range(C):
                 m.Add(sum(self.x[r][c] for r in g) == sum(v for S, v in ys.items() if c in S))
-            self.y.append(ys)
-            for cls in classes_of_group.get(gi, ()):
+            self.y[gi] = ys
+            for cls in classes_of_group[gi]:
                 for S in sets:
                     if (cls, S) not in self.set_units:
                         self.set_units[(cls, S)] = unit_loads(cls, S, net)
         for p, its in enumerate(self.items):
             per_group: dict[int, list[tuple[str, int]]] = {}
             for cls, g, coef in its:
-                per_group.setdefault(g, []).append((cls, self.units(coef)))
+                if g in self.y:
+                    per_group.setdefault(g, []).append((cls, self.units(coef)))
+                else:
+                    self._pair_terms(p, g, cls, self.units(coef))
             for g, lst in per_group.items():
                 cut = []
                 for S, v in self.y[g].items():
@@ -238,6 +259,42 @@ class PlacementModel:
                         cut.append((v, mx))
                 self.cuts[p].append(cut)
 
+    def _pair_terms(self, p: int, g: int, cls: str, cu: int) -> None:
+        """Loads of a pair / all-to-all group through pair products of its chips:
+        U[g][l] = sum_{a<b} ([l in route(a,b)] + [l in route(b,a)]) pz[g][a,b] flows (an integer
+        variable per group and link, shared by every collective on g), times cu per flow."""
+        U, hop = self._pair_unit(g)
+        for l, u in U.items():
+            self._add(p, l, u, cu)
+        self._addh(p, hop, 1)
+        if cls == "pair":
+            self.cuts[p].append([(None, cu)])      # some link carries >= cu
+
+    def _pair_unit(self, g: int):
+        if g in self._punit:
+            return self._punit[g]
+        m, route = self.model, self._route
+        ps = self._pair_vars(g)
+        per: dict[int, tuple[list, list]] = {}
+        hv, hc = [], []
+        for (a, b), v in ps.items():
+            for l in route[a][b] + route[b][a]:
+                vs, cs = per.setdefault(l, ([], []))
+                vs.append(v)
+                cs.append(1)
+            hv.append(v)
+            hc.append(len(route[a][b]) + len(route[b][a]))
+        U = {}
+        for l, (vs, cs) in per.items():
+            u = m.NewIntVar(0, sum(cs), f"U[{g}][{l}]")
+            m.Add(u == cp_model.LinearExpr.WeightedSum(vs, cs))
+            U[l] = u
+        hop = m.NewIntVar(0, sum(hc), f"hops[{g}]")
+        m.Add(hop == cp_model.LinearExpr.WeightedSum(hv, hc))
+        self._punit[g] = (U, hop)
+        self._punit_terms[g] = (per, hv, hc)
+        return U, hop
+
     # -- formulation "circuit" ----------------------------------------------------------------
     def _z(self, g: int) -> list:
         if g not in self.z:
@@ -252,9 +309,6 @@ class PlacementModel:
 
     def _circuits(self) -> None:
         m, net, C = self.model, self.net, self.C
-        self.z: dict[int, list] = {}
-        self.ring: dict[int, dict] = {}
-        self.pz: dict[int, dict] = {}
         self.und: list[tuple[int, int]] = []
         seen = set()
         for lid in range(net.num_links):
@@ -263,7 +317,6 @@ class PlacementModel:
             if rid is not None and lid not in seen:
                 seen.update((lid, rid))
                 self.und.append((lid, rid))
-        route = [[net.route(a, b) for b in range(C)] for a in range(C)]
         for p, its in enumerate(self.items):
             ring_h: dict[int, int] = {}
             for cls, g, coef in its:
@@ -277,13 +330,7 @@ class PlacementModel:
                         self._addh(p, rv["used"][ui], 2)
                     ring_h[g] = ring_h.get(g, 0) + cu
                 else:                                  # pair / a2a
-                    ps = self._pair_vars(g)
-                    for (a, b), v in ps.items():
-                        for l in route[a][b] + route[b][a]:
-                            self._add(p, l, v, cu)
-                        self._addh(p, v, len(route[a][b]) + len(route[b][a]))
-                    if cls == "pair":
-                        self.cuts[p].append([(None, cu)])      # some link carries >= cu
+                    self._pair_terms(p, g, cls, cu)
             for g, h in ring_h.items():
                 closed = self.ring[g]["closed"]
                 self.cuts[p].append([(None, 2 * h), (closed, -h)])
@@ -368,11 +415,11 @@ class PlacementModel:
         self.M, self.E, self.O_units, self.frac = [], [], [], []
         for p in range(len(tm.phases)):
             terms = self.load_terms[p]
-            ub = max((sum(d.values()) for d in terms.values()), default=0)
+            ub = max((sum(cs) for _, cs in terms.values()), default=0)
             M = m.NewIntVar(0, max(ub, 0), f"M[{p}]")
-            for l, d in terms.items():
-                if d:
-                    m.Add(M >= sum(cf * v for v, cf in d.items()))
+            for l, (vs, cs) in terms.items():
+                if vs:
+                    m.Add(M >= cp_model.LinearExpr.WeightedSum(vs, cs))
             for cut in self.cuts[p]:
                 m.Add(M >= sum(cf if v is None else cf * v for v, cf in cut))
             O_exact = tm.overlap_s[p] * self.bandwidth / self.unit_bytes
@@ -387,10 +434,15 @@ class PlacementModel:
         self.obj_comm = sum(n * E for n, E in zip(counts, self.E))
         # floor(O_p) over-states the exposed time by frac(O_p) < 1 unit per run of phase p
         self.rounding_units = sum(n * f for n, f in zip(counts, self.frac))
-        self.obj_bytes = sum(n * cf * v for n, terms in zip(counts, self.load_terms)
-                             for d in terms.values() for v, cf in d.items())
-        self.obj_hops = sum(n * h * v for n, hops in zip(counts, self.hop_terms)
-                            for v, h in hops.items())
+        bv, bc, hv, hc = [], [], [], []
+        for n, terms, (vs, cs) in zip(counts, self.load_terms, self.hop_terms):
+            for tv, tc in terms.values():
+                bv += tv
+                bc += [n * c for c in tc]
+            hv += vs
+            hc += [n * c for c in cs]
+        self.obj_bytes = cp_model.LinearExpr.WeightedSum(bv, bc)
+        self.obj_hops = cp_model.LinearExpr.WeightedSum(hv, hc)
         self.objectives = [("comm", self.obj_comm), ("link_bytes", self.obj_bytes),
                            ("hops", self.obj_hops)]
 
@@ -406,7 +458,7 @@ class PlacementModel:
         self._minchip: list = []
         for ax in sym:
             gl = self._slab_groups.get(ax, [])
-            if self.formulation == "sets" and gl and all(g is not None for g in gl):
+            if gl and all(g is not None and g in self.y for g in gl):
                 # slabs are groups with set variables: minchip = sum_S min(S) y[g][S], linear
                 mins = [sum(min(S) * v for S, v in self.y[g].items()) for g in gl]
             else:
@@ -497,12 +549,11 @@ class PlacementModel:
             for c in range(self.C):
                 val[self.x[r][c]] = int(p[r] == c)
         chips_of = {g: sorted(p[r] for r in grp) for g, grp in enumerate(self.groups)}
-        if self.formulation == "sets":
-            for g, ys in enumerate(self.y):
-                S = tuple(chips_of[g])
-                for T, v in ys.items():
-                    val[v] = int(T == S)
-        else:
+        for g, ys in self.y.items():
+            S = tuple(chips_of[g])
+            for T, v in ys.items():
+                val[v] = int(T == S)
+        if True:
             for g, zs in self.z.items():
                 for c, v in enumerate(zs):
                     val[v] = int(c in chips_of[g])
@@ -530,6 +581,11 @@ class PlacementModel:
                     u = int(l1 in on or l2 in on)
                     val[rv["used"][ui]] = u
                     val[rv["wline"][ui]] = int(u and not closed)
+        for g, (per, hv, hc) in self._punit_terms.items():
+            U, hop = self._punit[g]
+            for l, (vs, cs) in per.items():
+                val[U[l]] = sum(c * val[v] for v, c in zip(vs, cs))
+            val[hop] = sum(c * val[v] for v, c in zip(hv, hc))
         for (s_, t), qs in self.q.items():
             for (a, b), v in qs.items():
                 val[v] = int(p[s_] == a and p[t] == b)
@@ -538,9 +594,9 @@ class PlacementModel:
         complete = True
         for pi, terms in enumerate(self.load_terms):
             mx = 0
-            for d in terms.values():
+            for vs, cs in terms.values():
                 tot = 0
-                for v, cf in d.items():
+                for v, cf in zip(vs, cs):
                     if v not in val:
                         complete = False
                         break

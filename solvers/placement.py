@@ -63,7 +63,7 @@ class _Trace(cp_model.CpSolverSolutionCallback):
 
 
 def _params(solver: cp_model.CpSolver, limit: float, seed: int, workers: int,
-            deterministic: bool, log: bool) -> None:
+            deterministic: bool, log: bool, linearization: int = 0) -> None:
     p = solver.parameters
     p.max_time_in_seconds = max(0.01, float(limit))
     p.num_workers = int(workers)
@@ -74,7 +74,7 @@ def _params(solver: cp_model.CpSolver, limit: float, seed: int, workers: int,
     # the LP relaxation of max link loads is weak and slows the search (measured: 4x4 proven
     # in seconds without it, not in 60 s with it).
     p.cp_model_probing_level = 0
-    p.linearization_level = 0
+    p.linearization_level = int(linearization)
 
 
 def chips_to_devices(network: Network, chip_of_rank: Sequence[int]) -> list[int]:
@@ -86,10 +86,11 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                     seed: int = 0, workers: int = 1, hint: Sequence[int] | None = None,
                     deterministic: bool = True, lexicographic: bool = True,
                     symmetry_breaking: bool = True, formulation: str = "auto",
-                    log: bool = False) -> PlacementResult:
+                    linearization: int = 0, log: bool = False) -> PlacementResult:
     """Best placement (device index per logical rank) under the CP-SAT model, with a certificate.
 
-    `hint`: a placement to start from (e.g. ``extract.network.default_device_order``)."""
+    `hint`: a placement to start from (e.g. ``extract.network.default_device_order``); when the
+    limit ends before the search reports a solution, the hint is returned as the incumbent."""
     t0 = time.perf_counter()
     pm = PlacementModel(evidence, network, formulation=formulation,
                         symmetry_breaking=symmetry_breaking)
@@ -101,17 +102,27 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     m.Minimize(pm.obj_comm)
     solver = cp_model.CpSolver()
     remaining = time_limit_s - (time.perf_counter() - t0)
-    _params(solver, remaining, seed, workers, deterministic, log)
+    _params(solver, remaining, seed, workers, deterministic, log, linearization)
     st = solver.Solve(m, _Trace(pm, t0, trace))
     status = _STATUS.get(st, "UNKNOWN")
     detail = {"formulation": pm.formulation, "scope": pm.scope, "notes": list(pm.notes), "unit_bytes": pm.unit_bytes,
               "build_s": build_s, "variables": len(m.Proto().variables),
               "constraints": len(m.Proto().constraints), "levels": {}}
     if status not in ("OPTIMAL", "FEASIBLE"):
-        cert = Certificate(SOLVER_NAME, status, None,
-                           pm.comm_seconds(solver.BestObjectiveBound()) if st != cp_model.INFEASIBLE
-                           else None, time.perf_counter() - t0, "s", seed, workers, time_limit_s,
-                           detail)
+        bound = (max(0.0, pm.comm_seconds(solver.BestObjectiveBound() - pm.rounding_units))
+                 if st != cp_model.INFEASIBLE else None)
+        if hint is not None and st != cp_model.INFEASIBLE:
+            # the time ran out before the search reported a solution: the hint is the incumbent
+            placement = [int(v) for v in hint]
+            q2 = predict_step(evidence, placement, network, pm.traffic)
+            detail["notes"].append("no solution reported in the time limit: the hint returned")
+            cert = Certificate(SOLVER_NAME, "FEASIBLE", q2.communication_s,
+                               min(bound, q2.communication_s) if bound is not None else None,
+                               time.perf_counter() - t0, "s", seed, workers, time_limit_s, detail)
+            return PlacementResult(placement, cert, q2, trace or [(time.perf_counter() - t0,
+                                                                   q2.communication_s)])
+        cert = Certificate(SOLVER_NAME, status, None, bound, time.perf_counter() - t0, "s", seed,
+                           workers, time_limit_s, detail)
         return PlacementResult(None, cert, None, trace)
     bound_units = solver.BestObjectiveBound()
     best = [int(v) for v in _chips(solver, pm)]
@@ -134,7 +145,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                     m2.AddHint(pm.x[r][c], best[r] == c)
             m2.Minimize(expr)
             s2 = cp_model.CpSolver()
-            _params(s2, remaining, seed, workers, deterministic, log)
+            _params(s2, remaining, seed, workers, deterministic, log, linearization)
             st2 = s2.Solve(m2)
             stn = _STATUS.get(st2, "UNKNOWN")
             detail["levels"][name] = {"status": stn}
