@@ -580,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_smoke(seed: int = 0, log: Callable[[str], None] = lambda s: None,
-              budget_s: float = 40.0) -> dict[str, Any]:
+              budget_s: float = 90.0) -> dict[str, Any]:
     """The CI smoke cell: the small Wan DiT at its 128p workload on v5e-8, a small budget."""
     return run_cell(SMOKE_CELL, budget_s=budget_s, seed=seed, log=log, random_placements=4)
 

@@ -1,0 +1,68 @@
+"""The grid's smoke cell (the small Wan DiT on v5e-8, small budget): every row is there, priced by
+both Q2 and the simulator on real XLA:TPU output, and fidelity is computed."""
+
+import math
+
+import pytest
+
+from benchmarks.grid import SIM_LABEL, Q2_LABEL, run_smoke, spearman
+from benchmarks.grid_report import summarize, table
+
+pytestmark = pytest.mark.tpu_compiler
+
+
+def test_spearman_average_ranks():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ties take average ranks: x ranks 1.5 1.5 3 4
+    assert spearman([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+    assert spearman([1, 2], [1, 2]) is None
+
+
+@pytest.fixture(scope="module")
+def cell():
+    c = run_smoke(seed=0)
+    assert not c["errors"], c["errors"]
+    return c
+
+
+def test_smoke_cell_rows(cell):
+    assert cell["labels"] == {"sim": SIM_LABEL, "q2": Q2_LABEL}
+    names = [r["name"] for r in cell["rows"]]
+    for want in ("aoizora", "aoizora-layout/default-order", "heuristic-placement", "alpa-logical"):
+        assert want in names
+    assert sum(n.startswith("expert:") for n in names) >= 3
+    az = cell["rows"][names.index("aoizora")]
+    assert az["speedup_sim"] == pytest.approx(1.0)
+    # the aoizora row's Q2 is the planner's own prediction, re-priced on the same evidence
+    assert az["q2_step_s"] == pytest.approx(az["q2_planner_step_s"], rel=1e-9)
+    priced = [r for r in cell["rows"] if r.get("sim_step_s")]
+    assert len(priced) >= 5
+    for r in priced:
+        assert r["q2_step_s"] > 0 and math.isfinite(r["sim_step_s"])
+        assert r["sim_step_s"] >= r["sim_compute_s"] > 0
+        if "evidence" in r:                              # summary numbers, not the object
+            assert r["evidence"]["compile_s"] > 0 and r["evidence"]["fits_hbm"]
+        assert r["speedup_sim"] == pytest.approx(r["sim_step_s"] / az["sim_step_s"])
+    for r in cell["rows"]:
+        if not r.get("sim_step_s"):
+            assert r["reason"] or r["error"]           # an invalid row says why
+    assert cell["best_expert"].startswith("expert:")
+    # the default order is never better than the plan by Q2 (the planner falls back to it)
+    d = cell["rows"][names.index("aoizora-layout/default-order")]
+    assert az["q2_step_s"] <= d["q2_step_s"] * (1 + 1e-9)
+
+
+def test_smoke_cell_fidelity_and_report(cell):
+    f = cell["fidelity"]
+    assert f["placements_of_plan_layout"] >= 4          # default, CP-SAT/heuristics, randoms
+    assert f["pairs_evaluated"] >= f["placements_of_plan_layout"] + 3
+    assert f["rho_all"] is None or -1.0 <= f["rho_all"] <= 1.0
+    assert isinstance(f["top1"], bool) and f["plan_sim_rank"] >= 1
+    keys = {(p["layout"], tuple(p["placement"])) for p in f["pairs"]}
+    assert len(keys) == len(f["pairs"])                  # distinct (layout, placement) pairs
+    assert all("evidence" not in p for p in f["pairs"])
+    s = summarize([cell])
+    assert "v5e-8" in s["geomean"] and not s["failed"]
+    assert any(line.startswith(f"| {cell['cell']} |") for line in table([cell]))
