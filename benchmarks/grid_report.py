@@ -202,7 +202,8 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT) -> list[Path]:
     for c in cells:
         md.append(f"### {c['cell']}")
         md.append("")
-        md.append(f"{c.get('job', '')}. Planning {c.get('planning_time_s') or 0:.1f} s; cell wall "
+        md.append(f"{c.get('job', '')}. Planning {c.get('planning_time_s') or 0:.1f} s of a "
+                  f"{c.get('budget_s', 0):g} s budget; cell wall "
                   f"{c.get('cell_wall_s', '?')} s; load average at start "
                   f"{(c.get('machine_start', {}).get('load_average') or ['?'])[0]}.")
         md.append("")
