@@ -46,12 +46,11 @@ import math
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 from jax.extend.core import DropVar, Literal, jaxpr_as_fun
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
-from aoizora.formulation.layout import Layout, Spec, axes_of
+from aoizora.formulation.layout import Layout, axes_of
 from aoizora.models.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
 from aoizora.models.primitives import ATTENTION, HINT
 
