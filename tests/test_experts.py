@@ -85,6 +85,9 @@ def test_full_size_configurations_on_v5e_8():
     assert "ring over 8" in by["fsdp_sp"].reason
     assert by["tp_cfg"].valid and by["context"].valid and by["cfg2_context"].valid
     assert by["context"].pad_multiple == 1024 and by["cfg2_context"].layout.mesh_axes == {"data": 2, "context": 4}
+    from aoizora.models.config import WAN_1_3B
+    assert [tuple(e)[2] for e in expert_layouts(WAN_1_3B, "480p-81f", "v5e-8")] == \
+        [e.reason for e in by.values()]                         # a bare config works too
     by14 = {e.name: e for e in expert_layouts("wan2.1-14b", "720p-81f", "v5e-8")}
     # 40 heads divide 8, but 14B bf16 weights replicated on every chip do not fit a v5e's HBM
     assert not by14["ulysses"].valid and "weights need 26.6" in by14["ulysses"].reason

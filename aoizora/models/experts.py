@@ -48,6 +48,8 @@ from aoizora.extract.jaxpr_walk import walk
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry
+from aoizora.models import workloads as W
+from aoizora.models.config import HunyuanConfig, WanConfig
 from aoizora.models.primitives import ATTENTION, HINT
 
 EXPERTS = ("ulysses", "context", "cfg2_context", "fsdp_sp", "tp_cfg")
@@ -297,12 +299,21 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
     return layout, how, pad, fn, args
 
 
+def _as_model(model) -> "registry.Model":
+    """A model name, a Model, or a bare WanConfig / HunyuanConfig (any built-in workload name)."""
+    if isinstance(model, (WanConfig, HunyuanConfig)):
+        family = "wan" if isinstance(model, WanConfig) else "hunyuan"
+        known = {w.name: w for w in (*W.SMALL, *W.WAN_480P, *W.WAN_720P, *W.HUNYUAN)}
+        return registry.Model(f"custom-{family}", family, model, 0.0, tuple(known.values()))
+    return registry.get_model(model)
+
+
 def expert_layouts(model, workload, target, *, dtype=jnp.bfloat16,
                    block: int = SPLASH_BLOCK) -> list[Expert]:
-    """Every expert configuration for ``model`` (name or Model) at ``workload`` (name or Workload)
+    """Every expert configuration for ``model`` (name, Model, or WanConfig / HunyuanConfig) at ``workload`` (name or Workload)
     on ``target`` (Target or name; n = its devices): valid ones with their Layout and padded
     program, invalid ones with the reason (e.g. "12 heads do not divide 8 chips ...")."""
-    model = registry.get_model(model)
+    model = _as_model(model)
     wl = model.workload(workload) if isinstance(workload, str) else workload
     tgt = get_target(target)
     n = tgt.num_devices
