@@ -34,7 +34,7 @@ from aoizora.formulation import symmetry
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.traffic import TrafficModel
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.placement import PlacementResult
+from aoizora.solvers.placement import PlacementResult, axis_order_placements  # noqa: F401
 
 EXHAUSTIVE_MAX_DEVICES = 8
 
@@ -117,53 +117,6 @@ def exhaustive(evidence: Evidence, network: Network, time_limit_s: float = 60.0)
 
 
 # ---------------------------------------------------------------------------------------------
-def _factorizations(n: int) -> list[tuple[int, ...]]:
-    """Ordered factorizations of n into factors >= 2 (n itself included; () for n == 1)."""
-    if n == 1:
-        return [()]
-    out = []
-    for f in range(2, n + 1):
-        if n % f == 0:
-            for rest in _factorizations(n // f):
-                out.append((f,) + rest)
-    return out
-
-
-def axis_order_placements(network: Network, mesh_shape: Sequence[int]) -> list[np.ndarray]:
-    """Distinct placements from mapping logical axes onto physical axes / sub-axes in every order."""
-    shape = network.shape
-    grid = np.empty(shape, dtype=np.int64)
-    first_dev = {}
-    for d, c in enumerate(network.device_chip):
-        first_dev.setdefault(int(c), d)
-    if network.num_devices != network.num_chips:
-        raise HeuristicError("axis orders need one device per chip")
-    for c, co in enumerate(network.chips):
-        grid[co] = first_dev[c]
-    mesh_shape = [int(v) for v in mesh_shape]
-    out: dict[bytes, np.ndarray] = {}
-    for facs in itertools.product(*[_factorizations(s) for s in shape]):
-        sizes = [f for fs in facs for f in fs]
-        g = grid.reshape(sizes) if sizes else grid.reshape(-1)
-        for perm in set(itertools.permutations(range(len(sizes)))):
-            ordered = [sizes[i] for i in perm]
-            # merge consecutive factors into the logical axes
-            i, ok = 0, True
-            for m in mesh_shape:
-                prod = 1
-                while prod < m and i < len(ordered):
-                    prod *= ordered[i]
-                    i += 1
-                if prod != m:
-                    ok = False
-                    break
-            if not ok or i != len(ordered):
-                continue
-            p = np.transpose(g, perm).reshape(-1)
-            out.setdefault(p.tobytes(), p)
-    return list(out.values())
-
-
 def axis_orders(evidence: Evidence, network: Network, time_limit_s: float = 60.0,
                 default: Sequence[int] | None = None) -> PlacementResult:
     t0 = time.perf_counter()

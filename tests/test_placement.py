@@ -74,8 +74,10 @@ def _check_exact(res, ev, net):
     c = res.certificate
     q2 = predict_step(ev, res.placement, net)
     assert c.objective == pytest.approx(q2.communication_s, rel=1e-12)
-    # the CP-SAT model's own objective equals Q2 recomputed by formulation.traffic
-    assert c.detail["model_objective_s"] == pytest.approx(q2.communication_s, rel=1e-9)
+    # the CP-SAT model's own objective equals Q2 recomputed by formulation.traffic (None when
+    # the limit ended before the search reported a solution and the hint was returned)
+    if c.detail["model_objective_s"] is not None:
+        assert c.detail["model_objective_s"] == pytest.approx(q2.communication_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("name,shape,permute", [("v5e:2x2", (2, 2), True),
@@ -120,7 +122,8 @@ def test_time_out_returns_the_incumbent_not_proven(nets):
     net = nets["v5e:4x4"]
     ev = layer_evidence((4, 4), "v5e:4x4", permute=True)
     d = default_device_order(get_target("v5e:4x4"), ev.mesh_axes)
-    res = solve_placement(ev, net, time_limit_s=3.0, hint=d, formulation="circuit")
+    res = solve_placement(ev, net, time_limit_s=4.0, hint=d, formulation="sets",
+                          warm_start=False)
     c = res.certificate
     assert c.status == "FEASIBLE" and not c.proven_optimal
     assert res.placement is not None and c.bound is not None and c.bound < c.objective
