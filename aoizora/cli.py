@@ -78,8 +78,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     job = _job(args)
     prog = Progress() if args.quiet else ConsoleProgress()
     prog.stage(f"planning {job.describe()}, budget {args.time_budget:g} s, seed {args.seed}")
+    from aoizora.builtin import expert_seed_layouts
+
+    seeds = [] if args.no_seeds else expert_seed_layouts(job)
     p = plan(job.fn, *job.args, target=job.target, time_budget_s=args.time_budget,
-             seed=args.seed, top_k=args.top_k, progress=prog)
+             seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog)
     if args.out:
         p.save(args.out)
     if args.json:
@@ -233,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--time-budget", type=float, default=300.0, help="seconds for the whole call, compiles included (default 300)")
     pl.add_argument("--seed", type=int, default=0, help="solver seed (default 0)")
     pl.add_argument("--top-k", type=int, default=2, help="layouts compiled per iteration (default 2)")
+    pl.add_argument("--no-seeds", action="store_true",
+                    help="do not price today's expert configurations alongside the ILP's layouts")
     pl.add_argument("--out", help="save the plan as JSON")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
     pl.add_argument("--quiet", action="store_true", help="no progress on stderr")

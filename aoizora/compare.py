@@ -62,7 +62,10 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
     rows = []
     if plan is None:
         progress.stage(f"planning {job.describe()}")
+        from aoizora.builtin import expert_seed_layouts
+
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=time_budget_s,
+                         seed_layouts=expert_seed_layouts(job),
                          seed=seed, progress=progress)
     pr = plan.predicted
     rows.append(_row("aoizora", mesh=plan.mesh, step_s=pr["step_s"], compute_s=pr["compute_s"],

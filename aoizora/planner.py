@@ -170,12 +170,16 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          meshes: Sequence[dict[str, int]] | None = None, max_iterations: int = 4,
          placement_time_s: float = 10.0, ilp_time_s: float = 20.0, workers: int = 2,
          verify: bool = True, progress: Progress | None = None,
-         on_candidate: Callable[[Candidate], None] | None = None) -> Plan:
+         on_candidate: Callable[[Candidate], None] | None = None,
+         seed_layouts: Sequence[Layout] = ()) -> Plan:
     """Plan ``fn(*abstract_args)`` for ``target`` within ``time_budget_s`` seconds (compiles
     included). ``abstract_args``: pytrees of ``jax.ShapeDtypeStruct`` or arrays. Returns the best
     plan by Q2 with both solvers' certificates and the record of every iteration.
     ``on_candidate``: called with every compiled and priced ``Candidate`` (its evidence included),
-    e.g. for benchmarks that re-price the candidates the planner tried."""
+    e.g. for benchmarks that re-price the candidates the planner tried.
+    ``seed_layouts``: known layouts of this same program (e.g. today's expert configurations)
+    priced alongside the ILP's in the first iteration: each is compiled, placed by CP-SAT and
+    priced by Q2 like the rest; the best by Q2 wins whichever produced it, and the plan says so."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_budget_s)
     progress = progress or Progress()
@@ -267,6 +271,11 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             rec["changes"].append(stop_reason)
             iterations.append(rec)
             break
+        if it == 1 and seed_layouts:
+            seeds = [(math.inf, dict(lay.mesh_axes), _seed_solution(lay, ranked[0][2]))
+                     for lay in seed_layouts
+                     if _layout_id(dict(lay.mesh_axes), lay) not in seen]
+            fresh = fresh[:1] + seeds + fresh[1:]
         this_iter: list[Candidate] = []
         for k, (q1, m, sol) in enumerate(fresh, 1):
             left = deadline - time.perf_counter()
@@ -275,8 +284,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                                f"{max_compile_s:.1f} s")
                 break
             seen.add(_layout_id(m, sol.layout))
-            progress.candidate(k, len(fresh), f"mesh {_mstr(m)}, Q1 {q1 * 1e3:.3f} ms (predicted, "
-                                              f"placement-oblivious); compiling for {tgt.name}")
+            what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
+                    else f"seed layout {sol.layout.name}")
+            progress.candidate(k, len(fresh), f"mesh {_mstr(m)}, {what}; compiling for {tgt.name}")
             cand = _price(fn, abstract_args, tgt, network, m, sol, it, deadline, seed, workers,
                           placement_time_s, progress)
             max_compile_s = max(max_compile_s, cand.compile_s)
@@ -288,7 +298,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                     f"program for {tgt.name} (it took {cand.compile_s:.1f} s); raise the budget")
             rec["candidates"].append(cand.summary())
             this_iter.append(cand)
-            if cand.fits is False:
+            if cand.fits is False and sol.choice and _mkey(m) in state:
                 state[_mkey(m)]["forbidden"].append(dict(sol.choice))
                 rec["changes"].append(f"mesh {_mstr(m)} layout {sol.layout.name}: does not fit in "
                                       f"HBM -> forbidden in the ILP")
@@ -302,7 +312,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                     best = cand
         # feedback: effective bandwidth per axis from each mesh's best priced candidate
         for m in mesh_list:
-            mine = [c for c in this_iter if c.mesh_axes == m and c.q2 is not None]
+            mine = [c for c in this_iter if c.mesh_axes == m and c.q2 is not None
+                    and not c.solution.certificate.detail.get("seed")]
             if not mine:
                 continue
             c = min(mine, key=lambda c: c.q2.step_s)
@@ -335,6 +346,26 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                    f"(predicted); stopped: {stop_reason}")
     return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
                    deadline, verify, max_compile_s, progress)
+
+
+def _seed_solution(layout: Layout, ilp_best: ShardingSolution) -> ShardingSolution:
+    """A seed layout dressed as a sharding solution. Its certificate proves nothing about it: the
+    ILP did not produce it; the ILP's own best (with its certificate) is kept in detail."""
+    cert = Certificate(
+        solver=f"seed ({layout.name or 'given layout'})", status="FEASIBLE", objective=None,
+        bound=None, time_s=0.0, unit="s",
+        detail={"seed": True, "note": "a given layout (seed), not an ILP solution; compiled and "
+                                      "priced by Q2 like the ILP's",
+                "ilp_best": ilp_best.certificate.to_json()})
+    words = []
+    for key, a in sorted(layout.attention.items()):
+        parts = [f"{what} on {'+'.join(ax)}" for what, ax in
+                 (("batch", a.batch), ("heads", a.heads), ("sequence", a.seq)) if ax]
+        ring = ", keys/values in a ring" if a.kv == "ring" else ""
+        words.append(f"attention: {', '.join(parts) or 'replicated'}{ring} [{key}]")
+    words += [f"rule {name}: on {'+'.join(ax)}" for name, ax in sorted(layout.rules.items())]
+    return ShardingSolution(layout=layout, certificate=cert, choice={}, words=words,
+                            predicted={"total_s": math.inf}, peak_bytes=0.0)
 
 
 def _mkey(m: dict[str, int]) -> str:
