@@ -172,10 +172,15 @@ def machine() -> dict[str, Any]:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10,
+                               cwd=Path(__file__).resolve().parent).stdout.split("\n")
+        dirty = [d[3:] for d in dirty if d.strip()]
     except Exception:  # noqa: BLE001
-        commit = ""
+        commit, dirty = "", []
     return {"nproc": os.cpu_count(), "cpu_model": cpu, "platform": platform.platform(),
-            "load_average": list(os.getloadavg()), "versions": vers, "git_commit": commit}
+            "load_average": list(os.getloadavg()), "versions": vers, "git_commit": commit,
+            "git_modified_files": dirty}
 
 
 def _err(e: BaseException) -> str:
@@ -257,8 +262,11 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
     plan = best = None
     log(f"[{cell.name}] planning (budget {budget_s:g} s)")
     try:
+        from aoizora.builtin import expert_seed_layouts
+
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
-                         progress=progress, on_candidate=cands.append)
+                         progress=progress, on_candidate=cands.append,
+                         seed_layouts=expert_seed_layouts(job))
     except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on with the baselines
         out["errors"].append({"row": "aoizora", "error": _err(e),
                               "traceback": traceback.format_exc(limit=4)})
