@@ -198,12 +198,15 @@ class _Pricer:
         self.pairs: list[dict[str, Any]] = []
 
     def price(self, ev: Evidence, placement: Sequence[int], layout_id: str, what: str,
-              record: bool = True) -> dict[str, Any]:
+              record: bool = True, program: str = "job") -> dict[str, Any]:
+        """``program``: "job" for the cell's own (padded) program, else the baseline's name (an
+        expert configuration pads its own program): pairs are distinct by (program, layout,
+        placement)."""
         placement = [int(p) for p in placement]
         q = predict_step(ev, placement, self.net)
         t = time.perf_counter()
         s = self.sim.run(ev, placement)
-        out = {"what": what, "layout": layout_id, "placement": placement,
+        out = {"what": what, "program": program, "layout": layout_id, "placement": placement,
                "q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
                "q2_communication_s": q.communication_s, "sim_step_s": s.step_s,
                "sim_compute_s": s.compute_s, "sim_communication_s": s.communication_s,
@@ -221,8 +224,8 @@ def _row(name: str, **kw) -> dict[str, Any]:
 
 
 def _priced_row(name: str, pricer: _Pricer, ev: Evidence, placement, layout_id: str,
-                **kw) -> dict[str, Any]:
-    p = pricer.price(ev, placement, layout_id, name)
+                program: str = "job", **kw) -> dict[str, Any]:
+    p = pricer.price(ev, placement, layout_id, name, program=program)
     return _row(name, mesh=dict(ev.mesh_axes), device_order=p["placement"],
                 q2_step_s=p["q2_step_s"], q2_compute_s=p["q2_compute_s"],
                 q2_communication_s=p["q2_communication_s"], sim_step_s=p["sim_step_s"],
@@ -446,7 +449,8 @@ def _baseline_row(name, fn, args, job: Job, layout, network, pricer: _Pricer, **
         return _row(name, valid=False, reason=d.get("reason", ""), mesh=d.get("mesh"),
                     fits_hbm=d.get("fits_hbm"), **kw)
     return _priced_row(name, pricer, ev, d["device_order"], _layout_key(layout.mesh_axes, layout),
-                       fits_hbm=True, compile_s=d.get("compile_s"), **kw)
+                       program="job" if fn is job.fn else name, fits_hbm=True,
+                       compile_s=d.get("compile_s"), **kw)
 
 
 def _finish_cell(out: dict[str, Any], plan_key: str | None) -> None:
@@ -468,15 +472,18 @@ def _finish_cell(out: dict[str, Any], plan_key: str | None) -> None:
     out["slower_than"] = [r["name"] for r in priced if az and r["speedup_sim"] < 1.0 - TIE_REL]
     # fidelity
     pairs, seen = [], {}
-    for p in out.pop("_pairs", None) or []:     # one entry per distinct (layout, placement)
-        k = (p["layout"], tuple(p["placement"]))
+    for p in out.pop("_pairs", None) or []:     # one per distinct (program, layout, placement)
+        k = (p.get("program", "job"), p["layout"], tuple(p["placement"]))
         if k in seen:
-            seen[k]["also"] = seen[k].get("also", []) + [p["what"]]
+            also = seen[k].setdefault("also", [])
+            for w in [p["what"]] + p.get("also", []):
+                if w not in also and w != seen[k]["what"]:
+                    also.append(w)
             continue
         seen[k] = p
         pairs.append(p)
     fid: dict[str, Any] = {"pairs": pairs}
-    own = [p for p in pairs if p["layout"] == plan_key]
+    own = [p for p in pairs if p["layout"] == plan_key and p.get("program", "job") == "job"]
     fid["placements_of_plan_layout"] = len(own)
     fid["rho_placements"] = spearman([p["q2_step_s"] for p in own], [p["sim_step_s"] for p in own])
     fid["rho_all"] = spearman([p["q2_step_s"] for p in pairs], [p["sim_step_s"] for p in pairs])
@@ -491,6 +498,39 @@ def _finish_cell(out: dict[str, Any], plan_key: str | None) -> None:
     else:
         fid.update(top1=None, plan_sim_rank=None, sim_best=None)
     out["fidelity"] = fid
+
+
+def refresh_cell(out: dict[str, Any]) -> dict[str, Any]:
+    """Recompute speedups and fidelity of a written cell from its rows and pairs. Cells written
+    before pairs carried their program merged an expert's pair into the job program's pair of the
+    same layout and placement (listed in ``also``); such pairs are split out again from the
+    expert's row."""
+    if "fidelity" not in out:
+        return out
+    rows = {r["name"]: r for r in out.get("rows", [])}
+    pairs = []
+    for p in out["fidelity"]["pairs"]:
+        p = dict(p)
+        p.setdefault("program", "job")
+        keep = []
+        for w in p.pop("also", []):
+            r = rows.get(w)
+            if w.startswith("expert:") and p["program"] == "job" and r and r.get("sim_step_s"):
+                pairs.append({"what": w, "program": w, "layout": p["layout"],
+                              "placement": r["device_order"], "q2_step_s": r["q2_step_s"],
+                              "q2_compute_s": r.get("q2_compute_s"),
+                              "q2_communication_s": r.get("q2_communication_s"),
+                              "sim_step_s": r["sim_step_s"], "sim_compute_s": r.get("sim_compute_s"),
+                              "sim_communication_s": r.get("sim_communication_s")})
+            else:
+                keep.append(w)
+        if keep:
+            p["also"] = keep
+        pairs.insert(len(pairs), p)
+    plan_key = next((p["layout"] for p in pairs if p["what"] == "aoizora"), None)
+    out["_pairs"] = pairs
+    _finish_cell(out, plan_key)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,6 +584,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="one small cell into a temp dir (CI)")
     ap.add_argument("--out", default=None, help="results directory (default benchmarks/results/grid)")
     ap.add_argument("--list", action="store_true", help="list the cells and exit")
+    ap.add_argument("--refresh", action="store_true",
+                    help="recompute speedups and fidelity of the written cells (no compiles)")
     a = ap.parse_args(argv)
 
     def log(s):
@@ -552,6 +594,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.list:
         for c in grid_cells():
             print(c.name)
+        return 0
+    if a.refresh:
+        for path in sorted((Path(a.out) if a.out else RESULTS).glob("*.json")):
+            write_cell(refresh_cell(json.loads(path.read_text())), path.parent)
+            print(f"refreshed {path}")
         return 0
     if a.smoke:
         d = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="aoizora-grid-smoke-"))
