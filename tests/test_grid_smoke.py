@@ -60,8 +60,13 @@ def test_smoke_cell_fidelity_and_report(cell):
     assert f["pairs_evaluated"] >= f["placements_of_plan_layout"] + 3
     assert f["rho_all"] is None or -1.0 <= f["rho_all"] <= 1.0
     assert isinstance(f["top1"], bool) and f["plan_sim_rank"] >= 1
-    keys = {(p["layout"], tuple(p["placement"])) for p in f["pairs"]}
-    assert len(keys) == len(f["pairs"])                  # distinct (layout, placement) pairs
+    keys = {(p["program"], p["layout"], tuple(p["placement"])) for p in f["pairs"]}
+    assert len(keys) == len(f["pairs"])          # distinct (program, layout, placement) pairs
+    # every priced expert row is a pair of its own program (experts pad their own programs)
+    for r in cell["rows"]:
+        if r["name"].startswith("expert:") and r.get("sim_step_s"):
+            assert any(p["program"] == r["name"] and p["sim_step_s"] == r["sim_step_s"]
+                       for p in f["pairs"])
     assert all("evidence" not in p for p in f["pairs"])
     s = summarize([cell])
     assert "v5e-8" in s["geomean"] and not s["failed"]
