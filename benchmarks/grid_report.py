@@ -89,7 +89,9 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
         if c["model"] == "wan2.1-1.3b" and c.get("target_arg") == "v5e-16":
             plan_t.append((c["cell"], c.get("planning_time_s")))
     geo = {t: (_geomean(v), len(v)) for t, v in by_target.items()}
-    return {"geomean": geo, "slower": slower, "low_rho": low_rho, "undefined_rho": undefined_rho,
+    unseeded = [c["cell"] for c in cells if c.get("candidates")
+                and not any(str(k.get("layout", "")).startswith("expert:") for k in c["candidates"])]
+    return {"unseeded": unseeded, "geomean": geo, "slower": slower, "low_rho": low_rho, "undefined_rho": undefined_rho,
             "rhos": rhos, "planning_v5e16": plan_t, "failed": failed}
 
 
@@ -149,6 +151,10 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
     else:
         out.append(f"- Planning <= {PLANNING_TARGET_S:g} s on v5e-16 for Wan 2.1 1.3B: not measured "
                    "yet (no v5e-16 Wan 1.3B cell has run).")
+    if s.get("unseeded"):
+        out.append(f"- Planned by an earlier planner that did not price the expert configurations "
+                   f"as seed layouts (commit before 648c2a6): {', '.join(s['unseeded'])}; re-run "
+                   f"with `python -m benchmarks.grid --force --cells ...`.")
     for c, why in s["failed"]:
         out.append(f"- {c}: the plan failed ({why}).")
     return out
