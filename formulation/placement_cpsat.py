@@ -29,7 +29,8 @@ sum_g C(C, k_g) over ring groups is small):
   load[p][l] = sum_{c in p on g} coef_c sum_S unit_c(S)[l] y[g][S] + permute terms
   cut:  M[p] >= sum_S y[g][S] max_l sum_{c in p on g} coef_c unit_c(S)[l]   (each group alone)
 
-Formulation "circuit" (scales to large slices; restricted scope, see SCOPE):
+Formulation "circuit" (scales to large slices; restricted scope, SCOPE_CIRCUIT: scattered ring
+groups are not representable, and on v5e-16 with Wan-like evidence the global optimum has them):
   z[g][c] = sum_{r in g} x[r][c]
   ring groups (k_g >= 3): arc[g][l], start[g][c], end[g][c], closed[g] in {0,1};
     AddCircuit over chips + a depot: arc l with arc[g][l], chip self-loop with NOT z[g][c],

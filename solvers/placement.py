@@ -188,7 +188,8 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     best = [int(v) for v in _chips(solver, pm)]
     level_vals = {"comm": solver.ObjectiveValue()}
     detail["levels"]["comm"] = {"status": status, "objective_units": solver.ObjectiveValue(),
-                                "bound_units": bound_units}
+                                "bound_units": bound_units,
+                                "done_at_s": time.perf_counter() - t0}
     if lexicographic and status == "OPTIMAL":
         fixed = [(pm.obj_comm, int(round(solver.ObjectiveValue())))]
         for name, expr in pm.objectives[1:]:
@@ -208,7 +209,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
             _params(s2, remaining, seed, workers, deterministic, log, linearization)
             st2 = s2.Solve(m2)
             stn = _STATUS.get(st2, "UNKNOWN")
-            detail["levels"][name] = {"status": stn}
+            detail["levels"][name] = {"status": stn, "done_at_s": time.perf_counter() - t0}
             if stn in ("OPTIMAL", "FEASIBLE"):
                 best = [int(v) for v in _chips(s2, pm)]
                 level_vals[name] = s2.ObjectiveValue()
