@@ -584,6 +584,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="one small cell into a temp dir (CI)")
     ap.add_argument("--out", default=None, help="results directory (default benchmarks/results/grid)")
     ap.add_argument("--list", action="store_true", help="list the cells and exit")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run cells in this process (default: each cell in a child process, so "
+                         "that a native crash, e.g. in a solver, is recorded and the grid goes on)")
     ap.add_argument("--refresh", action="store_true",
                     help="recompute speedups and fidelity of the written cells (no compiles)")
     a = ap.parse_args(argv)
@@ -623,15 +626,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path.exists() and not a.force:
             log(f"[{c.name}] exists, skipped (--force to re-run)")
             continue
-        try:
-            out = run_cell(c, budget_s=a.budget, seed=a.seed, progress=_LogProgress(log), log=log)
-        except Exception as e:  # noqa: BLE001 -- e.g. an unknown workload; record and go on
-            out = {"cell": c.name, "error": _err(e), "traceback": traceback.format_exc(limit=6),
-                   "budget_s": a.budget, "seed": a.seed, "machine_start": machine(), "rows": []}
+        if not a.in_process:
+            out = _run_isolated(c, a, d, log)
+            if out is None:
+                continue                    # the child wrote and printed its cell
+        else:
+            try:
+                out = run_cell(c, budget_s=a.budget, seed=a.seed, progress=_LogProgress(log),
+                               log=log)
+            except Exception as e:  # noqa: BLE001 -- e.g. an unknown workload; record, go on
+                out = {"cell": c.name, "error": _err(e), "traceback": traceback.format_exc(limit=6),
+                       "budget_s": a.budget, "seed": a.seed, "machine_start": machine(),
+                       "rows": []}
         p = write_cell(out, d)
         log(f"[{c.name}] written {p}")
         _print_cell(out)
     return 0
+
+
+def _run_isolated(c: Cell, a, d: Path, log) -> dict[str, Any] | None:
+    """Run one cell in a child process. None when it wrote its JSON; else the cell's record of
+    the crash (exit code or signal, the last lines of its stderr)."""
+    import collections
+
+    path = d / f"{c.name}.json"
+    before = path.stat().st_mtime if path.exists() else None
+    cmd = [sys.executable, "-m", "benchmarks.grid", "--in-process", "--force", "--cells", c.name,
+           "--budget", str(a.budget), "--seed", str(a.seed), "--out", str(d)]
+    t0 = time.perf_counter()
+    start = machine()
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
+                            cwd=Path(__file__).resolve().parent.parent)
+    tail: collections.deque = collections.deque(maxlen=40)
+    for line in proc.stderr:
+        sys.stderr.write(line)
+        tail.append(line.rstrip())
+    rc = proc.wait()
+    if rc == 0 and path.exists() and path.stat().st_mtime != before:
+        return None
+    why = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
+    first = next((l for l in tail if "Check failed" in l or "Error" in l), tail[-1] if tail else "")
+    log(f"[{c.name}] the cell's process died ({why}): {first}")
+    return {"cell": c.name, "model": c.model, "resolution": c.resolution, "frames": c.frames,
+            "target_arg": c.target, "budget_s": a.budget, "seed": a.seed,
+            "machine_start": start, "rows": [],
+            "error": f"the cell's process died ({why}): {first.strip()[:200]}",
+            "stderr_tail": list(tail), "cell_wall_s": round(time.perf_counter() - t0, 1)}
 
 
 def run_smoke(seed: int = 0, log: Callable[[str], None] = lambda s: None,
