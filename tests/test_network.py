@@ -140,3 +140,11 @@ def test_default_device_order_is_jax_make_mesh():
     assert default_device_order(get_target("v5e:4x4"), (4, 4)) == list(range(16))
     with pytest.raises(NetworkError, match="ranks"):
         default_device_order(t, (3, 3))
+
+
+def test_default_order_falls_back_on_v4():
+    """JAX refuses v4's two devices per chip; the fallback is device id order, and says so."""
+    from aoizora.extract.network import default_device_order_source
+    t = get_target("v4:2x2x2")
+    assert default_device_order(t, (2, 8)) == list(range(16))
+    assert default_device_order_source(t, (2, 8)) == "device id order"

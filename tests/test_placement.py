@@ -165,3 +165,19 @@ def test_heuristics_same_cost_function(nets):
     assert runs[2].certificate.objective <= predict_step(ev, d, net).communication_s
     with pytest.raises(H.HeuristicError, match="exhaustive"):
         H.exhaustive(layer_evidence((4, 4), "v5e:4x4"), nets["v5e:4x4"])
+
+
+def test_q2_overlap_and_compute(nets):
+    """Q2: step = compute + exposed comm; an async phase hides behind its overlap window."""
+    net = nets["v5e:2x4"]
+    ev = layer_evidence((2, 4), "v5e:2x4")
+    ev0 = layer_evidence((2, 4), "v5e:2x4", overlap=False)
+    p = list(range(8))
+    q, q0 = predict_step(ev, p, net), predict_step(ev0, p, net)
+    assert q.compute_s == pytest.approx(30 * 2e-3)
+    ar, ar0 = q.phases[2], q0.phases[2]
+    assert ar.overlap_s == pytest.approx(1e-3) and ar0.overlap_s == 0.0
+    assert ar.exposed_s == pytest.approx(max(0.0, ar.link_s - 1e-3))
+    assert q0.communication_s - q.communication_s == pytest.approx(30 * (ar.link_s - ar.exposed_s))
+    assert q.step_s == pytest.approx(q.compute_s + q.communication_s)
+    assert q.model.endswith("(prediction)")
