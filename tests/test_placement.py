@@ -119,11 +119,12 @@ def test_same_seed_same_answer(nets):
 
 
 def test_time_out_returns_the_incumbent_not_proven(nets):
-    net = nets["v5e:4x4"]
-    ev = layer_evidence((4, 4), "v5e:4x4", permute=True)
-    d = default_device_order(get_target("v5e:4x4"), ev.mesh_axes)
-    res = solve_placement(ev, net, time_limit_s=4.0, hint=d, formulation="sets",
-                          warm_start=False)
+    # 8x8: the proof takes far longer than the limit on any machine (the benchmark leaves a gap
+    # after 60 s), so the answer is the incumbent, not proven.
+    net = Network.from_target(get_target("v5e:8x8"))
+    ev = layer_evidence((8, 8), "v5e:8x8", permute=True)
+    d = default_device_order(get_target("v5e:8x8"), ev.mesh_axes)
+    res = solve_placement(ev, net, time_limit_s=2.0, hint=d, warm_start=False)
     c = res.certificate
     assert c.status == "FEASIBLE" and not c.proven_optimal
     assert res.placement is not None and c.bound is not None and c.bound < c.objective
