@@ -17,17 +17,16 @@ seconds, HBM bytes per device by kind, fits).
 
 from __future__ import annotations
 
+from benchmarks.machine import machine_info
 import argparse
 import json
 import math
 import os
-import platform
 import sys
 import time
 
 import aoizora  # noqa: F401  (libtpu environment first)
 import jax
-import numpy as np
 from jax.sharding import AxisType
 
 from aoizora.extract.targets import get_target
@@ -121,17 +120,7 @@ def compile_one(name: str, wl_name: str, target: str, frames: int | None) -> dic
 
 
 def machine() -> dict:
-    import jaxlib
-    try:
-        import libtpu
-        libtpu_version = getattr(libtpu, "__version__", "?")
-    except ImportError:
-        libtpu_version = None
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
-            "jax": jax.__version__, "jaxlib": jaxlib.__version__, "libtpu": libtpu_version,
-            "note": "CPU-only machine; libtpu compiles ahead of time for the target (no TPU present); "
-                    "shared with other jobs, so seconds are indicative"}
-
+    return machine_info()
 
 def write(rows: list[dict], target: str, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)

@@ -14,11 +14,9 @@ Targets (issue 5): proven optimal for 4x4 in < 10 s; within 5% of the bound for 
 
 from __future__ import annotations
 
+from benchmarks.machine import machine_info
 import argparse
 import json
-import os
-import platform
-import time
 from pathlib import Path
 
 import aoizora  # noqa: F401  (libtpu environment first)
@@ -37,17 +35,7 @@ TARGET_CHECKS = {"v5e-16": (10.0, "proven optimal"), "v5e-64": (60.0, "within 5%
 
 
 def machine() -> dict:
-    cpu = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu": cpu or platform.processor(),
-            "python": platform.python_version()}
-
+    return machine_info()
 
 def time_to_reach(trace, value, tol=1e-12):
     for t, o in trace:

@@ -11,14 +11,13 @@ times are wall-clock seconds on this machine, whose load is recorded.
 
 from __future__ import annotations
 
+from benchmarks.machine import machine_info
 import argparse
-import json
 import os
-import platform
 import time
 from pathlib import Path
 
-import aoizora
+import aoizora  # noqa: F401  (sets libtpu's environment first)
 from aoizora.builtin import builtin_job
 from aoizora.progress import ConsoleProgress
 from aoizora.report import format_plan
@@ -27,20 +26,9 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def machine() -> dict:
-    cpu = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import jax
-
-    return {"nproc": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
-            "loadavg_start": os.getloadavg(), "jax": jax.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-
+    info = machine_info()
+    info["loadavg_start"] = info["loadavg"]
+    return info
 
 def feedback_gain(plan) -> list[str]:
     """What the feedback changed, and the Q2 of the candidates compiled before and after it."""

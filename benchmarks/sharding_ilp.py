@@ -14,11 +14,10 @@ Writes benchmarks/results/sharding_ilp.json and .md.
 
 from __future__ import annotations
 
+from benchmarks.machine import machine_info
 import argparse
 import json
 import os
-import platform
-import sys
 import time
 
 import aoizora  # noqa: F401  (libtpu environment first)
@@ -46,19 +45,11 @@ def mesh_name(m: dict[str, int]) -> str:
 
 
 def machine() -> dict:
-    import jaxlib
-    import pulp
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        hv = version("highspy")
-    except PackageNotFoundError:
-        hv = None
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
-            "jax": jax.__version__, "jaxlib": jaxlib.__version__, "pulp": pulp.__version__,
-            "highs": hv, "solvers": available_solvers(),
-            "note": "2-core CPU machine shared with other jobs; solvers single-threaded; seconds are "
-                    "wall clock and indicative"}
+    from aoizora.solvers.sharding import available_solvers
 
+    return {**machine_info(), "solvers": available_solvers(),
+            "note": "2-core CPU machine shared with other jobs; solvers single-threaded; seconds "
+                    "are wall clock and indicative"}
 
 def compile_check(step, args, layout, target, mesh_axes) -> dict:
     from aoizora.models.experts import default_mesh

@@ -17,11 +17,10 @@ Run: ``python -m benchmarks.simulator_validation`` -> ``benchmarks/results/simul
 
 from __future__ import annotations
 
+from benchmarks.machine import machine_info
 import dataclasses
 import json
 import os
-import platform
-import sys
 from typing import Any
 
 import aoizora  # noqa: F401  (libtpu environment first)
@@ -123,11 +122,8 @@ def run_case(case: Case) -> dict[str, Any]:
     }
 
 
-def machine() -> dict[str, Any]:
-    return {"python": sys.version.split()[0], "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count()}
-
+def machine() -> dict:
+    return machine_info()
 
 def to_markdown(data: dict[str, Any]) -> str:
     lines = [

@@ -1,0 +1,42 @@
+"""The machine a benchmark ran on, recorded with every result: CPU, cores, load, versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+PACKAGES = ("jax", "jaxlib", "libtpu", "ortools", "pulp", "highspy", "numpy")
+NOTE = ("CPU-only machine (no TPU): libtpu compiles ahead of time for the target; wall-clock "
+        "seconds on a shared machine are indicative")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """Keys: nproc (= cpus), cpu (= cpu_model), platform, python, loadavg, date, one per package
+    version, and a note."""
+    out: dict[str, Any] = {
+        "nproc": os.cpu_count(), "cpus": os.cpu_count(), "cpu": cpu_model(),
+        "platform": platform.platform(), "python": platform.python_version(),
+        "loadavg": list(os.getloadavg()), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "note": NOTE,
+    }
+    out["cpu_model"] = out["cpu"]
+    for p in PACKAGES:
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = None
+    return out
