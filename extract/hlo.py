@@ -249,16 +249,13 @@ def _open_depth(s: str) -> int:
     depth, j, n = 0, 0, len(s)
     while j < n:
         c = s[j]
-        if c == '"':
-            k = j + 1
-            while k < n and s[k] != '"':
-                k += 2 if s[k] == "\\" else 1
-            j = k + 1
+        if c == '"' or c == "'":
+            try:
+                j = _skip_string(s, j, 0)
+            except HloParseError:  # a string that goes on on the next line
+                return depth + 1
             continue
-        if c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth -= 1
+        depth += 1 if c in _OPEN else -1 if c in _CLOSE else 0
         j += 1
     return depth
 
