@@ -1,0 +1,74 @@
+"""Regenerate README.md's benchmark section from the committed results in benchmarks/results/.
+
+    python -m benchmarks.update_readme
+
+Everything between the README's `<!-- benchmarks-start -->` and `<!-- benchmarks-end -->` markers
+is replaced. Each block names the script that produced it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RES = ROOT / "benchmarks" / "results"
+START, END = "<!-- benchmarks-start -->", "<!-- benchmarks-end -->"
+
+
+def _tables(md: str) -> str:
+    """The markdown tables of a results file (lines starting with '|')."""
+    return "\n".join(l for l in md.splitlines() if l.startswith("|"))
+
+
+def _first(md: str, prefix: str) -> list[str]:
+    return [l for l in md.splitlines() if l.startswith(prefix)]
+
+
+def section() -> str:
+    out = []
+    grid = RES / "grid_readme.md"
+    if grid.exists():
+        out.append(grid.read_text().strip())
+    plan = sorted(RES.glob("plan_*.md"))
+    for p in plan:
+        md = p.read_text()
+        lines = md.splitlines()
+        title = lines[0].lstrip("# ").strip()
+        body = md.split("```")[1].strip() if "```" in md else ""
+        gains = md.split("## What the feedback changed", 1)[-1].strip() if "## What the feedback" in md else ""
+        out.append(f"### {title}\n\n{lines[2] if len(lines) > 2 else ''} {lines[3] if len(lines) > 3 else ''}\n\n"
+                   f"```\n{body}\n```\n\nWhat the feedback changed:\n\n{gains}\n\n"
+                   f"Reproduce: `python -m benchmarks.plan_default` (file `{p.relative_to(ROOT)}`).")
+    blocks = [
+        ("placement_solver.md", "Placement: CP-SAT against heuristics", "python -m benchmarks.placement_solver"),
+        ("sharding_ilp.md", "Sharding ILP: CBC and HiGHS", "python -m benchmarks.sharding_ilp"),
+        ("simulator_validation.md", "Reference simulator against the scaling book", "python -m benchmarks.simulator_validation"),
+        ("expert_compile.md", "Expert configurations of the full-size models compiled for v5e-8", "python -m benchmarks.expert_compile"),
+        ("evidence_timing.md", "Trace, compile and parse times", "python -m benchmarks.evidence_timing"),
+    ]
+    for fname, title, cmd in blocks:
+        f = RES / fname
+        if not f.exists():
+            continue
+        md = f.read_text()
+        machine = next((l for l in md.splitlines() if l.lower().startswith("machine")), "")
+        bullets = "\n".join(_first(md, "- "))
+        out.append(f"### {title}\n\n{machine}\n\n{_tables(md)}\n\n{bullets}\n\n"
+                   f"Reproduce: `{cmd}` (full results: `benchmarks/results/{fname}`).")
+    return "\n\n".join(out)
+
+
+def main() -> int:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise SystemExit("README.md lacks the benchmark markers")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{START}\n{section()}\n{END}{tail}")
+    print("README.md benchmark section regenerated")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
