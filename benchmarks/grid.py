@@ -244,13 +244,14 @@ def _layout_key(mesh_axes, layout) -> str:
 def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
              progress: Progress | None = None, log: Callable[[str], None] = print,
              random_placements: int = RANDOM_PLACEMENTS, experts: bool = True,
-             alpa: bool = True) -> dict[str, Any]:
+             alpa: bool = True, planner_workers: int = 2) -> dict[str, Any]:
     """Run one cell; returns its JSON-ready dict (see the module docstring). Never raises for a
     failing planner or baseline: the error is recorded in the row / the cell."""
     t_cell = time.perf_counter()
     out: dict[str, Any] = {"cell": cell.name, "model": cell.model, "resolution": cell.resolution,
                            "frames": cell.frames, "target_arg": cell.target,
-                           "budget_s": budget_s, "seed": seed, "machine_start": machine(),
+                           "budget_s": budget_s, "seed": seed, "planner_workers": planner_workers,
+                           "machine_start": machine(),
                            "labels": {"sim": SIM_LABEL, "q2": Q2_LABEL}, "rows": [],
                            "errors": [], "unit": "seconds"}
     job: Job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
@@ -269,7 +270,7 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
 
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
                          progress=progress, on_candidate=cands.append,
-                         seed_layouts=expert_seed_layouts(job))
+                         seed_layouts=expert_seed_layouts(job), workers=planner_workers)
     except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on with the baselines
         out["errors"].append({"row": "aoizora", "error": _err(e),
                               "traceback": traceback.format_exc(limit=4)})
@@ -584,6 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="one small cell into a temp dir (CI)")
     ap.add_argument("--out", default=None, help="results directory (default benchmarks/results/grid)")
     ap.add_argument("--list", action="store_true", help="list the cells and exit")
+    ap.add_argument("--planner-workers", type=int, default=2,
+                    help="CP-SAT workers of the planner's placement solve (default 2, the "
+                         "planner's default; 1 runs without OR-Tools' interleaved search)")
     ap.add_argument("--in-process", action="store_true",
                     help="run cells in this process (default: each cell in a child process, so "
                          "that a native crash, e.g. in a solver, is recorded and the grid goes on)")
@@ -633,7 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             try:
                 out = run_cell(c, budget_s=a.budget, seed=a.seed, progress=_LogProgress(log),
-                               log=log)
+                               log=log, planner_workers=a.planner_workers)
             except Exception as e:  # noqa: BLE001 -- e.g. an unknown workload; record, go on
                 out = {"cell": c.name, "error": _err(e), "traceback": traceback.format_exc(limit=6),
                        "budget_s": a.budget, "seed": a.seed, "machine_start": machine(),
@@ -652,7 +656,8 @@ def _run_isolated(c: Cell, a, d: Path, log) -> dict[str, Any] | None:
     path = d / f"{c.name}.json"
     before = path.stat().st_mtime if path.exists() else None
     cmd = [sys.executable, "-m", "benchmarks.grid", "--in-process", "--force", "--cells", c.name,
-           "--budget", str(a.budget), "--seed", str(a.seed), "--out", str(d)]
+           "--budget", str(a.budget), "--seed", str(a.seed), "--out", str(d),
+           "--planner-workers", str(a.planner_workers)]
     t0 = time.perf_counter()
     start = machine()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
