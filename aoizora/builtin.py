@@ -48,7 +48,8 @@ class Job:
 
 def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RESOLUTION,
                 frames: int | None = DEFAULT_FRAMES, target: "str | Target" = DEFAULT_TARGET,
-                workload: str | None = None) -> Job:
+                workload: str | None = None, pad_multiple: int | None = None) -> Job:
+    """The job; ``pad_multiple`` overrides the default padding (a plan records the one it used)."""
     try:
         m = registry.get_model(model)
     except ValueError as e:
@@ -70,33 +71,18 @@ def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RES
     tgt = get_target(target)
     n = tgt.num_devices
     block = SPLASH_BLOCK if wl.tokens >= SPLASH_BLOCK * n else 16
-    pad = block * n
+    pad = int(pad_multiple) if pad_multiple else block * n
     fn = registry.denoise_step(m, pad_multiple=pad)
     args = registry.abstract_inputs(m, wl)
     return Job(m, wl, tgt, pad, fn, tuple(args))
 
 
 def expert_seed_layouts(job: Job) -> list:
-    """Today's valid expert configurations as layouts of the job's own program, for the planner
-    to price alongside the ILP's (``plan(..., seed_layouts=...)``). Each expert's layout is built
-    for its own padding; its attention layouts are carried over to the job's program by role
-    (self / cross / text attention), its input specs and rules as they are."""
-    from aoizora.formulation.layout import Layout
-    from aoizora.models.experts import attention_roles, expert_layouts
+    """Today's valid expert configurations as seeds for the planner (``plan(..., seed_layouts=
+    ...)``): each with its own program, padded only as much as its own split needs, and the
+    padding recorded (``program={"pad_multiple": ...}``) so that a plan can rebuild it."""
+    from aoizora.models.experts import expert_layouts
+    from aoizora.planner import Seed
 
-    job_roles = attention_roles(job.fn, job.args)
-    out = []
-    for ex in expert_layouts(job.model, job.workload, job.target):
-        if not ex.valid:
-            continue
-        by_role = {}
-        for key, role in attention_roles(ex.fn, ex.args).items():
-            if key in ex.layout.attention:
-                by_role.setdefault(role, ex.layout.attention[key])
-        if any(r not in by_role for r in job_roles.values()):
-            continue
-        attention = {k: by_role[r] for k, r in job_roles.items()}
-        out.append(Layout(mesh_axes=dict(ex.layout.mesh_axes), in_specs=list(ex.layout.in_specs),
-                          out_specs=ex.layout.out_specs, node_specs={}, attention=attention,
-                          rules=dict(ex.layout.rules), name=ex.layout.name))
-    return out
+    return [Seed(ex.layout, ex.fn, tuple(ex.args), {"pad_multiple": ex.pad_multiple})
+            for ex in expert_layouts(job.model, job.workload, job.target) if ex.valid]

@@ -57,10 +57,12 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job(args: argparse.Namespace):
+def _job(args: argparse.Namespace, plan=None):
+    """The built-in job of the arguments; with a plan, the program variant the plan was made for."""
     from aoizora.builtin import builtin_job
 
-    return builtin_job(args.model, args.resolution, args.frames, args.target)
+    pad = (plan.program or {}).get("pad_multiple") if plan is not None else None
+    return builtin_job(args.model, args.resolution, args.frames, args.target, pad_multiple=pad)
 
 
 def _plan_json(p) -> dict:
@@ -83,6 +85,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     seeds = [] if args.no_seeds else expert_seed_layouts(job)
     p = plan(job.fn, *job.args, target=job.target, time_budget_s=args.time_budget,
              seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog)
+    if not p.program:
+        p.program = {"pad_multiple": job.pad_multiple}
     if args.out:
         p.save(args.out)
     if args.json:
@@ -122,6 +126,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         from aoizora.plans import load_plan
 
         p = load_plan(args.plan)
+        job = _job(args, p)
         fn, fargs, layout, order = job.fn, job.args, p.layout, p.device_order
         from aoizora.plans import program_key
 
@@ -156,7 +161,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from aoizora.plans import load_plan, program_key
 
         plan = load_plan(args.plan)
-        plan.check_key(program_key(job.fn, job.args, job.target.name), ignore_target=False)
+        pjob = _job(args, plan)
+        plan.check_key(program_key(pjob.fn, pjob.args, pjob.target.name), ignore_target=False)
     prog = Progress() if args.quiet else ConsoleProgress()
     res = compare(job, plan=plan, time_budget_s=args.time_budget, seed=args.seed, progress=prog)
     res.pop("plan")
@@ -183,8 +189,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from aoizora.planner import compile_layout
     from aoizora.plans import load_plan, program_key
 
-    job = _job(args)
     p = load_plan(args.plan)
+    job = _job(args, p)
     p.check_key(program_key(job.fn, job.args, job.target.name), ignore_target=False)
     ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
     if not ev.memory.fits:

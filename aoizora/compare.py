@@ -72,7 +72,8 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
                      communication_s=pr["communication_s"], fits_hbm=plan.fits_hbm,
                      planning_time_s=plan.planning_time_s, device_order=plan.device_order))
     progress.stage("AoiZora's layout under JAX's default device order")
-    d = price_default_order(job.fn, job.args, job, plan.layout, network)
+    pj = plan_job(job, plan)
+    d = price_default_order(pj.fn, pj.args, job, plan.layout, network)
     rows.append(_row("aoizora-layout/default-order", **_clean(d, keep_evidence)))
 
     progress.stage("Alpa-style logical search (fixed alpha-beta, default order)")
@@ -113,6 +114,17 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
             "rows": rows, "best_expert": best_expert["name"] if best_expert else None,
             "speedup_over_best_expert": best_expert["speedup"] if best_expert else None,
             "plan": plan}
+
+
+def plan_job(job: Job, plan: Plan) -> Job:
+    """The job's program in the variant the plan was made for (e.g. a seed's smaller padding)."""
+    from aoizora.builtin import builtin_job
+
+    pad = (plan.program or {}).get("pad_multiple")
+    if not pad or pad == job.pad_multiple:
+        return job
+    return builtin_job(job.model.name, None, None, job.target, workload=job.workload.name,
+                       pad_multiple=pad)
 
 
 def _meshes(job: Job):

@@ -67,6 +67,18 @@ class BudgetError(PlanningError):
 
 
 @dataclasses.dataclass
+class Seed:
+    """A given layout to price alongside the ILP's, optionally of its own variant of the program
+    (e.g. an expert configuration that pads the sequence less): ``fn`` / ``args`` default to the
+    planned program; ``program`` says what differs (recorded in the plan, e.g. pad_multiple)."""
+
+    layout: Layout
+    fn: Callable | None = None
+    args: tuple | None = None
+    program: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
 class Candidate:
     """One (mesh, layout) the loop compiled and priced."""
 
@@ -82,6 +94,7 @@ class Candidate:
     default_order: list[int] | None = None
     compile_s: float = 0.0
     error: str = ""
+    seed: Seed | None = None          # set when the layout was given, not solved
 
     @property
     def q1_s(self) -> float:
@@ -171,7 +184,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          placement_time_s: float = 10.0, ilp_time_s: float = 20.0, workers: int = 2,
          verify: bool = True, progress: Progress | None = None,
          on_candidate: Callable[[Candidate], None] | None = None,
-         seed_layouts: Sequence[Layout] = ()) -> Plan:
+         seed_layouts: Sequence["Layout | Seed"] = ()) -> Plan:
     """Plan ``fn(*abstract_args)`` for ``target`` within ``time_budget_s`` seconds (compiles
     included). ``abstract_args``: pytrees of ``jax.ShapeDtypeStruct`` or arrays. Returns the best
     plan by Q2 with both solvers' certificates and the record of every iteration.
@@ -258,7 +271,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             last_best[_mkey(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
-        if not ranked:
+        if not ranked and not (it == 1 and seed_layouts):
             if it == 1 and memory_errors:
                 raise PlanningError(min(memory_errors, key=len))
             stop_reason = "no layout left to try on any mesh"
@@ -266,15 +279,19 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             break
         ranked.sort(key=lambda r: (r[0], _mstr(r[1])))
         fresh = [(q1, m, s) for q1, m, s in ranked if _layout_id(m, s.layout) not in seen][:top_k]
-        if not fresh:
+        if not fresh and not (it == 1 and seed_layouts):
             stop_reason = "the ILP's best layouts repeat: the plan converged"
             rec["changes"].append(stop_reason)
             iterations.append(rec)
             break
+        seed_of: dict[int, Seed] = {}
         if it == 1 and seed_layouts:
-            seeds = [(math.inf, dict(lay.mesh_axes), _seed_solution(lay, ranked[0][2]))
-                     for lay in seed_layouts
-                     if _layout_id(dict(lay.mesh_axes), lay) not in seen]
+            seeds = []
+            for sd in seed_layouts:
+                sd = sd if isinstance(sd, Seed) else Seed(sd)
+                sol = _seed_solution(sd.layout, ranked[0][2] if ranked else None)
+                seed_of[id(sol)] = sd
+                seeds.append((math.inf, dict(sd.layout.mesh_axes), sol))
             fresh = fresh[:1] + seeds + fresh[1:]
         this_iter: list[Candidate] = []
         for k, (q1, m, sol) in enumerate(fresh, 1):
@@ -287,8 +304,12 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
                     else f"seed layout {sol.layout.name}")
             progress.candidate(k, len(fresh), f"mesh {_mstr(m)}, {what}; compiling for {tgt.name}")
-            cand = _price(fn, abstract_args, tgt, network, m, sol, it, deadline, seed, workers,
-                          placement_time_s, progress)
+            sd = seed_of.get(id(sol))
+            cand = _price(sd.fn if sd and sd.fn else fn,
+                          sd.args if sd and sd.args is not None else abstract_args,
+                          tgt, network, m, sol, it, deadline, seed, workers, placement_time_s,
+                          progress)
+            cand.seed = sd
             max_compile_s = max(max_compile_s, cand.compile_s)
             if on_candidate is not None:
                 on_candidate(cand)
@@ -344,11 +365,16 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                             f"{errs[0] if errs else stop_reason}")
     progress.stage(f"best: mesh {_mstr(best.mesh_axes)}, Q2 {best.q2.step_s * 1e3:.3f} ms "
                    f"(predicted); stopped: {stop_reason}")
+    program: dict[str, Any] = {}
+    if best.seed is not None and best.seed.fn is not None:
+        fn, abstract_args = best.seed.fn, best.seed.args
+        key = program_key(fn, abstract_args, tgt.name)
+        program = dict(best.seed.program)
     return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
-                   deadline, verify, max_compile_s, progress)
+                   deadline, verify, max_compile_s, progress, program)
 
 
-def _seed_solution(layout: Layout, ilp_best: ShardingSolution) -> ShardingSolution:
+def _seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> ShardingSolution:
     """A seed layout dressed as a sharding solution. Its certificate proves nothing about it: the
     ILP did not produce it; the ILP's own best (with its certificate) is kept in detail."""
     cert = Certificate(
@@ -356,7 +382,7 @@ def _seed_solution(layout: Layout, ilp_best: ShardingSolution) -> ShardingSoluti
         bound=None, time_s=0.0, unit="s",
         detail={"seed": True, "note": "a given layout (seed), not an ILP solution; compiled and "
                                       "priced by Q2 like the ILP's",
-                "ilp_best": ilp_best.certificate.to_json()})
+                "ilp_best": ilp_best.certificate.to_json() if ilp_best else None})
     words = []
     for key, a in sorted(layout.attention.items()):
         parts = [f"{what} on {'+'.join(ax)}" for what, ax in
@@ -432,7 +458,7 @@ def _named_words(fn, args, words: list[str]) -> list[str]:
 
 
 def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reason, t0, deadline,
-            verify, max_compile_s, progress) -> Plan:
+            verify, max_compile_s, progress, program) -> Plan:
     q2 = best.q2
     device_coords = [tuple(int(v) for v in network.chips[network.device_chip[d]])
                      for d in best.placement]
@@ -467,4 +493,4 @@ def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reaso
         iterations=iterations, planning_time_s=time.perf_counter() - t0,
         layout_in_words=_named_words(fn, args, best.solution.words), fits_hbm=fits,
         hbm_bytes_per_device=int(mem.total_bytes), status="OPTIMAL" if proven else "NOT PROVEN",
-        notes=notes)
+        notes=notes, program=program)

@@ -75,6 +75,7 @@ class Plan:
     hbm_bytes_per_device: int | None = None
     status: str = ""                                 # "OPTIMAL" when both solvers proved optimality
     notes: list[str] = dataclasses.field(default_factory=list)
+    program: dict[str, Any] = dataclasses.field(default_factory=dict)  # variant, e.g. pad_multiple
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -171,6 +172,7 @@ class Plan:
             "hbm_bytes_per_device": self.hbm_bytes_per_device,
             "status": self.status,
             "notes": list(self.notes),
+            "program": dict(self.program),
         }
 
     @classmethod
@@ -190,6 +192,7 @@ class Plan:
                 layout_in_words=list(d.get("layout_in_words", [])),
                 fits_hbm=d.get("fits_hbm"), hbm_bytes_per_device=d.get("hbm_bytes_per_device"),
                 status=d.get("status", ""), notes=list(d.get("notes", [])),
+                program=dict(d.get("program", {})),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise PlanError(f"corrupt plan: missing or malformed field {e}; re-run aoizora plan") from e

@@ -108,3 +108,28 @@ def test_cli_corrupt_plan_file(tmp_path):
     bad.write_text('{"format": "aoizora-plan/1", "key": ')
     r = _cli("show", str(bad))
     assert r.returncode == 2 and "corrupt plan file" in r.stderr
+
+
+def test_a_seed_layout_with_its_own_program_is_priced_and_recorded(small):
+    """Seeds only (no ILP mesh): the expert layout is compiled with its own padding, placed by
+    CP-SAT, and the plan says it was a seed and which program variant it is for."""
+    from aoizora.models.experts import expert_layouts
+    from aoizora.planner import Seed
+
+    m, wl, fn, args, _ = small
+    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32) if e.name == "context")
+    seed = Seed(ex.layout, ex.fn, tuple(ex.args), {"pad_multiple": ex.pad_multiple})
+    p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[], max_iterations=1,
+                     seed_layouts=[seed])
+    assert p.layout.name == "expert:context"
+    assert p.program == {"pad_multiple": ex.pad_multiple}
+    sh = p.certificates["sharding"]
+    assert sh.status == "FEASIBLE" and sh.detail["seed"] and p.status == "NOT PROVEN"
+    assert p.certificates["placement"].status in ("OPTIMAL", "FEASIBLE")
+    # the plan's key is the seed program's: it applies to that program, not to the planned one
+    from aoizora.plans import program_key
+
+    p.check_key(program_key(ex.fn, tuple(ex.args), "v5e:2x4"))
+    if ex.pad_multiple != 128:
+        with pytest.raises(aoizora.PlanError):
+            p.check_key(program_key(fn, args, "v5e:2x4"))
