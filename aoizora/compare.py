@@ -77,18 +77,7 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
     rows.append(_row("aoizora-layout/default-order", **_clean(d, keep_evidence)))
 
     progress.stage("Alpa-style logical search (fixed alpha-beta, default order)")
-    t0 = time.perf_counter()
-    ir = build_ir(job.fn, *job.args)
-    best = None
-    for m in _meshes(job):
-        try:
-            res = solve_sharding(ir, job.target, m, time_limit_s=30.0, seed=seed)
-        except ShardingSolveError:
-            continue
-        q1 = res.best.predicted["total_s"]
-        if best is None or q1 < best[0]:
-            best = (q1, res.best)
-    alpa_t = time.perf_counter() - t0
+    best, alpa_t = alpa_logical(job, seed=seed)
     if best is None:
         rows.append(_row("alpa-logical", valid=False, reason="no layout fits on any mesh"))
     else:
@@ -116,6 +105,26 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
             "plan": plan}
 
 
+def alpa_logical(job: Job, *, seed: int = 0, time_limit_s: float = 30.0):
+    """Alpa-style logical search: the sharding ILP with fixed, placement-oblivious alpha-beta
+    costs on every candidate mesh; the best by Q1. Returns ((q1_s, ShardingSolution) or None,
+    seconds spent)."""
+    from aoizora.formulation.meshes import candidate_meshes
+
+    t0 = time.perf_counter()
+    ir = build_ir(job.fn, *job.args)
+    best = None
+    for m in candidate_meshes(job.target.num_devices):
+        try:
+            res = solve_sharding(ir, job.target, m, time_limit_s=time_limit_s, seed=seed)
+        except ShardingSolveError:
+            continue
+        q1 = res.best.predicted["total_s"]
+        if best is None or q1 < best[0]:
+            best = (q1, res.best)
+    return best, time.perf_counter() - t0
+
+
 def plan_job(job: Job, plan: Plan) -> Job:
     """The job's program in the variant the plan was made for (e.g. a seed's smaller padding)."""
     from aoizora.builtin import builtin_job
@@ -125,12 +134,6 @@ def plan_job(job: Job, plan: Plan) -> Job:
         return job
     return builtin_job(job.model.name, None, None, job.target, workload=job.workload.name,
                        pad_multiple=pad)
-
-
-def _meshes(job: Job):
-    from aoizora.formulation.meshes import candidate_meshes
-
-    return candidate_meshes(job.target.num_devices)
 
 
 def _clean(d: dict[str, Any], keep_evidence: bool) -> dict[str, Any]:
