@@ -51,6 +51,12 @@ def _x(v) -> str:
     return f"{v:.3f}x" if v else "-"
 
 
+def _tkey(item):
+    t = str(item[0])
+    gen, _, n = t.partition("-")
+    return (gen, int(n) if n.isdigit() else 0, t)
+
+
 def _geomean(v: Sequence[float]) -> float | None:
     v = [x for x in v if x and x > 0]
     return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
@@ -64,6 +70,7 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-target geometric means and the targets met / missed."""
     by_target: dict[str, list[float]] = {}
     slower, rhos, low_rho, undefined_rho, plan_t, same_layout = [], [], [], [], [], []
+    budgets_v5e16: list[float] = []
     failed = []
     for c in cells:
         az = _row(c, "aoizora")
@@ -92,10 +99,11 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
                 low_rho.append((c["cell"], rho))
         if c["model"] == "wan2.1-1.3b" and c.get("target_arg") == "v5e-16":
             plan_t.append((c["cell"], c.get("planning_time_s")))
+            budgets_v5e16.append(c.get("budget_s") or 0)
     geo = {t: (_geomean(v), len(v)) for t, v in by_target.items()}
     unseeded = [c["cell"] for c in cells if c.get("candidates")
                 and not any(str(k.get("layout", "")).startswith("expert:") for k in c["candidates"])]
-    return {"unseeded": unseeded, "same_layout": same_layout, "geomean": geo, "slower": slower, "low_rho": low_rho, "undefined_rho": undefined_rho,
+    return {"unseeded": unseeded, "same_layout": same_layout, "budgets_v5e16": budgets_v5e16, "geomean": geo, "slower": slower, "low_rho": low_rho, "undefined_rho": undefined_rho,
             "rhos": rhos, "planning_v5e16": plan_t, "failed": failed}
 
 
@@ -141,7 +149,7 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
     else:
         out.append(f"- Never slower than any baseline (simulated; differences under {TIE_REL:.2%} are ties): "
                    f"**met** in all {n_cells - len(s['failed'])} cells that ran.")
-    for t, (g, n) in sorted(s["geomean"].items()):
+    for t, (g, n) in sorted(s["geomean"].items(), key=_tkey):
         ok = g is not None and g >= GEOMEAN_TARGET
         out.append(f"- Geometric mean speedup over the best expert on {t} ({n} cells): "
                    f"{g:.3f}x -> **{'met' if ok else 'MISSED'}** (target >= {GEOMEAN_TARGET:.2f}x).")
@@ -157,7 +165,10 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
         bad = [(c, t) for c, t in s["planning_v5e16"] if t is None or t > PLANNING_TARGET_S]
         out.append(f"- Planning <= {PLANNING_TARGET_S:g} s per cell on v5e-16 for Wan 2.1 1.3B: "
                    f"**{'met' if not bad else 'MISSED'}** ("
-                   + ", ".join(f"{c}: {t:.1f} s" for c, t in s["planning_v5e16"]) + ").")
+                   + ", ".join(f"{c}: {t:.1f} s" for c, t in s["planning_v5e16"])
+                   + "; the planner runs until its plan repeats or its budget ends, and these cells "
+                     "had budgets of " + ", ".join(sorted({f"{b:g} s" for b in s["budgets_v5e16"]}))
+                   + ").")
     else:
         out.append(f"- Planning <= {PLANNING_TARGET_S:g} s on v5e-16 for Wan 2.1 1.3B: not measured "
                    "yet (no v5e-16 Wan 1.3B cell has run).")
@@ -207,7 +218,7 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT) -> list[Path]:
           "",
           "| target | cells | geometric mean |",
           "|---|---|---|",
-          *[f"| {t} | {n} | {_x(g)} |" for t, (g, n) in sorted(s["geomean"].items())],
+          *[f"| {t} | {n} | {_x(g)} |" for t, (g, n) in sorted(s["geomean"].items(), key=_tkey)],
           "",
           "## Targets",
           "",
