@@ -5,7 +5,11 @@ One iteration:
   1. For each candidate logical mesh m, solve the sharding ILP (``solvers.sharding``) for its
      ``top_k`` best distinct layouts under the current axis costs ``A[m]``, corrections ``C[m]``
      and forbidden combinations ``F[m]``. Rank every (m, layout) by Q1 (placement-oblivious).
-  2. Take the ``top_k`` best layouts not compiled before. For each: realize it as shardings
+     The ILPs of one iteration may use ``ILP_SHARE`` of the remaining budget (smaller meshes
+     first; a mesh whose last solve would not fit is skipped and the skip recorded).
+  2. Take the ``top_k`` best layouts not compiled before (in the first iteration, after the
+     ILP's best, every seed layout -- e.g. today's expert configurations, each possibly with its
+     own program variant). For each: realize it as shardings
      (``aoizora.realize``) on the target's devices in JAX's default order, compile ahead of time
      with libtpu (``extract.aot_compile``), read the evidence. A layout that does not fit in HBM
      joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``) and price with Q2.
