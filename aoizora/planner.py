@@ -185,7 +185,7 @@ def _link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
 def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          time_budget_s: float = 300.0, seed: int = 0, top_k: int = 2,
          meshes: Sequence[dict[str, int]] | None = None, max_iterations: int = 4,
-         placement_time_s: float = 10.0, ilp_time_s: float = 20.0, workers: int = 2,
+         placement_time_s: float = 10.0, ilp_time_s: float = 20.0, workers: int = 1,
          verify: bool = True, progress: Progress | None = None,
          on_candidate: Callable[[Candidate], None] | None = None,
          seed_layouts: Sequence["Layout | Seed"] = ()) -> Plan:
