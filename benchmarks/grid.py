@@ -37,9 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -52,16 +50,14 @@ import numpy as np
 
 import aoizora  # noqa: F401  -- sets libtpu's environment first
 from aoizora.builtin import Job, builtin_job
-from aoizora.compare import price_default_order
+from aoizora.compare import alpa_logical, price_default_order
 from aoizora.extract.evidence import Evidence
-from aoizora.extract.network import Network, default_device_order
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
-from aoizora.formulation.meshes import candidate_meshes
 from aoizora.models.experts import expert_layouts
 from aoizora.planner import Candidate, plan as make_plan
 from aoizora.progress import Progress
-from aoizora.solvers.sharding import ShardingSolveError, solve_sharding
+from benchmarks.machine import machine_info
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
 
 Q2_LABEL = "predicted (Q2)"
@@ -153,34 +149,20 @@ def evidence_summary(ev: Evidence) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    cpu = ""
+    """The machine (``benchmarks.machine``) plus the git commit and modified tracked files."""
+    info = machine_info()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    vers = {"python": platform.python_version()}
-    for mod in ("jax", "jaxlib", "libtpu", "ortools", "numpy"):
-        try:
-            from importlib.metadata import version
-
-            vers[mod] = version(mod)
-        except Exception:  # noqa: BLE001
-            vers[mod] = None
-    try:
+        here = Path(__file__).resolve().parent
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+                                cwd=here, timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10,
-                               cwd=Path(__file__).resolve().parent).stdout.split("\n")
+                               capture_output=True, text=True, timeout=10, cwd=here).stdout.split("\n")
         dirty = [d[3:] for d in dirty if d.strip()]
     except Exception:  # noqa: BLE001
         commit, dirty = "", []
-    return {"nproc": os.cpu_count(), "cpu_model": cpu, "platform": platform.platform(),
-            "load_average": list(os.getloadavg()), "versions": vers, "git_commit": commit,
-            "git_modified_files": dirty}
+    return {**info, "load_average": info["loadavg"],
+            "versions": {p: info[p] for p in ("python", "jax", "jaxlib", "libtpu", "ortools", "numpy")},
+            "git_commit": commit, "git_modified_files": dirty}
 
 
 def _err(e: BaseException) -> str:
@@ -391,18 +373,7 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
     if alpa:
         log(f"[{cell.name}] Alpa-style logical search")
         try:
-            t0 = time.perf_counter()
-            ir = build_ir(job.fn, *job.args)
-            alpa_best = None
-            for m in candidate_meshes(job.target.num_devices):
-                try:
-                    res = solve_sharding(ir, job.target, m, time_limit_s=ALPA_ILP_TIME_S, seed=seed)
-                except ShardingSolveError:
-                    continue
-                q1 = res.best.predicted["total_s"]
-                if alpa_best is None or q1 < alpa_best[0]:
-                    alpa_best = (q1, res.best)
-            alpa_t = time.perf_counter() - t0
+            alpa_best, alpa_t = alpa_logical(job, seed=seed, time_limit_s=ALPA_ILP_TIME_S)
             if alpa_best is None:
                 rows.append(_row("alpa-logical", valid=False, reason="no layout fits on any mesh"))
             else:
