@@ -29,7 +29,7 @@ def section() -> str:
     grid = RES / "grid_readme.md"
     if grid.exists():
         out.append(grid.read_text().strip())
-    plan = sorted(RES.glob("plan_*.md"))
+    plan = sorted(RES.glob("plan_*.md")) + sorted(RES.glob("feedback_run_*.md"))
     for p in plan:
         md = p.read_text()
         lines = md.splitlines()
