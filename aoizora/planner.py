@@ -44,7 +44,7 @@ import numpy as np
 from aoizora.extract.aot_compile import CompileError, compile_evidence, target_mesh
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network, default_device_order
-from aoizora.extract.program_ir import ProgramIR, build_ir
+from aoizora.extract.program_ir import build_ir
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.formulation.latency import Q2, predict_step
@@ -107,7 +107,8 @@ class Candidate:
     def summary(self) -> dict[str, Any]:
         return {
             "mesh": dict(self.mesh_axes), "layout": self.solution.layout.name,
-            "q1_s": self.q1_s, "fits_hbm": self.fits, "compile_s": round(self.compile_s, 3),
+            "q1_s": self.q1_s if math.isfinite(self.q1_s) else None,
+            "seed": self.seed.program if self.seed is not None else None, "fits_hbm": self.fits, "compile_s": round(self.compile_s, 3),
             "q2_step_s": self.q2.step_s if self.q2 else None,
             "q2_default_order_step_s": self.q2_default.step_s if self.q2_default else None,
             "placement_status": self.placement_cert.status if self.placement_cert else None,
@@ -454,7 +455,7 @@ def _named_words(fn, args, words: list[str]) -> list[str]:
     out = []
     for w in words:
         head, _, rest = w.partition(":")
-        key = w.rsplit(" [", 1)[-1].split()[0] if " [" in w else ""
+        key = w.rsplit(" [", 1)[-1].split()[0].rstrip("]") if " [" in w else ""
         if head == "attention" and roles.get(key):
             w = f"{roles[key]}-attention:{rest}"
         out.append(w)
@@ -488,7 +489,7 @@ def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reaso
         "step_s": q2.step_s, "compute_s": q2.compute_s, "communication_s": q2.communication_s,
         "link_time_s": q2.link_time_s, "model": q2.model, "kind": "predicted",
         "default_order_step_s": best.q2_default.step_s if best.q2_default else None,
-        "q1_step_s": best.q1_s,
+        "q1_step_s": best.q1_s if math.isfinite(best.q1_s) else None,
         "links": _link_seconds(q2, network),
     }
     return Plan(

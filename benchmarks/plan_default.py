@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import aoizora  # noqa: F401  (sets libtpu's environment first)
-from aoizora.builtin import builtin_job
+from aoizora.builtin import builtin_job, expert_seed_layouts
 from aoizora.progress import ConsoleProgress
 from aoizora.report import format_plan
 
@@ -60,12 +60,15 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="v5e-8")
     ap.add_argument("--budget", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-seeds", action="store_true",
+                    help="do not price the expert configurations as seed layouts (as aoizora plan --no-seeds)")
     a = ap.parse_args(argv)
     job = builtin_job(a.model, a.resolution, a.frames, a.target)
     info = machine()
     t0 = time.perf_counter()
+    seeds = [] if a.no_seeds else expert_seed_layouts(job)
     p = aoizora.plan(job.fn, *job.args, target=job.target, time_budget_s=a.budget, seed=a.seed,
-                     progress=ConsoleProgress())
+                     seed_layouts=seeds, progress=ConsoleProgress())
     wall = time.perf_counter() - t0
     info["loadavg_end"] = os.getloadavg()
     stem = f"plan_{job.model.name}_{job.workload.name}_{job.target.short_name}"
@@ -76,7 +79,9 @@ def main(argv=None) -> int:
           f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['platform']}, jax {info['jax']}, "
           f"no TPU; load average {info['loadavg_start'][0]:.1f} at start, "
           f"{info['loadavg_end'][0]:.1f} at the end; {info['date']}.",
-          f"Budget {a.budget:g} s, seed {a.seed}; wall-clock {wall:.1f} s.",
+          f"Budget {a.budget:g} s, seed {a.seed}, "
+          f"{'no seed layouts' if a.no_seeds else 'expert configurations priced as seed layouts'}; "
+          f"wall-clock {wall:.1f} s.",
           "Latencies: predicted by the Q2 link-load model on the compiled XLA:TPU program "
           "(nothing ran on a TPU).", "", "```", format_plan(p), "```", "",
           "## Iterations", ""]
@@ -86,7 +91,8 @@ def main(argv=None) -> int:
             q2 = f"{c['q2_step_s'] * 1e3:.3f} ms" if c.get("q2_step_s") else "-"
             qd = (f"{c['q2_default_order_step_s'] * 1e3:.3f} ms"
                   if c.get("q2_default_order_step_s") else "-")
-            md.append(f"  - mesh {c['mesh']} {c['layout']}: Q1 {c['q1_s'] * 1e3:.3f} ms, fits "
+            q1 = f"Q1 {c['q1_s'] * 1e3:.3f} ms" if c.get("q1_s") is not None else "seed layout"
+            md.append(f"  - mesh {c['mesh']} {c['layout']}: {q1}, fits "
                       f"{c['fits_hbm']}, compile {c['compile_s']} s, Q2 {q2} (default order {qd}), "
                       f"placement {c['placement_status']}{', ' + c['error'] if c.get('error') else ''}")
         for ch in rec["changes"]:
