@@ -24,32 +24,22 @@ import time
 
 import aoizora  # noqa: F401  (libtpu environment first)
 import jax
-from jax.sharding import AxisType
 
 from aoizora.extract.compiled_evidence import evidence_from_compiled
 from aoizora.extract.evidence_summary import summarize_evidence
-from aoizora.extract.targets import get_target
-from aoizora.models.registry import abstract_inputs, denoise_step, get_model
-from aoizora.models.workloads import Workload
+from aoizora.models.registry import abstract_inputs, denoise_step
 from aoizora.realize import realize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from benchmarks.model_compile import layout_for  # noqa: E402
+from benchmarks.model_compile import fsdp_cp_setup, layout_for  # noqa: E402
 
 
 def time_one(target: str, model: str, workload: str, frames: int | None) -> dict:
-    m = get_model(model)
-    wl = m.workload(workload)
-    if frames is not None:
-        wl = Workload(f"{wl.resolution}-{frames}f", wl.resolution, wl.width, wl.height, frames)
-    tgt = get_target(target)
-    axes = {"data": 2, "seq": tgt.num_devices // 2}
-    mesh = jax.make_mesh(tuple(axes.values()), tuple(axes), devices=tgt.devices(),
-                         axis_types=(AxisType.Auto,) * 2)
+    m, wl, tgt, axes, mesh, pad = fsdp_cp_setup(model, workload, target, frames)
     t0 = time.perf_counter()
     args = abstract_inputs(m, wl)
-    r = realize(denoise_step(m, pad_multiple=128 * axes["seq"]), args, layout_for(args, axes), mesh)
+    r = realize(denoise_step(m, pad_multiple=pad), args, layout_for(args, axes), mesh)
     lowered = r.lower()
     t1 = time.perf_counter()
     compiled = lowered.compile()

@@ -71,7 +71,9 @@ def layout_for(args, mesh_axes: dict[str, int]) -> Layout:
                   name="fsdp+cp")
 
 
-def compile_one(name: str, wl_name: str, target: str, frames: int | None) -> dict:
+def fsdp_cp_setup(name: str, wl_name: str, target: str, frames: int | None):
+    """(model, workload, target, mesh axes, mesh, pad) of the fsdp+cp layout: data=2 x seq=n/2
+    in jax.make_mesh order, the sequence padded to 128 x seq; `frames` overrides the workload's."""
     m = get_model(name)
     wl = m.workload(wl_name)
     if frames is not None:
@@ -80,7 +82,11 @@ def compile_one(name: str, wl_name: str, target: str, frames: int | None) -> dic
     mesh_axes = {"data": 2, "seq": tgt.num_devices // 2}
     mesh = jax.make_mesh(tuple(mesh_axes.values()), tuple(mesh_axes), devices=tgt.devices(),
                          axis_types=(AxisType.Auto,) * 2)
-    pad = 128 * mesh_axes["seq"]
+    return m, wl, tgt, mesh_axes, mesh, 128 * mesh_axes["seq"]
+
+
+def compile_one(name: str, wl_name: str, target: str, frames: int | None) -> dict:
+    m, wl, tgt, mesh_axes, mesh, pad = fsdp_cp_setup(name, wl_name, target, frames)
     args = abstract_inputs(m, wl)
     layout = layout_for(args, mesh_axes)
     step = denoise_step(m, pad_multiple=pad)
