@@ -227,10 +227,7 @@ def _match(s: str, i: int, line_no: int = 0) -> int:
             j = _skip_string(s, j, line_no)
             continue
         if c == "/" and s.startswith("/*", j):
-            k = s.find("*/", j + 2)
-            if k < 0:
-                raise HloParseError(f"HLO line {line_no}: unterminated comment")
-            j = k + 2
+            j = _skip_comment(s, j, line_no)
             continue
         if c in _OPEN:
             stack.append(_OPEN[c])
@@ -260,6 +257,14 @@ def _open_depth(s: str) -> int:
     return depth
 
 
+def _skip_comment(s: str, i: int, line_no: int) -> int:
+    """Index just past the /* ... */ comment starting at s[i]."""
+    k = s.find("*/", i + 2)
+    if k < 0:
+        raise HloParseError(f"HLO line {line_no}: unterminated comment")
+    return k + 2
+
+
 def _skip_string(s: str, i: int, line_no: int) -> int:
     q = s[i]
     j = i + 1
@@ -285,8 +290,7 @@ def split_top(s: str, sep: str = ",", line_no: int = 0) -> list[str]:
             j = _skip_string(s, j, line_no)
             continue
         if c == "/" and s.startswith("/*", j):
-            k = s.find("*/", j + 2)
-            j = n if k < 0 else k + 2
+            j = _skip_comment(s, j, line_no)
             continue
         if c in _OPEN:
             j = _match(s, j, line_no)
