@@ -50,7 +50,8 @@ def price_default_order(fn, args, job: Job, layout, network: Network) -> dict[st
         out.update(valid=False, reason="does not fit in HBM: " + ev.memory.oom_message[:160])
         return out
     q = predict_step(ev, order, network)
-    out.update(step_s=q.step_s, compute_s=q.compute_s, communication_s=q.communication_s)
+    out.update(step_s=q.step_s, compute_s=q.compute_s, communication_s=q.communication_s,
+               latency_s=q.latency_s)
     out["evidence"] = ev
     return out
 

@@ -211,7 +211,11 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     except Exception as e:  # noqa: BLE001 -- a user function that fails to trace
         raise PlanningError(f"cannot trace the program: {str(e).splitlines()[0]}") from e
     network = Network.from_target(tgt)
-    mesh_list = [dict(m) for m in (meshes or candidate_meshes(tgt.num_devices))]
+    mesh_list = [dict(m) for m in (meshes if meshes is not None
+                                   else candidate_meshes(tgt.num_devices))]
+    if not mesh_list and not seed_layouts:
+        raise PlanningError("nothing to plan: meshes=[] and no seed_layouts; pass meshes=None "
+                            "(every factorization of the chip count), a mesh, or a seed layout")
     state = {_mkey(m): {"costs": default_axis_costs(tgt, m), "corrections": {}, "forbidden": []}
              for m in mesh_list}
     seen: set[str] = set()
@@ -487,7 +491,8 @@ def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reaso
     mem = best.evidence.memory
     predicted = {
         "step_s": q2.step_s, "compute_s": q2.compute_s, "communication_s": q2.communication_s,
-        "link_time_s": q2.link_time_s, "model": q2.model, "kind": "predicted",
+        "latency_s": q2.latency_s, "link_time_s": q2.link_time_s, "model": q2.model,
+        "kind": "predicted",
         "default_order_step_s": best.q2_default.step_s if best.q2_default else None,
         "q1_step_s": best.q1_s if math.isfinite(best.q1_s) else None,
         "links": _link_seconds(q2, network),

@@ -36,7 +36,8 @@ def format_plan(p: Plan) -> str:
     lines.append(f"device order (logical rank -> chip x,y): {order}")
     lines.append(f"predicted step latency: {_ms(pr.get('step_s'))} "
                  f"(compute {_ms(pr.get('compute_s'))}, exposed communication "
-                 f"{_ms(pr.get('communication_s'))}); under JAX's default device order "
+                 f"{_ms(pr.get('communication_s'))}, hop latency {_ms(pr.get('latency_s'))}); "
+                 f"under JAX's default device order "
                  f"{_ms(pr.get('default_order_step_s'))}")
     lines.append(f"  source: {pr.get('model', '?')} -- a prediction, not a measurement")
     if p.fits_hbm is not None:

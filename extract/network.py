@@ -248,6 +248,43 @@ class Network:
         self._ring_cache[key] = r
         return r
 
+    def ring_step_routes(self, ring: Ring) -> list[list[int]]:
+        """Link ids of each step ``order[i] -> order[i+1]`` (and the closing step) of a ring.
+
+        A ``ring`` or ``scattered`` step is the dimension-order route; a ``line``'s closing step
+        ``order[-1] -> order[0]`` travels back along the line (the path's links reversed), so a
+        line's traffic stays on its own links whatever its shape (straight or bent)."""
+        o = ring.order
+        k = len(o)
+        if k < 2:
+            return []
+        steps = [self.route(o[i], o[(i + 1) % k]) for i in range(k - 1)]
+        if ring.kind == "line":
+            steps.append([self.link_id[(o[i], o[i - 1])] for i in range(k - 1, 0, -1)])
+        else:
+            steps.append(self.route(o[-1], o[0]))
+        return steps
+
+    def ring_directions(self, ring: Ring) -> int:
+        """How many directions a ring collective runs through ``ring``: 2 (both ways, half the
+        data each) when it closes on physical links, or when it is ``scattered`` and its routed
+        forward and backward steps use no directed link twice (they cannot slow each other);
+        else 1 (a line, a pair, a scattered tour whose directions would contend)."""
+        if ring.kind == "ring":
+            return 2
+        if ring.kind != "scattered":
+            return 1
+        o = ring.order
+        k = len(o)
+        used: set[int] = set()
+        for i in range(k):
+            for j in ((i + 1) % k, (i - 1) % k):
+                for lid in self.route(o[i], o[j]):
+                    if lid in used:
+                        return 1
+                    used.add(lid)
+        return 2
+
     def _find_ring(self, members: list[int]) -> Ring | None:
         box = self._box_ring(members)
         if box is not None:

@@ -2,7 +2,7 @@
 
 A PREDICTION of AoiZora's link-load model, not a measurement.
 
-    step_s          = compute_s + communication_s
+    step_s          = compute_s + communication_s + latency_s
     compute_s       = sum_o count_o * t_o,  t_o = estimated_cycles_o / clock_hz when the compiler
                       gave cycles, else max(flops_o / peak_flops, bytes_o / hbm_bandwidth)
     communication_s = sum_p count_p * max(0, T_p - O_p)                (exposed)
@@ -12,10 +12,18 @@ A PREDICTION of AoiZora's link-load model, not a measurement.
     O_p             = min_{c in p} overlap_cycles_c / clock_hz if every collective of p is async
                       (start/done with compute between them), else 0
 
+    latency_s       = sum_p count_p * (max(0, T_p + L_p - O_p) - max(0, T_p - O_p))
+    L_p             = hop_latency * max over the collectives and groups of p of their critical
+                      path in hops (ring: m (k-1) steps x the longest step route; a line's
+                      closing step crosses k-1 hops; pair: m x its route; all-to-all: its
+                      longest pair route; permute: its longest route)
+
 Phases ``p`` are the evidence's ``(phase, count)`` classes: collectives in flight together share
-links, so their bytes add per link before the max. Only the bandwidth term is priced; the per-hop
-latency (about 1 us, dominant only below ~45 kB per hop) is not modelled. ``link_time_s`` is the
-communication before overlap; ``hops`` the flow hops (the CP-SAT model's last tie-break).
+links, so their bytes add per link before the max. ``communication_s`` is the link-load term the
+placement solvers optimize (and certify); ``latency_s`` is the per-hop latency on top of it (about
+1 us per hop: it separates placements whose link loads tie, which the solvers' hop tie-break
+also prefers). ``link_time_s`` is the communication before overlap; ``hops`` the flow hops (the
+CP-SAT model's last tie-break).
 """
 
 from __future__ import annotations
@@ -42,19 +50,21 @@ class PhaseReport:
     max_link_bytes: float      # its bytes, one run
     link_bytes: float          # total bytes over all links, one run
     hops: int                  # flow hops, one run
+    latency_s: float = 0.0     # L_p, seconds, one run
 
 
 @dataclasses.dataclass
 class Q2:
     step_s: float
     compute_s: float
-    communication_s: float     # exposed, summed over phases x counts
+    communication_s: float     # exposed link-load time, summed over phases x counts
     link_time_s: float         # before overlap
     link_bytes: float          # sum_p count_p * total link bytes
     hops: int                  # sum_p count_p * flow hops
     phases: list[PhaseReport]
     link_loads: dict[int, list[float]]   # phase -> bytes per link id, one run
     placement: list[int]
+    latency_s: float = 0.0     # exposed per-hop latency on top of communication_s, summed
     model: str = MODEL
     warnings: list[str] = dataclasses.field(default_factory=list)
 
@@ -91,15 +101,16 @@ def predict_step(evidence: Evidence, placement: Sequence[int], network: Network,
     if evidence.clock_hz <= 0 and any(c.is_async and c.overlap_cycles for c in evidence.collectives):
         warns.append("evidence has no clock_hz: async overlap not credited")
     phases = []
-    comm = link_t = lb = 0.0
+    comm = link_t = lb = lat = 0.0
     hops = 0
     for pl in loads:
         n = pl.key.count
         j = int(pl.link_bytes.argmax()) if len(pl.link_bytes) else -1
         phases.append(PhaseReport(pl.key.phase, n, pl.collectives, pl.link_s, pl.overlap_s,
                                   pl.exposed_s, j, float(pl.link_bytes[j]) if j >= 0 else 0.0,
-                                  float(pl.link_bytes.sum()), pl.hops))
+                                  float(pl.link_bytes.sum()), pl.hops, pl.latency_s))
         comm += n * pl.exposed_s
+        lat += n * pl.exposed_latency_s
         link_t += n * pl.link_s
         lb += n * float(pl.link_bytes.sum())
         hops += n * pl.hops
@@ -108,6 +119,7 @@ def predict_step(evidence: Evidence, placement: Sequence[int], network: Network,
         prev = link_loads.get(pl.key.phase)
         vals = pl.link_bytes.tolist()
         link_loads[pl.key.phase] = vals if prev is None else [a + b for a, b in zip(prev, vals)]
-    return Q2(step_s=comp + comm, compute_s=comp, communication_s=comm, link_time_s=link_t,
+    return Q2(step_s=comp + comm + lat, compute_s=comp, communication_s=comm, link_time_s=link_t,
               link_bytes=lb, hops=hops, phases=phases,
-              link_loads=link_loads, placement=[int(v) for v in placement], warnings=warns)
+              link_loads=link_loads, placement=[int(v) for v in placement], latency_s=lat,
+              warnings=warns)

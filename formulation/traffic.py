@@ -16,8 +16,10 @@ group of n ranks on k chips moves data only between its k chips):
     * ``line`` (S has a path on physical links): one-direction ring whose closing step travels
       back along the line; each direction of each path link carries ``2h = m (k-1) V / k``;
     * ``pair`` (k = 2): each chip sends ``m V / 2`` to the other, routed by dimension order;
-    * ``scattered`` (no path on physical links): one-direction ring along the fewest-hop tour
-      of S, each step a flow of ``m (k-1) V / k`` routed by dimension order.
+    * ``scattered`` (no path on physical links): a ring along the fewest-hop tour of S, each
+      step routed by dimension order: both ways (``h`` per step route and direction) when the
+      forward and backward step routes use no directed link twice
+      (``Network.ring_directions``), else one way, each step a flow of ``2h = m (k-1) V / k``.
   The loads of a group depend only on its set of chips S.
   (On a line of 4 this gives 3 V / 4 per link, on a closed ring V / 2 per link direction: the
   scaling book's figures, ``shared/facts/tpu.md``.)
@@ -29,6 +31,10 @@ Phases: collectives with the same ``(phase, count)`` are in flight together and 
 add up (``PhaseKey``); a phase's time is its most loaded link's bytes over that link's one-way
 bandwidth. Overlap: a phase whose collectives are all async hides behind
 ``O = min_c overlap_cycles_c / clock_hz`` seconds of compute; exposed time = ``max(0, T - O)``.
+
+Latency: a phase also waits ``L = hop_latency x`` the longest critical path of its collectives
+(``latency_hops``: steps x the longest step route); Q2 adds it (``PhaseLoad.exposed_latency_s``).
+The placement solvers' objective below is the link-load term; flow hops break its ties.
 
 Cost of a placement (``TrafficModel.cost``), lexicographic:
   1. ``comm_s = sum_p count_p * max(0, T_p - O_p)`` (seconds, exposed communication);
@@ -141,7 +147,34 @@ def unit_loads(cls: str, chips: Sequence[int], network: Network) -> tuple[np.nda
         return out, 2 * len(edges)
     src = np.array(o)
     dst = np.roll(src, -1)
+    if network.ring_directions(ring) == 2:      # scattered, both ways without contention
+        both_src, both_dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        return (_count_routes(network, both_src, both_dst),
+                int(network.hops[both_src, both_dst].sum()))
     return 2 * _count_routes(network, src, dst), int(network.hops[src, dst].sum())
+
+
+def latency_hops(cls: str, kind: str, chips: Sequence[int], network: Network) -> int:
+    """Hops on the critical path of one run of a group's collective: steps x the longest step.
+
+    A ring of k chips runs ``m (k - 1)`` steps (m = 2 for all-reduce), each as long as its
+    longest step route (``Network.ring_step_routes``: 1 hop on a closed ring, k - 1 for a line's
+    closing step, the dimension-order route of a scattered tour); a pair runs m steps of its
+    route; an all-to-all is one step as long as its longest pair route."""
+    if cls == "none":
+        return 0
+    if cls == "a2a":
+        ch = np.asarray(chips, dtype=np.int64)
+        return int(network.hops[np.ix_(ch, ch)].max()) if len(ch) else 0
+    ring = network.ring_through(chips)
+    m = ring_multiplier(base_kind(kind))
+    if ring.kind == "single":
+        return 0
+    if ring.kind == "pair":
+        a, b = ring.order
+        return m * int(max(network.hops[a, b], network.hops[b, a]))
+    longest = max(len(r) for r in network.ring_step_routes(ring))
+    return m * (len(ring.order) - 1) * longest
 
 
 def _count_routes(network: Network, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -193,10 +226,17 @@ class PhaseLoad:
     link_s: float                      # T: most loaded link's bytes / its bandwidth (seconds)
     overlap_s: float                   # O: compute it can hide behind (seconds)
     hops: int                          # flow hops, one run
+    latency_s: float = 0.0             # L: hop latency x the longest critical path (seconds)
 
     @property
     def exposed_s(self) -> float:
+        """Exposed link time: max(0, T - O) (the placement solvers' objective, per run)."""
         return max(0.0, self.link_s - self.overlap_s)
+
+    @property
+    def exposed_latency_s(self) -> float:
+        """What the hop latency adds to the exposed time: max(0, T + L - O) - max(0, T - O)."""
+        return max(0.0, self.link_s + self.latency_s - self.overlap_s) - self.exposed_s
 
 
 class TrafficModel:
@@ -247,6 +287,17 @@ class TrafficModel:
             u = self._units[uk] = unit_loads(cls, key_chips, self.network)
         return u[0] * coef, u[1]
 
+    def _group_latency_hops(self, c: Collective, chips: np.ndarray) -> int:
+        kind = base_kind(c.kind)
+        key_chips = tuple(sorted(int(v) for v in chips))
+        k = len(set(key_chips)) if kind in RING_KINDS else len(key_chips)
+        cls = flow_class(kind, k)
+        lk = ("lat", cls, kind == "all-reduce", key_chips)
+        h = self._units.get(lk)
+        if h is None:
+            h = self._units[lk] = latency_hops(cls, kind, key_chips, self.network)
+        return h
+
     def chip_of_rank(self, placement: Sequence[int]) -> np.ndarray:
         p = check_placement(placement, self.network, self.n_ranks)
         return self.network.device_chip[p]
@@ -258,18 +309,25 @@ class TrafficModel:
                                    self.overlap_s):
             tot = np.zeros(self.network.num_links)
             hops = 0
+            crit = 0
             for c, groups in zip(cs, gs):
                 if base_kind(c.kind) == "collective-permute":
                     f, h = collective_link_bytes(c, chip, self.network)
                     tot += f
                     hops += h
+                    pairs = np.array(c.source_target_pairs or [], dtype=np.int64).reshape(-1, 2)
+                    if len(pairs):
+                        crit = max(crit, int(self.network.hops[chip[pairs[:, 0]],
+                                                                chip[pairs[:, 1]]].max()))
                     continue
                 for g in groups:
                     f, h = self._group_bytes(c, chip[g])
                     tot += f
                     hops += h
+                    crit = max(crit, self._group_latency_hops(c, chip[g]))
             t = float((tot / self.bandwidth).max()) if len(tot) else 0.0
-            out.append(PhaseLoad(key, [c.name for c in cs], tot, t, ov, hops))
+            out.append(PhaseLoad(key, [c.name for c in cs], tot, t, ov, hops,
+                                 crit * self.network.hop_latency_s))
         return out
 
     def cost(self, placement: Sequence[int]) -> tuple[float, float, int]:

@@ -180,5 +180,6 @@ def test_q2_overlap_and_compute(nets):
     assert ar.overlap_s == pytest.approx(1e-3) and ar0.overlap_s == 0.0
     assert ar.exposed_s == pytest.approx(max(0.0, ar.link_s - 1e-3))
     assert q0.communication_s - q.communication_s == pytest.approx(30 * (ar.link_s - ar.exposed_s))
-    assert q.step_s == pytest.approx(q.compute_s + q.communication_s)
+    assert q.step_s == pytest.approx(q.compute_s + q.communication_s + q.latency_s)
+    assert 0.0 <= q.latency_s <= sum(p.count * p.latency_s for p in q.phases) + 1e-15
     assert q.model.endswith("(prediction)")

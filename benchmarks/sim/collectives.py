@@ -21,7 +21,7 @@ without links, a transfer with an empty route):
     form a closed physical cycle), and also for a ``scattered`` ring whose routed forward and
     backward steps use no directed link twice (they cannot slow each other down);
     *one direction* (V/n per transfer) otherwise: a ``line`` (its closing step travels back along
-    the line), a ``pair`` (n = 2: each sends V/2 to the other), or a ``scattered`` ring whose two
+    the line, ``Network.ring_step_routes``, also when the line bends), a ``pair`` (n = 2: each sends V/2 to the other), or a ``scattered`` ring whose two
     directions would contend.
   * Step s of direction d: rank at ring position k sends one chunk to position k+d over the
     dimension-order route. It depends on (i) the transfer that brought that chunk to k in step s-1
@@ -165,14 +165,15 @@ class Expander:
     def ring(self, chips: Sequence[int]) -> tuple[list[int], str]:
         """Ring order (positions into ``chips``) and direction mode for a group's chips.
 
-        Mode: "bidirectional", "unidirectional" or "none" (one rank)."""
+        Mode: "bidirectional", "unidirectional" or "none" (one rank); the third item is the
+        closing step's route of a line (back along the line), else None."""
         key = tuple(int(c) for c in chips)
         got = self._rings.get(key)
         if got is not None:
             return got
         n = len(key)
         if n <= 1:
-            got = (list(range(n)), "none")
+            got = (list(range(n)), "none", None)
             self._rings[key] = got
             return got
         r = self.net.ring_through(key)
@@ -181,22 +182,14 @@ class Expander:
         for pos, c in enumerate(key):
             by_chip.setdefault(c, []).append(pos)
         order = [pos for c in r.order for pos in by_chip[c]]
-        if n == 2 or r.kind in ("single", "pair", "line"):
+        if n == 2 or self.net.ring_directions(r) == 1:
             mode = "unidirectional"
-        elif r.kind == "ring":
+        else:                                   # closed ring, or scattered without contention
             mode = "bidirectional"
-        else:                                   # scattered: both ways only if they cannot contend
-            ring_chips = [key[p] for p in order]
-            used: set[int] = set()
-            mode = "bidirectional"
-            for k in range(n):
-                for d in (1, -1):
-                    lk = self._single_route(ring_chips[k], ring_chips[(k + d) % n])
-                    for lid in lk.tolist():
-                        if lid in used:
-                            mode = "unidirectional"
-                        used.add(lid)
-        got = (order, mode)
+        closing = None
+        if r.kind == "line":                    # the closing step travels back along the line
+            closing = np.asarray(self.net.ring_step_routes(r)[-1], dtype=np.int64)
+        got = (order, mode, closing)
         self._rings[key] = got
         return got
 
@@ -257,7 +250,7 @@ class Expander:
 
     def _ring_batch(self, out: TransferBatch, kind: str, chips: list[int], V: float) -> str:
         n = len(chips)
-        order, mode = self.ring(chips)
+        order, mode, closing = self.ring(chips)
         if mode == "none":
             return "none"
         rc = [chips[p] for p in order]
@@ -267,6 +260,8 @@ class Expander:
         ks = np.arange(n)
         for d in dirs:
             hop = [self._single_route(rc[k], rc[(k + d) % n]) for k in range(n)]
+            if closing is not None and d == 1 and rc[-1] != rc[0]:
+                hop[-1] = closing
             lens1 = np.array([len(r) for r in hop], dtype=np.int64)
             flat1 = np.concatenate(hop) if lens1.sum() else np.zeros(0, dtype=np.int64)
             base = out.n                          # first transfer of this direction

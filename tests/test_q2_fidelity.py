@@ -1,0 +1,97 @@
+"""Q2 (the solvers' link-load model plus per-hop latency) against the reference simulator on the
+cases where they used to part: a bent line, a scattered group, and the per-hop latency."""
+
+import numpy as np
+import pytest
+
+from aoizora.extract.evidence import Collective, Evidence
+from aoizora.extract.network import Network
+from aoizora.formulation.latency import predict_step
+from aoizora.formulation.traffic import latency_hops
+from benchmarks.grid import spearman
+from benchmarks.simulator import Simulator
+
+W = 4.5e10          # v5e one-way link bandwidth, B/s
+LAT = 1e-6          # per hop, s
+V = 48 * 2 ** 20    # bytes: large, so bandwidth dominates latency
+
+
+def _net():
+    # 2 x 4, no wraparound; chip id = x + 2 y (x in 0..1, y in 0..3)
+    coords = [(x, y) for y in range(4) for x in range(2)]
+    return Network((2, 4), (False, False), W, LAT, device_coords=coords, name="v5e:2x4")
+
+
+def _ev(groups, kind="all-gather", nbytes=V):
+    return Evidence(target="v5e:2x4", mesh_axes={"a": 2, "b": 4},
+                    collectives=[Collective("c0", kind, "bf16", int(nbytes), groups)],
+                    compute=[], clock_hz=1.5e9)
+
+
+def test_bent_line_closing_step_stays_on_the_line():
+    net = _net()
+    # chips 1-0-2-4: (1,0) (0,0) (0,1) (0,2): an L, no cycle; its end (0,2) -> start (1,0) by
+    # dimension order would leave the line through chips 5 and 3
+    ring = net.ring_through([1, 0, 2, 4])
+    assert ring.kind == "line"
+    line_links = {net.link_id[(a, b)] for a, b in zip(ring.order, ring.order[1:])}
+    line_links |= {net.link_id[(b, a)] for a, b in zip(ring.order, ring.order[1:])}
+    used = {lid for step in net.ring_step_routes(ring) for lid in step}
+    assert used <= line_links and len(used) == 6
+    # Q2 and the simulator agree on two such lines side by side (they used to differ by 2x)
+    ev = _ev([[0, 1, 2, 3], [4, 5, 6, 7]])
+    placement = [1, 0, 2, 4, 3, 5, 7, 6]          # group 0 on chips 1-0-2-4, group 1 on 3-5-7-6
+    q = predict_step(ev, placement, net)
+    s = Simulator("v5e:2x4", net).run(ev, placement)
+    assert q.step_s == pytest.approx(s.step_s, rel=0.02)
+    assert q.communication_s == pytest.approx(3 * V / 4 / W, rel=1e-9)   # 3/4 V per link
+
+
+def test_scattered_group_runs_both_ways_when_its_directions_cannot_contend():
+    net = _net()
+    # chips 0, 3, 5, 6: no two are neighbours along a cycle/path -> scattered
+    ring = net.ring_through([0, 3, 5, 6])
+    assert ring.kind == "scattered"
+    both = net.ring_directions(ring)
+    ev = _ev([[0, 1, 2, 3], [4, 5, 6, 7]])
+    placement = [0, 3, 5, 6, 1, 2, 4, 7]
+    q = predict_step(ev, placement, net)
+    s = Simulator("v5e:2x4", net).run(ev, placement)
+    assert s.collectives[0].algorithm == ("bidirectional ring" if both == 2
+                                          else "unidirectional ring")
+    assert q.step_s == pytest.approx(s.step_s, rel=0.05)
+
+
+def test_latency_term_counts_steps_times_the_longest_step():
+    net = _net()
+    # a straight closed-less line of 4 along y: 3 steps, closing step back over 3 hops
+    assert latency_hops("ring", "all-gather", [0, 2, 4, 6], net) == 3 * 3
+    assert latency_hops("ring", "all-reduce", [0, 2, 4, 6], net) == 2 * 3 * 3
+    # a 2x2 square closes: 3 steps of 1 hop
+    assert latency_hops("ring", "all-gather", [0, 1, 2, 3], net) == 3
+    # all-to-all: one step as long as the longest pair route (0 -> 7 is 1 + 3 hops)
+    assert latency_hops("a2a", "all-to-all", [0, 7], net) == 4
+    small = _ev([[0, 1, 2, 3], [4, 5, 6, 7]], nbytes=4096)    # latency-bound
+    q_square = predict_step(small, [0, 1, 2, 3, 4, 5, 6, 7], net)
+    q_line = predict_step(small, [0, 2, 4, 6, 1, 3, 5, 7], net)
+    assert q_square.latency_s == pytest.approx(3 * LAT)
+    assert q_line.latency_s == pytest.approx(9 * LAT)
+    assert q_line.step_s > q_square.step_s
+
+
+def test_q2_ranks_random_placements_as_the_simulator_does():
+    net = _net()
+    sim = Simulator("v5e:2x4", net)
+    ev = Evidence(target="v5e:2x4", mesh_axes={"a": 2, "b": 4}, clock_hz=1.5e9, compute=[],
+                  collectives=[
+                      Collective("ag", "all-gather", "bf16", 6 * 2 ** 20,
+                                 [[0, 1, 2, 3], [4, 5, 6, 7]], phase=0),
+                      Collective("a2a", "all-to-all", "bf16", 2 * 2 ** 20,
+                                 [[0, 4], [1, 5], [2, 6], [3, 7]], phase=1),
+                      Collective("ar", "all-reduce", "bf16", 64 * 1024,
+                                 [[0, 1, 2, 3, 4, 5, 6, 7]], phase=2)])
+    rng = np.random.default_rng(0)
+    pls = [list(rng.permutation(8)) for _ in range(24)]
+    q = [predict_step(ev, p, net).step_s for p in pls]
+    s = [sim.run(ev, p).step_s for p in pls]
+    assert spearman(q, s) >= 0.9
