@@ -1,0 +1,314 @@
+"""The sharding ILP against heuristic searches at equal wall-clock budgets.
+
+Instances: Wan 2.1 1.3B (480p, 81 frames; one denoising step, CFG pair as batch 2, 30 scanned
+blocks -- the block is in the model once), sequence padded to 128 x chips, built as
+``benchmarks/sharding_ilp.py`` builds it, on v5e-16 with the 4x4 and 2x2x4 logical meshes and on
+v5e-8 with 2x4. Each instance is one StrategyGraph and one ILP model
+(``aoizora.solvers.sharding_heuristics.build_instance``: the same strategies, axis costs, HBM
+budget and memory rows as ``solve_sharding``). At each budget (1, 5, 30, 120 s) it runs the ILP
+(CBC, one thread, seed 0, time limit = budget: status, objective, best bound, gap, time) and each
+heuristic (random search, coordinate descent with restarts, simulated annealing; seed 0, time
+limit = budget: the best objective reached and how long it took to match the ILP's best
+objective within 1e-6 relative, or "never").
+
+Q1 is the ILP's objective: the predicted step latency of its placement-oblivious cost model (ms in
+the tables) -- a prediction, not a measurement. All searches price a layout with the same Q1 and
+the same memory rows; none returns a layout over the HBM budget.
+
+Run:  /work/venv/bin/python -m benchmarks.sharding_vs_heuristics [--budgets 1 5 30 120] [--quick]
+      [--instances v5e-16:4x4 ...] [--force]
+A cell is one (instance, budget); finished cells are kept in the JSON and skipped on the next
+run (``--force`` re-runs them). Writes benchmarks/results/sharding_vs_heuristics.json, .md and
+.png (``--quick``: one 1 s budget on v5e-8 2x4, written as sharding_vs_heuristics_quick.*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+import aoizora  # noqa: F401  (libtpu environment first)
+
+from benchmarks.machine import machine_info
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL, WORKLOAD = "wan2.1-1.3b", "480p-81f"
+INSTANCES = [("v5e-16", {"x": 4, "y": 4}), ("v5e-16", {"x": 2, "y": 2, "z": 4}),
+             ("v5e-8", {"x": 2, "y": 4})]
+BUDGETS = [1.0, 5.0, 30.0, 120.0]
+SEARCHES = ["random", "descent", "annealing"]
+SEARCH_NAMES = {"random": "random search", "descent": "coordinate descent",
+                "annealing": "simulated annealing"}
+MATCH_REL = 1e-6
+SEED = 0
+TRACE_POINTS = 400
+
+
+def mesh_name(m: dict[str, int]) -> str:
+    return "x".join(str(v) for v in m.values())
+
+
+def instance_id(target: str, mesh: dict[str, int]) -> str:
+    return f"{target}:{mesh_name(mesh)}"
+
+
+def cell_id(target: str, mesh: dict[str, int], budget: float) -> str:
+    return f"{instance_id(target, mesh)}@{budget:g}s"
+
+
+def thin(trace: list, n: int = TRACE_POINTS) -> list[list[float]]:
+    """At most about n points of an improvement trace: the last point in each log-spaced time bin
+    (and the first and last points)."""
+    if len(trace) <= n:
+        return [[float(t), float(v)] for t, v in trace]
+    t_lo = max(min(t for t, _ in trace), 1e-6)
+    t_hi = max(t for t, _ in trace)
+    width = (math.log(t_hi) - math.log(t_lo)) / n or 1.0
+    keep: dict[int, tuple[float, float]] = {}
+    for t, v in trace:
+        keep[int((math.log(max(t, t_lo)) - math.log(t_lo)) / width)] = (t, v)
+    pts = [trace[0]] + sorted(keep.values()) + [trace[-1]]
+    out = []
+    for t, v in pts:
+        if not out or out[-1] != [float(t), float(v)]:
+            out.append([float(t), float(v)])
+    return out
+
+
+def build(target_name: str, mesh: dict[str, int], irs: dict):
+    from aoizora.extract.program_ir import build_ir
+    from aoizora.extract.targets import get_target
+    from aoizora.models.registry import abstract_inputs, denoise_step, get_model
+    from aoizora.solvers.sharding_heuristics import build_instance
+
+    tgt = get_target(target_name)
+    pad = 128 * tgt.chips
+    if pad not in irs:
+        m = get_model(MODEL)
+        args = abstract_inputs(m, WORKLOAD)
+        irs[pad] = build_ir(denoise_step(m, pad_multiple=pad), *args)
+    t0 = time.perf_counter()
+    inst = build_instance(irs[pad], tgt, mesh)
+    return inst, time.perf_counter() - t0, pad
+
+
+def run_cell(inst, budget: float) -> dict:
+    from aoizora.formulation.sharding_ilp import TIME_SCALE, chosen
+    from aoizora.solvers.sharding import run_solver
+    from aoizora.solvers.sharding_heuristics import SEARCHES as FNS
+
+    r = run_solver(inst.model.prob, "cbc", budget, SEED, 1)
+    obj = r["objective"] / TIME_SCALE if r["objective"] is not None else None
+    bound = r["bound"] / TIME_SCALE if r["bound"] is not None else None
+    ilp = {"solver": r["solver"], "status": r["status"], "objective_s": obj, "bound_s": bound,
+           "gap": (0.0 if r["status"] == "OPTIMAL" else
+                   (max(0.0, (obj - bound) / obj) if obj and bound is not None else None)),
+           "time_s": r["time_s"], "detail": r["detail"]}
+    if obj is not None:
+        ch = inst.from_choice(chosen(inst.model))
+        ilp["heuristic_price_s"] = inst.objective(ch)     # the heuristics' price of the ILP's choice
+        ilp["peak_bytes"] = float(inst.rows(ch).max())
+        ilp["feasible_for_heuristics"] = inst.feasible(ch)
+    print(f"  ILP CBC {budget:g}s: {r['status']} Q1={obj} bound={bound} in {r['time_s']:.2f}s", flush=True)
+    heur = {}
+    for name in SEARCHES:
+        res = FNS[name](inst, time_limit_s=budget, seed=SEED)
+        c = res.certificate
+        heur[name] = {"search": c.solver, "status": c.status, "objective_s": c.objective,
+                      "time_s": c.time_s, "evaluated": res.evaluated, "peak_bytes": res.peak_bytes,
+                      "detail": c.detail, "trace": thin(res.trace), "n_improvements": len(res.trace),
+                      "full_trace_match_s": (res.time_to_reach(obj, MATCH_REL) if obj is not None
+                                             else None)}
+        print(f"  {name:9s} {budget:g}s: {c.status} Q1={c.objective} in {c.time_s:.2f}s "
+              f"(evaluated {res.evaluated})", flush=True)
+    return {"ilp": ilp, "heuristics": heur}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budgets", type=float, nargs="+", default=None)
+    ap.add_argument("--instances", nargs="+", default=None, help="e.g. v5e-16:4x4 v5e-8:2x4")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    a = ap.parse_args(argv)
+    base = "sharding_vs_heuristics_quick" if a.quick else "sharding_vs_heuristics"
+    budgets = a.budgets or ([1.0] if a.quick else BUDGETS)
+    chosen_inst = [(t, m) for t, m in INSTANCES
+                   if (a.instances is None and (not a.quick or t == "v5e-8"))
+                   or (a.instances is not None and instance_id(t, m) in a.instances)]
+    path = os.path.join(a.out, base + ".json")
+    doc = json.load(open(path)) if os.path.exists(path) else {}
+    doc.update({"model": MODEL, "workload": WORKLOAD, "seed": SEED, "match_rel": MATCH_REL,
+                "units": {"objective": "Q1, the ILP's predicted step latency (placement-oblivious "
+                                       "cost model), seconds in the JSON, ms in the tables; a "
+                                       "prediction, not a measurement",
+                          "time": "wall-clock seconds on this machine",
+                          "peak_bytes": "largest ILP memory row, bytes per device"}})
+    doc.setdefault("instances", {})
+    irs: dict = {}
+    for tname, mesh in chosen_inst:
+        iid = instance_id(tname, mesh)
+        todo = [b for b in budgets
+                if a.force or cell_id(tname, mesh, b) not in doc["instances"].get(iid, {}).get("cells", {})]
+        if not todo:
+            continue
+        inst, build_s, pad = build(tname, mesh, irs)
+        entry = doc["instances"].setdefault(iid, {"cells": {}})
+        entry.update({"target": tname, "mesh": mesh, "pad_multiple": pad, "build_s": build_s,
+                      "groups": len(inst.gids), "free_groups": int(len(inst.free)),
+                      "strategies": int(inst.K.sum()), "edges": len(inst.edges),
+                      "memory_rows": int(len(inst.const)), "hbm_budget_bytes": inst.budget,
+                      "log10_choices": float(sum(math.log10(int(k)) for k in inst.K)),
+                      "ilp_size": inst.model.size()})
+        for b in todo:
+            print(f"{iid} budget {b:g} s", flush=True)
+            cell = run_cell(inst, b)
+            cell.update({"budget_s": b, "machine": machine_info()})
+            entry["cells"][cell_id(tname, mesh, b)] = cell
+            doc["machine"] = machine_info()
+            os.makedirs(a.out, exist_ok=True)
+            with open(path, "w") as f:
+                json.dump(doc, f, indent=1)
+    finish(doc)
+    write_md(doc, os.path.join(a.out, base + ".md"))
+    plot(doc, os.path.join(a.out, base + ".png"))
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+def finish(doc: dict) -> None:
+    """Per instance: the reference objective (the best ILP objective over all budgets) and each
+    heuristic's time to match it (within match_rel) in each cell."""
+    for iid, e in doc["instances"].items():
+        objs = [c["ilp"]["objective_s"] for c in e["cells"].values() if c["ilp"]["objective_s"] is not None]
+        ref = min(objs) if objs else None
+        proven = any(c["ilp"]["status"] == "OPTIMAL" for c in e["cells"].values())
+        e["reference_s"], e["reference_proven"] = ref, proven
+        for c in e["cells"].values():
+            for h in c["heuristics"].values():
+                if ref is None or h["objective_s"] is None:
+                    h["match_s"], h["excess"] = None, None
+                    continue
+                h["excess"] = h["objective_s"] / ref - 1.0
+                if c["ilp"]["objective_s"] == ref:   # from the full trace, not the thinned one
+                    h["match_s"] = h["full_trace_match_s"]
+                else:
+                    h["match_s"] = next((t for t, v in h["trace"] if v <= ref * (1 + doc["match_rel"])),
+                                        None)
+
+
+def _ms(v) -> str:
+    return "" if v is None else f"{v * 1e3:.4f}"
+
+
+def write_md(doc: dict, path: str) -> None:
+    m = doc.get("machine", {})
+    lines = [f"# Sharding ILP against heuristics: {doc['model']} {doc['workload']}", "",
+             f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs shared with other jobs "
+             f"(load average {', '.join(f'{x:.1f}' for x in m.get('loadavg', []))} at the last cell), "
+             f"PuLP {m.get('pulp')}, numpy {m.get('numpy')}; {m.get('date', '')}. Every solver and search "
+             f"single-threaded, seed {doc['seed']}; the budget is the wall-clock time limit of each run "
+             "(the ILP's CBC time limit; the search's stop).", "",
+             "Q1 = the sharding ILP's objective: the predicted step latency of its placement-oblivious "
+             "cost model, in **ms** -- a prediction, not a measurement. Every search prices a layout "
+             "with exactly this Q1 (the ILP's own node, edge and correction costs) and rejects any "
+             "layout over the ILP's HBM memory rows. 'excess' = Q1 / (best ILP Q1) - 1. "
+             f"'match' = seconds until the search's best was within {doc['match_rel']:g} (relative) "
+             "of the best ILP Q1; 'never' = not within the budget. Heuristics prove nothing (no bound). "
+             "Time is wall clock, seconds; the machine is shared, so times are indicative.", "",
+             "Searches: random search (uniform strategy per group, batches of 256); coordinate "
+             "descent (cyclic, each group to its best strategy given the rest, from all-replicated, "
+             "then cheapest-per-group, then random restarts); simulated annealing (single-group "
+             "moves, geometric cooling over the budget, from all-replicated, final descent). "
+             "Instance build (strategies, PuLP model, arrays) is done once per instance and not "
+             "counted in any budget.", ""]
+    for iid, e in doc["instances"].items():
+        lines += [f"## {e['target']}, mesh {mesh_name(e['mesh'])}", "",
+                  f"{e['groups']} groups ({e['free_groups']} with a choice), {e['strategies']} strategies, "
+                  f"{e['edges']} edges, {e['memory_rows']} memory rows, 10^{e['log10_choices']:.1f} "
+                  f"layouts; HBM budget {e['hbm_budget_bytes'] / 2**30:.2f} GiB per device; "
+                  f"ILP {e['ilp_size']['binaries']} binaries, {e['ilp_size']['continuous']} continuous, "
+                  f"{e['ilp_size']['constraints']} rows; build {e['build_s']:.2f} s. "
+                  f"Best ILP Q1 {_ms(e['reference_s'])} ms"
+                  f"{' (proven optimal)' if e['reference_proven'] else ' (not proven)'}.", "",
+                  "| budget s | method | status | Q1 ms | excess | bound ms | gap | time s | match s | evaluated |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for cid, c in sorted(e["cells"].items(), key=lambda kv: kv[1]["budget_s"]):
+            b = c["budget_s"]
+            il = c["ilp"]
+            ex = (il["objective_s"] / e["reference_s"] - 1.0) if il["objective_s"] is not None else None
+            gap = "" if il["gap"] is None else f"{il['gap']:.2%}"
+            lines.append(f"| {b:g} | ILP (CBC) | {il['status']} | {_ms(il['objective_s'])} | "
+                         f"{'' if ex is None else f'{ex:.2e}'} | {_ms(il['bound_s'])} | {gap} | "
+                         f"{il['time_s']:.2f} | {il['time_s']:.2f} | |")
+            for name in SEARCHES:
+                h = c["heuristics"].get(name)
+                if h is None:
+                    continue
+                match = "never" if h["match_s"] is None else f"{h['match_s']:.3f}"
+                ex = "" if h["excess"] is None else f"{h['excess']:.2e}"
+                lines.append(f"| {b:g} | {SEARCH_NAMES[name]} | {h['status']} | {_ms(h['objective_s'])} | "
+                             f"{ex} | | | {h['time_s']:.2f} | {match} | {h['evaluated']} |")
+        lines.append("")
+    lines += ["- 'evaluated': layouts priced (random search), single-group moves priced (descent: every "
+              "strategy of a group counts one), annealing steps plus the final descent's moves.",
+              "- The ILP's match time is its solve time (CBC process, model written and read); the "
+              "heuristics' prices of the ILP's own layout equal its objective "
+              "(`heuristic_price_s` in the JSON).",
+              f"- Plot: `{os.path.basename(path)[:-3]}.png` (excess over the best ILP Q1 against time, "
+              "from each search's run at the largest budget)."]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def plot(doc: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    inst = [e for e in doc["instances"].values() if e["cells"] and e["reference_s"]]
+    if not inst:
+        return
+    floor = 1e-7
+    fig, axes = plt.subplots(1, len(inst), figsize=(max(5.2 * len(inst), 6.0), 4.6), squeeze=False)
+    colors = {"random": "tab:gray", "descent": "tab:blue", "annealing": "tab:orange"}
+    for ax, e in zip(axes[0], inst):
+        ref = e["reference_s"]
+        big = max(e["cells"].values(), key=lambda c: c["budget_s"])
+        for name in SEARCHES:
+            h = big["heuristics"].get(name)
+            if not h or not h["trace"]:
+                continue
+            ts = [max(t, 1e-4) for t, _ in h["trace"]] + [h["time_s"]]
+            ys = [max(v / ref - 1.0, floor) for _, v in h["trace"]]
+            ys.append(ys[-1])
+            ax.step(ts, ys, where="post", color=colors[name], label=SEARCH_NAMES[name])
+        for c in e["cells"].values():
+            il = c["ilp"]
+            if il["objective_s"] is None:
+                continue
+            y = max(il["objective_s"] / ref - 1.0, floor)
+            ax.plot([il["time_s"]], [y], marker="*", ms=11, color="tab:red", ls="none",
+                    label="ILP (CBC), each budget" if c is next(iter(e["cells"].values())) else None)
+        ax.axhline(floor, color="tab:red", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("wall-clock time (s)")
+        ax.set_ylabel(f"Q1 / best ILP Q1 - 1  ({floor:g} = matched)")
+        ax.set_title(f"{e['target']} {mesh_name(e['mesh'])}: best ILP Q1 {ref * 1e3:.2f} ms\n"
+                     f"searches at the {big['budget_s']:g} s budget", fontsize=9)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Sharding ILP against heuristics, {doc['model']} {doc['workload']}\n"
+                 "(Q1 = predicted step latency, placement-oblivious model)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
