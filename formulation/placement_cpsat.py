@@ -78,17 +78,20 @@ from ortools.sat.python import cp_model
 
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
-from aoizora.formulation import symmetry
+from aoizora.formulation import placement_bounds, symmetry
 from aoizora.formulation.traffic import (RING_KINDS, TrafficModel, base_kind, class_coefficient,
                                          flow_class, unit_loads)
 
 SCOPE_SETS = "every placement"
 SCOPE_CIRCUIT = ("placements where every ring group of >= 3 ranks lies on a cycle or path of "
                  "physical links (pairs, all-to-alls and permutes: any placement)")
-SETS_CAP = 40_000
+# sum_g C(C, k_g) over ring groups up to which "auto" picks the exact set formulation. Measured on
+# Wan 2.1 1.3B evidence for v5e-16 (two groups of 8 and four of 4: 33,020 sets, 7.4 M load
+# terms): 15 s to build and no solution in 30 s, so "auto" takes the circuit formulation there.
+SETS_CAP = 20_000
 # How minchip is stated for slabs without set variables: prefix booleans (measured 1.5-2x faster
 # on v5e-16 than AddMinEquality); slabs that are set-variable groups use sum_S min(S) y[g][S].
-_PREFIX = True          # sum_g C(C, k_g) up to which "auto" picks the exact set formulation
+_PREFIX = True
 
 
 class PlacementModelError(ValueError):
@@ -109,6 +112,7 @@ class PlacementModel:
         self.traffic = TrafficModel(evidence, network)
         self.R = self.C = network.num_chips
         self.model = cp_model.CpModel()
+        self._int_ub: dict[int, int] = {}
         self.notes: list[str] = []
         self._collect()
         if formulation == "auto":
@@ -142,6 +146,7 @@ class PlacementModel:
             self._circuits()
         self._permutes()
         self._objectives()
+        self._lower_bounds()
         self.fixed: dict[int, list[int]] = {}
         if symmetry_breaking:
             self._symmetry(anchor_chip)
@@ -294,6 +299,7 @@ class PlacementModel:
         U = {}
         for l, (vs, cs) in per.items():
             u = m.NewIntVar(0, sum(cs), f"U[{g}][{l}]")
+            self._int_ub[u.Index()] = sum(cs)
             m.Add(u == cp_model.LinearExpr.WeightedSum(vs, cs))
             U[l] = u
         hop = m.NewIntVar(0, sum(hc), f"hops[{g}]")
@@ -422,7 +428,9 @@ class PlacementModel:
         self.M, self.E, self.O_units, self.frac = [], [], [], []
         for p in range(len(tm.phases)):
             terms = self.load_terms[p]
-            ub = max((sum(cs) for _, cs in terms.values()), default=0)
+            # integer terms (U[g][l] flows) reach their domain's top, not 1
+            ub = max((sum(c * self._ub(v) for v, c in zip(vs, cs)) for vs, cs in terms.values()),
+                     default=0)
             M = m.NewIntVar(0, max(ub, 0), f"M[{p}]")
             for l, (vs, cs) in terms.items():
                 if vs:
@@ -452,6 +460,35 @@ class PlacementModel:
         self.obj_hops = cp_model.LinearExpr.WeightedSum(hv, hc)
         self.objectives = [("comm", self.obj_comm), ("link_bytes", self.obj_bytes),
                            ("hops", self.obj_hops)]
+
+    def _lower_bounds(self) -> None:
+        """M[p] >= lbM[p] = ceil(lb[p] / unit_bytes) (``formulation.placement_bounds``: valid for
+        every placement, so for every scope), and comm >= sum_p count_p max(0, lbM[p] - O_p)."""
+        bounds = placement_bounds.phase_link_lower_bounds(self.ev, self.net, self.traffic)
+        self.lbM: list[int] = []
+        for p, b in enumerate(bounds):
+            v = b.link_bytes / self.unit_bytes
+            lb = int(math.ceil(v))
+            self.lbM.append(lb)
+            if lb > 0:
+                self.model.Add(self.M[p] >= lb)
+        counts = [k.count for k in self.traffic.phases]
+        self.lb_comm_units = sum(n * max(0, lb - O)
+                                 for n, lb, O in zip(counts, self.lbM, self.O_units))
+        if self.lb_comm_units > 0:
+            self.model.Add(self.obj_comm >= self.lb_comm_units)
+
+    def add_phase_bound(self, p: int, link_bytes) -> None:
+        """M[p] >= ceil(link_bytes / unit_bytes) for a bound proven elsewhere (e.g. phase p solved
+        alone): valid when it holds for every placement of this model's scope."""
+        lb = int(math.ceil(Fraction(link_bytes) / self.unit_bytes))
+        if lb > self.lbM[p]:
+            self.lbM[p] = lb
+            self.model.Add(self.M[p] >= lb)
+
+    def _ub(self, v) -> int:
+        """Upper bound of a load term's variable: booleans 1, U[g][l] flow counts their sum."""
+        return self._int_ub.get(v.Index(), 1)
 
     def comm_seconds(self, objective: float) -> float:
         """The comm objective (units) in seconds."""
@@ -611,7 +648,7 @@ class PlacementModel:
         for (s_, t), qs in self.q.items():
             for (a, b), v in qs.items():
                 val[v] = int(p[s_] == a and p[t] == b)
-        for mn, slab in self._minchip:
+        for mn, slab in getattr(self, "_minchip", []):
             val[mn] = min(p[r] for r in slab)
         for pre, slab in getattr(self, "_prefix", []):
             lo = min(p[r] for r in slab)
@@ -633,6 +670,15 @@ class PlacementModel:
                 val[self.E[pi]] = max(0, mx - self.O_units[pi])
         return val
 
+    def in_scope(self, chip_of_rank: Sequence[int]) -> bool:
+        """Whether the model can represent the placement (rank -> chip): always for "sets"; for
+        "circuit" when every ring group's chips have a cycle or path of physical links."""
+        if self.formulation == "sets":
+            return True
+        p = [int(v) for v in chip_of_rank]
+        return all(self.net.ring_through(sorted(p[r] for r in self.groups[g])).kind
+                   in ("ring", "line") for g in self.ring)
+
     def add_hint(self, chip_of_rank: Sequence[int]) -> None:
         """Hint a placement (rank -> chip), mapped into the symmetry-broken region, with every
         auxiliary variable it determines."""
@@ -640,3 +686,36 @@ class PlacementModel:
         self.model.ClearHints()
         for v, x in self.hint_values(p).items():
             self.model.AddHint(v, x)
+
+
+def estimated_variables(evidence: Evidence, network: Network,
+                        formulation: str = "auto") -> tuple[str, int]:
+    """(formulation "auto" resolves to, approximate number of CP-SAT variables) without building
+    the model: x (C^2), per ring group its sets (C(C, k)) or its circuit (links + 4 C), per pair /
+    all-to-all group its pair products (C (C - 1) / 2 + links), per permute pair C (C - 1)."""
+    C, L = network.num_chips, network.num_links
+    tm = TrafficModel(evidence, network)
+    classes: dict[frozenset, set] = {}
+    perm_pairs: set = set()
+    for cs in tm.phase_collectives:
+        for c in cs:
+            kind = base_kind(c.kind)
+            if kind == "collective-permute":
+                perm_pairs.update((int(s), int(t)) for s, t in (c.source_target_pairs or [])
+                                  if s != t)
+                continue
+            for grp in c.replica_groups:
+                g = frozenset(int(r) for r in grp)
+                cls = flow_class(kind, len(g))
+                if cls != "none":
+                    classes.setdefault(g, set()).add(cls)
+    if formulation == "auto":
+        n_sets = sum(math.comb(C, len(g)) for g, k in classes.items() if "ring" in k)
+        formulation = "sets" if n_sets <= SETS_CAP else "circuit"
+    n = C * C + len(perm_pairs) * C * (C - 1)
+    for g, k in classes.items():
+        if "ring" in k:
+            n += math.comb(C, len(g)) if formulation == "sets" else C + L + 4 * C
+        if k & {"pair", "a2a"}:
+            n += C + C * (C - 1) // 2 + L
+    return formulation, n

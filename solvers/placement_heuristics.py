@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import signal
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -43,17 +45,49 @@ class HeuristicError(ValueError):
     """A search that cannot run on this instance (e.g. exhaustive on too many devices)."""
 
 
+class EvaluationTimeout(Exception):
+    """Pricing one placement took longer than the evaluation cap."""
+
+
+def guarded_cost(tm: TrafficModel, p, timeout_s: float | None) -> tuple | None:
+    """``tm.cost(p)``, or None when it takes longer than `timeout_s` (a ring group whose chips
+    send ``Network.ring_through`` into a long Hamiltonian search: seconds each on 128-chip
+    groups of v5e-256). Uses SIGALRM, so only in the main thread; elsewhere unguarded.
+    Interrupting is safe: the caches fill only when a computation completes."""
+    if (not timeout_s or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()):
+        return tm.cost(p)
+
+    def _raise(signum, frame):
+        raise EvaluationTimeout()
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, float(timeout_s))
+    try:
+        return tm.cost(p)
+    except EvaluationTimeout:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 class _Best:
-    def __init__(self, tm: TrafficModel, t0: float):
+    def __init__(self, tm: TrafficModel, t0: float, eval_timeout_s: float | None = None):
         self.tm, self.t0 = tm, t0
         self.cost: tuple | None = None
         self.placement: np.ndarray | None = None
         self.trace: list[tuple[float, float]] = []
         self.evaluated = 0
+        self.eval_timeout_s = eval_timeout_s
+        self.timed_out = 0
 
     def offer(self, p: np.ndarray, cost: tuple | None = None) -> tuple:
-        c = cost if cost is not None else self.tm.cost(p)
+        c = cost if cost is not None else guarded_cost(self.tm, p, self.eval_timeout_s)
         self.evaluated += 1
+        if c is None:                      # pricing timed out: treated as worse than anything
+            self.timed_out += 1
+            return (math.inf, math.inf, math.inf)
         if self.cost is None or c < self.cost:
             self.cost = c
             self.placement = np.array(p, dtype=np.int64)
@@ -118,13 +152,17 @@ def exhaustive(evidence: Evidence, network: Network, time_limit_s: float = 60.0)
 
 # ---------------------------------------------------------------------------------------------
 def axis_orders(evidence: Evidence, network: Network, time_limit_s: float = 60.0,
-                default: Sequence[int] | None = None) -> PlacementResult:
+                default: Sequence[int] | None = None,
+                eval_timeout_s: float | None = None) -> PlacementResult:
+    """`eval_timeout_s`: skip a candidate whose pricing takes longer (``guarded_cost``)."""
     t0 = time.perf_counter()
     tm = TrafficModel(evidence, network)
     best = _Best(tm, t0)
-    cands = axis_order_placements(network, list(evidence.mesh_axes.values()))
+    cands = axis_order_placements(network, list(evidence.mesh_axes.values()),
+                                  deadline=t0 + time_limit_s)
     if default is not None:
         best.offer(np.asarray(default, dtype=np.int64))
+    best.eval_timeout_s = eval_timeout_s
     done = 0
     for p in cands:
         if time.perf_counter() - t0 > time_limit_s:
@@ -132,32 +170,39 @@ def axis_orders(evidence: Evidence, network: Network, time_limit_s: float = 60.0
         best.offer(p)
         done += 1
     return _result("axis orders", best, evidence, network, t0, time_limit_s, None,
-                   detail={"candidates": len(cands), "evaluated_candidates": done})
+                   detail={"candidates": len(cands), "evaluated_candidates": done,
+                           "timed_out_evaluations": best.timed_out})
 
 
 # ---------------------------------------------------------------------------------------------
 def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.0,
                   seed: int = 0, default: Sequence[int] | None = None,
-                  max_evaluations: int | None = None) -> PlacementResult:
+                  max_evaluations: int | None = None,
+                  eval_timeout_s: float | None = None) -> PlacementResult:
     t0 = time.perf_counter()
     tm = TrafficModel(evidence, network)
     best = _Best(tm, t0)
     rng = np.random.default_rng(seed)
     if default is not None:
         best.offer(np.asarray(default, dtype=np.int64))
+    best.eval_timeout_s = eval_timeout_s
     n = evidence.num_devices
     while time.perf_counter() - t0 < time_limit_s:
         if max_evaluations is not None and best.evaluated >= max_evaluations:
             break
         best.offer(rng.permutation(n))
-    return _result("random search", best, evidence, network, t0, time_limit_s, seed)
+    return _result("random search", best, evidence, network, t0, time_limit_s, seed,
+                   detail={"timed_out_evaluations": best.timed_out})
 
 
 # ---------------------------------------------------------------------------------------------
 def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, seed: int = 0,
               starts: Sequence[Sequence[int]] | None = None, t_start: float = 0.05,
-              t_end: float = 1e-4, max_evaluations: int | None = None) -> PlacementResult:
-    """Simulated annealing over swaps. Temperatures are relative to the start's objective."""
+              t_end: float = 1e-4, max_evaluations: int | None = None,
+              eval_timeout_s: float | None = None) -> PlacementResult:
+    """Simulated annealing over swaps. Temperatures are relative to the start's objective.
+    `eval_timeout_s`: a swap whose pricing takes longer is rejected (``guarded_cost``); starts
+    are always priced in full."""
     t0 = time.perf_counter()
     tm = TrafficModel(evidence, network)
     best = _Best(tm, t0)
@@ -176,6 +221,7 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
         return c[0] / scale + 1e-6 * c[1] / bscale
 
     e_cur = energy(cur_c)
+    best.eval_timeout_s = eval_timeout_s
     it = 0
     budget = time_limit_s * 0.9
     while n >= 2:
@@ -205,10 +251,12 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
                 c = best.offer(q)
                 if c < pc:
                     p, pc, improved = q, c, True
+                if time.perf_counter() - t0 > time_limit_s:
+                    break
             if time.perf_counter() - t0 > time_limit_s:
                 break
     return _result("annealing", best, evidence, network, t0, time_limit_s, seed,
-                   detail={"iterations": it})
+                   detail={"iterations": it, "timed_out_evaluations": best.timed_out})
 
 
 HEURISTICS: dict[str, Callable[..., PlacementResult]] = {

@@ -1,0 +1,118 @@
+"""Lower bounds on the placement objective that hold for every placement (no solver needed).
+
+The level-1 objective of the placement problem (``formulation.traffic``, ``placement_cpsat``) is
+
+    comm(P) = sum_p count_p * max(0, T_p(P) - O_p),     T_p(P) = max_l load_p(P)[l] / W
+
+over the phases p (collectives in flight together), with W the one-way link bandwidth and O_p
+the compute phase p hides behind. It is separable over phases, and x -> max(0, x / W - O_p) is
+nondecreasing, so for any per-phase numbers ``lb[p] <= min_P max_l load_p(P)[l]``:
+
+    min_P comm(P) >= sum_p count_p * min_P max(0, T_p(P) - O_p)
+                  >= sum_p count_p * max(0, lb[p] / W - O_p)            (``comm_lower_bound``)
+
+``phase_link_lower_bounds`` gives lb[p] (bytes) as the largest of these valid bounds, each true
+for every placement of the traffic model (one device per chip, k = |g| distinct chips):
+
+  cut:  a ring collective c (all-gather / reduce-scatter / all-reduce, k >= 3) on group g puts
+        at least one unit (``class_coefficient`` coef_c) on some link whatever chip set S it
+        sits on (closed ring: 1 unit on every cycle link; line: 2; scattered tour: every step's
+        route carries >= 1 unit); several ring collectives on the same g in one phase load the
+        same links in proportion, so  lb >= sum_{c ring on g} coef_c.  A pair (k = 2) routes
+        coef_c each way over >= 1 link:  lb >= sum_{c pair on g} coef_c.  A collective-permute
+        pair (s, t), s != t, routes V = c.bytes over >= 1 link:  lb >= V.  An all-to-all on n
+        ranks sends n - 1 flows of coef_c = V / n from each chip over its <= deg_max out-links:
+        lb >= ceil((n - 1) / deg_max) coef_c  (flows are indivisible: one link carries >= that
+        many).
+  injection: a chip sends at least egress[r] bytes over its out-links (deg_max at most), where
+        for the rank r it holds  egress[r] = sum_c e_c(r),  e_c = 2 coef_c for a ring collective
+        (a closed ring sends 1 unit to each neighbour; a line's end sends 2 units one way, its
+        middle 2 each way; a scattered tour sends >= 2 units), coef_c for a pair, (n - 1) coef_c
+        for an all-to-all, V per permute pair with source r;  lb >= max_r egress[r] / deg_max.
+
+The decomposition bound (``solvers.placement``) replaces lb[p] by CP-SAT's proven bound of
+phase p solved alone when that is larger; this module is the part that costs nothing.
+No jax import (formulation layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from aoizora.extract.evidence import Evidence
+from aoizora.extract.network import Network
+from aoizora.formulation.traffic import (PhaseKey, TrafficModel, base_kind, class_coefficient,
+                                         flow_class)
+
+
+@dataclasses.dataclass
+class PhaseBound:
+    key: PhaseKey
+    link_bytes: Fraction          # lb[p]: every placement loads some link with >= this (one run)
+    how: str                      # "cut" or "injection" (which bound gave lb[p])
+    overlap_s: float              # O_p
+
+    def exposed_s(self, bandwidth: float) -> float:
+        """max(0, lb[p] / W - O_p): a lower bound of phase p's exposed seconds per run."""
+        return max(0.0, float(self.link_bytes) / bandwidth - self.overlap_s)
+
+
+def max_out_degree(network: Network) -> int:
+    return int(np.bincount(np.asarray(network.link_src), minlength=network.num_chips).max())
+
+
+def phase_link_lower_bounds(evidence: Evidence, network: Network,
+                            traffic: TrafficModel | None = None) -> list[PhaseBound]:
+    """lb[p] per phase of ``TrafficModel(evidence, network).phases`` (same order)."""
+    tm = traffic or TrafficModel(evidence, network)
+    deg = max_out_degree(network)
+    out = []
+    for key, cs, O in zip(tm.phases, tm.phase_collectives, tm.overlap_s):
+        per_group: dict[tuple[frozenset, str], Fraction] = {}
+        egress: dict[int, Fraction] = {}
+        cut = Fraction(0)
+        for c in cs:
+            kind = base_kind(c.kind)
+            if kind == "collective-permute":
+                pairs = [(int(s), int(t)) for s, t in (c.source_target_pairs or []) if s != t]
+                V = Fraction(int(c.bytes))
+                if pairs:
+                    cut = max(cut, V)
+                for s, _ in pairs:
+                    egress[s] = egress.get(s, Fraction(0)) + V
+                continue
+            for grp in c.replica_groups:
+                g = frozenset(int(r) for r in grp)
+                cls = flow_class(kind, len(g))
+                if cls == "none":
+                    continue
+                coef = class_coefficient(kind, c.bytes, len(g))
+                if cls == "a2a":
+                    n = len(g)
+                    per_group[(g, cls)] = per_group.get((g, cls), Fraction(0)) + \
+                        math.ceil((n - 1) / deg) * coef
+                    e = (n - 1) * coef
+                else:
+                    per_group[(g, cls)] = per_group.get((g, cls), Fraction(0)) + coef
+                    e = 2 * coef if cls == "ring" else coef
+                for r in g:
+                    egress[r] = egress.get(r, Fraction(0)) + e
+        if per_group:
+            cut = max(cut, max(per_group.values()))
+        inj = max(egress.values(), default=Fraction(0)) / deg
+        lb, how = (cut, "cut") if cut >= inj else (inj, "injection")
+        out.append(PhaseBound(key, lb, how, float(O)))
+    return out
+
+
+def comm_lower_bound(evidence: Evidence, network: Network,
+                     traffic: TrafficModel | None = None) -> float:
+    """sum_p count_p max(0, lb[p] / W - O_p): seconds of exposed communication per step that
+    no placement beats (valid over every placement)."""
+    bw = float(network.link_bandwidth_Bps)
+    return sum(b.key.count * b.exposed_s(bw)
+               for b in phase_link_lower_bounds(evidence, network, traffic))
