@@ -237,7 +237,12 @@ def _matches(inst: dict) -> None:
         cp["heuristics_at_budget"] = m
 
 
-def run(targets, budgets, recompile=False, out_dir=RESULTS, log=print) -> dict:
+def run(targets, budgets, recompile=False, out_dir=RESULTS, log=print,
+        merge: bool = False) -> dict:
+    """Run the instances; `merge`: keep the other instances of the existing JSON (re-run some)."""
+    old = None
+    if merge and (out_dir / "placement_solver.json").exists():
+        old = json.loads((out_dir / "placement_solver.json").read_text())
     out = {"machine": machine_info(), "budgets_s": budgets, "objective": OBJECTIVE,
            "unit": "seconds in JSON, ms in the report",
            "cpsat": "1 worker, seed 0, hint = JAX default order (solve_placement also prices the "
@@ -246,8 +251,15 @@ def run(targets, budgets, recompile=False, out_dir=RESULTS, log=print) -> dict:
                         f"{LAYOUT}, compiled ahead of time with libtpu in JAX's default device "
                         "order (benchmarks/results/placement_evidence/)"),
            "instances": []}
+    if old is not None:
+        out["instances"] = [i for i in old["instances"] if i["target"] not in targets]
+        out["earlier_runs"] = old.get("earlier_runs", []) + [
+            {"targets": [i["target"] for i in out["instances"]], "machine": old["machine"],
+             "machine_end": old.get("machine_end")}]
     for t in targets:
         out["instances"].append(run_instance(t, budgets, recompile, log))
+        out["instances"].sort(key=lambda i: TARGETS.index(i["target"])
+                              if i["target"] in TARGETS else 99)
         write(out, out_dir)        # after each instance: a partial run keeps its results
     out["machine_end"] = {"loadavg": list(__import__("os").getloadavg())}
     write(out, out_dir)
@@ -415,6 +427,10 @@ def markdown(out: dict) -> str:
               "bounds valid over the circuit scope only."]
     elif out.get("plot_error"):
         L += ["", f"Plot failed: {out['plot_error']}"]
+    for e in out.get("earlier_runs", []):
+        em = e["machine"]
+        L += ["", f"{', '.join(e['targets'])}: from an earlier run ({em['date']}, load average "
+              f"at start {', '.join(f'{x:.2f}' for x in em['loadavg'])})."]
     if "machine_end" not in out:
         L += ["", "**Partial run**: the instances above finished; the others did not run."]
     L.append("")
@@ -429,6 +445,8 @@ def main(argv=None):
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--report-only", action="store_true",
                     help="regenerate the markdown and plot from the JSON")
+    ap.add_argument("--merge", action="store_true",
+                    help="re-run only --targets, keeping the other instances of the JSON")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
     out_dir = Path(a.out)
@@ -441,8 +459,8 @@ def main(argv=None):
             print(f"{t}: {len(ev.collectives)} collectives, mesh {ev.mesh_axes}, "
                   f"compile {rec['compile_wall_s']} s", flush=True)
         return
-    run(a.targets, a.budgets, a.recompile, out_dir,
-        log=lambda s: print(s, flush=True))
+    run(a.targets, a.budgets, a.recompile, out_dir, log=lambda s: print(s, flush=True),
+        merge=a.merge)
 
 
 if __name__ == "__main__":

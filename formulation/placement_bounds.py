@@ -12,7 +12,8 @@ nondecreasing, so for any per-phase numbers ``lb[p] <= min_P max_l load_p(P)[l]`
                   >= sum_p count_p * max(0, lb[p] / W - O_p)            (``comm_lower_bound``)
 
 ``phase_link_lower_bounds`` gives lb[p] (bytes) as the largest of these valid bounds, each true
-for every placement of the traffic model (one device per chip, k = |g| distinct chips):
+for every placement of the traffic model (one device per chip, k = |g| distinct chips; on
+slices with several devices per chip every lb[p] is 0):
 
   cut:  a ring collective c (all-gather / reduce-scatter / all-reduce, k >= 3) on group g puts
         at least one unit (``class_coefficient`` coef_c) on some link whatever chip set S it
@@ -70,6 +71,10 @@ def phase_link_lower_bounds(evidence: Evidence, network: Network,
     """lb[p] per phase of ``TrafficModel(evidence, network).phases`` (same order)."""
     tm = traffic or TrafficModel(evidence, network)
     deg = max_out_degree(network)
+    if network.num_devices != network.num_chips:
+        # devices sharing a chip exchange data without links: these bounds assume one per chip
+        return [PhaseBound(k, Fraction(0), "none (several devices per chip)", float(O))
+                for k, O in zip(tm.phases, tm.overlap_s)]
     out = []
     for key, cs, O in zip(tm.phases, tm.phase_collectives, tm.overlap_s):
         per_group: dict[tuple[frozenset, str], Fraction] = {}

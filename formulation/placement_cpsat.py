@@ -26,8 +26,11 @@ Formulation "sets" for ring groups (k_g >= 3; exact over every placement; used w
 sum_g C(C, k_g) over ring groups is small):
   y[g][S] in {0,1} for every k_g-subset S of chips;  sum_S y[g][S] = 1
   sum_{r in g} x[r][c] = sum_{S containing c} y[g][S]                  for every chip c
-  load[p][l] = sum_{c in p on g} coef_c sum_S unit_c(S)[l] y[g][S] + permute terms
-  cut:  M[p] >= sum_S y[g][S] max_l sum_{c in p on g} coef_c unit_c(S)[l]   (each group alone)
+  per group g and class cls, shared by every phase (integer variables):
+    Uy[g,cls][l] = sum_S unit_cls(S)[l] y[g][S],   Hy[g,cls] = sum_S hops_cls(S) y[g][S],
+    MXy[g,cls] = sum_S (max_l unit_cls(S)[l]) y[g][S]
+  load[p][l] = sum_{cls on g in p} (sum_{c in p on g of cls} coef_c) Uy[g,cls][l] + others
+  cut:  M[p] >= (sum_{c in p on g of cls} coef_c) MXy[g,cls]      (each group and class alone)
 
 Formulation "circuit" (scales to large slices; restricted scope, SCOPE_CIRCUIT: scattered ring
 groups are not representable, and on v5e-16 with Wan-like evidence the global optimum has them):
@@ -113,6 +116,8 @@ class PlacementModel:
         self.R = self.C = network.num_chips
         self.model = cp_model.CpModel()
         self._int_ub: dict[int, int] = {}
+        self._set_defs: dict[tuple[int, str], tuple] = {}
+        self.set_terms: dict[tuple[int, str], tuple] = {}
         self.notes: list[str] = []
         self._collect()
         if formulation == "auto":
@@ -246,30 +251,65 @@ class PlacementModel:
                 for S in sets:
                     if (cls, S) not in self.set_units:
                         self.set_units[(cls, S)] = unit_loads(cls, S, net)
+        # per (group, class), shared by every phase: U[g,cls][l] = sum_S unit_cls(S)[l] y[g][S],
+        # H[g,cls] = sum_S hops_cls(S) y[g][S], MX[g,cls] = sum_S max_l unit_cls(S)[l] y[g][S]
         for p, its in enumerate(self.items):
-            per_group: dict[int, list[tuple[str, int]]] = {}
+            per_group: dict[int, dict[str, list[int]]] = {}
             for cls, g, coef in its:
                 if g in self.y:
-                    per_group.setdefault(g, []).append((cls, self.units(coef)))
+                    d = per_group.setdefault(g, {}).setdefault(cls, [0, 0])
+                    d[0] += self.units(coef)
+                    d[1] += 1                      # collectives: each counts its flow hops
                 else:
                     self._pair_terms(p, g, cls, self.units(coef))
-            for g, lst in per_group.items():
-                cut = []
-                for S, v in self.y[g].items():
-                    tot = np.zeros(net.num_links, dtype=np.int64)
-                    hops = 0
-                    for cls, cu in lst:
-                        u, h = self.set_units[(cls, S)]
-                        tot += cu * u
-                        hops += h
-                    for l in np.nonzero(tot)[0]:
-                        self._add(p, int(l), v, int(tot[l]))
-                    if hops:
-                        self._addh(p, v, hops)
-                    mx = int(tot.max()) if len(tot) else 0
-                    if mx:
-                        cut.append((v, mx))
-                self.cuts[p].append(cut)
+            for g, by_cls in per_group.items():
+                for cls, (cu, n_items) in by_cls.items():
+                    U, H, MX = self._set_unit(g, cls)
+                    for l, u in U.items():
+                        self._add(p, l, u, cu)
+                    if H is not None:
+                        self._addh(p, H, n_items)
+                    if MX is not None:
+                        # some link carries cu x max_l unit(S)[l] (other classes only add)
+                        self.cuts[p].append([(MX, cu)])
+
+    def _set_unit(self, g: int, cls: str):
+        key = (g, cls)
+        if key in self.set_terms:
+            return self.set_terms[key]
+        m, L = self.model, self.net.num_links
+        per: dict[int, tuple[list, list]] = {}
+        hv, hc, mv, mc = [], [], [], []
+        for S, v in self.y[g].items():
+            u, h = self.set_units[(cls, S)]
+            for l in np.nonzero(u)[0]:
+                vs, cs = per.setdefault(int(l), ([], []))
+                vs.append(v)
+                cs.append(int(u[l]))
+            if h:
+                hv.append(v)
+                hc.append(int(h))
+            mx = int(u.max()) if L else 0
+            if mx:
+                mv.append(v)
+                mc.append(mx)
+        U = {}
+        for l, (vs, cs) in per.items():
+            ub = max(cs)
+            var = m.NewIntVar(0, ub, f"Uy[{g},{cls}][{l}]")
+            m.Add(var == cp_model.LinearExpr.WeightedSum(vs, cs))
+            self._int_ub[var.Index()] = ub
+            U[l] = var
+        H = MX = None
+        if hv:
+            H = m.NewIntVar(0, max(hc), f"Hy[{g},{cls}]")
+            m.Add(H == cp_model.LinearExpr.WeightedSum(hv, hc))
+        if mv:
+            MX = m.NewIntVar(0, max(mc), f"MXy[{g},{cls}]")
+            m.Add(MX == cp_model.LinearExpr.WeightedSum(mv, mc))
+        self.set_terms[key] = (U, H, MX)
+        self._set_defs[key] = (per, hv, hc, mv, mc)
+        return self.set_terms[key]
 
     def _pair_terms(self, p: int, g: int, cls: str, cu: int) -> None:
         """Loads of a pair / all-to-all group through pair products of its chips:
@@ -612,6 +652,14 @@ class PlacementModel:
             S = tuple(chips_of[g])
             for T, v in ys.items():
                 val[v] = int(T == S)
+        for key, (U, H, MX) in self.set_terms.items():
+            per, hv, hc, mv, mc = self._set_defs[key]
+            for l, (vs, cs) in per.items():
+                val[U[l]] = sum(c * val[v] for v, c in zip(vs, cs))
+            if H is not None:
+                val[H] = sum(c * val[v] for v, c in zip(hv, hc))
+            if MX is not None:
+                val[MX] = sum(c * val[v] for v, c in zip(mv, mc))
         if True:
             for g, zs in self.z.items():
                 for c, v in enumerate(zs):

@@ -58,18 +58,30 @@ def guarded_cost(tm: TrafficModel, p, timeout_s: float | None) -> tuple | None:
             or threading.current_thread() is not threading.main_thread()):
         return tm.cost(p)
 
+    armed = [True]
+
     def _raise(signum, frame):
-        raise EvaluationTimeout()
+        # raises once, and never after the pricing ended (a late alarm does nothing); an alarm
+        # that lands in a callback that swallows exceptions (a gc callback) leaves this
+        # evaluation unguarded, nothing worse
+        if armed[0]:
+            armed[0] = False
+            raise EvaluationTimeout()
 
     old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, float(timeout_s))
+    c = None
     try:
-        return tm.cost(p)
+        signal.setitimer(signal.ITIMER_REAL, float(timeout_s))
+        try:
+            c = tm.cost(p)
+        finally:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except EvaluationTimeout:
-        return None
+        c = None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+    return c
 
 
 class _Best:
