@@ -95,10 +95,18 @@ def build(target_name: str, mesh: dict[str, int], irs: dict):
     return inst, time.perf_counter() - t0, pad
 
 
-def run_cell(inst, budget: float) -> dict:
+def run_cell(inst, budget: float, searches: list[str] | None = None, prev: dict | None = None) -> dict:
+    """The ILP and each search at one budget; with `searches` (and the cell's previous result
+    `prev`), only those searches run again and the rest of `prev` is kept."""
+    if searches is not None and prev is not None:
+        out = dict(prev)
+        out["heuristics"] = dict(prev["heuristics"])
+        obj = prev["ilp"]["objective_s"]
+        for name in searches:
+            out["heuristics"][name] = run_search(inst, name, budget, obj)
+        return out
     from aoizora.formulation.sharding_ilp import TIME_SCALE, chosen
     from aoizora.solvers.sharding import run_solver
-    from aoizora.solvers.sharding_heuristics import SEARCHES as FNS
 
     r = run_solver(inst.model.prob, "cbc", budget, SEED, 1)
     obj = r["objective"] / TIME_SCALE if r["objective"] is not None else None
@@ -113,18 +121,22 @@ def run_cell(inst, budget: float) -> dict:
         ilp["peak_bytes"] = float(inst.rows(ch).max())
         ilp["feasible_for_heuristics"] = inst.feasible(ch)
     print(f"  ILP CBC {budget:g}s: {r['status']} Q1={obj} bound={bound} in {r['time_s']:.2f}s", flush=True)
-    heur = {}
-    for name in SEARCHES:
-        res = FNS[name](inst, time_limit_s=budget, seed=SEED)
-        c = res.certificate
-        heur[name] = {"search": c.solver, "status": c.status, "objective_s": c.objective,
-                      "time_s": c.time_s, "evaluated": res.evaluated, "peak_bytes": res.peak_bytes,
-                      "detail": c.detail, "trace": thin(res.trace), "n_improvements": len(res.trace),
-                      "full_trace_match_s": (res.time_to_reach(obj, MATCH_REL) if obj is not None
-                                             else None)}
-        print(f"  {name:9s} {budget:g}s: {c.status} Q1={c.objective} in {c.time_s:.2f}s "
-              f"(evaluated {res.evaluated})", flush=True)
-    return {"ilp": ilp, "heuristics": heur}
+    return {"ilp": ilp, "heuristics": {name: run_search(inst, name, budget, obj) for name in SEARCHES}}
+
+
+def run_search(inst, name: str, budget: float, ilp_obj: float | None) -> dict:
+    from aoizora.solvers.sharding_heuristics import SEARCHES as FNS
+
+    res = FNS[name](inst, time_limit_s=budget, seed=SEED)
+    c = res.certificate
+    print(f"  {name:9s} {budget:g}s: {c.status} Q1={c.objective} in {c.time_s:.2f}s "
+          f"(evaluated {res.evaluated})", flush=True)
+    return {"search": c.solver, "status": c.status, "objective_s": c.objective,
+            "time_s": c.time_s, "loadavg": list(os.getloadavg()), "evaluated": res.evaluated,
+            "peak_bytes": res.peak_bytes, "choice": res.names,
+            "detail": c.detail, "trace": thin(res.trace), "n_improvements": len(res.trace),
+            "full_trace_match_s": (res.time_to_reach(ilp_obj, MATCH_REL) if ilp_obj is not None
+                                   else None)}
 
 
 def main(argv=None) -> None:
@@ -133,6 +145,8 @@ def main(argv=None) -> None:
     ap.add_argument("--instances", nargs="+", default=None, help="e.g. v5e-16:4x4 v5e-8:2x4")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--searches", nargs="+", choices=SEARCHES, default=None,
+                    help="re-run only these searches in finished cells (keeps the rest)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     a = ap.parse_args(argv)
     base = "sharding_vs_heuristics_quick" if a.quick else "sharding_vs_heuristics"
@@ -152,8 +166,8 @@ def main(argv=None) -> None:
     irs: dict = {}
     for tname, mesh in chosen_inst:
         iid = instance_id(tname, mesh)
-        todo = [b for b in budgets
-                if a.force or cell_id(tname, mesh, b) not in doc["instances"].get(iid, {}).get("cells", {})]
+        done = doc["instances"].get(iid, {}).get("cells", {})
+        todo = [b for b in budgets if a.force or a.searches or cell_id(tname, mesh, b) not in done]
         if not todo:
             continue
         inst, build_s, pad = build(tname, mesh, irs)
@@ -166,7 +180,7 @@ def main(argv=None) -> None:
                       "ilp_size": inst.model.size()})
         for b in todo:
             print(f"{iid} budget {b:g} s", flush=True)
-            cell = run_cell(inst, b)
+            cell = run_cell(inst, b, a.searches, done.get(cell_id(tname, mesh, b)))
             cell.update({"budget_s": b, "machine": machine_info()})
             entry["cells"][cell_id(tname, mesh, b)] = cell
             doc["machine"] = machine_info()
