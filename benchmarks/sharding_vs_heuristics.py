@@ -39,9 +39,9 @@ MODEL, WORKLOAD = "wan2.1-1.3b", "480p-81f"
 INSTANCES = [("v5e-16", {"x": 4, "y": 4}), ("v5e-16", {"x": 2, "y": 2, "z": 4}),
              ("v5e-8", {"x": 2, "y": 4})]
 BUDGETS = [1.0, 5.0, 30.0, 120.0]
-SEARCHES = ["random", "descent", "annealing"]
+SEARCHES = ["random", "descent", "annealing", "metropolis"]
 SEARCH_NAMES = {"random": "random search", "descent": "coordinate descent",
-                "annealing": "simulated annealing"}
+                "annealing": "annealing (heat-bath)", "metropolis": "annealing (Metropolis)"}
 MATCH_REL = 1e-6
 SEED = 0
 TRACE_POINTS = 400
@@ -236,8 +236,10 @@ def write_md(doc: dict, path: str) -> None:
              "Time is wall clock, seconds; the machine is shared, so times are indicative.", "",
              "Searches: random search (uniform strategy per group, batches of 256); coordinate "
              "descent (cyclic, each group to its best strategy given the rest, from all-replicated, "
-             "then cheapest-per-group, then random restarts); simulated annealing (single-group "
-             "moves, geometric cooling over the budget, from all-replicated, final descent). "
+             "then cheapest-per-group, then random restarts); simulated annealing with single-group "
+             "moves, geometric cooling over the budget, from all-replicated, a final descent: "
+             "heat-bath (the group's strategy drawn from exp(-delta/T) over all its strategies that "
+             "fit) and Metropolis (one strategy drawn uniformly, accepted with min(1, exp(-delta/T))). "
              "Instance build (strategies, PuLP model, arrays) is done once per instance and not "
              "counted in any budget.", ""]
     for iid, e in doc["instances"].items():
@@ -289,7 +291,8 @@ def plot(doc: dict, path: str) -> None:
         return
     floor = 1e-7
     fig, axes = plt.subplots(1, len(inst), figsize=(max(5.2 * len(inst), 6.0), 4.6), squeeze=False)
-    colors = {"random": "tab:gray", "descent": "tab:blue", "annealing": "tab:orange"}
+    colors = {"random": "tab:gray", "descent": "tab:blue", "annealing": "tab:orange",
+              "metropolis": "tab:green"}
     for ax, e in zip(axes[0], inst):
         ref = e["reference_s"]
         big = max(e["cells"].values(), key=lambda c: c["budget_s"])

@@ -110,7 +110,7 @@ def test_heuristics_never_beat_the_optimum_nor_break_memory(mlp_ir, v5e4, name):
         assert r["status"] == "OPTIMAL"
         opt = r["objective"] / TIME_SCALE
         caps = {"random": {"max_samples": 3000}, "descent": {"max_restarts": 20},
-                "annealing": {"max_steps": 5000}}[name]
+                "annealing": {"max_steps": 3000}, "metropolis": {"max_steps": 5000}}[name]
         res = SEARCHES[name](inst, time_limit_s=30.0, seed=1, **caps)
         c = res.certificate
         assert c.status == "FEASIBLE" and c.bound is None and c.gap is None
@@ -128,14 +128,16 @@ def test_heuristics_never_beat_the_optimum_nor_break_memory(mlp_ir, v5e4, name):
 def test_descent_and_annealing_reach_the_optimum_on_the_small_instance(tight):
     inst, obj, _ = tight
     for res in (coordinate_descent(inst, time_limit_s=30.0, max_restarts=50),
-                annealing(inst, time_limit_s=30.0, max_steps=20000)):
+                annealing(inst, time_limit_s=30.0, max_steps=5000),
+                annealing(inst, time_limit_s=30.0, max_steps=20000, moves="metropolis")):
         assert res.objective == pytest.approx(obj, rel=1e-9), res.search
         assert res.time_to_reach(obj) is not None
 
 
 @pytest.mark.parametrize("fn,caps", [(random_search, {"max_samples": 2000}),
                                      (coordinate_descent, {"max_restarts": 10}),
-                                     (annealing, {"max_steps": 4000})])
+                                     (annealing, {"max_steps": 2000}),
+                                     (annealing, {"max_steps": 4000, "moves": "metropolis"})])
 def test_same_seed_same_answer(mlp_ir, v5e4, fn, caps):
     inst = build_instance(mlp_ir, v5e4, {"x": 2, "y": 2}, hbm_bytes=BUDGET)
     a = fn(inst, time_limit_s=30.0, seed=3, **caps)
@@ -143,6 +145,11 @@ def test_same_seed_same_answer(mlp_ir, v5e4, fn, caps):
     assert a.choice == b.choice and a.objective == b.objective
     assert [v for _, v in a.trace] == [v for _, v in b.trace]
     assert a.evaluated == b.evaluated
+
+
+def test_unknown_moves_is_an_error(tight):
+    with pytest.raises(ShardingHeuristicError, match="heat-bath"):
+        annealing(tight[0], moves="gibbs", max_steps=10)
 
 
 def test_random_search_is_seed_dependent(mlp_ir, v5e4):
@@ -156,6 +163,7 @@ def test_nothing_feasible_is_unknown_not_an_answer(mlp_ir, v5e4):
     inst = build_instance(mlp_ir, v5e4, {"x": 4}, hbm_bytes=20e6)
     for res in (random_search(inst, time_limit_s=30.0, max_samples=500),
                 coordinate_descent(inst, time_limit_s=30.0, max_restarts=3),
-                annealing(inst, time_limit_s=30.0, max_steps=500)):
+                annealing(inst, time_limit_s=30.0, max_steps=500),
+                annealing(inst, time_limit_s=30.0, max_steps=500, moves="metropolis")):
         assert res.certificate.status == "UNKNOWN"
         assert res.choice is None and res.objective is None and res.trace == []
