@@ -242,6 +242,37 @@ def write_md(doc: dict, path: str) -> None:
              "fit) and Metropolis (one strategy drawn uniformly, accepted with min(1, exp(-delta/T))). "
              "Instance build (strategies, PuLP model, arrays) is done once per instance and not "
              "counted in any budget.", ""]
+    budgets = sorted({c["budget_s"] for e in doc["instances"].values() for c in e["cells"].values()})
+    lines += ["## Summary", "",
+              "Excess of each method's best Q1 over the best ILP Q1 at each budget (relative); "
+              f"'= (t s)': matched within {doc['match_rel']:g} after t seconds; ILP: status and solve "
+              "seconds ('over' when CBC's wall clock passed the budget: its time limit does not cover "
+              "writing and reading the model).", "",
+              "| instance | method | " + " | ".join(f"{b:g} s" for b in budgets) + " |",
+              "|---|---|" + "---|" * len(budgets)]
+    for iid, e in doc["instances"].items():
+        cells = {c["budget_s"]: c for c in e["cells"].values()}
+        row = []
+        for b in budgets:
+            c = cells.get(b)
+            if c is None:
+                row.append("not run")
+                continue
+            il = c["ilp"]
+            row.append(f"{il['status']} {il['time_s']:.2f} s" + (" (over)" if il["time_s"] > b else ""))
+        lines.append(f"| {e['target']} {mesh_name(e['mesh'])} | ILP (CBC) | " + " | ".join(row) + " |")
+        for name in SEARCHES:
+            row = []
+            for b in budgets:
+                h = cells[b]["heuristics"].get(name) if b in cells else None
+                if h is None or h.get("excess") is None:
+                    row.append("not run" if h is None else h["status"])
+                elif h["match_s"] is not None:
+                    row.append(f"= ({h['match_s']:.1f} s)")
+                else:
+                    row.append(f"{h['excess']:.1e}")
+            lines.append(f"| | {SEARCH_NAMES[name]} | " + " | ".join(row) + " |")
+    lines.append("")
     for iid, e in doc["instances"].items():
         lines += [f"## {e['target']}, mesh {mesh_name(e['mesh'])}", "",
                   f"{e['groups']} groups ({e['free_groups']} with a choice), {e['strategies']} strategies, "
@@ -258,7 +289,8 @@ def write_md(doc: dict, path: str) -> None:
             il = c["ilp"]
             ex = (il["objective_s"] / e["reference_s"] - 1.0) if il["objective_s"] is not None else None
             gap = "" if il["gap"] is None else f"{il['gap']:.2%}"
-            lines.append(f"| {b:g} | ILP (CBC) | {il['status']} | {_ms(il['objective_s'])} | "
+            over = " (over the budget)" if il["time_s"] > b else ""
+            lines.append(f"| {b:g} | ILP (CBC) | {il['status']}{over} | {_ms(il['objective_s'])} | "
                          f"{'' if ex is None else f'{ex:.2e}'} | {_ms(il['bound_s'])} | {gap} | "
                          f"{il['time_s']:.2f} | {il['time_s']:.2f} | |")
             for name in SEARCHES:
