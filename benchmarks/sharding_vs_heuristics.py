@@ -124,12 +124,12 @@ def run_cell(inst, budget: float, searches: list[str] | None = None, prev: dict 
     return {"ilp": ilp, "heuristics": {name: run_search(inst, name, budget, obj) for name in SEARCHES}}
 
 
-def run_search(inst, name: str, budget: float, ilp_obj: float | None) -> dict:
+def run_search(inst, name: str, budget: float, ilp_obj: float | None, seed: int = SEED) -> dict:
     from aoizora.solvers.sharding_heuristics import SEARCHES as FNS
 
-    res = FNS[name](inst, time_limit_s=budget, seed=SEED)
+    res = FNS[name](inst, time_limit_s=budget, seed=seed)
     c = res.certificate
-    print(f"  {name:9s} {budget:g}s: {c.status} Q1={c.objective} in {c.time_s:.2f}s "
+    print(f"  {name:9s} {budget:g}s seed {seed}: {c.status} Q1={c.objective} in {c.time_s:.2f}s "
           f"(evaluated {res.evaluated})", flush=True)
     return {"search": c.solver, "status": c.status, "objective_s": c.objective,
             "time_s": c.time_s, "loadavg": list(os.getloadavg()), "evaluated": res.evaluated,
@@ -147,6 +147,9 @@ def main(argv=None) -> None:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--searches", nargs="+", choices=SEARCHES, default=None,
                     help="re-run only these searches in finished cells (keeps the rest)")
+    ap.add_argument("--spread-seeds", type=int, nargs="+", default=[],
+                    help="also run every search with these seeds at --spread-budget (seed spread)")
+    ap.add_argument("--spread-budget", type=float, default=5.0)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     a = ap.parse_args(argv)
     base = "sharding_vs_heuristics_quick" if a.quick else "sharding_vs_heuristics"
@@ -168,7 +171,9 @@ def main(argv=None) -> None:
         iid = instance_id(tname, mesh)
         done = doc["instances"].get(iid, {}).get("cells", {})
         todo = [b for b in budgets if a.force or a.searches or cell_id(tname, mesh, b) not in done]
-        if not todo:
+        spread = doc["instances"].get(iid, {}).get("seed_spread", {}).get(f"{a.spread_budget:g}s", {})
+        seeds = [sd for sd in a.spread_seeds if any(str(sd) not in spread.get(n, {}) for n in SEARCHES)]
+        if not todo and not seeds:
             continue
         inst, build_s, pad = build(tname, mesh, irs)
         entry = doc["instances"].setdefault(iid, {"cells": {}})
@@ -185,6 +190,19 @@ def main(argv=None) -> None:
             entry["cells"][cell_id(tname, mesh, b)] = cell
             doc["machine"] = machine_info()
             os.makedirs(a.out, exist_ok=True)
+            with open(path, "w") as f:
+                json.dump(doc, f, indent=1)
+        ref = [c["ilp"]["objective_s"] for c in entry["cells"].values() if c["ilp"]["objective_s"]]
+        sp = entry.setdefault("seed_spread", {}).setdefault(f"{a.spread_budget:g}s", {})
+        for sd in seeds:
+            print(f"{iid} budget {a.spread_budget:g} s, seed {sd}", flush=True)
+            for name in SEARCHES:
+                if str(sd) in sp.get(name, {}) and not a.force:
+                    continue
+                r = run_search(inst, name, a.spread_budget, min(ref) if ref else None, seed=sd)
+                sp.setdefault(name, {})[str(sd)] = {k: r[k] for k in ("status", "objective_s", "time_s",
+                                                                      "evaluated", "loadavg",
+                                                                      "full_trace_match_s")}
             with open(path, "w") as f:
                 json.dump(doc, f, indent=1)
     finish(doc)
@@ -273,6 +291,38 @@ def write_md(doc: dict, path: str) -> None:
                     row.append(f"{h['excess']:.1e}")
             lines.append(f"| | {SEARCH_NAMES[name]} | " + " | ".join(row) + " |")
     lines.append("")
+    for iid, e in doc["instances"].items():
+        for bkey, sp in sorted(e.get("seed_spread", {}).items()):
+            b = float(bkey[:-1])
+            main_cell = next((c for c in e["cells"].values() if c["budget_s"] == b), None)
+            seeds = sorted({int(sd) for runs in sp.values() for sd in runs})
+            if main_cell is not None:
+                seeds = [doc["seed"]] + [sd for sd in seeds if sd != doc["seed"]]
+            if "## Seeds" not in lines:
+                lines += ["## Seeds", "",
+                          "The searches are randomised: the same budget with other seeds (relative "
+                          "excess over the best ILP Q1; '=' matched within the tolerance). Seed "
+                          f"{doc['seed']} is the main run above.", ""]
+            lines += [f"{e['target']} {mesh_name(e['mesh'])}, {b:g} s budget:", "",
+                      "| method | " + " | ".join(f"seed {sd}" for sd in seeds) + " |",
+                      "|---|" + "---|" * len(seeds)]
+            for name in SEARCHES:
+                row = []
+                for sd in seeds:
+                    if sd == doc["seed"] and main_cell is not None:
+                        r = main_cell["heuristics"].get(name)
+                        m_s = None if r is None else r.get("full_trace_match_s")
+                    else:
+                        r = sp.get(name, {}).get(str(sd))
+                        m_s = None if r is None else r.get("full_trace_match_s")
+                    if r is None or r["objective_s"] is None or not e.get("reference_s"):
+                        row.append("" if r is None else r["status"])
+                    elif m_s is not None:
+                        row.append(f"= ({m_s:.1f} s)")
+                    else:
+                        row.append(f"{r['objective_s'] / e['reference_s'] - 1:.1e}")
+                lines.append(f"| {SEARCH_NAMES[name]} | " + " | ".join(row) + " |")
+            lines.append("")
     for iid, e in doc["instances"].items():
         lines += [f"## {e['target']}, mesh {mesh_name(e['mesh'])}", "",
                   f"{e['groups']} groups ({e['free_groups']} with a choice), {e['strategies']} strategies, "
