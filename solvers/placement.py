@@ -40,8 +40,9 @@ OPTIMAL (e.g. the incumbent meets the analytic bound: no CP-SAT model is built).
 Incumbent: the hint and the axis orders (``axis_order_placements``), priced by Q2's cost; CP-SAT
 is hinted with it (or, when the circuit model cannot represent it, with the best candidate it
 can), and the answer is never worse than it. Models estimated above ``max_model_variables``
-(v5e-256) are not built: the incumbent is improved by annealing (a heuristic, labelled in
-``detail["method"]`` and the certificate's solver name).
+(v5e-256) are not built: the axis orders get ``FALLBACK_WARM_START_SHARE`` of the limit and the
+incumbent is then improved by annealing (a heuristic, labelled in ``detail["method"]`` and the
+certificate's solver name).
 """
 
 from __future__ import annotations
@@ -77,6 +78,15 @@ SOLVER_NAME = f"CP-SAT {_ORTOOLS_VERSION}"
 # variable count above which no CP-SAT model is built (v5e-256's circuit model: ~4.3 M, mostly
 # pair products of the 128 data pairs and the permute over 256 ranks).
 WARM_START_SHARE = 0.3
+# Model building time per estimated variable (measured here: v5e-64's 226k-variable circuit model
+# 6.1 s, v5e-16's 13k 0.3-0.5 s, under load 4) and the least solve time worth a build: with less
+# time left the incumbent is returned without building.
+BUILD_S_PER_VARIABLE = 3e-5
+MIN_SOLVE_S = 0.5
+# Without a CP-SAT model (over the variable cap) the axis orders get most of the limit and
+# annealing the rest: on v5e-256 the axis orders improved on the default order (40,320 of
+# them, each priced in ms unless a ring search runs long) and annealing from there did not.
+FALLBACK_WARM_START_SHARE = 0.8
 DECOMPOSITION_SHARE = 0.1
 MODEL_VARIABLES_CAP = 1_000_000
 # Pricing one candidate placement may run a long Hamiltonian search (Network.ring_through on a
@@ -229,11 +239,16 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     detail["analytic_bound_s"] = analytic_s
     # -- incumbent: the hint and the axis orders ------------------------------------------------
     one_per_chip = network.num_devices == network.num_chips
+    form, nvars = (estimated_variables(evidence, network, formulation) if one_per_chip
+                   else (formulation, 0))
+    detail["estimated_variables"] = nvars
+    fallback = one_per_chip and nvars > max_model_variables
     cands = [np.asarray(hint, dtype=np.int64)] if hint is not None else []
     pool = list(cands)                    # every candidate priced (for an in-scope CP-SAT hint)
     incumbent_from = "hint" if hint is not None else None
     if warm_start and one_per_chip:
-        ax_deadline = t0 + WARM_START_SHARE * time_limit_s
+        ax_deadline = t0 + (FALLBACK_WARM_START_SHARE if fallback
+                            else WARM_START_SHARE) * time_limit_s
         axs = axis_order_placements(network, list(evidence.mesh_axes.values()),
                                     deadline=ax_deadline)
         from aoizora.solvers.placement_heuristics import guarded_cost
@@ -278,15 +293,13 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                                "placement")
         return cert_of(inc, "OPTIMAL", analytic_s, "analytic", SCOPE_SETS)
     # -- too large for the CP-SAT model: heuristic improvement of the incumbent ----------------
-    form, nvars = (estimated_variables(evidence, network, formulation) if one_per_chip
-                   else (formulation, 0))
-    detail["estimated_variables"] = nvars
-    if one_per_chip and nvars > max_model_variables and inc is not None:
+    if fallback and inc is not None:
         from aoizora.solvers import placement_heuristics as H
-        detail["method"] = "annealing (heuristic fallback)"
+        detail["method"] = "axis orders + annealing (heuristic fallback)"
         detail["notes"].append(
             f"the CP-SAT model would have ~{nvars:,} variables (> {max_model_variables:,}): not "
-            f"built; the incumbent ({incumbent_from}) improved by annealing over swaps for the "
+            f"built; the best of the hint and the axis orders ({FALLBACK_WARM_START_SHARE:.0%} "
+            f"of the limit; from: {incumbent_from}) improved by annealing over swaps for the "
             "rest of the limit; the bound is the analytic one (every placement)")
         left = deadline - time.perf_counter()
         best = inc
@@ -303,6 +316,16 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
         if res.certificate.objective <= analytic_s * (1 + 1e-12) + 1e-15:
             res.certificate.status = "OPTIMAL"
         return res
+    # -- no time to build the model: the incumbent ---------------------------------------------
+    est_build = nvars * BUILD_S_PER_VARIABLE
+    detail["estimated_build_s"] = est_build
+    if inc is not None and deadline - time.perf_counter() < est_build + MIN_SOLVE_S:
+        detail["method"] = "incumbent (no time for the CP-SAT model)"
+        detail["notes"].append(
+            f"{deadline - time.perf_counter():.2f} s left, building the CP-SAT model (~{nvars:,} "
+            f"variables) takes ~{est_build:.1f} s: the incumbent ({incumbent_from}) returned")
+        ok = inc_cost[0] <= analytic_s * (1 + 1e-12) + 1e-15
+        return cert_of(inc, "OPTIMAL" if ok else "FEASIBLE", analytic_s, "analytic", SCOPE_SETS)
     # -- the CP-SAT model -------------------------------------------------------------------------
     pm = PlacementModel(evidence, network, formulation=formulation,
                         symmetry_breaking=symmetry_breaking)
@@ -461,6 +484,11 @@ def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hin
         sub_ev = dataclasses.replace(
             evidence, collectives=[c for c in evidence.collectives
                                    if (int(c.phase), int(c.count)) == (key.phase, key.count)])
+        _, sub_vars = estimated_variables(sub_ev, network, "auto")
+        if sub_vars * BUILD_S_PER_VARIABLE + MIN_SOLVE_S > left:
+            rows.append({"phase": key.phase, "skipped": f"~{sub_vars:,} variables: no time to "
+                                                        "build the phase's model"})
+            continue
         t1 = time.perf_counter()
         try:
             sub = PlacementModel(sub_ev, network, formulation="auto",
