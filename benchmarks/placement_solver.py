@@ -277,15 +277,25 @@ def run(targets, budgets, recompile=False, out_dir=RESULTS, log=print,
                         f"{LAYOUT}, compiled ahead of time with libtpu in JAX's default device "
                         "order (benchmarks/results/placement_evidence/)"),
            "instances": []}
-    if old is not None:
-        out["instances"] = [i for i in old["instances"] if i["target"] not in targets]
-        out["earlier_runs"] = old.get("earlier_runs", []) + [
-            {"targets": [i["target"] for i in out["instances"]], "machine": old["machine"],
-             "machine_end": old.get("machine_end")}]
+    kept: list[str] = []
+    if old is not None:          # old instances stay until this run replaces them
+        out["instances"] = list(old["instances"])
+        kept = [i["target"] for i in old["instances"]]
+
+    def note_kept():
+        if old is not None:
+            left = [t for t in kept if t not in done]
+            out["earlier_runs"] = old.get("earlier_runs", []) + (
+                [{"targets": left, "machine": old["machine"],
+                  "machine_end": old.get("machine_end")}] if left else [])
+    done: list[str] = []
     for t in targets:
-        out["instances"].append(run_instance(t, budgets, recompile, log))
+        inst = run_instance(t, budgets, recompile, log)
+        out["instances"] = [i for i in out["instances"] if i["target"] != t] + [inst]
         out["instances"].sort(key=lambda i: TARGETS.index(i["target"])
                               if i["target"] in TARGETS else 99)
+        done.append(t)
+        note_kept()
         write(out, out_dir)        # after each instance: a partial run keeps its results
     out["machine_end"] = {"loadavg": list(__import__("os").getloadavg())}
     write(out, out_dir)

@@ -184,8 +184,10 @@ class _Trace(cp_model.CpSolverSolutionCallback):
         self.pm, self.t0, self.trace = pm, t0, trace
 
     def on_solution_callback(self):
-        self.trace.append((time.perf_counter() - self.t0,
-                           self.pm.comm_seconds(self.ObjectiveValue())))
+        # best so far: a solution worse than the incumbent already traced is not recorded
+        o = self.pm.comm_seconds(self.ObjectiveValue())
+        if not self.trace or o < self.trace[-1][1]:
+            self.trace.append((time.perf_counter() - self.t0, o))
 
 
 def _params(solver: cp_model.CpSolver, limit: float, seed: int, workers: int,
@@ -245,6 +247,9 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     fallback = one_per_chip and nvars > max_model_variables
     cands = [np.asarray(hint, dtype=np.int64)] if hint is not None else []
     pool = list(cands)                    # every candidate priced (for an in-scope CP-SAT hint)
+    warm_trace: list[tuple[float, float]] = []   # (s, objective) as the incumbent improves
+    if cands:
+        warm_trace.append((time.perf_counter() - t0, tm.cost(cands[0])[0]))
     incumbent_from = "hint" if hint is not None else None
     if warm_start and one_per_chip:
         ax_deadline = t0 + (FALLBACK_WARM_START_SHARE if fallback
@@ -265,6 +270,8 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
             pool.append(q)
             if best_c is None or c < best_c:
                 cands, best_c, incumbent_from = [q], c, "axis orders"
+                if not warm_trace or c[0] < warm_trace[-1][1]:
+                    warm_trace.append((time.perf_counter() - t0, c[0]))
         detail["axis_orders"] = {"enumerated": len(axs), "priced": priced,
                                  "pricing_timed_out": skipped}
     inc = cands[0] if cands else None
@@ -272,8 +279,9 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     if inc is not None:
         detail["incumbent"] = {"from": incumbent_from, "objective_s": inc_cost[0],
                                "at_s": time.perf_counter() - t0}
-    trace: list[tuple[float, float]] = ([(time.perf_counter() - t0, inc_cost[0])]
-                                        if inc is not None else [])
+    if inc is not None and (not warm_trace or warm_trace[-1][1] > inc_cost[0]):
+        warm_trace.append((time.perf_counter() - t0, inc_cost[0]))
+    trace: list[tuple[float, float]] = warm_trace
 
     def cert_of(placement, status, bound_s, bound_source, scope, q2=None) -> PlacementResult:
         q2 = q2 or predict_step(evidence, placement, network, tm)
