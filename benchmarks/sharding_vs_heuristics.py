@@ -292,7 +292,7 @@ def write_md(doc: dict, path: str) -> None:
             lines.append(f"| | {SEARCH_NAMES[name]} | " + " | ".join(row) + " |")
     lines.append("")
     for iid, e in doc["instances"].items():
-        for bkey, sp in sorted(e.get("seed_spread", {}).items()):
+        for bkey, sp in sorted(e.get("seed_spread", {}).items(), key=lambda kv: float(kv[0][:-1])):
             b = float(bkey[:-1])
             main_cell = next((c for c in e["cells"].values() if c["budget_s"] == b), None)
             seeds = sorted({int(sd) for runs in sp.values() for sd in runs})
@@ -352,7 +352,11 @@ def write_md(doc: dict, path: str) -> None:
                 lines.append(f"| {b:g} | {SEARCH_NAMES[name]} | {h['status']} | {_ms(h['objective_s'])} | "
                              f"{ex} | | | {h['time_s']:.2f} | {match} | {h['evaluated']} |")
         lines.append("")
-    lines += ["- 'evaluated': layouts priced (random search), single-group moves priced (descent: every "
+    lines += ["- Each budget is a separate run. Random search and coordinate descent do the same work "
+              "whatever the budget (runs differ only by how fast the shared machine was); annealing "
+              "spreads its cooling over its budget, so a longer budget is a different run, not a "
+              "continuation, and can end worse than a shorter one (see the seed table for its spread).",
+              "- 'evaluated': layouts priced (random search), single-group moves priced (descent: every "
               "strategy of a group counts one), annealing steps plus the final descent's moves.",
               "- The ILP's match time is its solve time (CBC process, model written and read); the "
               "heuristics' prices of the ILP's own layout equal its objective "
