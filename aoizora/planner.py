@@ -283,6 +283,10 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         if not ranked and not (it == 1 and seed_layouts):
             if it == 1 and memory_errors:
                 raise PlanningError(min(memory_errors, key=len))
+            if not priced and time.perf_counter() > deadline:
+                raise BudgetError(
+                    f"the time budget ({time_budget_s:g} s) is too small: the sharding ILP found "
+                    f"no layout within it on {tgt.name}, so nothing was compiled; raise the budget")
             stop_reason = "no layout left to try on any mesh"
             iterations.append(rec)
             break
