@@ -226,6 +226,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     iterations: list[dict[str, Any]] = []
     memory_errors: list[str] = []
     max_compile_s = 0.0
+    over_budget = ""
     best: Candidate | None = None
     stop_reason = ""
 
@@ -309,6 +310,10 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         this_iter: list[Candidate] = []
         for k, (q1, m, sol) in enumerate(fresh, 1):
             left = deadline - time.perf_counter()
+            if not priced and not this_iter and left <= 0:
+                raise BudgetError(
+                    f"the time budget ({time_budget_s:g} s) ran out before the first compile "
+                    f"(the sharding ILPs took {time.perf_counter() - t0:.1f} s); raise the budget")
             if priced and left < 1.2 * max_compile_s + 1.0:
                 stop_reason = (f"time budget: {left:.1f} s left, a compile takes up to "
                                f"{max_compile_s:.1f} s")
@@ -327,9 +332,11 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             if on_candidate is not None:
                 on_candidate(cand)
             if not priced and time.perf_counter() > deadline:
-                raise BudgetError(
-                    f"the time budget ({time_budget_s:g} s) is too small for one compile of this "
-                    f"program for {tgt.name} (it took {cand.compile_s:.1f} s); raise the budget")
+                # a compile cannot be interrupted: the time is spent, so the first priced
+                # candidate is returned (the plan says by how much the budget was exceeded)
+                over_budget = (f"over budget: the first compile took {cand.compile_s:.1f} s and "
+                               f"the candidate was priced {time.perf_counter() - deadline:.1f} s "
+                               f"past the {time_budget_s:g} s budget")
             rec["candidates"].append(cand.summary())
             this_iter.append(cand)
             if cand.fits is False and sol.choice and _mkey(m) in state:
@@ -383,6 +390,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         fn, abstract_args = best.seed.fn, best.seed.args
         key = program_key(fn, abstract_args, tgt.name)
         program = dict(best.seed.program)
+    if over_budget:
+        stop_reason = f"{stop_reason}; {over_budget}"
     return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
                    deadline, verify, max_compile_s, progress, program)
 

@@ -82,8 +82,32 @@ def test_same_seed_same_plan(small):
 
 def test_budget_too_small_for_one_compile(small):
     _, _, fn, args, _ = small
-    with pytest.raises(aoizora.BudgetError, match="too small"):
+    with pytest.raises(aoizora.BudgetError, match="raise the budget"):
         aoizora.plan(fn, *args, target="v5e-8", time_budget_s=0.3, meshes=MESHES)
+
+
+def test_a_first_compile_past_the_budget_still_returns_its_plan(small, monkeypatch):
+    """A compile cannot be interrupted: when the first one ends past the budget, its priced
+    candidate comes back, and the plan says by how much the budget was exceeded."""
+    import time as _time
+
+    import aoizora.planner as planner
+
+    _, _, fn, args, _ = small
+    budget = 8.0
+    real = planner.compile_layout
+
+    def slow_compile(*a, **kw):
+        ev = real(*a, **kw)
+        _time.sleep(budget)          # now surely past the deadline
+        return ev
+
+    monkeypatch.setattr(planner, "compile_layout", slow_compile)
+    p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=budget, meshes=[{"x": 8}],
+                     max_iterations=1, verify=False)
+    assert p.planning_time_s > budget
+    assert any("over budget" in n for n in p.notes)
+    assert p.predicted["step_s"] > 0
 
 
 def _cli(*a):
