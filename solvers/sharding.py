@@ -299,6 +299,29 @@ def min_peak_bytes(ir, graph: StrategyGraph, *, solver: str = "cbc", time_limit_
     return r["objective"] / MEM_SCALE, r["status"]
 
 
+def build_problem(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCosts | None = None,
+                  hardware: Hardware | None = None, options: Options | None = None,
+                  hbm_bytes: float | None = None, hbm_reserve: float = 0.1,
+                  corrections: dict[str, Any] | None = None,
+                  forbidden: list[dict[str, str]] | None = None):
+    """(hardware, HBM budget in bytes, StrategyGraph, ILPModel) of one sharding instance, with
+    ``solve_sharding``'s defaults; the searches of ``solvers.sharding_heuristics`` share it."""
+    if hardware is None:
+        if target is None:
+            raise ShardingSolveError("give a target or hardware= to price compute")
+        hardware = Hardware.from_chip(target.chip)
+    if axis_costs is None:
+        if target is None:
+            raise ShardingSolveError("give a target or axis_costs= to price communication")
+        axis_costs = default_axis_costs(target, mesh_axes)
+    if dict(axis_costs.sizes) != {k: int(v) for k, v in mesh_axes.items()}:
+        raise ShardingSolveError(f"axis costs are for mesh {axis_costs.sizes}, not {mesh_axes}")
+    budget = float(hbm_bytes if hbm_bytes is not None else hardware.hbm_bytes * (1.0 - hbm_reserve))
+    graph = build_strategies(ir, axis_costs, hardware, options)
+    model = build_model(ir, graph, budget, corrections=corrections, forbidden=forbidden)
+    return hardware, budget, graph, model
+
+
 def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCosts | None = None,
                    solver: str = "cbc", time_limit_s: float = 30.0, k_best: int = 1,
                    hbm_bytes: float | None = None, corrections: dict[str, Any] | None = None,
@@ -314,19 +337,10 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     compiler reported 3.17 GiB where the model counted 2.82 GiB). corrections / forbidden: the
     planner's feedback (``aoizora.formulation.sharding_ilp.build_model``)."""
     t0 = time.perf_counter()
-    if hardware is None:
-        if target is None:
-            raise ShardingSolveError("give a target or hardware= to price compute")
-        hardware = Hardware.from_chip(target.chip)
-    if axis_costs is None:
-        if target is None:
-            raise ShardingSolveError("give a target or axis_costs= to price communication")
-        axis_costs = default_axis_costs(target, mesh_axes)
-    if dict(axis_costs.sizes) != {k: int(v) for k, v in mesh_axes.items()}:
-        raise ShardingSolveError(f"axis costs are for mesh {axis_costs.sizes}, not {mesh_axes}")
-    budget = float(hbm_bytes if hbm_bytes is not None else hardware.hbm_bytes * (1.0 - hbm_reserve))
-    graph = build_strategies(ir, axis_costs, hardware, options)
-    model = build_model(ir, graph, budget, corrections=corrections, forbidden=forbidden)
+    hardware, budget, graph, model = build_problem(
+        ir, target, mesh_axes, axis_costs=axis_costs, hardware=hardware, options=options,
+        hbm_bytes=hbm_bytes, hbm_reserve=hbm_reserve, corrections=corrections,
+        forbidden=forbidden)
     build_s = time.perf_counter() - t0
     size = {"groups": len(graph.groups), "strategies": graph.num_strategies(),
             "edges": len(graph.edges), **model.size()}

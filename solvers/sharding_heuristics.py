@@ -53,10 +53,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from aoizora.formulation.collective_cost import default_axis_costs
-from aoizora.formulation.sharding_ilp import (ILPModel, _corrections, build_model, evaluate)
-from aoizora.formulation.strategies import Hardware, Options, StrategyGraph, build_strategies
+from aoizora.formulation.sharding_ilp import ILPModel, _corrections, evaluate
+from aoizora.formulation.strategies import Hardware, Options, StrategyGraph
 from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.sharding import build_problem
 
 
 class ShardingHeuristicError(ValueError):
@@ -191,17 +191,9 @@ def build_instance(ir, target, mesh_axes: dict[str, int], *, axis_costs=None,
     """The instance ``solve_sharding(ir, target, mesh_axes, ...)`` solves, with the same defaults
     (strategies, axis costs, HBM budget = chip HBM x (1 - hbm_reserve), corrections); its
     ``model.prob`` is the ILP itself."""
-    if hardware is None:
-        if target is None:
-            raise ShardingHeuristicError("give a target or hardware= to price compute")
-        hardware = Hardware.from_chip(target.chip)
-    if axis_costs is None:
-        if target is None:
-            raise ShardingHeuristicError("give a target or axis_costs= to price communication")
-        axis_costs = default_axis_costs(target, mesh_axes)
-    budget = float(hbm_bytes if hbm_bytes is not None else hardware.hbm_bytes * (1.0 - hbm_reserve))
-    graph = build_strategies(ir, axis_costs, hardware, options)
-    model = build_model(ir, graph, budget, corrections=corrections)
+    _, _, graph, model = build_problem(ir, target, mesh_axes, axis_costs=axis_costs,
+                                       hardware=hardware, options=options, hbm_bytes=hbm_bytes,
+                                       hbm_reserve=hbm_reserve, corrections=corrections)
     return ShardingInstance(graph, model, corrections)
 
 

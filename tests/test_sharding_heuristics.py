@@ -1,12 +1,8 @@
 """Heuristic sharding searches price a layout exactly as the ILP does, never beat its proven
 optimum, never return a layout over the memory budget, and are deterministic for a seed."""
 
-import jax
-import jax.numpy as jnp
 import pytest
 
-from aoizora.extract.program_ir import build_ir
-from aoizora.extract.targets import get_target
 from aoizora.formulation.sharding_ilp import TIME_SCALE, chosen, evaluate, peak_memory
 from aoizora.solvers.sharding import run_solver, solve_sharding
 from aoizora.solvers.sharding_heuristics import (SEARCHES, ShardingHeuristicError, annealing,
@@ -15,25 +11,10 @@ from aoizora.solvers.sharding_heuristics import (SEARCHES, ShardingHeuristicErro
 
 # the 2-layer MLP of test_sharding_ilp: with 150 MB per device the replicated weights (268 MB)
 # do not fit, so memory rows bind (Megatron column-then-row split is the optimum)
-B, D, F = 1024, 4096, 16384
 BUDGET = 150e6
 
 
-def mlp(params, x):
-    h = jax.nn.gelu(x @ params["w1"])
-    return h @ params["w2"]
-
-
-@pytest.fixture(scope="module")
-def mlp_ir():
-    bf = jnp.bfloat16
-    p = {"w1": jax.ShapeDtypeStruct((D, F), bf), "w2": jax.ShapeDtypeStruct((F, D), bf)}
-    return build_ir(mlp, p, jax.ShapeDtypeStruct((B, D), bf))
-
-
-@pytest.fixture(scope="module")
-def v5e4():
-    return get_target("v5e-4")
+# mlp_ir and v5e4: the shared 2-layer MLP fixtures of tests/conftest.py
 
 
 @pytest.fixture(scope="module")

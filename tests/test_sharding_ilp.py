@@ -23,21 +23,8 @@ B, D, F = 1024, 4096, 16384
 W_BYTES = 2 * D * F * 2
 
 
-def mlp(params, x):
-    h = jax.nn.gelu(x @ params["w1"])
-    return h @ params["w2"]
-
-
-@pytest.fixture(scope="module")
-def mlp_ir():
-    bf = jnp.bfloat16
-    p = {"w1": jax.ShapeDtypeStruct((D, F), bf), "w2": jax.ShapeDtypeStruct((F, D), bf)}
-    return build_ir(mlp, p, jax.ShapeDtypeStruct((B, D), bf))
-
-
-@pytest.fixture(scope="module")
-def v5e4():
-    return get_target("v5e-4")
+# mlp_ir and v5e4: the shared 2-layer MLP fixtures of tests/conftest.py
+from conftest import mlp  # noqa: E402
 
 
 def _specs(ir, layout: Layout) -> dict[str, tuple]:
