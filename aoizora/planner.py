@@ -12,7 +12,9 @@ One iteration:
      own program variant). For each: realize it as shardings
      (``aoizora.realize``) on the target's devices in JAX's default order, compile ahead of time
      with libtpu (``extract.aot_compile``), read the evidence. A layout that does not fit in HBM
-     joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``) and price with Q2.
+     joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``), keep the least Q2
+     step among its answer and the placements it priced (``solvers.placement_step``: the
+     latency term breaks link-load near-ties) and price with Q2.
   3. Feedback, per mesh, from its best priced candidate:
        - effective bandwidth: for every logical axis a whose collectives appear in the evidence,
          ``beta_eff[a] = sum_c count_c t_c / sum_c count_c f_c V_c`` where ``t_c`` is the time the
@@ -56,6 +58,7 @@ from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement import solve_placement
+from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
 
 
@@ -452,6 +455,11 @@ def _price(fn, args, tgt: Target, network: Network, m: dict[str, int], sol: Shar
         return cand
     limit = max(0.5, min(placement_time_s, (deadline - time.perf_counter()) * 0.25))
     res = solve_placement(ev, network, time_limit_s=limit, seed=seed, workers=workers, hint=order)
+    # CP-SAT certifies the link-load term; among its answer, the other placements it priced and
+    # a swap descent, keep the least Q2 step (the latency term breaks link-load near-ties)
+    res = choose_by_step(ev, network, res, res.candidates + [order],
+                         time_limit_s=max(0.5, min(0.3 * placement_time_s,
+                                                   0.1 * (deadline - time.perf_counter()))))
     c = res.certificate
     progress.solver("placement CP-SAT", c.status, c.objective, c.bound)
     cand.q2_default = predict_step(ev, order, network)

@@ -239,6 +239,9 @@ class PhaseLoad:
         return max(0.0, self.link_s + self.latency_s - self.overlap_s) - self.exposed_s
 
 
+SCORE_MEMO = 4096   # placements whose scores a TrafficModel keeps (4 floats each)
+
+
 class TrafficModel:
     """Evidence + network, precomputed once; prices placements (used by Q2 and every search)."""
 
@@ -267,6 +270,7 @@ class TrafficModel:
                 self.overlap_s.append(0.0)
         self.bandwidth = network.link_bandwidth
         self._units: dict[tuple, tuple[np.ndarray, int]] = {}
+        self._scores: dict[bytes, tuple[float, float, int, float]] = {}
         self._coef: dict[tuple, float] = {}
         self._groups = [[[np.asarray(g, dtype=np.int64) for g in c.replica_groups] for c in cs]
                         for cs in self.phase_collectives]
@@ -332,15 +336,31 @@ class TrafficModel:
 
     def cost(self, placement: Sequence[int]) -> tuple[float, float, int]:
         """(comm_s exposed, link_bytes, hops), all summed over phases x counts. Lexicographic."""
+        return self.scores(placement)[:3]
+
+    def scores(self, placement: Sequence[int]) -> tuple[float, float, int, float]:
+        """(comm_s exposed, link_bytes, hops, latency_s exposed), summed over phases x counts;
+        ``comm_s + latency_s`` is Q2's step minus its compute (the same for every placement).
+        Memoized per placement (the last ``SCORE_MEMO`` placements priced)."""
+        key = np.asarray(placement, dtype=np.int64).tobytes()
+        memo = self._scores
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
         comm = 0.0
         lb = 0.0
         hops = 0
+        lat = 0.0
         for pl in self.phase_loads(placement):
             n = pl.key.count
             comm += n * pl.exposed_s
             lb += n * float(pl.link_bytes.sum())
             hops += n * pl.hops
-        return comm, lb, hops
+            lat += n * pl.exposed_latency_s
+        if len(memo) >= SCORE_MEMO:
+            memo.pop(next(iter(memo)))
+        memo[key] = out = (comm, lb, hops, lat)
+        return out
 
 
 def mesh_axis_groups(mesh_shape: Sequence[int], axes: Sequence[int]) -> list[list[int]]:

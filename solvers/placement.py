@@ -92,6 +92,8 @@ MODEL_VARIABLES_CAP = 1_000_000
 # Pricing one candidate placement may run a long Hamiltonian search (Network.ring_through on a
 # 128-chip group: up to 16 s measured); warm-start and fallback candidates are skipped past this.
 EVAL_TIMEOUT_S = 0.5
+# Priced placements a result carries besides its answer (``PlacementResult.candidates``).
+CANDIDATES_KEPT = 16
 _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
            cp_model.INFEASIBLE: "INFEASIBLE", cp_model.UNKNOWN: "UNKNOWN",
            cp_model.MODEL_INVALID: "UNKNOWN"}
@@ -103,6 +105,9 @@ class PlacementResult:
     certificate: Certificate
     q2: Q2 | None
     trace: list[tuple[float, float]]     # (seconds since start, best objective in seconds)
+    # other placements priced on the way (hint, axis orders), the best CANDIDATES_KEPT by link
+    # cost: what ``solvers.placement_step.choose_by_step`` also considers; not serialized
+    candidates: list[list[int]] = dataclasses.field(default_factory=list, repr=False)
 
     def to_json(self):
         return {"placement": self.placement, "certificate": self.certificate.to_json(),
@@ -247,6 +252,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     fallback = one_per_chip and nvars > max_model_variables
     cands = [np.asarray(hint, dtype=np.int64)] if hint is not None else []
     pool = list(cands)                    # every candidate priced (for an in-scope CP-SAT hint)
+    pool_cost = [tm.cost(q) for q in pool]   # their link costs, in the same order
     warm_trace: list[tuple[float, float]] = []   # (s, objective) as the incumbent improves
     if cands:
         warm_trace.append((time.perf_counter() - t0, tm.cost(cands[0])[0]))
@@ -268,6 +274,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                 skipped += 1
                 continue
             pool.append(q)
+            pool_cost.append(c)
             if best_c is None or c < best_c:
                 cands, best_c, incumbent_from = [q], c, "axis orders"
                 if not warm_trace or c[0] < warm_trace[-1][1]:
@@ -292,7 +299,9 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                            else detail.get("method", SOLVER_NAME), status, q2.communication_s,
                            min(bound_s, q2.communication_s) if bound_s is not None else None,
                            time.perf_counter() - t0, "s", seed, workers, time_limit_s, detail)
-        return PlacementResult([int(v) for v in placement], cert, q2, trace)
+        kept = sorted(range(len(pool)), key=lambda i: (pool_cost[i], i))[:CANDIDATES_KEPT]
+        return PlacementResult([int(v) for v in placement], cert, q2, trace,
+                               [[int(v) for v in pool[i]] for i in kept])
 
     # -- the incumbent meets the analytic bound: proven optimal over every placement ----------
     if inc is not None and inc_cost[0] <= analytic_s * (1 + 1e-12) + 1e-15:
