@@ -7,9 +7,11 @@ One iteration:
      and forbidden combinations ``F[m]``. Rank every (m, layout) by Q1 (placement-oblivious).
      The ILPs of one iteration may use ``ILP_SHARE`` of the remaining budget (smaller meshes
      first; a mesh whose last solve would not fit is skipped and the skip recorded).
-  2. Take the ``top_k`` best layouts not compiled before (in the first iteration, after the
-     ILP's best, every seed layout -- e.g. today's expert configurations, each possibly with its
-     own program variant). For each: realize it as shardings
+  2. Take the ``top_k`` best layouts not compiled before: the best, then the best of every other
+     combination of attention kv modes (the ILP's K best are asked to differ in them first,
+     ``distinct="kv"``: Q1 prices a ring's overlap least reliably), then by Q1. In the first
+     iteration every seed layout (e.g. today's expert configurations, each possibly with its own
+     program variant) comes right after the ILP's best. For each: realize it as shardings
      (``aoizora.realize``) on the target's devices in JAX's default order, compile ahead of time
      with libtpu (``extract.aot_compile``), read the evidence. A layout that does not fit in HBM
      joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``), keep the least Q2
@@ -259,7 +261,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                 else:
                     t_ilp = time.perf_counter()
                     res = ilp_cache[ckey] = solve_sharding(
-                        ir, tgt, m, axis_costs=st["costs"], k_best=top_k, time_limit_s=limit,
+                        ir, tgt, m, axis_costs=st["costs"], k_best=top_k, distinct="kv",
+                        time_limit_s=limit,
                         corrections=st["corrections"], forbidden=st["forbidden"] or None,
                         seed=seed)
                     ilp_seconds[_mkey(m)] = time.perf_counter() - t_ilp
@@ -295,7 +298,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             iterations.append(rec)
             break
         ranked.sort(key=lambda r: (r[0], _mstr(r[1])))
-        fresh = [(q1, m, s) for q1, m, s in ranked if _layout_id(m, s.layout) not in seen][:top_k]
+        fresh = _diverse([(q1, m, s) for q1, m, s in ranked
+                          if _layout_id(m, s.layout) not in seen], top_k)
         if not fresh and not (it == 1 and seed_layouts):
             stop_reason = "the ILP's best layouts repeat: the plan converged"
             rec["changes"].append(stop_reason)
@@ -397,6 +401,22 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         stop_reason = f"{stop_reason}; {over_budget}"
     return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
                    deadline, verify, max_compile_s, progress, program)
+
+
+def _kv_modes(layout: Layout) -> tuple:
+    return tuple(sorted((k, a.kv) for k, a in layout.attention.items()))
+
+
+def _diverse(ranked: list, k: int) -> list:
+    """The `k` layouts to compile from `ranked` (Q1 order): the best, then the best of every other
+    combination of attention kv modes (gathered / in a ring: what Q1 prices least reliably
+    against the compiled program), then the rest in Q1 order."""
+    firsts, rest, modes = [], [], set()
+    for r in ranked:
+        sig = _kv_modes(r[2].layout)
+        (rest if sig in modes else firsts).append(r)
+        modes.add(sig)
+    return (firsts + rest)[:k]
 
 
 def _seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> ShardingSolution:

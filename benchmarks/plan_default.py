@@ -3,7 +3,8 @@
     python -m benchmarks.plan_default [--model wan2.1-1.3b --resolution 480p --frames 81
                                        --target v5e-8 --budget 600 --seed 0]
 
-Writes benchmarks/results/plan_<model>_<workload>_<target>.json (the plan itself, loadable with
+Writes benchmarks/results/plan_<model>_<workload>_<target>.json (``ilp_only_...`` with
+``--no-seeds``: the ILP's layouts alone; the plan itself, loadable with
 aoizora.load_plan) and .md (summary, iterations, which decisions the feedback changed and what
 that gained by Q2). Latencies are predictions (Q2 link-load model on the compiled TPU program);
 times are wall-clock seconds on this machine, whose load is recorded.
@@ -71,11 +72,12 @@ def main(argv=None) -> int:
                      seed_layouts=seeds, progress=ConsoleProgress())
     wall = time.perf_counter() - t0
     info["loadavg_end"] = os.getloadavg()
-    stem = f"plan_{job.model.name}_{job.workload.name}_{job.target.short_name}"
+    stem = (f"{'ilp_only' if a.no_seeds else 'plan'}_{job.model.name}_{job.workload.name}_"
+            f"{job.target.short_name}")
     RESULTS.mkdir(exist_ok=True)
     p.save(str(RESULTS / f"{stem}.json"))
     gains = feedback_gain(p)
-    md = [f"# `aoizora plan`: {job.describe()}", "",
+    md = [f"# `aoizora plan{' --no-seeds' if a.no_seeds else ''}`: {job.describe()}", "",
           f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['platform']}, jax {info['jax']}, "
           f"no TPU; load average {info['loadavg_start'][0]:.1f} at start, "
           f"{info['loadavg_end'][0]:.1f} at the end; {info['date']}.",

@@ -29,7 +29,7 @@ def section() -> str:
     grid = RES / "grid_readme.md"
     if grid.exists():
         out.append(grid.read_text().strip())
-    plan = sorted(RES.glob("plan_*.md")) + sorted(RES.glob("feedback_run_*.md"))
+    plan = sorted(RES.glob("plan_*.md")) + sorted(RES.glob("ilp_only_*.md"))
     for p in plan:
         md = p.read_text()
         lines = md.splitlines()
@@ -38,7 +38,9 @@ def section() -> str:
         gains = md.split("## What the feedback changed", 1)[-1].strip() if "## What the feedback" in md else ""
         out.append(f"### {title}\n\n{lines[2] if len(lines) > 2 else ''} {lines[3] if len(lines) > 3 else ''}\n\n"
                    f"```\n{body}\n```\n\nWhat the feedback changed:\n\n{gains}\n\n"
-                   f"Reproduce: `python -m benchmarks.plan_default` (file `{p.relative_to(ROOT)}`).")
+                   f"Reproduce: `python -m benchmarks.plan_default"
+                   f"{' --no-seeds' if p.name.startswith('ilp_only') else ''}` "
+                   f"(file `{p.relative_to(ROOT)}`).")
     # long results: only the named section goes into the README (the file has every table)
     summaries = [
         ("placement_solver.md", "## Targets (issue 5)",

@@ -25,6 +25,10 @@ Constraints
   (memory)   sum_{tensors t live at step i} bytes(t | s) + sum_{operands o of op i} copy(o | s)
                  <= hbm_budget                                         for every step i
   (no-good)  sum_{g in cut} s[g][k_g] <= |cut| - 1                    for every forbidden combination
+  (kv-mode)  sum_{g in A} sum_{k : kv[g][k] = kv*_g} s[g][k] <= |A| - 1
+             for a previous solution whose attention groups A (those offering a ring) ran their
+             keys/values as kv*_g: a solution that differs from it in at least one kv mode
+             (``add_kv_mode_cut``; the planner's diverse top-K)
 
 Memory, an over-approximation of the live buffers the program itself needs (it does not see the
 compiler's own temporaries, kernel scratch or collective buffers: the solver keeps a reserve of
@@ -334,6 +338,27 @@ def add_no_good(prob, graph: StrategyGraph, s, combo: dict[str, str], name: str)
     if not vs:
         raise ValueError(f"forbidden combination {combo} involves no choice; the ILP would be infeasible")
     prob += pulp.lpSum(vs) <= len(vs) - 1, name
+
+
+def ring_groups(graph: StrategyGraph) -> list[str]:
+    """The attention groups that offer keys/values both gathered and in a ring."""
+    return [gid for gid in sorted(graph.groups)
+            if len({st.kv for st in graph.groups[gid].strategies}) > 1]
+
+
+def add_kv_mode_cut(prob, graph: StrategyGraph, s, choice: dict[str, int], name: str) -> bool:
+    """The (kv-mode) row: at least one attention group of ``ring_groups`` runs its keys/values
+    otherwise than in `choice` (group -> strategy index). False (no row) when there is none."""
+    A = ring_groups(graph)
+    if not A:
+        return False
+    terms = []
+    for gid in A:
+        strategies = graph.groups[gid].strategies
+        kv = strategies[choice[gid]].kv
+        terms += [s[gid][k] for k, st in enumerate(strategies) if st.kv == kv]
+    prob += pulp.lpSum(terms) <= len(A) - 1, name
+    return True
 
 
 def chosen(model: ILPModel) -> dict[str, int]:

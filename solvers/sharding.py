@@ -6,7 +6,12 @@ solves it with CBC (default; one thread, fixed seed, time limit) or HiGHS (``sol
 when highspy is installed), and returns a ``ShardingResult``: the Layout, a Certificate (status,
 objective, best bound and gap as the solver reported them: CBC's log, HiGHS's ``mip_dual_bound``),
 the chosen strategies in words, the ILP's size, and -- with ``k_best > 1`` -- the next best
-distinct solutions (each found after a no-good cut on the previous ones).
+distinct solutions (each found after a no-good cut on the previous ones). With
+``distinct="kv"`` each next solution must also run the keys/values of at least one attention op
+otherwise (gathered / in a ring) than every earlier one, while such a solution exists (the
+``kv-mode`` rows of ``formulation.sharding_ilp``); after that, plain no-good cuts: the K best
+then differ in a decision the placement-oblivious model prices least reliably, instead of in the
+layout of one small op.
 
 When no layout fits in HBM it raises ``MemoryBudgetError`` saying how much is missing: the
 smallest per-device peak over all layouts (a second ILP that minimises it) against the budget.
@@ -26,8 +31,9 @@ import pulp
 
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, add_no_good,
-                                              build_model, chosen, evaluate, peak_memory)
+from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, add_kv_mode_cut,
+                                              add_no_good, build_model, chosen, evaluate,
+                                              peak_memory, ring_groups)
 from aoizora.formulation.strategies import (Hardware, Options, StrategyGraph, build_strategies,
                                             spec_str)
 from aoizora.solvers.certificate import Certificate
@@ -327,7 +333,7 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
                    hbm_bytes: float | None = None, corrections: dict[str, Any] | None = None,
                    forbidden: list[dict[str, str]] | None = None, seed: int = 0, threads: int = 1,
                    options: Options | None = None, hardware: Hardware | None = None,
-                   hbm_reserve: float = 0.1) -> ShardingResult:
+                   hbm_reserve: float = 0.1, distinct: str = "any") -> ShardingResult:
     """Choose the layout of every op of `ir` on the logical mesh `mesh_axes` (see module doc).
 
     target: a Target (for chip numbers and default axis costs) or None with `hardware` and
@@ -335,7 +341,10 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     chip's HBM less `hbm_reserve` (a fraction kept for what the ILP's memory model does not see:
     the compiler's temporaries, kernel scratch, collective buffers -- on Wan 2.1 1.3B, 4x4, the
     compiler reported 3.17 GiB where the model counted 2.82 GiB). corrections / forbidden: the
-    planner's feedback (``aoizora.formulation.sharding_ilp.build_model``)."""
+    planner's feedback (``aoizora.formulation.sharding_ilp.build_model``). distinct: "any"
+    (the K best differ in at least one op) or "kv" (first in attention kv modes; module doc)."""
+    if distinct not in ("any", "kv"):
+        raise ValueError(f"distinct={distinct!r}: use 'any' or 'kv'")
     t0 = time.perf_counter()
     hardware, budget, graph, model = build_problem(
         ir, target, mesh_axes, axis_costs=axis_costs, hardware=hardware, options=options,
@@ -374,13 +383,29 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     best = _solution(ir, graph, model, res, first, time_limit_s, seed, threads, corrections, 0)
     alts = []
     prev = [first]
+    kv_cuts = distinct == "kv"
+    kv_rows: list[str] = []
     for r in range(1, max(1, k_best)):
         cut = {g: graph.groups[g].strategies[k].name for g, k in prev[-1].items()
                if len(graph.groups[g].strategies) > 1}
         if not cut:
             break
         add_no_good(model.prob, graph, model.s, cut, f"kbest_{r}")
-        rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
+        rr = None
+        if kv_cuts:
+            names = [f"kvmode_{r}_{i}" for i in range(len(prev))]
+            kv_rows += names
+            if all(add_kv_mode_cut(model.prob, graph, model.s, p, n) for p, n in zip(prev, names)):
+                rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
+            if rr is None or rr["objective"] is None:
+                kv_cuts = False      # no other kv modes left: plain no-good cuts from here
+                for n in kv_rows:     # relaxed to sum <= |A|, which every layout meets
+                    row = model.prob.get_constraint_by_name(n)
+                    if row is not None:
+                        row.changeRHS(len(ring_groups(graph)))
+                rr = None
+        if rr is None:
+            rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
         if rr["objective"] is None:
             break
         ch = chosen(model)

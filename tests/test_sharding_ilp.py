@@ -255,3 +255,23 @@ def test_ring_attention_variant(v5e4):
     assert ring[0].comm > 0 and ring[0].cost < gather[0].cost + ring[0].comm   # overlapped
     r = solve_sharding(ir, v5e4, {"x": 4})
     assert r.layout.attention[att].kv in ("ring", "gather")
+
+
+def test_k_best_distinct_in_kv_mode(v5e4):
+    """distinct="kv": the second solution runs the attention's keys/values the other way (ring vs
+    gathered); once no kv mode is left the next ones differ as plain no-good cuts make them."""
+    from aoizora.models.primitives import attention
+
+    sds = jax.ShapeDtypeStruct
+    ir = build_ir(lambda q, k, v: attention(q, k, v), *[sds((1, 4, 1024, 64), jnp.bfloat16)] * 3)
+    att = ir.by_kind("attention")[0].key
+    plain = solve_sharding(ir, v5e4, {"x": 4}, k_best=2)
+    kv = solve_sharding(ir, v5e4, {"x": 4}, k_best=3, distinct="kv")
+    modes = [s.layout.attention[att].kv for s in kv.all()]
+    assert len(modes) == 3 and modes[0] != modes[1]
+    assert plain.best.choice == kv.best.choice
+    assert len({tuple(sorted(s.choice.items())) for s in kv.all()}) == 3
+    objs = [s.certificate.objective for s in kv.all()]
+    assert objs[0] <= min(objs[1:])
+    with pytest.raises(ValueError, match="distinct"):
+        solve_sharding(ir, v5e4, {"x": 4}, distinct="attention")
