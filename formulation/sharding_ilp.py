@@ -25,9 +25,9 @@ Constraints
   (memory)   sum_{tensors t live at step i} bytes(t | s) + sum_{operands o of op i} copy(o | s)
                  <= hbm_budget                                         for every step i
   (no-good)  sum_{g in cut} s[g][k_g] <= |cut| - 1                    for every forbidden combination
-  (kv-mode)  sum_{g in A} sum_{k : kv[g][k] = kv*_g} s[g][k] <= |A| - 1
-             for a previous solution whose attention groups A (those offering a ring) ran their
-             keys/values as kv*_g: a solution that differs from it in at least one kv mode
+  (kv-mode)  sum_{k : kv[g][k] = kv*_g} s[g][k] <= 0                   for every g in A
+             for a previous solution whose attention groups A (those offering keys/values both
+             gathered and in a ring) ran them as kv*_g: every one of them the other way
              (``add_kv_mode_cut``; the planner's diverse top-K)
 
 Memory, an over-approximation of the live buffers the program itself needs (it does not see the
@@ -346,19 +346,18 @@ def ring_groups(graph: StrategyGraph) -> list[str]:
             if len({st.kv for st in graph.groups[gid].strategies}) > 1]
 
 
-def add_kv_mode_cut(prob, graph: StrategyGraph, s, choice: dict[str, int], name: str) -> bool:
-    """The (kv-mode) row: at least one attention group of ``ring_groups`` runs its keys/values
-    otherwise than in `choice` (group -> strategy index). False (no row) when there is none."""
-    A = ring_groups(graph)
-    if not A:
-        return False
-    terms = []
-    for gid in A:
+def add_kv_mode_cut(prob, graph: StrategyGraph, s, choice: dict[str, int], name: str) -> list[str]:
+    """The (kv-mode) rows: every attention group of ``ring_groups`` runs its keys/values
+    otherwise than in `choice` (group -> strategy index). Returns the rows' names (none when no
+    group offers both); ``row.changeRHS(1)`` lifts a row (a one-hot sum is at most 1)."""
+    names = []
+    for i, gid in enumerate(ring_groups(graph)):
         strategies = graph.groups[gid].strategies
         kv = strategies[choice[gid]].kv
-        terms += [s[gid][k] for k, st in enumerate(strategies) if st.kv == kv]
-    prob += pulp.lpSum(terms) <= len(A) - 1, name
-    return True
+        names.append(f"{name}_{i}")
+        prob += pulp.lpSum(s[gid][k] for k, st in enumerate(strategies) if st.kv == kv) <= 0, \
+            names[-1]
+    return names
 
 
 def chosen(model: ILPModel) -> dict[str, int]:

@@ -7,11 +7,11 @@ when highspy is installed), and returns a ``ShardingResult``: the Layout, a Cert
 objective, best bound and gap as the solver reported them: CBC's log, HiGHS's ``mip_dual_bound``),
 the chosen strategies in words, the ILP's size, and -- with ``k_best > 1`` -- the next best
 distinct solutions (each found after a no-good cut on the previous ones). With
-``distinct="kv"`` each next solution must also run the keys/values of at least one attention op
-otherwise (gathered / in a ring) than every earlier one, while such a solution exists (the
-``kv-mode`` rows of ``formulation.sharding_ilp``); after that, plain no-good cuts: the K best
-then differ in a decision the placement-oblivious model prices least reliably, instead of in the
-layout of one small op.
+``distinct="kv"`` the second solution must also run the keys/values of every attention op that
+offers both ways the other way (gathered / in a ring) than the first (the ``kv-mode`` rows of
+``formulation.sharding_ilp``; skipped when no such solution exists), the rest plain no-good
+cuts: the K best then differ in the decision the placement-oblivious model prices least reliably
+(how much of a ring's traffic hides behind compute), not in the layout of one small op.
 
 When no layout fits in HBM it raises ``MemoryBudgetError`` saying how much is missing: the
 smallest per-device peak over all layouts (a second ILP that minimises it) against the budget.
@@ -33,7 +33,7 @@ from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, add_kv_mode_cut,
                                               add_no_good, build_model, chosen, evaluate,
-                                              peak_memory, ring_groups)
+                                              peak_memory)
 from aoizora.formulation.strategies import (Hardware, Options, StrategyGraph, build_strategies,
                                             spec_str)
 from aoizora.solvers.certificate import Certificate
@@ -383,8 +383,6 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     best = _solution(ir, graph, model, res, first, time_limit_s, seed, threads, corrections, 0)
     alts = []
     prev = [first]
-    kv_cuts = distinct == "kv"
-    kv_rows: list[str] = []
     for r in range(1, max(1, k_best)):
         cut = {g: graph.groups[g].strategies[k].name for g, k in prev[-1].items()
                if len(graph.groups[g].strategies) > 1}
@@ -392,19 +390,13 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
             break
         add_no_good(model.prob, graph, model.s, cut, f"kbest_{r}")
         rr = None
-        if kv_cuts:
-            names = [f"kvmode_{r}_{i}" for i in range(len(prev))]
-            kv_rows += names
-            if all(add_kv_mode_cut(model.prob, graph, model.s, p, n) for p, n in zip(prev, names)):
-                rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
-            if rr is None or rr["objective"] is None:
-                kv_cuts = False      # no other kv modes left: plain no-good cuts from here
-                for n in kv_rows:     # relaxed to sum <= |A|, which every layout meets
-                    row = model.prob.get_constraint_by_name(n)
-                    if row is not None:
-                        row.changeRHS(len(ring_groups(graph)))
-                rr = None
-        if rr is None:
+        kv_rows = (add_kv_mode_cut(model.prob, graph, model.s, first, "kvmode")
+                   if distinct == "kv" and r == 1 else [])
+        if kv_rows:
+            rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
+            for n in kv_rows:      # lifted: the next solutions are plain no-good cuts
+                model.prob.get_constraint_by_name(n).changeRHS(1)
+        if rr is None or rr["objective"] is None:
             rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
         if rr["objective"] is None:
             break
