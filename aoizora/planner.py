@@ -7,11 +7,11 @@ One iteration:
      and forbidden combinations ``F[m]``. Rank every (m, layout) by Q1 (placement-oblivious).
      The ILPs of one iteration may use ``ILP_SHARE`` of the remaining budget (smaller meshes
      first; a mesh whose last solve would not fit is skipped and the skip recorded).
-  2. Take the ``top_k`` best layouts not compiled before: the best, then the best of every other
-     combination of attention kv modes (the ILP's K best are asked to differ in them first,
-     ``distinct="kv"``: Q1 prices a ring's overlap least reliably), then by Q1. In the first
-     iteration every seed layout (e.g. today's expert configurations, each possibly with its own
-     program variant) comes right after the ILP's best. For each: realize it as shardings
+  2. Take the ``top_k`` best layouts not compiled before: the best, then the best of the other
+     kind (some attention's keys/values in a ring, or none; the ILP's second best is asked to
+     run them the other way, ``distinct="kv"``: Q1 prices a ring's overlap least reliably),
+     then by Q1. In the first iteration every seed layout (e.g. today's expert configurations,
+     each possibly with its own program variant) comes right after the ILP's best. For each: realize it as shardings
      (``aoizora.realize``) on the target's devices in JAX's default order, compile ahead of time
      with libtpu (``extract.aot_compile``), read the evidence. A layout that does not fit in HBM
      joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``), keep the least Q2
@@ -403,17 +403,17 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                    deadline, verify, max_compile_s, progress, program)
 
 
-def _kv_modes(layout: Layout) -> tuple:
-    return tuple(sorted((k, a.kv) for k, a in layout.attention.items()))
+def _uses_ring(layout: Layout) -> bool:
+    return any(a.kv == "ring" for a in layout.attention.values())
 
 
 def _diverse(ranked: list, k: int) -> list:
-    """The `k` layouts to compile from `ranked` (Q1 order): the best, then the best of every other
-    combination of attention kv modes (gathered / in a ring: what Q1 prices least reliably
-    against the compiled program), then the rest in Q1 order."""
+    """The `k` layouts to compile from `ranked` (Q1 order): the best, then the best of the other
+    kind -- with some attention's keys/values in a ring, or all gathered (how much of a ring's
+    traffic hides behind compute is what Q1 prices least reliably) -- then the rest by Q1."""
     firsts, rest, modes = [], [], set()
     for r in ranked:
-        sig = _kv_modes(r[2].layout)
+        sig = _uses_ring(r[2].layout)
         (rest if sig in modes else firsts).append(r)
         modes.add(sig)
     return (firsts + rest)[:k]

@@ -160,8 +160,8 @@ def test_a_seed_layout_with_its_own_program_is_priced_and_recorded(small):
 
 
 def test_compile_order_takes_each_kv_mode_combination_early():
-    """The layouts compiled first: the ILP's best, then the best of each other combination of
-    attention kv modes, then Q1 order (a near-copy of the best is no longer second)."""
+    """The layouts compiled first: the ILP's best, then the best of the other kind (a ring in some
+    attention, or none), then Q1 order (a near-copy of the best is no longer second)."""
     from types import SimpleNamespace as NS
 
     from aoizora.formulation.layout import AttentionLayout, Layout
@@ -171,8 +171,11 @@ def test_compile_order_takes_each_kv_mode_combination_early():
         return NS(layout=Layout({"x": 8}, [], attention={"a": AttentionLayout(seq=("x",), kv=kv)},
                                 name=name))
 
+    ring_gather = NS(layout=Layout({"x": 8}, [], name="r3", attention={
+        "a": AttentionLayout(seq=("x",), kv="ring"), "b": AttentionLayout(seq=("x",))}))
     ranked = [(1.0, {}, sol("ring", "r1")), (1.0, {}, sol("ring", "r2")),
-              (1.5, {}, sol("gather", "g1")), (1.6, {}, sol("gather", "g2"))]
+              (1.1, {}, ring_gather), (1.5, {}, sol("gather", "g1")),
+              (1.6, {}, sol("gather", "g2"))]
     assert [r[2].layout.name for r in _diverse(ranked, 2)] == ["r1", "g1"]
-    assert [r[2].layout.name for r in _diverse(ranked, 4)] == ["r1", "g1", "r2", "g2"]
+    assert [r[2].layout.name for r in _diverse(ranked, 4)] == ["r1", "g1", "r2", "r3"]
     assert [r[2].layout.name for r in _diverse(ranked[:2], 2)] == ["r1", "r2"]
