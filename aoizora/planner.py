@@ -14,9 +14,10 @@ One iteration:
      each possibly with its own program variant) comes right after the ILP's best. For each: realize it as shardings
      (``aoizora.realize``) on the target's devices in JAX's default order, compile ahead of time
      with libtpu (``extract.aot_compile``), read the evidence. A layout that does not fit in HBM
-     joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``), keep the least Q2
-     step among its answer and the placements it priced (``solvers.placement_step``: the
-     latency term breaks link-load near-ties) and price with Q2.
+     joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``); when it does not
+     prove its answer, anneal from it as long again (``placement_heuristics.annealing``); keep
+     the least Q2 step among these, the placements CP-SAT priced and a swap descent
+     (``solvers.placement_step``: the latency term breaks link-load near-ties); price with Q2.
   3. Feedback, per mesh, from its best priced candidate:
        - effective bandwidth: for every logical axis a whose collectives appear in the evidence,
          ``beta_eff[a] = sum_c count_c t_c / sum_c count_c f_c V_c`` where ``t_c`` is the time the
@@ -60,6 +61,7 @@ from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement import solve_placement
+from aoizora.solvers.placement_heuristics import annealing
 from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
 
@@ -475,9 +477,21 @@ def _price(fn, args, tgt: Target, network: Network, m: dict[str, int], sol: Shar
         return cand
     limit = max(0.5, min(placement_time_s, (deadline - time.perf_counter()) * 0.25))
     res = solve_placement(ev, network, time_limit_s=limit, seed=seed, workers=workers, hint=order)
+    extra = []
+    if res.placement is not None and res.certificate.status != "OPTIMAL":
+        # not proven: annealing from CP-SAT's answer and the best priced candidates, as long
+        # again (CP-SAT may stall above what swaps reach: Wan 14B on v5e-16)
+        sa = annealing(ev, network, time_limit_s=limit, seed=seed,
+                       starts=[res.placement] + res.candidates[:3], eval_timeout_s=0.5)
+        extra.append(sa.placement)
+        progress.note(f"not proven: annealing {sa.certificate.objective * 1e3:.3f} ms "
+                      f"against CP-SAT's {res.certificate.objective * 1e3:.3f} ms")
     # CP-SAT certifies the link-load term; among its answer, the other placements it priced and
     # a swap descent, keep the least Q2 step (the latency term breaks link-load near-ties)
-    res = choose_by_step(ev, network, res, res.candidates + [order],
+    cands = res.candidates + [order] + extra
+    names = (["priced by CP-SAT's warm start"] * len(res.candidates) + ["default order"]
+             + ["annealing"] * len(extra))
+    res = choose_by_step(ev, network, res, cands, names=names,
                          time_limit_s=max(0.5, min(0.3 * placement_time_s,
                                                    0.1 * (deadline - time.perf_counter()))))
     c = res.certificate

@@ -46,11 +46,12 @@ def step_key(tm: TrafficModel, p) -> tuple[float, float, float, int]:
 
 def choose_by_step(evidence: Evidence, network: Network, result, candidates: Sequence,
                    tm: TrafficModel | None = None, time_limit_s: float = 2.0,
-                   max_evaluations: int = MAX_EVALUATIONS):
+                   max_evaluations: int = MAX_EVALUATIONS, names: Sequence[str] | None = None):
     """``result`` (a ``solvers.placement.PlacementResult`` with a placement) replaced by the
-    placement of least predicted step among it, `candidates` and a swap descent (module
-    docstring). Returns a new result; its certificate's ``detail["step_choice"]`` records the
-    choice. A result without a placement is returned as it is."""
+    placement of least predicted step among it, `candidates` (``names``: where each came from,
+    recorded) and a swap descent (module docstring). Returns a new result; its certificate's
+    ``detail["step_choice"]`` records the choice. A result without a placement is returned as
+    it is."""
     if result.placement is None:
         return result
     t0 = time.perf_counter()
@@ -61,7 +62,8 @@ def choose_by_step(evidence: Evidence, network: Network, result, candidates: Seq
     keys = [step_key(tm, q) for q in pool]
     i_best = min(range(len(pool)), key=lambda i: (keys[i], i))
     best, best_k = pool[i_best].copy(), keys[i_best]
-    start_from = "certified" if i_best == 0 else "candidate"
+    start_from = ("certified" if i_best == 0 else
+                  names[i_best - 1] if names and i_best - 1 < len(names) else "candidate")
     n = len(best)
     evaluated, improved_swaps, cut = 0, 0, ""
     improved = True
