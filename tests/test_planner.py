@@ -179,3 +179,31 @@ def test_compile_order_takes_each_kv_mode_combination_early():
     assert [r[2].layout.name for r in _diverse(ranked, 2)] == ["r1", "g1"]
     assert [r[2].layout.name for r in _diverse(ranked, 4)] == ["r1", "g1", "r2", "r3"]
     assert [r[2].layout.name for r in _diverse(ranked[:2], 2)] == ["r1", "r2"]
+
+
+def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
+    """When CP-SAT does not prove its answer (here: forced to return JAX's default order,
+    FEASIBLE), the planner anneals from it and keeps the least Q2 step; the certificate keeps
+    CP-SAT's bound and says where the placement came from."""
+    import aoizora.planner as planner
+    from aoizora.formulation.latency import predict_step
+    from aoizora.solvers.placement import PlacementResult
+
+    _, _, fn, args, _ = small
+    seen = {}
+
+    def stalled(ev, network, time_limit_s, seed, workers, hint):
+        q2 = predict_step(ev, hint, network)
+        seen["q2"] = q2.step_s
+        cert = planner.Certificate("CP-SAT (stalled)", "FEASIBLE", q2.communication_s, 0.0, 0.1)
+        return PlacementResult(list(hint), cert, q2, [])
+
+    monkeypatch.setattr(planner, "solve_placement", stalled)
+    p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[{"x": 2, "y": 4}],
+                     max_iterations=1, verify=False, placement_time_s=2.0)
+    c = p.certificates["placement"]
+    choice = c.detail["step_choice"]
+    assert p.predicted["step_s"] <= seen["q2"] + 1e-12
+    assert choice["start"] in ("certified", "annealing", "default order")
+    assert c.bound == 0.0 and c.status == "FEASIBLE"
+    assert c.objective == pytest.approx(p.predicted["communication_s"])
