@@ -14,9 +14,8 @@ One iteration:
      each possibly with its own program variant) comes right after the ILP's best. For each: realize it as shardings
      (``aoizora.realize``) on the target's devices in JAX's default order, compile ahead of time
      with libtpu (``extract.aot_compile``), read the evidence. A layout that does not fit in HBM
-     joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``); when it does not
-     prove its answer, anneal from it as long again (``placement_heuristics.annealing``); keep
-     the least Q2 step among these, the placements CP-SAT priced and a swap descent
+     joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``); keep the least
+     Q2 step among its answer, the placements it priced and a swap descent
      (``solvers.placement_step``: the latency term breaks link-load near-ties); price with Q2.
   3. Feedback, per mesh, from its best priced candidate:
        - effective bandwidth: for every logical axis a whose collectives appear in the evidence,
@@ -30,7 +29,9 @@ One iteration:
      ILP's assumptions (``corrections`` in the ILP is ready; mapping HLO collectives back onto
      ILP groups needs finer provenance than the shared layer code gives today).
   4. Stop when an iteration brings no new layout (the plan repeats), after ``max_iterations``, or
-     when the time budget cannot fit another compile. Keep the best plan by Q2.
+     when the time budget cannot fit another compile. Keep the best plan by Q2. When its
+     placement is not proven, the time left anneals it (up to ``placement_time_s``; the least
+     Q2 step is kept).
 
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 slowest compile so far still fits. When the budget cannot hold one compile, ``BudgetError``.
@@ -60,7 +61,7 @@ from aoizora.plans import Plan, program_key
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.placement import solve_placement
+from aoizora.solvers.placement import PlacementResult, solve_placement
 from aoizora.solvers.placement_heuristics import annealing
 from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
@@ -384,6 +385,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     else:
         stop_reason = f"{max_iterations} iterations"
 
+    if best is not None:
+        _anneal_best(best, network, deadline, placement_time_s, seed, progress)
     if best is None:
         errs = [c.get("error") for r in iterations for c in r["candidates"] if c.get("error")]
         oom = [c for r in iterations for c in r["candidates"] if c.get("fits_hbm") is False]
@@ -477,20 +480,10 @@ def _price(fn, args, tgt: Target, network: Network, m: dict[str, int], sol: Shar
         return cand
     limit = max(0.5, min(placement_time_s, (deadline - time.perf_counter()) * 0.25))
     res = solve_placement(ev, network, time_limit_s=limit, seed=seed, workers=workers, hint=order)
-    extra = []
-    if res.placement is not None and res.certificate.status != "OPTIMAL":
-        # not proven: annealing from CP-SAT's answer and the best priced candidates, as long
-        # again (CP-SAT may stall above what swaps reach: Wan 14B on v5e-16)
-        sa = annealing(ev, network, time_limit_s=limit, seed=seed,
-                       starts=[res.placement] + res.candidates[:3], eval_timeout_s=0.5)
-        extra.append(sa.placement)
-        progress.note(f"not proven: annealing {sa.certificate.objective * 1e3:.3f} ms "
-                      f"against CP-SAT's {res.certificate.objective * 1e3:.3f} ms")
     # CP-SAT certifies the link-load term; among its answer, the other placements it priced and
     # a swap descent, keep the least Q2 step (the latency term breaks link-load near-ties)
-    cands = res.candidates + [order] + extra
-    names = (["priced by CP-SAT's warm start"] * len(res.candidates) + ["default order"]
-             + ["annealing"] * len(extra))
+    cands = res.candidates + [order]
+    names = ["priced by CP-SAT's warm start"] * len(res.candidates) + ["default order"]
     res = choose_by_step(ev, network, res, cands, names=names,
                          time_limit_s=max(0.5, min(0.3 * placement_time_s,
                                                    0.1 * (deadline - time.perf_counter()))))
@@ -504,6 +497,26 @@ def _price(fn, args, tgt: Target, network: Network, m: dict[str, int], sol: Shar
     if cand.q2_default.step_s < cand.q2.step_s:  # never worse than the default order
         cand.placement, cand.q2 = order, cand.q2_default
     return cand
+
+
+def _anneal_best(best: Candidate, network: Network, deadline: float, placement_time_s: float,
+                 seed: int, progress: Progress) -> None:
+    """With the time left after the last compile: when the best candidate's placement is not
+    proven, anneal from it for up to ``placement_time_s`` (CP-SAT can stall above what swaps
+    reach: Wan 14B on v5e-16) and keep the least Q2 step (``choose_by_step``)."""
+    left = deadline - time.perf_counter() - 1.0
+    cert = best.placement_cert
+    if cert is None or cert.status == "OPTIMAL" or left < 0.5 or best.evidence is None:
+        return
+    ev = best.evidence
+    sa = annealing(ev, network, time_limit_s=min(placement_time_s, left), seed=seed,
+                   starts=[best.placement], eval_timeout_s=0.5)
+    res = PlacementResult(list(best.placement), cert, best.q2, [])
+    res = choose_by_step(ev, network, res, [sa.placement], names=["annealing"],
+                         time_limit_s=max(0.2, min(2.0, deadline - time.perf_counter())))
+    progress.note(f"placement not proven: annealing for {sa.certificate.time_s:.1f} s, Q2 "
+                  f"{res.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
+    best.placement, best.placement_cert, best.q2 = res.placement, res.certificate, res.q2
 
 
 def _named_words(fn, args, words: list[str]) -> list[str]:

@@ -183,7 +183,7 @@ def test_compile_order_takes_each_kv_mode_combination_early():
 
 def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     """When CP-SAT does not prove its answer (here: forced to return JAX's default order,
-    FEASIBLE), the planner anneals from it and keeps the least Q2 step; the certificate keeps
+    FEASIBLE), the time left after the last compile anneals it and the least Q2 step is kept; the certificate keeps
     CP-SAT's bound and says where the placement came from."""
     import aoizora.planner as planner
     from aoizora.formulation.latency import predict_step
