@@ -11,12 +11,13 @@ One iteration:
      kind (some attention's keys/values in a ring, or none; the ILP's second best is asked to
      run them the other way, ``distinct="kv"``: Q1 prices a ring's overlap least reliably),
      then by Q1. In the first iteration every seed layout (e.g. today's expert configurations,
-     each possibly with its own program variant) comes right after the ILP's best. For each: realize it as shardings
-     (``aoizora.realize``) on the target's devices in JAX's default order, compile ahead of time
-     with libtpu (``extract.aot_compile``), read the evidence. A layout that does not fit in HBM
-     joins ``F[m]``. Else solve the placement CP-SAT (``solvers.placement``); keep the least
-     Q2 step among its answer, the placements it priced and a swap descent
-     (``solvers.placement_step``: the latency term breaks link-load near-ties); price with Q2.
+     each possibly with its own program variant) comes right after the ILP's best. For each:
+     realize it as shardings (``aoizora.realize``) on the target's devices in JAX's default
+     order, compile ahead of time with libtpu (``extract.aot_compile``), read the evidence. A
+     layout that does not fit in HBM joins ``F[m]``. Else solve the placement CP-SAT
+     (``solvers.placement``); keep the least Q2 step among its answer, the placements it priced
+     and a swap descent (``solvers.placement_step``: the latency term breaks link-load
+     near-ties); price with Q2.
   3. Feedback, per mesh, from its best priced candidate:
        - effective bandwidth: for every logical axis a whose collectives appear in the evidence,
          ``beta_eff[a] = sum_c count_c t_c / sum_c count_c f_c V_c`` where ``t_c`` is the time the
@@ -494,9 +495,7 @@ def _price(fn, args, tgt: Target, network: Network, m: dict[str, int], sol: Shar
         cand.placement, cand.placement_cert, cand.q2 = order, c, cand.q2_default
     else:
         cand.placement, cand.placement_cert, cand.q2 = res.placement, c, res.q2
-    if cand.q2_default.step_s < cand.q2.step_s:  # never worse than the default order
-        cand.placement, cand.q2 = order, cand.q2_default
-    return cand
+    return cand      # never worse than the default order: it is among choose_by_step's candidates
 
 
 def _anneal_best(best: Candidate, network: Network, deadline: float, placement_time_s: float,

@@ -120,6 +120,35 @@ def _result(name: str, best: _Best, ev: Evidence, net: Network, t0: float, budge
 
 
 # ---------------------------------------------------------------------------------------------
+def swap_descent(p, key, price: Callable[[np.ndarray], tuple], deadline: float,
+                 max_evaluations: int | None = None) -> tuple[np.ndarray, tuple, int, int, str]:
+    """First-improvement descent over rank swaps (i < j, in order) from placement `p` of key
+    `key`: a swap is taken when ``price`` of it is smaller, until a whole pass improves nothing,
+    `max_evaluations` swaps were priced, or `deadline` (``time.perf_counter()``) passes.
+    Returns (placement, key, swaps priced, swaps taken, why it was cut -- "" when it converged)."""
+    p = np.array(p, dtype=np.int64)
+    evaluated = taken = 0
+    improved, cut = True, ""
+    while improved and not cut:
+        improved = False
+        for i, j in itertools.combinations(range(len(p)), 2):
+            if max_evaluations is not None and evaluated >= max_evaluations:
+                cut = f"evaluation cap ({max_evaluations})"
+            elif time.perf_counter() > deadline:
+                cut = "time limit"
+            if cut:
+                break
+            q = p.copy()
+            q[i], q[j] = q[j], q[i]
+            k = price(q)
+            evaluated += 1
+            if k < key:
+                p, key, improved = q, k, True
+                taken += 1
+    return p, key, evaluated, taken, cut
+
+
+# ---------------------------------------------------------------------------------------------
 def exhaustive(evidence: Evidence, network: Network, time_limit_s: float = 60.0) -> PlacementResult:
     """Every placement up to the evidence automorphisms (<= 8 devices)."""
     n = evidence.num_devices
@@ -251,22 +280,7 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
             cur, cur_c, e_cur = cand, c, e
         it += 1
     # greedy polish: first-improvement over all swaps of the best
-    improved = True
-    p = best.placement.copy()
-    pc = best.cost
-    while improved and time.perf_counter() - t0 < time_limit_s:
-        improved = False
-        for i in range(n):
-            for j in range(i + 1, n):
-                q = p.copy()
-                q[i], q[j] = q[j], q[i]
-                c = best.offer(q)
-                if c < pc:
-                    p, pc, improved = q, c, True
-                if time.perf_counter() - t0 > time_limit_s:
-                    break
-            if time.perf_counter() - t0 > time_limit_s:
-                break
+    swap_descent(best.placement, best.cost, best.offer, deadline=t0 + time_limit_s)
     return _result("annealing", best, evidence, network, t0, time_limit_s, seed,
                    detail={"iterations": it, "timed_out_evaluations": best.timed_out})
 

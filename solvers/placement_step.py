@@ -9,7 +9,8 @@ and a swap descent from the best of them, the placement of least predicted step:
     S(p)  = comm(p) + lat(p)            (Q2's step minus its compute, the same for every p)
     p*    = argmin over P u D  of  (S(p), comm(p), link_bytes(p), hops(p))
     D     = the placements a first-improvement descent over rank swaps (i < j, in order) visits
-            from argmin_P, while S strictly decreases, within ``max_evaluations`` and the limit
+            from argmin_P while that key strictly decreases, within ``max_evaluations`` and the
+            limit (``placement_heuristics.swap_descent``, the annealing's polish too)
 
 with ``comm, link_bytes, hops, lat = TrafficModel.scores(p)``. The descent is deterministic: a
 fixed swap order and an evaluation cap (the time limit only guards it; the result says when it
@@ -33,6 +34,7 @@ from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.traffic import TrafficModel
+from aoizora.solvers.placement_heuristics import swap_descent
 
 # Swap evaluations of the descent: 4 full passes over a 16-rank slice's 120 swaps, one third of a
 # pass on 64 ranks (2,016 swaps; 9 ms each here).
@@ -64,30 +66,8 @@ def choose_by_step(evidence: Evidence, network: Network, result, candidates: Seq
     best, best_k = pool[i_best].copy(), keys[i_best]
     start_from = ("certified" if i_best == 0 else
                   names[i_best - 1] if names and i_best - 1 < len(names) else "candidate")
-    n = len(best)
-    evaluated, improved_swaps, cut = 0, 0, ""
-    improved = True
-    while improved and n >= 2:
-        improved = False
-        for i in range(n):
-            for j in range(i + 1, n):
-                if evaluated >= max_evaluations:
-                    cut = f"evaluation cap ({max_evaluations})"
-                elif time.perf_counter() > deadline:
-                    cut = f"time limit ({time_limit_s:g} s)"
-                if cut:
-                    break
-                q = best.copy()
-                q[i], q[j] = q[j], q[i]
-                k = step_key(tm, q)
-                evaluated += 1
-                if k[0] < best_k[0] and k < best_k:
-                    best, best_k, improved = q, k, True
-                    improved_swaps += 1
-            if cut:
-                break
-        if cut:
-            break
+    best, best_k, evaluated, improved_swaps, cut = swap_descent(
+        best, best_k, lambda q: step_key(tm, q), deadline, max_evaluations)
     cert = dataclasses.replace(result.certificate,
                                detail=dict(result.certificate.detail))
     cert_k = keys[0]
