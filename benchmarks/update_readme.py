@@ -24,6 +24,19 @@ def _first(md: str, prefix: str) -> list[str]:
     return [l for l in md.splitlines() if l.startswith(prefix)]
 
 
+def _section(heading: str):
+    """The part of a result file under `heading`, with its links made relative to the README."""
+    def part(md: str) -> str:
+        text = md.split(heading, 1)[-1].split("\n## ", 1)[0].strip() if heading in md else ""
+        return text.replace("](", "](benchmarks/results/").replace(
+            "](benchmarks/results/benchmarks/results/", "](benchmarks/results/")
+    return part
+
+
+def _tables_and_bullets(md: str) -> str:
+    return f"{_tables(md)}\n\n" + "\n".join(_first(md, "- "))
+
+
 def section() -> str:
     out = []
     grid = RES / "grid_readme.md"
@@ -41,39 +54,31 @@ def section() -> str:
                    f"Reproduce: `python -m benchmarks.plan_default"
                    f"{' --no-seeds' if p.name.startswith('ilp_only') else ''}` "
                    f"(file `{p.relative_to(ROOT)}`).")
-    # long results: only the named section goes into the README (the file has every table)
-    summaries = [
-        ("placement_solver.md", "## Targets (issue 5)",
+    # what of each result file goes into the README: a named section of a long file (the file
+    # has every table), else its tables and bullets
+    results = [
+        ("placement_solver.md", _section("## Targets (issue 5)"),
          "Placement: CP-SAT against heuristics on real Wan 2.1 evidence (v5e-16, v5e-64, v5e-256)",
          "python -m benchmarks.placement_solver"),
-        ("sharding_vs_heuristics.md", "## Summary", "Sharding ILP against heuristics",
+        ("sharding_vs_heuristics.md", _section("## Summary"), "Sharding ILP against heuristics",
          "python -m benchmarks.sharding_vs_heuristics"),
+        ("sharding_ilp.md", _tables_and_bullets, "Sharding ILP: CBC and HiGHS",
+         "python -m benchmarks.sharding_ilp"),
+        ("simulator_validation.md", _tables_and_bullets,
+         "Reference simulator against the scaling book", "python -m benchmarks.simulator_validation"),
+        ("expert_compile.md", _tables_and_bullets,
+         "Expert configurations of the full-size models compiled for v5e-8",
+         "python -m benchmarks.expert_compile"),
+        ("evidence_timing.md", _tables_and_bullets, "Trace, compile and parse times",
+         "python -m benchmarks.evidence_timing"),
     ]
-    for fname, heading, title, cmd in summaries:
+    for fname, extract, title, cmd in results:
         f = RES / fname
         if not f.exists():
             continue
         md = f.read_text()
         machine = next((l for l in md.splitlines() if l.lower().startswith("machine")), "")
-        part = md.split(heading, 1)[-1].split("\n## ", 1)[0].strip() if heading in md else ""
-        part = part.replace("](", "](benchmarks/results/").replace(
-            "](benchmarks/results/benchmarks/results/", "](benchmarks/results/")
-        out.append(f"### {title}\n\n{machine}\n\n{part}\n\n"
-                   f"Reproduce: `{cmd}` (every table: `benchmarks/results/{fname}`).")
-    blocks = [
-        ("sharding_ilp.md", "Sharding ILP: CBC and HiGHS", "python -m benchmarks.sharding_ilp"),
-        ("simulator_validation.md", "Reference simulator against the scaling book", "python -m benchmarks.simulator_validation"),
-        ("expert_compile.md", "Expert configurations of the full-size models compiled for v5e-8", "python -m benchmarks.expert_compile"),
-        ("evidence_timing.md", "Trace, compile and parse times", "python -m benchmarks.evidence_timing"),
-    ]
-    for fname, title, cmd in blocks:
-        f = RES / fname
-        if not f.exists():
-            continue
-        md = f.read_text()
-        machine = next((l for l in md.splitlines() if l.lower().startswith("machine")), "")
-        bullets = "\n".join(_first(md, "- "))
-        out.append(f"### {title}\n\n{machine}\n\n{_tables(md)}\n\n{bullets}\n\n"
+        out.append(f"### {title}\n\n{machine}\n\n{extract(md)}\n\n"
                    f"Reproduce: `{cmd}` (full results: `benchmarks/results/{fname}`).")
     return "\n\n".join(out)
 
