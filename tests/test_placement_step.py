@@ -87,8 +87,9 @@ def test_equal_link_load_keeps_the_proof(small):
     assert res.certificate.status == "OPTIMAL"
     out = choose_by_step(ev, net, res, res.candidates)
     assert step_key(tm, out.placement) <= step_key(tm, res.placement)
-    if tm.scores(out.placement)[0] <= res.certificate.bound * (1 + 1e-12):
-        assert out.certificate.status == "OPTIMAL"
+    meets = tm.scores(out.placement)[0] <= res.certificate.bound * (1 + 1e-12)
+    assert (out.certificate.status == "OPTIMAL") == meets
+    assert out.certificate.bound == res.certificate.bound
 
 
 def test_deterministic(small):
