@@ -25,10 +25,14 @@ One iteration:
          and ``f_c V_c`` the bytes term alpha-beta charges it ((n-1)/n V for all-gather and
          reduce-scatter, 2(n-1)/n V for all-reduce, (n-1)/n^2 V for all-to-all). ``A[m]`` takes
          ``beta_eff`` in place of its default beta on those axes;
+       - attention compute, from every ILP layout compiled so far (all meshes pooled): per kv
+         mode (gathered, ring), the compiler's compute time of the attention nodes over Q1's
+         (``formulation.attention_calibration``; realize scopes each attention node so its
+         compiled ops name it). Every mesh's ILP then scales its attention compute by it;
        - layouts that did not fit in HBM stay forbidden.
-     Not yet: per-op corrections for communication the compiler added or removed against the
-     ILP's assumptions (``corrections`` in the ILP is ready; mapping HLO collectives back onto
-     ILP groups needs finer provenance than the shared layer code gives today).
+     Not yet: per-op corrections for the other ops and for communication the compiler added or
+     removed against the ILP's assumptions (``corrections`` in the ILP is ready; mapping HLO
+     collectives back onto ILP groups needs finer provenance than the shared layer code gives).
   4. Stop when an iteration brings no new layout (the plan repeats), after ``max_iterations``, or
      when the time budget cannot fit another compile. Keep the best plan by Q2. When its
      placement is not proven, the time left anneals it (up to ``placement_time_s``; the least
@@ -53,6 +57,8 @@ from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network, default_device_order
 from aoizora.extract.program_ir import build_ir
 from aoizora.extract.targets import Target, get_target
+from aoizora.formulation.attention_calibration import (attention_samples, fit_attention_scale,
+                                                       scales)
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.formulation.latency import Q2, predict_step
 from aoizora.formulation.layout import Layout
@@ -228,6 +234,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     state = {_mkey(m): {"costs": default_axis_costs(tgt, m), "corrections": {}, "forbidden": []}
              for m in mesh_list}
     seen: set[str] = set()
+    attention_scale: dict[str, dict[str, float]] = {}  # node / "*" -> kv mode -> factor on Q1
+    attention_fit: list = []                 # the AttentionSamples it is fitted on
     ilp_cache: dict[str, Any] = {}
     ilp_seconds: dict[str, float] = {}
     last_best: dict[str, tuple[str, list[str]]] = {}   # mesh -> the ILP's last best layout
@@ -249,8 +257,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
         for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
             st = state[_mkey(m)]
-            ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"]],
-                              sort_keys=True, default=str)
+            ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
+                               attention_scale], sort_keys=True, default=str)
             expected = ilp_seconds.get(_mkey(m), 0.0)  # what this mesh's ILP took last time
             if (ckey not in ilp_cache and ranked
                     and time.perf_counter() + expected > ilp_deadline):
@@ -268,7 +276,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                         ir, tgt, m, axis_costs=st["costs"], k_best=top_k, distinct="kv",
                         time_limit_s=limit,
                         corrections=st["corrections"], forbidden=st["forbidden"] or None,
-                        seed=seed)
+                        seed=seed, attention_scale=attention_scale or None)
                     ilp_seconds[_mkey(m)] = time.perf_counter() - t_ilp
             except MemoryBudgetError as e:
                 memory_errors.append(str(e))
@@ -284,7 +292,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             if prev is not None and prev[0] != lid:
                 before, after = set(prev[1]), set(res.best.words)
                 rec["decisions_changed"].append({
-                    "mesh": dict(m), "why": "feedback: effective bandwidth per axis",
+                    "mesh": dict(m), "why": "feedback: effective bandwidth per axis and "
+                                            "compiled attention compute",
                     "before": sorted(before - after), "after": sorted(after - before)})
                 rec["changes"].append(f"mesh {_mstr(m)}: the ILP's best layout changed after the "
                                       f"feedback ({len(after - before)} op layouts differ)")
@@ -378,6 +387,25 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                         f"mesh {_mstr(m)} axis {a}: effective bandwidth "
                         f"{d['effective_bandwidth_Bps'] / 1e9:.1f} GB/s under the best placement "
                         f"(ILP assumed {1 / d['beta_before_s_per_B'] / 1e9:.1f} GB/s)")
+        # feedback: attention compute per kv mode, pooled over every ILP layout compiled so far
+        for c in this_iter:
+            if c.evidence is not None and not c.solution.certificate.detail.get("seed"):
+                attention_fit += attention_samples(
+                    c.solution.attention, c.evidence, network,
+                    f"it{it} {_mstr(c.mesh_axes)} {c.solution.layout.name}")
+        fit = fit_attention_scale(attention_fit)
+        if scales(fit) != attention_scale:
+            attention_scale = scales(fit)
+            rec["feedback"]["attention"] = fit
+            for node, by_mode in fit.items():
+                for mu, f in by_mode.items():
+                    if node == "*":
+                        continue
+                    rec["changes"].append(
+                        f"attention {node} (keys/values {'in a ring' if mu == 'ring' else 'gathered'})"
+                        f": compiled compute {f['compiled_s'] * 1e3:.3f} ms against Q1's "
+                        f"{f['q1_compute_s'] * 1e3:.3f} ms ({f['samples']} compiled) -> the ILP "
+                        f"scales its compute by {f['scale']:.3f}")
         rec["best_q2_step_s"] = best.q2.step_s if best else None
         rec["elapsed_s"] = round(time.perf_counter() - t0, 3)
         iterations.append(rec)

@@ -49,6 +49,7 @@ import jax
 from jax.extend.core import DropVar, Literal, jaxpr_as_fun
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from aoizora.extract.evidence import attention_scope
 from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, axes_of
 from aoizora.models.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
@@ -215,9 +216,12 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
             outs = _while(eqn, invals, key, ctx)
         elif name == ATTENTION:
             q, k, v = invals
-            outs = [sharded_attention(q, k, v, layout=ctx.layout.attention_for(key), mesh=ctx.mesh,
-                                      scale=eqn.params["scale"], impl=ctx.attention_impl,
-                                      interpret=ctx.interpret)]
+            # the scope names the node in the compiled ops' op_name metadata, so that compiled
+            # attention time can be read back per node (``extract.evidence.ATTENTION_SCOPE``)
+            with jax.named_scope(attention_scope(key)):
+                outs = [sharded_attention(q, k, v, layout=ctx.layout.attention_for(key),
+                                          mesh=ctx.mesh, scale=eqn.params["scale"],
+                                          impl=ctx.attention_impl, interpret=ctx.interpret)]
         elif name == HINT:
             x = invals[0]
             spec = hint_spec(eqn.params["names"], ctx.layout.rules)

@@ -22,10 +22,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 COLLECTIVE_KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                     "collective-permute")
+
+# The name scope ``aoizora.realize`` puts around each attention node, so that the compiled ops of
+# that node carry its IR key in their op_name metadata: ``.../aoizora_attention[3.1.7]/...``.
+ATTENTION_SCOPE = "aoizora_attention"
+_SCOPE_RE = re.compile(re.escape(ATTENTION_SCOPE) + r"\[([^\]]+)\]")
+
+
+def attention_scope(key: str) -> str:
+    """The name scope of attention node ``key`` (IR node key, as in ``Layout.attention``)."""
+    return f"{ATTENTION_SCOPE}[{key}]"
+
+
+def attention_node_of(op_name: str) -> str | None:
+    """The attention node key an op's op_name metadata names (innermost scope), or None."""
+    keys = _SCOPE_RE.findall(op_name or "")
+    return keys[-1] if keys else None
 
 
 @dataclasses.dataclass

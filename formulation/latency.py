@@ -72,22 +72,30 @@ class Q2:
         return dataclasses.asdict(self)
 
 
+def op_seconds(op, evidence: Evidence, network: Network) -> float | None:
+    """One run of compute op ``op``, seconds (``t_o`` of the module docstring); None when it has
+    neither cycles nor a chip peak to price its flops / bytes with."""
+    if op.estimated_cycles is not None and evidence.clock_hz > 0:
+        return op.estimated_cycles / evidence.clock_hz
+    parts = []
+    if op.flops and network.peak_flops > 0:
+        parts.append(op.flops / network.peak_flops)
+    if op.bytes and network.hbm_bandwidth_Bps > 0:
+        parts.append(op.bytes / network.hbm_bandwidth_Bps)
+    if (op.flops or op.bytes) and not parts:
+        return None
+    return max(parts, default=0.0)
+
+
 def compute_seconds(evidence: Evidence, network: Network) -> tuple[float, list[str]]:
     """sum over compute ops of count x time (seconds); warnings for ops that could not be priced."""
     total = 0.0
     warns = []
     for op in evidence.compute:
-        if op.estimated_cycles is not None and evidence.clock_hz > 0:
-            t = op.estimated_cycles / evidence.clock_hz
-        else:
-            parts = []
-            if op.flops and network.peak_flops > 0:
-                parts.append(op.flops / network.peak_flops)
-            if op.bytes and network.hbm_bandwidth_Bps > 0:
-                parts.append(op.bytes / network.hbm_bandwidth_Bps)
-            if (op.flops or op.bytes) and not parts:
-                warns.append(f"compute op {op.name}: no cycles and no chip peak numbers; priced 0 s")
-            t = max(parts, default=0.0)
+        t = op_seconds(op, evidence, network)
+        if t is None:
+            warns.append(f"compute op {op.name}: no cycles and no chip peak numbers; priced 0 s")
+            t = 0.0
         total += op.count * t
     return total, warns
 

@@ -13,6 +13,11 @@ dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis)
   queries and passed around the sequence axes, overlapped with compute;
 - the replicated strategy is always present.
 
+Attention compute may be scaled by ``attention_scale[node][kv]`` (node key, or ``"*"`` for every
+node the map does not name; the planner's feedback, ``formulation.attention_calibration``):
+gathered ``scale * compute + comm``, ring ``max(scale * compute, comm)``; ``Strategy.compute``
+keeps the unscaled compute.
+
 An axis may go on a label whose size it does not divide only with ``Options.allow_padding``
 (intermediates only, never program inputs): the shard is ``ceil(size/n)`` and the padded work is
 counted. It is off by default because the realizer (``aoizora.realize``) and ``shard_map``
@@ -82,6 +87,7 @@ class Strategy:
     words: str = ""                             # "heads on y, sequence on x"
     labels: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # anchor labels
     kv: str = "gather"                          # attention: keys/values "gather"ed or in a "ring"
+    compute: float = 0.0                        # attention: Q1's unscaled compute part of `cost`
 
 
 @dataclasses.dataclass
@@ -218,8 +224,10 @@ class Options:
 
 
 class _Builder:
-    def __init__(self, ir, ac: AxisCosts, hw: Hardware, opts: Options):
+    def __init__(self, ir, ac: AxisCosts, hw: Hardware, opts: Options,
+                 attention_scale: dict[str, dict[str, float]] | None = None):
         self.ir, self.ac, self.hw, self.opts = ir, ac, hw, opts
+        self.attention_scale = dict(attention_scale or {})
         self.sizes = ac.sizes
         self.T = ir.tensors
         self.groups: dict[str, Group] = {}
@@ -365,7 +373,9 @@ class _Builder:
             if partial:
                 name += " " + ",".join(f"{a}:{'ar' if h == 'ar' else f'rs{d}'}" for a, (h, d) in zip(partial, combo))
             words = _words(n, assign, combo, partial)
-            s = Strategy(name, {n.results[0]: spec_t}, {}, comp + comm, comm, words, dict(assign))
+            scaled = comp * self._scale(n.key, "gather") if n.kind == "attention" else comp
+            s = Strategy(name, {n.results[0]: spec_t}, {}, scaled + comm, comm, words, dict(assign),
+                         compute=comp if n.kind == "attention" else 0.0)
             s._req_local = req  # type: ignore[attr-defined]
             variants.append(s)
         if n.kind == "attention" and assign.get("s"):
@@ -397,10 +407,15 @@ class _Builder:
         comp = self.compute_time(n, frac, bytes_dev)
         name = " ".join(f"{lab}:{'+'.join(ax)}" for lab, ax in sorted(assign.items())) + " kv:ring"
         words = _words(n, assign, (), []) + ", keys/values in a ring"
-        s = Strategy(name, {n.results[0]: out_spec}, {}, max(comp, comm), comm, words, dict(assign),
-                     kv="ring")
+        scaled = comp * self._scale(n.key, "ring")
+        s = Strategy(name, {n.results[0]: out_spec}, {}, max(scaled, comm), comm, words, dict(assign),
+                     kv="ring", compute=comp)
         s._req_local = req2  # type: ignore[attr-defined]
         return s
+
+    def _scale(self, key: str, kv: str) -> float:
+        mine = self.attention_scale.get(key, {})
+        return float(mine[kv] if kv in mine else self.attention_scale.get("*", {}).get(kv, 1.0))
 
     def replicated_node(self, n):
         s = Strategy("replicated", {r: replicated(len(self.T[r].shape)) for r in n.results}, {})
@@ -433,6 +448,7 @@ class _Builder:
         for s in strategies:
             s.cost *= n.repeat
             s.comm *= n.repeat
+            s.compute *= n.repeat
         self.groups[gid] = Group(gid, n.kind, n.key, [n.key], strategies)
         self.group_of_node[n.key] = gid
         for r in n.results:
@@ -707,8 +723,17 @@ def _words(n, assign, combo, partial) -> str:
 
 
 def build_strategies(ir, axis_costs: AxisCosts, hardware: Hardware,
-                     options: Options | None = None) -> StrategyGraph:
-    """Groups, strategies and edges of `ir` on the mesh `axis_costs.sizes`."""
+                     options: Options | None = None,
+                     attention_scale: dict[str, dict[str, float]] | None = None) -> StrategyGraph:
+    """Groups, strategies and edges of `ir` on the mesh `axis_costs.sizes`. attention_scale:
+    attention node key (or "*") -> kv mode ("gather" | "ring") -> factor on Q1's attention
+    compute (module docstring)."""
     if not axis_costs.sizes or len(axis_costs.sizes) > 3:
         raise StrategyError(f"the logical mesh needs 1 to 3 axes, got {axis_costs.sizes}")
-    return _Builder(ir, axis_costs, hardware, options or Options()).build()
+    bad = {k: v for k, v in (attention_scale or {}).items()
+           if not isinstance(v, dict) or any(mu not in ("gather", "ring") or not isinstance(
+               f, (int, float)) or not (f > 0 and math.isfinite(f)) for mu, f in v.items())}
+    if bad:
+        raise StrategyError(f"attention_scale {bad}: give {{node key or '*': {{'gather' | 'ring': "
+                            f"factor}}}} with positive finite factors")
+    return _Builder(ir, axis_costs, hardware, options or Options(), attention_scale).build()

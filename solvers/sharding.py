@@ -64,11 +64,15 @@ class ShardingSolution:
     words: list[str]                       # "attention 0.12: heads on y, sequence on x", ...
     predicted: dict[str, float]            # Q1 parts, seconds
     peak_bytes: float                      # largest memory row, bytes per device
+    # attention node key -> {"kv": mode, "compute_s": Q1's unscaled compute of its strategy, per
+    # call (times repeat)}: what ``formulation.attention_calibration`` compares with the compiler
+    attention: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"layout": self.layout.to_json(), "certificate": self.certificate.to_json(),
                 "choice": dict(self.choice), "words": list(self.words),
-                "predicted": dict(self.predicted), "peak_bytes": self.peak_bytes}
+                "predicted": dict(self.predicted), "peak_bytes": self.peak_bytes,
+                "attention": {k: dict(v) for k, v in self.attention.items()}}
 
 
 @dataclasses.dataclass
@@ -290,7 +294,10 @@ def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], tim
         layout=to_layout(ir, graph, choice, name="ilp" if rank == 0 else f"ilp#{rank + 1}"),
         certificate=cert,
         choice={g: graph.groups[g].strategies[k].name for g, k in choice.items()},
-        words=_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice))
+        words=_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice),
+        attention={g: {"kv": graph.groups[g].strategies[k].kv,
+                       "compute_s": graph.groups[g].strategies[k].compute}
+                   for g, k in choice.items() if graph.groups[g].kind == "attention"})
 
 
 def min_peak_bytes(ir, graph: StrategyGraph, *, solver: str = "cbc", time_limit_s: float = 30.0,
@@ -309,7 +316,8 @@ def build_problem(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCost
                   hardware: Hardware | None = None, options: Options | None = None,
                   hbm_bytes: float | None = None, hbm_reserve: float = 0.1,
                   corrections: dict[str, Any] | None = None,
-                  forbidden: list[dict[str, str]] | None = None):
+                  forbidden: list[dict[str, str]] | None = None,
+                  attention_scale: dict[str, float] | None = None):
     """(hardware, HBM budget in bytes, StrategyGraph, ILPModel) of one sharding instance, with
     ``solve_sharding``'s defaults; the searches of ``solvers.sharding_heuristics`` share it."""
     if hardware is None:
@@ -323,7 +331,7 @@ def build_problem(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCost
     if dict(axis_costs.sizes) != {k: int(v) for k, v in mesh_axes.items()}:
         raise ShardingSolveError(f"axis costs are for mesh {axis_costs.sizes}, not {mesh_axes}")
     budget = float(hbm_bytes if hbm_bytes is not None else hardware.hbm_bytes * (1.0 - hbm_reserve))
-    graph = build_strategies(ir, axis_costs, hardware, options)
+    graph = build_strategies(ir, axis_costs, hardware, options, attention_scale)
     model = build_model(ir, graph, budget, corrections=corrections, forbidden=forbidden)
     return hardware, budget, graph, model
 
@@ -333,7 +341,8 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
                    hbm_bytes: float | None = None, corrections: dict[str, Any] | None = None,
                    forbidden: list[dict[str, str]] | None = None, seed: int = 0, threads: int = 1,
                    options: Options | None = None, hardware: Hardware | None = None,
-                   hbm_reserve: float = 0.1, distinct: str = "any") -> ShardingResult:
+                   hbm_reserve: float = 0.1, distinct: str = "any",
+                   attention_scale: dict[str, float] | None = None) -> ShardingResult:
     """Choose the layout of every op of `ir` on the logical mesh `mesh_axes` (see module doc).
 
     target: a Target (for chip numbers and default axis costs) or None with `hardware` and
@@ -342,14 +351,16 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     the compiler's temporaries, kernel scratch, collective buffers -- on Wan 2.1 1.3B, 4x4, the
     compiler reported 3.17 GiB where the model counted 2.82 GiB). corrections / forbidden: the
     planner's feedback (``aoizora.formulation.sharding_ilp.build_model``). distinct: "any"
-    (the K best differ in at least one op) or "kv" (first in attention kv modes; module doc)."""
+    (the K best differ in at least one op) or "kv" (first in attention kv modes; module doc).
+    attention_scale: kv mode -> factor on Q1's attention compute, the planner's feedback from
+    compiled programs (``aoizora.formulation.attention_calibration``)."""
     if distinct not in ("any", "kv"):
         raise ValueError(f"distinct={distinct!r}: use 'any' or 'kv'")
     t0 = time.perf_counter()
     hardware, budget, graph, model = build_problem(
         ir, target, mesh_axes, axis_costs=axis_costs, hardware=hardware, options=options,
         hbm_bytes=hbm_bytes, hbm_reserve=hbm_reserve, corrections=corrections,
-        forbidden=forbidden)
+        forbidden=forbidden, attention_scale=attention_scale)
     build_s = time.perf_counter() - t0
     size = {"groups": len(graph.groups), "strategies": graph.num_strategies(),
             "edges": len(graph.edges), **model.size()}

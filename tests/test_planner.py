@@ -46,6 +46,22 @@ def test_plan_has_mesh_order_prediction_and_certificates(small):
     assert p.iterations and p.iterations[0]["candidates"]
 
 
+def test_compiled_attention_feeds_back_into_the_ilp(small):
+    """Iteration 1's compiled attention time per node and kv mode is fitted against Q1 and the
+    next ILPs scale their attention compute by it (the plan records the fit and the change)."""
+    _, _, _, _, p = small
+    fb = p.iterations[0]["feedback"]["attention"]
+    compiled = p.iterations[0]["candidates"][0]
+    assert "*" in fb and len(fb) >= 3                      # pooled + the small DiT's 2 attentions
+    for key, by_mode in fb.items():
+        for mu, f in by_mode.items():
+            assert mu in ("gather", "ring") and f["samples"] >= 1
+            assert f["scale"] == pytest.approx(f["compiled_s"] / f["q1_compute_s"]) and f["scale"] > 0
+    assert any(line.startswith("attention ") and "scales its compute by" in line
+               for line in p.iterations[0]["changes"])
+    assert compiled["layout"] == "ilp"
+
+
 def test_plan_applied_on_cpu_matches_unsharded(small, tmp_path):
     m, wl, fn, args, p = small
     path = tmp_path / "plan.json"

@@ -1,0 +1,102 @@
+"""Attention compute calibrated on compiled programs: the second thing the planner's loop feeds
+back into the sharding ILP, besides the effective bandwidth per axis.
+
+Q1 prices an attention shard as ``max(flops / peak, bytes / HBM bandwidth)`` whether its keys
+and values are gathered or travel in a ring (``formulation.strategies``). The compiled kernels
+differ: a ring runs one kernel call per step plus the online-softmax combination of the partial
+results (float32 rescaling, log-sum-exp) and the loop's copies of the chunk it forwards. On Wan
+2.1 1.3B (480p, 21 frames, v5e-8, mesh 2x4; compiler's estimated cycles, per step) the video
+self-attention took 40.1 ms in a ring and 30.9 ms gathered, against Q1's 24.5 ms for both; the
+cross-attention over 512 text tokens took 20.8 ms in a ring (its chunks are tiny) and 2.4 ms
+gathered, against Q1's 1.2 ms.
+
+``aoizora.realize`` runs every attention node under the name scope
+``extract.evidence.attention_scope(key)``, so the compiler's ops carry the node's key in their
+op_name metadata. For compiled candidates ``c`` and their attention nodes ``a`` (ILP layouts
+only: their strategies are known):
+
+    t[c, a] = sum_{compute ops o of c whose op_name names a} count_o * t_o   (seconds per call,
+              t_o as in Q2's compute_s: ``formulation.latency.op_seconds``; collectives excluded)
+    q[c, a] = Q1's unscaled compute of a under c's strategy, times its repeat
+              (``ShardingSolution.attention[a]["compute_s"]``)
+
+and per node ``a`` and kv mode ``mu`` in {"gather", "ring"}, over every candidate compiled so far:
+
+    scale[a][mu]   = sum_{c : kv(c, a) = mu} t[c, a]  /  sum_{c : kv(c, a) = mu} q[c, a]
+    scale["*"][mu] = the same sums over every node          (for nodes never compiled in mode mu)
+
+The ILP then prices attention strategy k of node a in mode mu (``strategies``,
+``attention_scale``): gathered ``scale * compute_k + comm_k``, ring ``max(scale * compute_k,
+comm_k)``, with ``scale = scale[a][mu]`` if a ran in mode mu, else ``scale["*"][mu]``. A mode no
+compiled candidate ran keeps scale 1 (Q1 as is). Approximation: one factor per node and mode,
+whatever the mesh, shard shape or ring length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+from aoizora.extract.evidence import Evidence, attention_node_of
+from aoizora.extract.network import Network
+from aoizora.formulation.latency import op_seconds
+
+KV_MODES = ("gather", "ring")
+
+
+@dataclasses.dataclass
+class AttentionSample:
+    """One attention node of one compiled candidate: Q1's compute against the compiler's."""
+    key: str                 # attention node key (IR / Layout.attention)
+    kv: str                  # "gather" | "ring"
+    q1_compute_s: float      # q[c, a], seconds per call
+    compiled_s: float        # t[c, a], seconds per call
+    candidate: str = ""      # which candidate it came from, for the record
+
+
+def compiled_attention_seconds(evidence: Evidence, network: Network) -> dict[str, float]:
+    """t[c, a] for every attention node whose scope the compiled ops carry (seconds per call)."""
+    out: dict[str, float] = {}
+    for op in evidence.compute:
+        key = attention_node_of(op.op_name)
+        if key is None:
+            continue
+        t = op_seconds(op, evidence, network) or 0.0
+        out[key] = out.get(key, 0.0) + op.count * t
+    return out
+
+
+def attention_samples(attention: dict[str, dict[str, Any]], evidence: Evidence,
+                      network: Network, candidate: str = "") -> list[AttentionSample]:
+    """The samples of one compiled candidate: ``attention`` is its ``ShardingSolution.attention``.
+    Nodes without compiled ops under their scope (or with no Q1 compute) give no sample."""
+    seen = compiled_attention_seconds(evidence, network)
+    out = []
+    for key, a in sorted(attention.items()):
+        q, t = float(a.get("compute_s", 0.0)), seen.get(key, 0.0)
+        if a.get("kv") in KV_MODES and q > 0 and t > 0:
+            out.append(AttentionSample(key, a["kv"], q, t, candidate))
+    return out
+
+
+def fit_attention_scale(samples: Iterable[AttentionSample]) -> dict[str, dict[str, dict[str, Any]]]:
+    """scale[a][mu] and scale["*"][mu] (module docstring), with what each was fitted on:
+    {a or "*": {mu: {"scale", "compiled_s", "q1_compute_s", "samples", "candidates"}}}."""
+    samples = list(samples)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for key in ["*"] + sorted({s.key for s in samples}):
+        for mu in KV_MODES:
+            mine = [s for s in samples if s.kv == mu and key in ("*", s.key)]
+            q = sum(s.q1_compute_s for s in mine)
+            if not mine or q <= 0:
+                continue
+            t = sum(s.compiled_s for s in mine)
+            out.setdefault(key, {})[mu] = {
+                "scale": t / q, "compiled_s": t, "q1_compute_s": q, "samples": len(mine),
+                "candidates": sorted({s.candidate for s in mine})}
+    return out
+
+
+def scales(fit: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """The ILP's ``attention_scale`` argument from a ``fit_attention_scale`` result."""
+    return {key: {mu: float(f["scale"]) for mu, f in by_mode.items()} for key, by_mode in fit.items()}

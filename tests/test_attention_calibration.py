@@ -1,0 +1,112 @@
+"""The attention feedback: compiled attention time is read back per node (realize scopes each
+attention node), fitted per node and kv mode against Q1's compute, and scales the ILP's
+attention strategies exactly as the formulation says."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from aoizora.extract.evidence import (ComputeOp, Evidence, attention_node_of, attention_scope)
+from aoizora.extract.network import Network
+from aoizora.extract.program_ir import build_ir
+from aoizora.extract.targets import get_target
+from aoizora.formulation.attention_calibration import (AttentionSample, attention_samples,
+                                                       compiled_attention_seconds,
+                                                       fit_attention_scale, scales)
+from aoizora.formulation.collective_cost import default_axis_costs
+from aoizora.formulation.strategies import Hardware, StrategyError, build_strategies
+from aoizora.models.primitives import attention
+from aoizora.solvers.sharding import solve_sharding
+
+SDS = jax.ShapeDtypeStruct
+
+
+def _attention_ir():
+    return build_ir(lambda q, k, v: attention(q, k, v), *[SDS((1, 4, 1024, 64), jnp.bfloat16)] * 3)
+
+
+def test_scope_names_the_innermost_attention_node():
+    name = f"jit(run)/while/body/{attention_scope('3.1.7')}/shard_map/while/body/add"
+    assert attention_node_of(name) == "3.1.7"
+    assert attention_node_of("jit(run)/while/body/dot_general") is None
+    assert attention_node_of("") is None
+
+
+def test_compiled_seconds_per_node_from_op_names():
+    net = Network.from_target(get_target("v5e-8"))
+    ev = Evidence(target="v5e:2x4", mesh_axes={"x": 8}, clock_hz=1e9, compute=[
+        ComputeOp("a", "fusion", 2e6, count=3, op_name=f"x/{attention_scope('7')}/exp"),
+        ComputeOp("b", "fusion", 1e6, count=1, op_name=f"x/{attention_scope('7')}/shard_map/add"),
+        ComputeOp("c", "custom-call", None, flops=net.peak_flops * 0.004, count=2,
+                  op_name=f"x/{attention_scope('9')}/splash"),
+        ComputeOp("d", "fusion", 5e6, count=1, op_name="x/dot_general")])
+    got = compiled_attention_seconds(ev, net)
+    assert got == pytest.approx({"7": 3 * 2e-3 + 1e-3, "9": 2 * 0.004})
+    att = {"7": {"kv": "ring", "compute_s": 0.002}, "9": {"kv": "gather", "compute_s": 0.0},
+           "11": {"kv": "gather", "compute_s": 0.001}}       # 9: no Q1 compute; 11: not compiled
+    s = attention_samples(att, ev, net, "c1")
+    assert [(x.key, x.kv, x.q1_compute_s, x.candidate) for x in s] == [("7", "ring", 0.002, "c1")]
+    assert s[0].compiled_s == pytest.approx(7e-3)
+
+
+def test_fit_per_node_and_pooled():
+    samples = [AttentionSample("self", "ring", 0.02, 0.04, "a"),
+               AttentionSample("cross", "ring", 0.001, 0.02, "a"),
+               AttentionSample("self", "gather", 0.02, 0.025, "b"),
+               AttentionSample("self", "gather", 0.02, 0.035, "c")]
+    fit = fit_attention_scale(samples)
+    sc = scales(fit)
+    assert sc["self"] == pytest.approx({"ring": 2.0, "gather": 1.5})
+    assert sc["cross"] == pytest.approx({"ring": 20.0})            # never compiled gathered
+    assert sc["*"] == pytest.approx({"ring": 0.06 / 0.021, "gather": 1.5})
+    assert fit["self"]["gather"]["samples"] == 2
+    assert fit["self"]["gather"]["candidates"] == ["b", "c"]
+    assert fit_attention_scale([]) == {}
+
+
+def test_ilp_prices_attention_with_the_scale():
+    """gathered: scale x compute + comm; ring: max(scale x compute, comm); a node's own factor
+    wins over "*"; no factor leaves Q1 as it was."""
+    ir = _attention_ir()
+    v5e4 = get_target("v5e-4")
+    ac, hw = default_axis_costs(v5e4, {"x": 4}), Hardware.from_chip(v5e4.chip)
+    key = ir.by_kind("attention")[0].key
+    base = build_strategies(ir, ac, hw).groups[key].strategies
+    for scale_map, f in (({"*": {"gather": 3.0, "ring": 5.0}}, {"gather": 3.0, "ring": 5.0}),
+                         ({"*": {"gather": 3.0, "ring": 5.0}, key: {"ring": 0.5}},
+                          {"gather": 3.0, "ring": 0.5})):
+        got = build_strategies(ir, ac, hw, attention_scale=scale_map).groups[key].strategies
+        assert [s.name for s in got] == [s.name for s in base]
+        for b, s in zip(base, got):
+            assert s.compute == pytest.approx(b.compute) and b.compute > 0
+            want = (max(f["ring"] * b.compute, b.comm) if b.kv == "ring"
+                    else f["gather"] * b.compute + b.comm)
+            assert s.cost == pytest.approx(want)
+    ring = [s for s in base if s.kv == "ring"][0]
+    assert ring.cost == pytest.approx(max(ring.compute, ring.comm))
+    # a ring made very costly is no longer chosen; the solution reports its Q1 compute per node
+    r = solve_sharding(ir, v5e4, {"x": 4}, attention_scale={"*": {"ring": 50.0}})
+    assert r.layout.attention[key].kv == "gather"
+    assert r.best.attention[key]["kv"] == "gather" and r.best.attention[key]["compute_s"] > 0
+    for bad in ({"*": {"ring": 0.0}}, {"*": {"fast": 2.0}}, {"*": 2.0}):
+        with pytest.raises(StrategyError, match="attention_scale"):
+            build_strategies(ir, ac, hw, attention_scale=bad)
+
+
+@pytest.mark.tpu_compiler
+def test_compiled_attention_is_found_per_node():
+    """Compiled for v5e:2x4 with the real TPU compiler: every attention node of the layout has
+    compiled ops under its scope, so each one gives a sample."""
+    from aoizora.extract.network import default_device_order
+    from aoizora.models import registry as R
+    from aoizora.planner import compile_layout
+
+    m = R.get_model("wan2.1-small")
+    fn = R.denoise_step(m, pad_multiple=128)
+    args = R.abstract_inputs(m, m.workloads[0], dtype=jnp.float32)
+    tgt, mesh = get_target("v5e-8"), {"x": 2, "y": 4}
+    sol = solve_sharding(build_ir(fn, *args), tgt, mesh).best
+    ev = compile_layout(fn, args, tgt, sol.layout, default_device_order(tgt, mesh))
+    samples = attention_samples(sol.attention, ev, Network.from_target(tgt))
+    assert sol.attention and sorted(s.key for s in samples) == sorted(sol.attention)
+    assert all(s.compiled_s > 0 and s.kv == sol.layout.attention[s.key].kv for s in samples)
