@@ -15,6 +15,7 @@ from __future__ import annotations
 from benchmarks.machine import machine_info
 import argparse
 import os
+import re
 import time
 from pathlib import Path
 
@@ -31,6 +32,11 @@ def machine() -> dict:
     info["loadavg_start"] = info["loadavg"]
     return info
 
+def _no_source(words: str) -> str:
+    """An op's layout in words without its trailing "[key file:line (function)]"."""
+    return re.sub(r" \[[^\]]*\]$", "", words)
+
+
 def feedback_gain(plan) -> list[str]:
     """What the feedback changed, and the Q2 of the candidates compiled before and after it."""
     out = []
@@ -40,8 +46,8 @@ def feedback_gain(plan) -> list[str]:
         for ch in rec.get("decisions_changed", []):
             mesh = "x".join(f"{k}{v}" for k, v in ch["mesh"].items())
             out.append(f"iteration {rec['iteration']}, mesh {mesh}: {len(ch['after'])} op layouts "
-                       f"changed after the effective-bandwidth feedback, e.g. "
-                       f"'{ch['before'][0].split(' [')[0]}' -> '{ch['after'][0].split(' [')[0]}'"
+                       f"changed after the {ch.get('why', 'feedback')}, e.g. "
+                       f"'{_no_source(ch['before'][0])}' -> '{_no_source(ch['after'][0])}'"
                        if ch["after"] and ch["before"] else f"iteration {rec['iteration']}: {ch}")
         if qs:
             it_best = min(qs)
