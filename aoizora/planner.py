@@ -25,8 +25,8 @@ One iteration:
          and ``f_c V_c`` the bytes term alpha-beta charges it ((n-1)/n V for all-gather and
          reduce-scatter, 2(n-1)/n V for all-reduce, (n-1)/n^2 V for all-to-all). ``A[m]`` takes
          ``beta_eff`` in place of its default beta on those axes;
-       - attention compute, from every ILP layout compiled so far (all meshes pooled): per kv
-         mode (gathered, ring), the compiler's compute time of the attention nodes over Q1's
+       - attention compute, from every ILP layout compiled so far (all meshes pooled): per
+         attention node and kv mode (gathered, ring), the compiler's compute time over Q1's
          (``formulation.attention_calibration``; realize scopes each attention node so its
          compiled ops name it). Every mesh's ILP then scales its attention compute by it;
        - layouts that did not fit in HBM stay forbidden.
@@ -387,7 +387,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                         f"mesh {_mstr(m)} axis {a}: effective bandwidth "
                         f"{d['effective_bandwidth_Bps'] / 1e9:.1f} GB/s under the best placement "
                         f"(ILP assumed {1 / d['beta_before_s_per_B'] / 1e9:.1f} GB/s)")
-        # feedback: attention compute per kv mode, pooled over every ILP layout compiled so far
+        # feedback: attention compute per node and kv mode, from every ILP layout compiled so far
         for c in this_iter:
             if c.evidence is not None and not c.solution.certificate.detail.get("seed"):
                 attention_fit += attention_samples(
