@@ -25,6 +25,13 @@ One iteration:
          and ``f_c V_c`` the bytes term alpha-beta charges it ((n-1)/n V for all-gather and
          reduce-scatter, 2(n-1)/n V for all-reduce, (n-1)/n^2 V for all-to-all). ``A[m]`` takes
          ``beta_eff`` in place of its default beta on those axes;
+       - exposed cost per collective kind: for every axis a and kind k measured there,
+         ``beta[a][k] = max(EXPOSURE_FLOOR, X[a][k]) x sum_c count_c t_c / sum_c count_c f_c V_c``
+         (sums over the collectives of kind k on a), with ``X[a][k] = sum_c count_c t_c x_c /
+         sum_c count_c t_c`` and ``x_c = exposed_p / T_p`` of the phase c ran in (Q2,
+         ``formulation.latency``): what the step paid for that kind after the compiler hid part
+         of it behind compute. ``A[m].beta_by_kind`` takes it (other kinds keep ``beta_eff``;
+         the floor keeps no collective free, as overlap has finite room);
        - attention compute, from every ILP layout compiled so far (all meshes pooled): per
          attention node and kv mode (gathered, ring), the compiler's compute time over Q1's
          (``formulation.attention_calibration``; realize scopes each attention node so its
@@ -75,6 +82,7 @@ from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, Shardi
 
 
 ILP_SHARE = 0.4   # of the remaining budget, per iteration, for the sharding ILPs
+EXPOSURE_FLOOR = 0.1   # the least share of a collective kind's link time the ILP charges it
 
 
 class PlanningError(ValueError):
@@ -146,9 +154,16 @@ _BYTES_FACTOR = {
 
 
 def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Network,
-                         costs: AxisCosts) -> tuple[AxisCosts, dict[str, dict[str, float]]]:
+                         costs: AxisCosts, q2: Q2 | None = None
+                         ) -> tuple[AxisCosts, dict[str, dict[str, Any]]]:
     """``costs`` with beta replaced by the effective seconds-per-byte each logical axis got under
-    ``placement`` (see the module docstring). Axes without a single-axis collective keep theirs."""
+    ``placement``, and, given ``q2`` (Q2 of that placement), the exposed cost per axis and
+    collective kind (see the module docstring). Axes and kinds not measured keep theirs."""
+    share = {}                                    # collective name -> x_c
+    for ph in (q2.phases if q2 is not None else []):
+        for name in ph.collectives:
+            share[name] = ph.exposed_s / ph.link_s if ph.link_s > 0 else 0.0
+    kt: dict[tuple[str, str], list[float]] = {}   # (axis, kind) -> [sum t, sum t x, sum f V]
     names = list(ev.mesh_axes)
     shape = [int(ev.mesh_axes[a]) for a in names]
     groups_of = {frozenset(frozenset(g) for g in mesh_axis_groups(shape, [i])): a
@@ -165,16 +180,28 @@ def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Networ
             continue
         link_bytes, _ = collective_link_bytes(c, chip_of_rank, network)
         t = float(link_bytes.max()) / network.link_bandwidth_Bps if len(link_bytes) else 0.0
+        fv = _BYTES_FACTOR[kind](costs.sizes[axis]) * c.bytes
         num[axis] += c.count * t
-        den[axis] += c.count * _BYTES_FACTOR[kind](costs.sizes[axis]) * c.bytes
+        den[axis] += c.count * fv
+        if c.name in share and t > 0:
+            acc = kt.setdefault((axis, kind), [0.0, 0.0, 0.0])
+            acc[0] += c.count * t
+            acc[1] += c.count * t * share[c.name]
+            acc[2] += c.count * fv
     beta = dict(costs.beta_s_per_byte)
-    detail = {}
+    by_kind = {a: dict(k) for a, k in costs.beta_by_kind.items()}
+    detail: dict[str, dict[str, Any]] = {}
     for a in names:
         if den[a] > 0 and num[a] > 0:
             detail[a] = {"beta_before_s_per_B": beta[a], "beta_after_s_per_B": num[a] / den[a],
                          "effective_bandwidth_Bps": den[a] / num[a]}
             beta[a] = num[a] / den[a]
-    new = dataclasses.replace(costs, beta_s_per_byte=beta,
+    for (a, kind), (t_sum, tx_sum, fv_sum) in sorted(kt.items()):
+        x = max(EXPOSURE_FLOOR, tx_sum / t_sum)
+        by_kind.setdefault(a, {})[kind] = x * t_sum / fv_sum
+        detail.setdefault(a, {}).setdefault("by_kind", {})[kind] = {
+            "exposed_share": x, "beta_s_per_B": x * t_sum / fv_sum}
+    new = dataclasses.replace(costs, beta_s_per_byte=beta, beta_by_kind=by_kind,
                               note=f"effective bandwidth measured on compiled evidence under the "
                                    f"best placement ({', '.join(detail) or 'no axis measured'})")
     return new, detail
@@ -379,14 +406,22 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                 continue
             c = min(mine, key=lambda c: c.q2.step_s)
             st = state[_mkey(m)]
-            st["costs"], detail = effective_axis_costs(c.evidence, c.placement, network, st["costs"])
+            st["costs"], detail = effective_axis_costs(c.evidence, c.placement, network,
+                                                       st["costs"], c.q2)
             if detail:
                 rec["feedback"][_mstr(m)] = detail
                 for a, d in detail.items():
-                    rec["changes"].append(
-                        f"mesh {_mstr(m)} axis {a}: effective bandwidth "
-                        f"{d['effective_bandwidth_Bps'] / 1e9:.1f} GB/s under the best placement "
-                        f"(ILP assumed {1 / d['beta_before_s_per_B'] / 1e9:.1f} GB/s)")
+                    if "effective_bandwidth_Bps" in d:
+                        rec["changes"].append(
+                            f"mesh {_mstr(m)} axis {a}: effective bandwidth "
+                            f"{d['effective_bandwidth_Bps'] / 1e9:.1f} GB/s under the best "
+                            f"placement (ILP assumed {1 / d['beta_before_s_per_B'] / 1e9:.1f} GB/s)")
+                    if d.get("by_kind"):
+                        rec["changes"].append(
+                            f"mesh {_mstr(m)} axis {a}: exposed cost per kind " + ", ".join(
+                                f"{k} {v['exposed_share']:.2f} of its link time "
+                                f"({1 / v['beta_s_per_B'] / 1e9:.1f} GB/s effective)"
+                                for k, v in sorted(d["by_kind"].items())))
         # feedback: attention compute per node and kv mode, from every ILP layout compiled so far
         for c in this_iter:
             if c.evidence is not None and not c.solution.certificate.detail.get("seed"):

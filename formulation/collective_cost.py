@@ -23,7 +23,9 @@ axis takes whole physical axes or a part of one). Then
 - ``alpha = hops x hop latency``: n/2 hops on a ring, n-1 on a line.
 
 ``AxisCosts`` is plain data so that the planner's loop can replace it with the effective bandwidth
-it measured for a placement.
+it measured for a placement: ``beta_s_per_byte[a]`` for every collective on axis ``a``, and
+``beta_by_kind[a][kind]`` where a kind was measured on its own (it then replaces beta for that
+kind on that axis; ``kind`` one of "all-gather", "reduce-scatter", "all-reduce", "all-to-all").
 """
 
 from __future__ import annotations
@@ -40,33 +42,37 @@ class AxisCosts:
     beta_s_per_byte: dict[str, float]     # logical axis -> seconds per byte
     all_to_all_penalty: float = 1.0
     note: str = ""
+    beta_by_kind: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     # --- single-axis collectives; V in bytes across the group, result in seconds
-    def _ab(self, axis: str) -> tuple[int, float, float]:
+    def _ab(self, axis: str, kind: str) -> tuple[int, float, float]:
         if axis not in self.sizes:
             raise KeyError(f"unknown mesh axis {axis!r}; axes: {list(self.sizes)}")
-        return self.sizes[axis], self.alpha_s[axis], self.beta_s_per_byte[axis]
+        b = self.beta_by_kind.get(axis, {}).get(kind, self.beta_s_per_byte[axis])
+        return self.sizes[axis], self.alpha_s[axis], b
 
     def all_gather(self, axis: str, V: float) -> float:
-        n, a, b = self._ab(axis)
+        n, a, b = self._ab(axis, "all-gather")
         return 0.0 if n <= 1 or V <= 0 else a + b * (n - 1) / n * V
 
     def reduce_scatter(self, axis: str, V: float) -> float:
-        n, a, b = self._ab(axis)
+        n, a, b = self._ab(axis, "reduce-scatter")
         return 0.0 if n <= 1 or V <= 0 else a + b * (n - 1) / n * V
 
     def all_reduce(self, axis: str, V: float) -> float:
-        n, a, b = self._ab(axis)
+        n, a, b = self._ab(axis, "all-reduce")
         return 0.0 if n <= 1 or V <= 0 else a + 2.0 * b * (n - 1) / n * V
 
     def all_to_all(self, axis: str, V: float) -> float:
-        n, a, b = self._ab(axis)
+        n, a, b = self._ab(axis, "all-to-all")
         return 0.0 if n <= 1 or V <= 0 else a + self.all_to_all_penalty * b * (n - 1) / (n * n) * V
 
     def scaled(self, factor: dict[str, float]) -> "AxisCosts":
         """A copy with beta multiplied per axis (e.g. effective bandwidth measured by the planner)."""
         return dataclasses.replace(
-            self, beta_s_per_byte={k: v * factor.get(k, 1.0) for k, v in self.beta_s_per_byte.items()})
+            self, beta_s_per_byte={k: v * factor.get(k, 1.0) for k, v in self.beta_s_per_byte.items()},
+            beta_by_kind={a: {k: v * factor.get(a, 1.0) for k, v in kinds.items()}
+                          for a, kinds in self.beta_by_kind.items()})
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
