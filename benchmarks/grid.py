@@ -57,7 +57,7 @@ from aoizora.formulation.latency import predict_step
 from aoizora.models.experts import expert_layouts
 from aoizora.planner import Candidate, plan as make_plan
 from aoizora.progress import Progress
-from benchmarks.machine import machine_info
+from benchmarks.machine import git_state, machine_info
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
 
 Q2_LABEL = "predicted (Q2)"
@@ -151,18 +151,9 @@ def evidence_summary(ev: Evidence) -> dict[str, Any]:
 def machine() -> dict[str, Any]:
     """The machine (``benchmarks.machine``) plus the git commit and modified tracked files."""
     info = machine_info()
-    try:
-        here = Path(__file__).resolve().parent
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=here, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, cwd=here).stdout.split("\n")
-        dirty = [d[3:] for d in dirty if d.strip()]
-    except Exception:  # noqa: BLE001
-        commit, dirty = "", []
     return {**info, "load_average": info["loadavg"],
             "versions": {p: info[p] for p in ("python", "jax", "jaxlib", "libtpu", "ortools", "numpy")},
-            "git_commit": commit, "git_modified_files": dirty}
+            **git_state()}
 
 
 def _err(e: BaseException) -> str:

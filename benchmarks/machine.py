@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import time
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 PACKAGES = ("jax", "jaxlib", "libtpu", "ortools", "pulp", "highspy", "numpy")
@@ -40,3 +42,17 @@ def machine_info() -> dict[str, Any]:
         except PackageNotFoundError:
             out[p] = None
     return out
+
+
+def git_state() -> dict[str, Any]:
+    """The checkout's commit and its modified tracked files ("" and [] outside git)."""
+    try:
+        here = Path(__file__).resolve().parent
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=here, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, cwd=here).stdout.split("\n")
+        dirty = [d[3:] for d in dirty if d.strip()]
+    except Exception:  # noqa: BLE001
+        commit, dirty = "", []
+    return {"git_commit": commit, "git_modified_files": dirty}

@@ -12,7 +12,7 @@ times are wall-clock seconds on this machine, whose load is recorded.
 
 from __future__ import annotations
 
-from benchmarks.machine import machine_info
+from benchmarks.machine import git_state, machine_info
 import argparse
 import os
 import re
@@ -28,7 +28,7 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def machine() -> dict:
-    info = machine_info()
+    info = {**machine_info(), **git_state()}
     info["loadavg_start"] = info["loadavg"]
     return info
 
@@ -86,7 +86,9 @@ def main(argv=None) -> int:
     md = [f"# `aoizora plan{' --no-seeds' if a.no_seeds else ''}`: {job.describe()}", "",
           f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['platform']}, jax {info['jax']}, "
           f"no TPU; load average {info['loadavg_start'][0]:.1f} at start, "
-          f"{info['loadavg_end'][0]:.1f} at the end; {info['date']}.",
+          f"{info['loadavg_end'][0]:.1f} at the end; {info['date']}; commit "
+          f"{info['git_commit'][:7] or 'unknown'}"
+          f"{' with modified ' + ', '.join(info['git_modified_files']) if info['git_modified_files'] else ''}.",
           f"Budget {a.budget:g} s, seed {a.seed}, "
           f"{'no seed layouts' if a.no_seeds else 'expert configurations priced as seed layouts'}; "
           f"wall-clock {wall:.1f} s.",

@@ -1,6 +1,9 @@
-"""The attention feedback: compiled attention time is read back per node (realize scopes each
-attention node), fitted per node and kv mode against Q1's compute, and scales the ILP's
-attention strategies exactly as the formulation says."""
+"""What the planner's loop feeds back into the sharding ILP from compiled programs:
+
+- attention compute: compiled attention time is read back per node (realize scopes each
+  attention node), fitted per node and kv mode against Q1's compute, and scales the ILP's
+  attention strategies exactly as the formulation says;
+- exposed cost per logical axis and collective kind, from Q2 of the best placement."""
 
 import jax
 import jax.numpy as jnp
@@ -110,3 +113,62 @@ def test_compiled_attention_is_found_per_node():
     samples = attention_samples(sol.attention, ev, Network.from_target(tgt))
     assert sol.attention and sorted(s.key for s in samples) == sorted(sol.attention)
     assert all(s.compiled_s > 0 and s.kv == sol.layout.attention[s.key].kv for s in samples)
+
+
+# --- exposed cost per axis and collective kind ----------------------------------------
+
+def test_axis_costs_by_kind_replace_beta_for_that_kind_only():
+    from aoizora.formulation.collective_cost import AxisCosts
+    ac = AxisCosts(sizes={"x": 4}, alpha_s={"x": 0.0}, beta_s_per_byte={"x": 1e-9},
+                   beta_by_kind={"x": {"all-gather": 2e-10}})
+    V = 4e6
+    assert ac.all_gather("x", V) == pytest.approx(2e-10 * 3 / 4 * V)
+    assert ac.reduce_scatter("x", V) == pytest.approx(1e-9 * 3 / 4 * V)
+    assert ac.all_reduce("x", V) == pytest.approx(2e-9 * 3 / 4 * V)
+    assert ac.all_to_all("x", V) == pytest.approx(1e-9 * 3 / 16 * V)
+    s = ac.scaled({"x": 10.0})
+    assert s.all_gather("x", V) == pytest.approx(10 * ac.all_gather("x", V))
+    assert s.all_to_all("x", V) == pytest.approx(10 * ac.all_to_all("x", V))
+    assert AxisCosts.from_json(s.to_json()) == s
+
+
+def test_exposed_cost_per_kind_from_q2():
+    """An async all-gather half hidden behind compute is charged half its link time; a
+    synchronous all-reduce all of it; the floor keeps a fully hidden one at EXPOSURE_FLOOR."""
+    from aoizora.extract.evidence import Collective
+    from aoizora.formulation.collective_cost import default_axis_costs
+    from aoizora.formulation.latency import predict_step
+    from aoizora.formulation.traffic import mesh_axis_groups
+    from aoizora.planner import EXPOSURE_FLOOR, effective_axis_costs
+
+    tgt = get_target("v5e-4")
+    net = Network.from_target(tgt)
+    clock, MiB = 1e9, 2 ** 20
+    groups = mesh_axis_groups([4], [0])
+
+    def evidence(overlap_s):
+        return Evidence(target=tgt.name, mesh_axes={"x": 4}, clock_hz=clock, collectives=[
+            Collective("ag", "all-gather-start", "bf16", 24 * MiB, groups, count=3, phase=0,
+                       is_async=True, overlap_cycles=overlap_s * clock),
+            Collective("ar", "all-reduce", "bf16", 8 * MiB, groups, count=2, phase=1)])
+
+    placement = [0, 1, 2, 3]
+    first = predict_step(evidence(0.0), placement, net)
+    t_ag, t_ar = (ph.link_s for ph in first.phases)
+    costs = default_axis_costs(tgt, {"x": 4})
+    for hidden, share in ((0.5 * t_ag, 0.5), (10 * t_ag, EXPOSURE_FLOOR)):
+        ev = evidence(hidden)
+        new, detail = effective_axis_costs(ev, placement, net, costs, predict_step(ev, placement, net))
+        by = detail["x"]["by_kind"]
+        assert by["all-gather"]["exposed_share"] == pytest.approx(share)
+        assert by["all-reduce"]["exposed_share"] == pytest.approx(1.0)
+        # charged: share x link time, for the bytes alpha-beta prices
+        assert new.beta_by_kind["x"]["all-gather"] == pytest.approx(share * t_ag / (3 / 4 * 24 * MiB))
+        assert new.beta_by_kind["x"]["all-reduce"] == pytest.approx(t_ar / (2 * 3 / 4 * 8 * MiB))
+        assert new.all_gather("x", 24 * MiB) - new.alpha_s["x"] == pytest.approx(share * t_ag)
+        # kinds not measured keep the pooled effective beta
+        assert "all-to-all" not in new.beta_by_kind["x"]
+        assert new.beta_s_per_byte["x"] == pytest.approx(detail["x"]["beta_after_s_per_B"])
+    # without Q2 only the pooled effective bandwidth is measured
+    new, detail = effective_axis_costs(evidence(0.0), placement, net, costs)
+    assert "by_kind" not in detail["x"] and new.beta_by_kind == {}
