@@ -32,6 +32,12 @@ One iteration:
          ``formulation.latency``): what the step paid for that kind after the compiler hid part
          of it behind compute. ``A[m].beta_by_kind`` takes it (other kinds keep ``beta_eff``;
          the floor keeps no collective free, as overlap has finite room);
+       - meshes with no compiled ILP layout yet get the kinds' costs measured on the others,
+         relative to the default: ``A[m].beta_by_kind[a][k] = beta0[m][a] x R[k]`` with
+         ``R[k] = sum w r / sum w`` over every (mesh, axis) measured so far, ``r = beta[a][k] /
+         beta0[a]`` (``beta0``: ``default_axis_costs``) and ``w`` its link seconds
+         (``transferred_axis_costs``): the schedule's overlap and how the network carries a kind
+         are the program's and the slice's, not one mesh's;
        - attention compute, from every ILP layout compiled so far (all meshes pooled): per
          attention node and kv mode (gathered, ring), the compiler's compute time over Q1's
          (``formulation.attention_calibration``; realize scopes each attention node so its
@@ -200,11 +206,31 @@ def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Networ
         x = max(EXPOSURE_FLOOR, tx_sum / t_sum)
         by_kind.setdefault(a, {})[kind] = x * t_sum / fv_sum
         detail.setdefault(a, {}).setdefault("by_kind", {})[kind] = {
-            "exposed_share": x, "beta_s_per_B": x * t_sum / fv_sum}
+            "exposed_share": x, "beta_s_per_B": x * t_sum / fv_sum, "link_s": t_sum}
     new = dataclasses.replace(costs, beta_s_per_byte=beta, beta_by_kind=by_kind,
                               note=f"effective bandwidth measured on compiled evidence under the "
                                    f"best placement ({', '.join(detail) or 'no axis measured'})")
     return new, detail
+
+
+def pool_kind_ratios(pool: dict[str, list[float]], detail: dict[str, dict[str, Any]],
+                     default: AxisCosts) -> None:
+    """Adds one mesh's measured kinds (``effective_axis_costs``' detail) to ``pool``: kind ->
+    [sum w r, sum w], r = measured beta / the axis's default beta, w = its link seconds."""
+    for a, d in detail.items():
+        for k, v in d.get("by_kind", {}).items():
+            acc = pool.setdefault(k, [0.0, 0.0])
+            acc[0] += v["link_s"] * v["beta_s_per_B"] / default.beta_s_per_byte[a]
+            acc[1] += v["link_s"]
+
+
+def transferred_axis_costs(default: AxisCosts, ratios: dict[str, float]) -> AxisCosts:
+    """``default`` with every axis's beta for collective kind k multiplied by ``ratios[k]``
+    (what the kind cost, over the default, on the meshes measured so far; module docstring)."""
+    return dataclasses.replace(
+        default, beta_by_kind={a: {k: b * r for k, r in ratios.items()}
+                               for a, b in default.beta_s_per_byte.items()},
+        note=f"{default.note}; collective kinds scaled as measured on other meshes")
 
 
 def _link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
@@ -258,8 +284,10 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     if not mesh_list and not seed_layouts:
         raise PlanningError("nothing to plan: meshes=[] and no seed_layouts; pass meshes=None "
                             "(every factorization of the chip count), a mesh, or a seed layout")
-    state = {_mkey(m): {"costs": default_axis_costs(tgt, m), "corrections": {}, "forbidden": []}
+    state = {_mkey(m): {"costs": default_axis_costs(tgt, m), "corrections": {}, "forbidden": [],
+                        "default": default_axis_costs(tgt, m), "measured": False}
              for m in mesh_list}
+    kind_pool: dict[str, list[float]] = {}   # kind -> [sum w r, sum w] (transferred_axis_costs)
     seen: set[str] = set()
     attention_scale: dict[str, dict[str, float]] = {}  # node / "*" -> kv mode -> factor on Q1
     attention_fit: list = []                 # the AttentionSamples it is fitted on
@@ -422,6 +450,20 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                                 f"{k} {v['exposed_share']:.2f} of its link time "
                                 f"({1 / v['beta_s_per_B'] / 1e9:.1f} GB/s effective)"
                                 for k, v in sorted(d["by_kind"].items())))
+            pool_kind_ratios(kind_pool, detail, st["default"])
+            st["measured"] = True
+        ratios = {k: sw / w for k, (sw, w) in sorted(kind_pool.items()) if w > 0}
+        unmeasured = [m for m in mesh_list if not state[_mkey(m)]["measured"]]
+        if ratios and unmeasured:
+            for m in unmeasured:
+                st = state[_mkey(m)]
+                st["costs"] = transferred_axis_costs(st["default"], ratios)
+            rec["feedback"]["transferred"] = {"meshes": [_mstr(m) for m in unmeasured],
+                                              "ratio_to_default": ratios}
+            rec["changes"].append(
+                f"meshes {', '.join(_mstr(m) for m in unmeasured)} (no ILP layout compiled yet): "
+                f"collective costs per kind from the compiled meshes, " + ", ".join(
+                    f"{k} x{r:.2f}" for k, r in ratios.items()) + " of the default")
         # feedback: attention compute per node and kv mode, from every ILP layout compiled so far
         for c in this_iter:
             if c.evidence is not None and not c.solution.certificate.detail.get("seed"):

@@ -172,3 +172,26 @@ def test_exposed_cost_per_kind_from_q2():
     # without Q2 only the pooled effective bandwidth is measured
     new, detail = effective_axis_costs(evidence(0.0), placement, net, costs)
     assert "by_kind" not in detail["x"] and new.beta_by_kind == {}
+
+
+def test_meshes_not_compiled_take_the_kinds_measured_on_others():
+    """R[k] = sum w r / sum w over measured axes (r = measured / default beta, w = link
+    seconds); a mesh never compiled gets beta0[a] x R[k] for every axis and kind."""
+    from aoizora.formulation.collective_cost import AxisCosts
+    from aoizora.planner import pool_kind_ratios, transferred_axis_costs
+
+    d1 = AxisCosts(sizes={"x": 2, "y": 4}, alpha_s={"x": 0.0, "y": 0.0},
+                   beta_s_per_byte={"x": 1e-10, "y": 2e-10})
+    pool: dict = {}
+    pool_kind_ratios(pool, {"x": {"by_kind": {"all-to-all": {"beta_s_per_B": 4e-10, "link_s": 1.0}}},
+                            "y": {"by_kind": {"all-to-all": {"beta_s_per_B": 2e-10, "link_s": 3.0},
+                                              "all-gather": {"beta_s_per_B": 1e-10, "link_s": 2.0}}},
+                            "z": {"effective_bandwidth_Bps": 1e9}}, d1)
+    ratios = {k: sw / w for k, (sw, w) in pool.items()}
+    assert ratios == pytest.approx({"all-to-all": (1.0 * 4 + 3.0 * 1) / 4.0, "all-gather": 0.5})
+    d2 = AxisCosts(sizes={"a": 8}, alpha_s={"a": 1e-6}, beta_s_per_byte={"a": 3e-10})
+    t = transferred_axis_costs(d2, ratios)
+    V = 8e6
+    assert t.all_to_all("a", V) == pytest.approx(1e-6 + 1.75 * 3e-10 * 7 / 64 * V)
+    assert t.all_gather("a", V) == pytest.approx(1e-6 + 0.5 * 3e-10 * 7 / 8 * V)
+    assert t.all_reduce("a", V) == pytest.approx(d2.all_reduce("a", V))     # kind not measured
