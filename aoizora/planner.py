@@ -347,7 +347,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             if prev is not None and prev[0] != lid:
                 before, after = set(prev[1]), set(res.best.words)
                 rec["decisions_changed"].append({
-                    "mesh": dict(m), "why": "feedback: effective bandwidth per axis and "
+                    "mesh": dict(m), "why": "feedback: collective costs per axis and kind, "
                                             "compiled attention compute",
                     "before": sorted(before - after), "after": sorted(after - before)})
                 rec["changes"].append(f"mesh {_mstr(m)}: the ILP's best layout changed after the "
