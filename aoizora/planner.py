@@ -19,25 +19,10 @@ One iteration:
      and a swap descent (``solvers.placement_step``: the latency term breaks link-load
      near-ties); price with Q2.
   3. Feedback, per mesh, from its best priced candidate:
-       - effective bandwidth: for every logical axis a whose collectives appear in the evidence,
-         ``beta_eff[a] = sum_c count_c t_c / sum_c count_c f_c V_c`` where ``t_c`` is the time the
-         collective's most loaded link needs under the chosen placement (``formulation.traffic``)
-         and ``f_c V_c`` the bytes term alpha-beta charges it ((n-1)/n V for all-gather and
-         reduce-scatter, 2(n-1)/n V for all-reduce, (n-1)/n^2 V for all-to-all). ``A[m]`` takes
-         ``beta_eff`` in place of its default beta on those axes;
-       - exposed cost per collective kind: for every axis a and kind k measured there,
-         ``beta[a][k] = max(EXPOSURE_FLOOR, X[a][k]) x sum_c count_c t_c / sum_c count_c f_c V_c``
-         (sums over the collectives of kind k on a), with ``X[a][k] = sum_c count_c t_c x_c /
-         sum_c count_c t_c`` and ``x_c = exposed_p / T_p`` of the phase c ran in (Q2,
-         ``formulation.latency``): what the step paid for that kind after the compiler hid part
-         of it behind compute. ``A[m].beta_by_kind`` takes it (other kinds keep ``beta_eff``;
-         the floor keeps no collective free, as overlap has finite room);
-       - meshes with no compiled ILP layout yet get the kinds' costs measured on the others,
-         relative to the default: ``A[m].beta_by_kind[a][k] = beta0[m][a] x R[k]`` with
-         ``R[k] = sum w r / sum w`` over every (mesh, axis) measured so far, ``r = beta[a][k] /
-         beta0[a]`` (``beta0``: ``default_axis_costs``) and ``w`` its link seconds
-         (``transferred_axis_costs``): the schedule's overlap and how the network carries a kind
-         are the program's and the slice's, not one mesh's;
+       - collective costs (``formulation.axis_feedback``, which states the math): the effective
+         bandwidth of every logical axis under the chosen placement; per axis and collective
+         kind, what the step paid for that kind (its exposed share of the link time, from Q2);
+         meshes with no compiled ILP layout yet take the kinds' costs measured on the others;
        - attention compute, from every ILP layout compiled so far (all meshes pooled): per
          attention node and kv mode (gathered, ring), the compiler's compute time over Q1's
          (``formulation.attention_calibration``; realize scopes each attention node so its
@@ -72,11 +57,12 @@ from aoizora.extract.program_ir import build_ir
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.attention_calibration import (attention_samples, fit_attention_scale,
                                                        scales)
-from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
+from aoizora.formulation.axis_feedback import (effective_axis_costs, pool_kind_ratios,
+                                              transferred_axis_costs)
+from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.latency import Q2, predict_step
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.meshes import candidate_meshes
-from aoizora.formulation.traffic import base_kind, collective_link_bytes, mesh_axis_groups
 from aoizora.plans import Plan, program_key
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
@@ -88,7 +74,6 @@ from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, Shardi
 
 
 ILP_SHARE = 0.4   # of the remaining budget, per iteration, for the sharding ILPs
-EXPOSURE_FLOOR = 0.1   # the least share of a collective kind's link time the ILP charges it
 
 
 class PlanningError(ValueError):
@@ -149,88 +134,6 @@ def _layout_id(mesh_axes: dict[str, int], layout: Layout) -> str:
     d = layout.to_json()
     d.pop("name", None)
     return json.dumps([mesh_axes, d], sort_keys=True)
-
-
-_BYTES_FACTOR = {
-    "all-gather": lambda n: (n - 1) / n,
-    "reduce-scatter": lambda n: (n - 1) / n,
-    "all-reduce": lambda n: 2 * (n - 1) / n,
-    "all-to-all": lambda n: (n - 1) / (n * n),
-}
-
-
-def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Network,
-                         costs: AxisCosts, q2: Q2 | None = None
-                         ) -> tuple[AxisCosts, dict[str, dict[str, Any]]]:
-    """``costs`` with beta replaced by the effective seconds-per-byte each logical axis got under
-    ``placement``, and, given ``q2`` (Q2 of that placement), the exposed cost per axis and
-    collective kind (see the module docstring). Axes and kinds not measured keep theirs."""
-    share = {}                                    # collective name -> x_c
-    for ph in (q2.phases if q2 is not None else []):
-        for name in ph.collectives:
-            share[name] = ph.exposed_s / ph.link_s if ph.link_s > 0 else 0.0
-    kt: dict[tuple[str, str], list[float]] = {}   # (axis, kind) -> [sum t, sum t x, sum f V]
-    names = list(ev.mesh_axes)
-    shape = [int(ev.mesh_axes[a]) for a in names]
-    groups_of = {frozenset(frozenset(g) for g in mesh_axis_groups(shape, [i])): a
-                 for i, a in enumerate(names) if shape[i] > 1}
-    chip_of_rank = network.device_chip[np.asarray(placement, dtype=np.int64)]
-    num = {a: 0.0 for a in names}
-    den = {a: 0.0 for a in names}
-    for c in ev.collectives:
-        kind = base_kind(c.kind)
-        if kind not in _BYTES_FACTOR or c.bytes <= 0:
-            continue
-        axis = groups_of.get(frozenset(frozenset(g) for g in c.replica_groups))
-        if axis is None:
-            continue
-        link_bytes, _ = collective_link_bytes(c, chip_of_rank, network)
-        t = float(link_bytes.max()) / network.link_bandwidth_Bps if len(link_bytes) else 0.0
-        fv = _BYTES_FACTOR[kind](costs.sizes[axis]) * c.bytes
-        num[axis] += c.count * t
-        den[axis] += c.count * fv
-        if c.name in share and t > 0:
-            acc = kt.setdefault((axis, kind), [0.0, 0.0, 0.0])
-            acc[0] += c.count * t
-            acc[1] += c.count * t * share[c.name]
-            acc[2] += c.count * fv
-    beta = dict(costs.beta_s_per_byte)
-    by_kind = {a: dict(k) for a, k in costs.beta_by_kind.items()}
-    detail: dict[str, dict[str, Any]] = {}
-    for a in names:
-        if den[a] > 0 and num[a] > 0:
-            detail[a] = {"beta_before_s_per_B": beta[a], "beta_after_s_per_B": num[a] / den[a],
-                         "effective_bandwidth_Bps": den[a] / num[a]}
-            beta[a] = num[a] / den[a]
-    for (a, kind), (t_sum, tx_sum, fv_sum) in sorted(kt.items()):
-        x = max(EXPOSURE_FLOOR, tx_sum / t_sum)
-        by_kind.setdefault(a, {})[kind] = x * t_sum / fv_sum
-        detail.setdefault(a, {}).setdefault("by_kind", {})[kind] = {
-            "exposed_share": x, "beta_s_per_B": x * t_sum / fv_sum, "link_s": t_sum}
-    new = dataclasses.replace(costs, beta_s_per_byte=beta, beta_by_kind=by_kind,
-                              note=f"effective bandwidth measured on compiled evidence under the "
-                                   f"best placement ({', '.join(detail) or 'no axis measured'})")
-    return new, detail
-
-
-def pool_kind_ratios(pool: dict[str, list[float]], detail: dict[str, dict[str, Any]],
-                     default: AxisCosts) -> None:
-    """Adds one mesh's measured kinds (``effective_axis_costs``' detail) to ``pool``: kind ->
-    [sum w r, sum w], r = measured beta / the axis's default beta, w = its link seconds."""
-    for a, d in detail.items():
-        for k, v in d.get("by_kind", {}).items():
-            acc = pool.setdefault(k, [0.0, 0.0])
-            acc[0] += v["link_s"] * v["beta_s_per_B"] / default.beta_s_per_byte[a]
-            acc[1] += v["link_s"]
-
-
-def transferred_axis_costs(default: AxisCosts, ratios: dict[str, float]) -> AxisCosts:
-    """``default`` with every axis's beta for collective kind k multiplied by ``ratios[k]``
-    (what the kind cost, over the default, on the meshes measured so far; module docstring)."""
-    return dataclasses.replace(
-        default, beta_by_kind={a: {k: b * r for k, r in ratios.items()}
-                               for a, b in default.beta_s_per_byte.items()},
-        note=f"{default.note}; collective kinds scaled as measured on other meshes")
 
 
 def _link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:

@@ -139,7 +139,7 @@ def test_exposed_cost_per_kind_from_q2():
     from aoizora.formulation.collective_cost import default_axis_costs
     from aoizora.formulation.latency import predict_step
     from aoizora.formulation.traffic import mesh_axis_groups
-    from aoizora.planner import EXPOSURE_FLOOR, effective_axis_costs
+    from aoizora.formulation.axis_feedback import EXPOSURE_FLOOR, effective_axis_costs
 
     tgt = get_target("v5e-4")
     net = Network.from_target(tgt)
@@ -178,7 +178,7 @@ def test_meshes_not_compiled_take_the_kinds_measured_on_others():
     """R[k] = sum w r / sum w over measured axes (r = measured / default beta, w = link
     seconds); a mesh never compiled gets beta0[a] x R[k] for every axis and kind."""
     from aoizora.formulation.collective_cost import AxisCosts
-    from aoizora.planner import pool_kind_ratios, transferred_axis_costs
+    from aoizora.formulation.axis_feedback import pool_kind_ratios, transferred_axis_costs
 
     d1 = AxisCosts(sizes={"x": 2, "y": 4}, alpha_s={"x": 0.0, "y": 0.0},
                    beta_s_per_byte={"x": 1e-10, "y": 2e-10})
