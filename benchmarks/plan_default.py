@@ -32,6 +32,7 @@ def machine() -> dict:
     info["loadavg_start"] = info["loadavg"]
     return info
 
+
 def _no_source(words: str) -> str:
     """An op's layout in words without its trailing "[key file:line (function)]"."""
     return re.sub(r" \[[^\]]*\]$", "", words)

@@ -37,19 +37,11 @@ import numpy as np
 
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
-from aoizora.formulation.collective_cost import AxisCosts
+from aoizora.formulation.collective_cost import BYTES_FACTOR, AxisCosts
 from aoizora.formulation.latency import Q2
 from aoizora.formulation.traffic import base_kind, collective_link_bytes, mesh_axis_groups
 
 EXPOSURE_FLOOR = 0.1   # the least share of a collective kind's link time the ILP charges it
-
-
-_BYTES_FACTOR = {
-    "all-gather": lambda n: (n - 1) / n,
-    "reduce-scatter": lambda n: (n - 1) / n,
-    "all-reduce": lambda n: 2 * (n - 1) / n,
-    "all-to-all": lambda n: (n - 1) / (n * n),
-}
 
 
 def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Network,
@@ -72,14 +64,14 @@ def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Networ
     den = {a: 0.0 for a in names}
     for c in ev.collectives:
         kind = base_kind(c.kind)
-        if kind not in _BYTES_FACTOR or c.bytes <= 0:
+        if kind not in BYTES_FACTOR or c.bytes <= 0:
             continue
         axis = groups_of.get(frozenset(frozenset(g) for g in c.replica_groups))
         if axis is None:
             continue
         link_bytes, _ = collective_link_bytes(c, chip_of_rank, network)
         t = float(link_bytes.max()) / network.link_bandwidth_Bps if len(link_bytes) else 0.0
-        fv = _BYTES_FACTOR[kind](costs.sizes[axis]) * c.bytes
+        fv = BYTES_FACTOR[kind](costs.sizes[axis]) * c.bytes
         num[axis] += c.count * t
         den[axis] += c.count * fv
         if c.name in share and t > 0:

@@ -35,6 +35,15 @@ import math
 from typing import Any
 
 
+# The bytes term of each kind, per byte of V, on a group of n: the factors of the module docstring.
+BYTES_FACTOR = {
+    "all-gather": lambda n: (n - 1) / n,
+    "reduce-scatter": lambda n: (n - 1) / n,
+    "all-reduce": lambda n: 2 * (n - 1) / n,
+    "all-to-all": lambda n: (n - 1) / (n * n),
+}
+
+
 @dataclasses.dataclass
 class AxisCosts:
     sizes: dict[str, int]                 # logical axis -> devices along it
@@ -51,21 +60,25 @@ class AxisCosts:
         b = self.beta_by_kind.get(axis, {}).get(kind, self.beta_s_per_byte[axis])
         return self.sizes[axis], self.alpha_s[axis], b
 
+    def cost(self, kind: str, axis: str, V: float) -> float:
+        """alpha + beta x ``BYTES_FACTOR[kind](n)`` x V on ``axis`` (all-to-all: times its penalty)."""
+        n, a, b = self._ab(axis, kind)
+        if n <= 1 or V <= 0:
+            return 0.0
+        pen = self.all_to_all_penalty if kind == "all-to-all" else 1.0
+        return a + pen * b * BYTES_FACTOR[kind](n) * V
+
     def all_gather(self, axis: str, V: float) -> float:
-        n, a, b = self._ab(axis, "all-gather")
-        return 0.0 if n <= 1 or V <= 0 else a + b * (n - 1) / n * V
+        return self.cost("all-gather", axis, V)
 
     def reduce_scatter(self, axis: str, V: float) -> float:
-        n, a, b = self._ab(axis, "reduce-scatter")
-        return 0.0 if n <= 1 or V <= 0 else a + b * (n - 1) / n * V
+        return self.cost("reduce-scatter", axis, V)
 
     def all_reduce(self, axis: str, V: float) -> float:
-        n, a, b = self._ab(axis, "all-reduce")
-        return 0.0 if n <= 1 or V <= 0 else a + 2.0 * b * (n - 1) / n * V
+        return self.cost("all-reduce", axis, V)
 
     def all_to_all(self, axis: str, V: float) -> float:
-        n, a, b = self._ab(axis, "all-to-all")
-        return 0.0 if n <= 1 or V <= 0 else a + self.all_to_all_penalty * b * (n - 1) / (n * n) * V
+        return self.cost("all-to-all", axis, V)
 
     def scaled(self, factor: dict[str, float]) -> "AxisCosts":
         """A copy with beta multiplied per axis (e.g. effective bandwidth measured by the planner)."""
