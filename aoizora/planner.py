@@ -38,11 +38,17 @@ One iteration:
 
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 slowest compile so far still fits. When the budget cannot hold one compile, ``BudgetError``.
+
+Compiles run one at a time on a background thread (``aoizora.compile_queue``): the seed layouts
+compile while the first iteration's ILPs solve, and each layout compiles while the one before it
+is placed and priced. Candidates are priced in the order above whichever compiled first, so the
+plan does not depend on the overlap when the budget does not bind.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -50,6 +56,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from aoizora.compile_queue import CompileQueue, Skipped
 from aoizora.extract.aot_compile import CompileError, compile_evidence, target_mesh
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network, default_device_order
@@ -111,6 +118,7 @@ class Candidate:
     q2_default: Q2 | None = None
     default_order: list[int] | None = None
     compile_s: float = 0.0
+    compile_started_s: float | None = None   # seconds into planning (compiles run in background)
     error: str = ""
     seed: Seed | None = None          # set when the layout was given, not solved
 
@@ -123,6 +131,8 @@ class Candidate:
             "mesh": dict(self.mesh_axes), "layout": self.solution.layout.name,
             "q1_s": self.q1_s if math.isfinite(self.q1_s) else None,
             "seed": self.seed.program if self.seed is not None else None, "fits_hbm": self.fits, "compile_s": round(self.compile_s, 3),
+            "compile_started_s": (round(self.compile_started_s, 3)
+                                  if self.compile_started_s is not None else None),
             "q2_step_s": self.q2.step_s if self.q2 else None,
             "q2_default_order_step_s": self.q2_default.step_s if self.q2_default else None,
             "placement_status": self.placement_cert.status if self.placement_cert else None,
@@ -190,6 +200,52 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     state = {_mkey(m): {"costs": default_axis_costs(tgt, m), "corrections": {}, "forbidden": [],
                         "default": default_axis_costs(tgt, m), "measured": False}
              for m in mesh_list}
+    iterations: list[dict[str, Any]] = []
+    best: Candidate | None = None
+    stop_reason = ""
+    queue = CompileQueue(deadline, t0, (CompileError, RealizeError))
+    seeds = [sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts]
+    # the seeds compile (in the background) while the first iteration's ILPs solve
+    seed_compiles = [queue.submit(functools.partial(
+        compile_layout, sd.fn or fn, sd.args if sd.args is not None else abstract_args, tgt,
+        sd.layout, default_device_order(tgt, sd.layout.mesh_axes))) for sd in seeds]
+    try:
+        best, stop_reason, over_budget = _iterate(
+            fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_compiles, queue, ir,
+            iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations, ilp_time_s,
+            placement_time_s, workers, progress, on_candidate)
+    finally:
+        queue.close()
+    max_compile_s = queue.max_compile_s
+
+    if best is not None:
+        _anneal_best(best, network, deadline, placement_time_s, seed, progress)
+    if best is None:
+        errs = [c.get("error") for r in iterations for c in r["candidates"] if c.get("error")]
+        oom = [c for r in iterations for c in r["candidates"] if c.get("fits_hbm") is False]
+        if oom and not errs:
+            raise PlanningError(f"no compiled layout fits in HBM on {tgt.name} "
+                                f"({len(oom)} tried); use a larger slice or a smaller workload")
+        raise PlanningError(f"no layout could be compiled and priced for {tgt.name}: "
+                            f"{errs[0] if errs else stop_reason}")
+    progress.stage(f"best: mesh {_mstr(best.mesh_axes)}, Q2 {best.q2.step_s * 1e3:.3f} ms "
+                   f"(predicted); stopped: {stop_reason}")
+    program: dict[str, Any] = {}
+    if best.seed is not None and best.seed.fn is not None:
+        fn, abstract_args = best.seed.fn, best.seed.args
+        key = program_key(fn, abstract_args, tgt.name)
+        program = dict(best.seed.program)
+    if over_budget:
+        stop_reason = f"{stop_reason}; {over_budget}"
+    return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
+                   deadline, verify, max_compile_s, progress, program)
+
+
+def _iterate(fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_compiles, queue, ir,
+             iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations, ilp_time_s,
+             placement_time_s, workers, progress, on_candidate):
+    """The loop's iterations (the module docstring's steps 1-4); appends to ``iterations``.
+    Returns (best candidate or None, stop reason, over-budget note)."""
     kind_pool: dict[str, list[float]] = {}   # kind -> [sum w r, sum w] (transferred_axis_costs)
     seen: set[str] = set()
     attention_scale: dict[str, dict[str, float]] = {}  # node / "*" -> kv mode -> factor on Q1
@@ -198,9 +254,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     ilp_seconds: dict[str, float] = {}
     last_best: dict[str, tuple[str, list[str]]] = {}   # mesh -> the ILP's last best layout
     priced: list[Candidate] = []
-    iterations: list[dict[str, Any]] = []
     memory_errors: list[str] = []
-    max_compile_s = 0.0
     over_budget = ""
     best: Candidate | None = None
     stop_reason = ""
@@ -258,7 +312,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             last_best[_mkey(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
-        if not ranked and not (it == 1 and seed_layouts):
+        rec["ilps_done_s"] = round(time.perf_counter() - t0, 3)
+        if not ranked and not (it == 1 and seeds):
             if it == 1 and memory_errors:
                 raise PlanningError(min(memory_errors, key=len))
             if not priced and time.perf_counter() > deadline:
@@ -271,42 +326,37 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         ranked.sort(key=lambda r: (r[0], _mstr(r[1])))
         fresh = _diverse([(q1, m, s) for q1, m, s in ranked
                           if _layout_id(m, s.layout) not in seen], top_k)
-        if not fresh and not (it == 1 and seed_layouts):
+        if not fresh and not (it == 1 and seeds):
             stop_reason = "the ILP's best layouts repeat: the plan converged"
             rec["changes"].append(stop_reason)
             iterations.append(rec)
             break
-        seed_of: dict[int, Seed] = {}
-        if it == 1 and seed_layouts:
-            seeds = []
-            for sd in seed_layouts:
-                sd = sd if isinstance(sd, Seed) else Seed(sd)
-                sol = _seed_solution(sd.layout, ranked[0][2] if ranked else None)
-                seed_of[id(sol)] = sd
-                seeds.append((math.inf, dict(sd.layout.mesh_axes), sol))
-            fresh = fresh[:1] + seeds + fresh[1:]
+        # (q1, mesh, solution, seed or None, its compile): every compile is queued now and runs
+        # in the background while the ones before it are placed and priced
+        todo = [(q1, m, sol, None, queue.submit(functools.partial(
+                    compile_layout, fn, abstract_args, tgt, sol.layout,
+                    default_device_order(tgt, m)))) for q1, m, sol in fresh]
+        if it == 1 and seeds:
+            ilp_best = ranked[0][2] if ranked else None
+            todo = todo[:1] + [(math.inf, dict(sd.layout.mesh_axes),
+                                _seed_solution(sd.layout, ilp_best), sd, f)
+                               for sd, f in zip(seeds, seed_compiles)] + todo[1:]
         this_iter: list[Candidate] = []
-        for k, (q1, m, sol) in enumerate(fresh, 1):
-            left = deadline - time.perf_counter()
-            if not priced and not this_iter and left <= 0:
-                raise BudgetError(
-                    f"the time budget ({time_budget_s:g} s) ran out before the first compile "
-                    f"(the sharding ILPs took {time.perf_counter() - t0:.1f} s); raise the budget")
-            if priced and left < 1.2 * max_compile_s + 1.0:
-                stop_reason = (f"time budget: {left:.1f} s left, a compile takes up to "
-                               f"{max_compile_s:.1f} s")
-                break
-            seen.add(_layout_id(m, sol.layout))
+        for k, (q1, m, sol, sd, compiling) in enumerate(todo, 1):
             what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
                     else f"seed layout {sol.layout.name}")
-            progress.candidate(k, len(fresh), f"mesh {_mstr(m)}, {what}; compiling for {tgt.name}")
-            sd = seed_of.get(id(sol))
-            cand = _price(sd.fn if sd and sd.fn else fn,
-                          sd.args if sd and sd.args is not None else abstract_args,
-                          tgt, network, m, sol, it, deadline, seed, workers, placement_time_s,
-                          progress)
-            cand.seed = sd
-            max_compile_s = max(max_compile_s, cand.compile_s)
+            progress.candidate(k, len(todo), f"mesh {_mstr(m)}, {what}; compiling for {tgt.name}")
+            got = compiling.result()
+            if isinstance(got, Skipped):
+                if not priced and queue.compiled == 0:
+                    raise BudgetError(
+                        f"the time budget ({time_budget_s:g} s) ran out before the first compile "
+                        f"(the sharding ILPs took {rec['ilps_done_s']:.1f} s); raise the budget")
+                stop_reason = got.reason
+                break
+            seen.add(_layout_id(m, sol.layout))
+            cand = _place(Candidate(it, dict(m), sol, seed=sd), got, tgt, network, deadline,
+                          seed, workers, placement_time_s, progress)
             if on_candidate is not None:
                 on_candidate(cand)
             if not priced and time.perf_counter() > deadline:
@@ -393,28 +443,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             break
     else:
         stop_reason = f"{max_iterations} iterations"
-
-    if best is not None:
-        _anneal_best(best, network, deadline, placement_time_s, seed, progress)
-    if best is None:
-        errs = [c.get("error") for r in iterations for c in r["candidates"] if c.get("error")]
-        oom = [c for r in iterations for c in r["candidates"] if c.get("fits_hbm") is False]
-        if oom and not errs:
-            raise PlanningError(f"no compiled layout fits in HBM on {tgt.name} "
-                                f"({len(oom)} tried); use a larger slice or a smaller workload")
-        raise PlanningError(f"no layout could be compiled and priced for {tgt.name}: "
-                            f"{errs[0] if errs else stop_reason}")
-    progress.stage(f"best: mesh {_mstr(best.mesh_axes)}, Q2 {best.q2.step_s * 1e3:.3f} ms "
-                   f"(predicted); stopped: {stop_reason}")
-    program: dict[str, Any] = {}
-    if best.seed is not None and best.seed.fn is not None:
-        fn, abstract_args = best.seed.fn, best.seed.args
-        key = program_key(fn, abstract_args, tgt.name)
-        program = dict(best.seed.program)
-    if over_budget:
-        stop_reason = f"{stop_reason}; {over_budget}"
-    return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
-                   deadline, verify, max_compile_s, progress, program)
+    return best, stop_reason, over_budget
 
 
 def _uses_ring(layout: Layout) -> bool:
@@ -468,21 +497,17 @@ def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence
     return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt)
 
 
-def _price(fn, args, tgt: Target, network: Network, m: dict[str, int], sol: ShardingSolution,
-           it: int, deadline: float, seed: int, workers: int, placement_time_s: float,
-           progress: Progress) -> Candidate:
-    cand = Candidate(it, dict(m), sol)
-    order = default_device_order(tgt, m)
+def _place(cand: Candidate, got, tgt: Target, network: Network, deadline: float, seed: int,
+           workers: int, placement_time_s: float, progress: Progress) -> Candidate:
+    """Place and price one compiled candidate (``got``: its ``compile_queue.Compiled``)."""
+    order = default_device_order(tgt, cand.mesh_axes)
     cand.default_order = order
-    try:
-        t = time.perf_counter()
-        ev = compile_layout(fn, args, tgt, sol.layout, order)
-        cand.compile_s = time.perf_counter() - t
-    except (CompileError, RealizeError) as e:
-        cand.error = str(e).splitlines()[0]
+    cand.compile_s, cand.compile_started_s = got.seconds, got.started_s
+    if got.error:
+        cand.error = got.error
         progress.note(f"skipped: {cand.error}")
         return cand
-    cand.evidence = ev
+    ev = cand.evidence = got.evidence
     cand.fits = ev.memory.fits
     if not ev.memory.fits:
         progress.note(f"does not fit in HBM: {ev.memory.oom_message[:120]}")

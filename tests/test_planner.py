@@ -175,6 +175,23 @@ def test_a_seed_layout_with_its_own_program_is_priced_and_recorded(small):
             p.check_key(program_key(fn, args, "v5e:2x4"))
 
 
+def test_seeds_compile_while_the_ilps_solve(small):
+    """The seed layouts are compiled in the background from the start, so the first seed's
+    compile starts before the first iteration's ILPs are done; the candidates are still priced
+    in the order ILP best, seeds, then the rest."""
+    from aoizora.models.experts import expert_layouts
+
+    m, wl, fn, args, _ = small
+    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32) if e.name == "context")
+    p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
+                     max_iterations=1, verify=False, seed_layouts=[ex.layout])
+    it = p.iterations[0]
+    ilp, sd = it["candidates"]
+    assert ilp["layout"] == "ilp" and sd["layout"] == "expert:context"
+    assert sd["compile_started_s"] < it["ilps_done_s"] <= ilp["compile_started_s"]
+    assert sd["q2_step_s"] > 0 and ilp["q2_step_s"] > 0
+
+
 def test_compile_order_takes_each_kv_mode_combination_early():
     """The layouts compiled first: the ILP's best, then the best of the other kind (a ring in some
     attention, or none), then Q1 order (a near-copy of the best is no longer second)."""

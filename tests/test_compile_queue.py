@@ -1,0 +1,105 @@
+"""The planner's background compile queue: one compile at a time, results in submission order,
+the budget checked when a compile starts, compile errors as one line, others propagated."""
+
+import threading
+import time
+from types import SimpleNamespace as NS
+
+import pytest
+
+from aoizora.compile_queue import Compiled, CompileQueue, Skipped
+
+
+class Boom(ValueError):
+    pass
+
+
+def _ev(fits=True):
+    return NS(memory=NS(fits=fits))
+
+
+def test_compiles_run_one_at_a_time_in_order_and_errors_are_one_line():
+    t0 = time.perf_counter()
+    q = CompileQueue(t0 + 60, t0, (Boom,))
+    running, peak, order = [0], [0], []
+    lock = threading.Lock()
+
+    def job(i, fail=False):
+        def run():
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(0.05)
+            order.append(i)
+            with lock:
+                running[0] -= 1
+            if fail:
+                raise Boom(f"no layout {i}\nsecond line")
+            return _ev()
+        return run
+
+    fs = [q.submit(job(0)), q.submit(job(1, fail=True)), q.submit(job(2))]
+    got = [f.result() for f in fs]
+    q.close()
+    assert order == [0, 1, 2] and peak[0] == 1
+    assert all(isinstance(g, Compiled) for g in got)
+    assert got[1].error == "no layout 1" and got[1].evidence is None
+    assert got[0].evidence is not None and got[2].seconds > 0
+    assert got[0].started_s <= got[1].started_s <= got[2].started_s
+    assert q.compiled == 3 and q.fitting and q.max_compile_s >= 0.05
+
+
+def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits():
+    t0 = time.perf_counter()
+    q = CompileQueue(t0 + 0.5, t0, (Boom,))
+
+    def slow():
+        time.sleep(0.3)
+        return _ev()
+
+    first, second = q.submit(slow), q.submit(slow)
+    assert isinstance(first.result(), Compiled)
+    s = second.result()     # 0.2 s left < 1.2 x 0.3 s + 1 s
+    q.close()
+    assert isinstance(s, Skipped) and "time budget" in s.reason
+
+
+def test_layouts_that_do_not_fit_keep_the_compiles_going_past_the_budget():
+    """Until a compiled layout fits in HBM nothing can be priced, so compiles go on."""
+    t0 = time.perf_counter()
+    q = CompileQueue(t0 + 0.1, t0, (Boom,))
+
+    def oom():
+        time.sleep(0.15)
+        return _ev(fits=False)
+
+    got = [q.submit(oom).result() for _ in range(2)]
+    q.close()
+    assert all(isinstance(g, Compiled) and not g.evidence.memory.fits for g in got)
+
+
+def test_no_first_compile_past_the_deadline_and_other_exceptions_propagate():
+    t0 = time.perf_counter()
+    late = CompileQueue(t0 - 1, t0, (Boom,))
+    assert isinstance(late.submit(_ev).result(), Skipped)
+    late.close()
+    q = CompileQueue(t0 + 60, t0, (Boom,))
+
+    def bug():
+        raise KeyError("a bug, not a compile error")
+
+    with pytest.raises(KeyError):
+        q.submit(bug).result()
+    q.close()
+
+
+def test_close_skips_what_has_not_started():
+    t0 = time.perf_counter()
+    q = CompileQueue(t0 + 60, t0, (Boom,))
+    gate = threading.Event()
+    first = q.submit(lambda: (gate.wait(5), _ev())[1])
+    rest = [q.submit(_ev) for _ in range(3)]
+    threading.Timer(0.1, gate.set).start()
+    q.close()
+    assert isinstance(first.result(), Compiled)
+    assert all(f.cancelled() or isinstance(f.result(), Skipped) for f in rest)
