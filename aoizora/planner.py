@@ -216,7 +216,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             placement_time_s, workers, progress, on_candidate)
     finally:
         queue.close()
-    max_compile_s = queue.max_compile_s
+    max_compile_s = queue.expected_compile_s
 
     if best is not None:
         _anneal_best(best, network, deadline, placement_time_s, seed, progress)
@@ -267,6 +267,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_comp
         # The ILPs may use up to ILP_SHARE of what is left, so that compiles still fit; meshes
         # with fewer axes (smaller ILPs) go first.
         ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
+        queue.contended(True)
         for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
             st = state[_mkey(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
@@ -312,6 +313,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_comp
             last_best[_mkey(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
+        queue.contended(False)
         rec["ilps_done_s"] = round(time.perf_counter() - t0, 3)
         if not ranked and not (it == 1 and seeds):
             if it == 1 and memory_errors:
@@ -348,12 +350,12 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_comp
             progress.candidate(k, len(todo), f"mesh {_mstr(m)}, {what}; compiling for {tgt.name}")
             got = compiling.result()
             if isinstance(got, Skipped):
-                if not priced and queue.compiled == 0:
+                if got.before_first:
                     raise BudgetError(
                         f"the time budget ({time_budget_s:g} s) ran out before the first compile "
                         f"(the sharding ILPs took {rec['ilps_done_s']:.1f} s); raise the budget")
-                stop_reason = got.reason
-                break
+                stop_reason = got.reason   # what compiled before it is still priced
+                continue
             seen.add(_layout_id(m, sol.layout))
             cand = _place(Candidate(it, dict(m), sol, seed=sd), got, tgt, network, deadline,
                           seed, workers, placement_time_s, progress)

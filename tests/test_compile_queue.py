@@ -46,7 +46,7 @@ def test_compiles_run_one_at_a_time_in_order_and_errors_are_one_line():
     assert got[1].error == "no layout 1" and got[1].evidence is None
     assert got[0].evidence is not None and got[2].seconds > 0
     assert got[0].started_s <= got[1].started_s <= got[2].started_s
-    assert q.compiled == 3 and q.fitting and q.max_compile_s >= 0.05
+    assert q.compiled == 3 and q.fitting and q.expected_compile_s >= 0.05
 
 
 def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits():
@@ -103,3 +103,23 @@ def test_close_skips_what_has_not_started():
     q.close()
     assert isinstance(first.result(), Compiled)
     assert all(f.cancelled() or isinstance(f.result(), Skipped) for f in rest)
+
+
+def test_a_compile_beside_the_ilps_is_not_taken_for_what_a_compile_takes_alone():
+    t0 = time.perf_counter()
+    q = CompileQueue(t0 + 60, t0, (Boom,))
+
+    def take(s):
+        def run():
+            time.sleep(s)
+            return _ev()
+        return run
+
+    q.contended(True)
+    a, b = q.submit(take(0.3)).result(), q.submit(take(0.2)).result()
+    assert a.contended and b.contended
+    assert q.expected_compile_s == pytest.approx(b.seconds)   # the fastest contended one
+    q.contended(False)
+    c = q.submit(take(0.05)).result()
+    q.close()
+    assert not c.contended and q.expected_compile_s == pytest.approx(c.seconds)

@@ -192,6 +192,34 @@ def test_seeds_compile_while_the_ilps_solve(small):
     assert sd["q2_step_s"] > 0 and ilp["q2_step_s"] > 0
 
 
+def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, monkeypatch):
+    """The ILP's best is priced first, but when the budget skips its compile, the seeds that
+    compiled beside the ILPs are still priced and the plan comes from them."""
+    from concurrent.futures import Future
+
+    import aoizora.planner as planner
+    from aoizora.compile_queue import CompileQueue, Skipped
+    from aoizora.models.experts import expert_layouts
+
+    class NoRoomForTheILP(CompileQueue):
+        def submit(self, compile_fn):
+            if compile_fn.args[3].name.startswith("ilp"):
+                f = Future()
+                f.set_result(Skipped("time budget: 1.0 s left, a compile takes about 9.0 s", 1.0))
+                return f
+            return super().submit(compile_fn)
+
+    monkeypatch.setattr(planner, "CompileQueue", NoRoomForTheILP)
+    m, wl, fn, args, _ = small
+    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32) if e.name == "context")
+    p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
+                     max_iterations=2, verify=False, seed_layouts=[ex.layout])
+    assert p.layout.name == "expert:context" and p.predicted["step_s"] > 0
+    assert len(p.iterations) == 1 and [c["layout"] for c in p.iterations[0]["candidates"]] == [
+        "expert:context"]
+    assert any("time budget: 1.0 s left" in n for n in p.notes)
+
+
 def test_compile_order_takes_each_kv_mode_combination_early():
     """The layouts compiled first: the ILP's best, then the best of the other kind (a ring in some
     attention, or none), then Q1 order (a near-copy of the best is no longer second)."""
