@@ -77,6 +77,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from aoizora.progress import ConsoleProgress, Progress
     from aoizora.report import format_plan
 
+    calibration = None
+    if args.calibration:
+        from aoizora.plans import load_plan
+
+        calibration = load_plan(args.calibration)
     job = _job(args)
     prog = Progress() if args.quiet else ConsoleProgress()
     prog.stage(f"planning {job.describe()}, budget {args.time_budget:g} s, seed {args.seed}")
@@ -84,7 +89,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     seeds = [] if args.no_seeds else expert_seed_layouts(job)
     p = plan(job.fn, *job.args, target=job.target, time_budget_s=args.time_budget,
-             seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog)
+             seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog,
+             calibration=calibration)
     if not p.program:
         p.program = {"pad_multiple": job.pad_multiple}
     if args.out:
@@ -244,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--top-k", type=int, default=2, help="layouts compiled per iteration (default 2)")
     pl.add_argument("--no-seeds", action="store_true",
                     help="do not price today's expert configurations alongside the ILP's layouts")
+    pl.add_argument("--calibration", metavar="PLAN",
+                    help="start from what an earlier plan's loop learned on this target (a plan "
+                         "file from aoizora plan --out, e.g. of another frame count)")
     pl.add_argument("--out", help="save the plan as JSON")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
     pl.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -284,13 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple:
     from aoizora.builtin import WorkloadError
     from aoizora.extract.targets import TargetError
+    from aoizora.formulation.calibration import CalibrationError
     from aoizora.planner import PlanningError
     from aoizora.plans import PlanError
     from aoizora.realize import RealizeError
     from aoizora.solvers.sharding import ShardingSolveError
 
     return (UsageError, TargetError, WorkloadError, PlanningError, PlanError, RealizeError,
-            ShardingSolveError)
+            ShardingSolveError, CalibrationError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,6 +64,7 @@ from aoizora.extract.program_ir import build_ir
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.attention_calibration import (attention_samples, fit_attention_scale,
                                                        scales)
+from aoizora.formulation.calibration import Calibration, mesh_key
 from aoizora.formulation.axis_feedback import (effective_axis_costs, pool_kind_ratios,
                                               transferred_axis_costs)
 from aoizora.formulation.collective_cost import default_axis_costs
@@ -170,7 +171,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          placement_time_s: float = 10.0, ilp_time_s: float = 20.0, workers: int = 1,
          verify: bool = True, progress: Progress | None = None,
          on_candidate: Callable[[Candidate], None] | None = None,
-         seed_layouts: Sequence["Layout | Seed"] = ()) -> Plan:
+         seed_layouts: Sequence["Layout | Seed"] = (),
+         calibration: "Calibration | Plan | None" = None) -> Plan:
     """Plan ``fn(*abstract_args)`` for ``target`` within ``time_budget_s`` seconds (compiles
     included). ``abstract_args``: pytrees of ``jax.ShapeDtypeStruct`` or arrays. Returns the best
     plan by Q2 with both solvers' certificates and the record of every iteration.
@@ -178,13 +180,23 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     e.g. for benchmarks that re-price the candidates the planner tried.
     ``seed_layouts``: known layouts of this same program (e.g. today's expert configurations)
     priced alongside the ILP's in the first iteration: each is compiled, placed by CP-SAT and
-    priced by Q2 like the rest; the best by Q2 wins whichever produced it, and the plan says so."""
+    priced by Q2 like the rest; the best by Q2 wins whichever produced it, and the plan says so.
+    ``calibration``: what an earlier plan's loop learned on this target (``Plan.calibration``, or
+    the plan itself): the ILP starts from its collective costs and attention scales instead of
+    the defaults (``formulation.calibration``); a calibration from another target is refused."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_budget_s)
     progress = progress or Progress()
     tgt = get_target(target)
     if time_budget_s <= 0:
         raise BudgetError(f"time budget {time_budget_s} s: give a positive number of seconds")
+    if isinstance(calibration, Plan):
+        if calibration.calibration is None:
+            raise PlanningError("that plan records no calibration (made before calibrations were "
+                                "recorded); re-plan it, or plan without calibration")
+        calibration = calibration.calibration
+    if calibration is not None:
+        calibration.check_target(tgt.name)
     progress.stage(f"tracing the program for {tgt.short_name} ({tgt.name}, {tgt.num_devices} devices)")
     key = program_key(fn, abstract_args, tgt.name)
     try:
@@ -197,9 +209,18 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     if not mesh_list and not seed_layouts:
         raise PlanningError("nothing to plan: meshes=[] and no seed_layouts; pass meshes=None "
                             "(every factorization of the chip count), a mesh, or a seed layout")
-    state = {_mkey(m): {"costs": default_axis_costs(tgt, m), "corrections": {}, "forbidden": [],
-                        "default": default_axis_costs(tgt, m), "measured": False}
-             for m in mesh_list}
+    # what the loop learns, starting from the calibration given (formulation.calibration)
+    given = calibration or Calibration(tgt.name)
+    learned = Calibration(tgt.name, dict(given.axis_costs),
+                          {k: list(v) for k, v in given.kind_pool.items()},
+                          {a: dict(m) for a, m in given.attention_scale.items()})
+    state = {}
+    for m in mesh_list:
+        default = default_axis_costs(tgt, m)
+        costs = given.costs_for(m) or (transferred_axis_costs(default, given.kind_ratios)
+                                       if given.kind_ratios else default)
+        state[_mkey(m)] = {"costs": costs, "corrections": {}, "forbidden": [], "default": default,
+                           "measured": given.costs_for(m) is not None}
     iterations: list[dict[str, Any]] = []
     best: Candidate | None = None
     stop_reason = ""
@@ -211,8 +232,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         sd.layout, default_device_order(tgt, sd.layout.mesh_axes))) for sd in seeds]
     try:
         best, stop_reason, over_budget = _iterate(
-            fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_compiles, queue, ir,
-            iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations, ilp_time_s,
+            fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, seed_compiles,
+            queue, ir, iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations, ilp_time_s,
             placement_time_s, workers, progress, on_candidate)
     finally:
         queue.close()
@@ -237,18 +258,25 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         program = dict(best.seed.program)
     if over_budget:
         stop_reason = f"{stop_reason}; {over_budget}"
+    learned.source = {"program": key.fingerprint, "input_shapes": list(key.input_shapes),
+                      "compiled": sum(1 for r in iterations for c in r["candidates"]
+                                      if c.get("compile_s")),
+                      "iterations": len(iterations),
+                      "started_from": calibration.source if calibration is not None else None}
     return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
-                   deadline, verify, max_compile_s, progress, program)
+                   deadline, verify, max_compile_s, progress, program, learned)
 
 
-def _iterate(fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_compiles, queue, ir,
-             iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations, ilp_time_s,
+def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, seed_compiles,
+             queue, ir, iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations, ilp_time_s,
              placement_time_s, workers, progress, on_candidate):
     """The loop's iterations (the module docstring's steps 1-4); appends to ``iterations``.
+    Updates ``learned`` (a ``Calibration``) with what it measures.
     Returns (best candidate or None, stop reason, over-budget note)."""
-    kind_pool: dict[str, list[float]] = {}   # kind -> [sum w r, sum w] (transferred_axis_costs)
+    kind_pool = learned.kind_pool            # kind -> [sum w r, sum w] (transferred_axis_costs)
     seen: set[str] = set()
-    attention_scale: dict[str, dict[str, float]] = {}  # node / "*" -> kv mode -> factor on Q1
+    given_scale = learned.attention_scale    # from the calibration given, if any
+    attention_scale = given_scale            # node / "*" -> kv mode -> factor on Q1
     attention_fit: list = []                 # the AttentionSamples it is fitted on
     ilp_cache: dict[str, Any] = {}
     ilp_seconds: dict[str, float] = {}
@@ -407,6 +435,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_comp
                                 for k, v in sorted(d["by_kind"].items())))
             pool_kind_ratios(kind_pool, detail, st["default"])
             st["measured"] = True
+            learned.axis_costs[mesh_key(m)] = st["costs"]
         ratios = {k: sw / w for k, (sw, w) in sorted(kind_pool.items()) if w > 0}
         unmeasured = [m for m in mesh_list if not state[_mkey(m)]["measured"]]
         if ratios and unmeasured:
@@ -426,8 +455,11 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, seeds, seed_comp
                     c.solution.attention, c.evidence, network,
                     f"it{it} {_mstr(c.mesh_axes)} {c.solution.layout.name}")
         fit = fit_attention_scale(attention_fit)
-        if scales(fit) != attention_scale:
-            attention_scale = scales(fit)
+        fitted = scales(fit)     # replaces the given calibration's factor, node by node and mode
+        merged = {a: {**given_scale.get(a, {}), **fitted.get(a, {})}
+                  for a in sorted(set(given_scale) | set(fitted))}
+        if merged != attention_scale:
+            attention_scale = learned.attention_scale = merged
             rec["feedback"]["attention"] = fit
             for node, by_mode in fit.items():
                 for mu, f in by_mode.items():
@@ -569,13 +601,18 @@ def _named_words(fn, args, words: list[str]) -> list[str]:
 
 
 def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reason, t0, deadline,
-            verify, max_compile_s, progress, program) -> Plan:
+            verify, max_compile_s, progress, program, learned: Calibration) -> Plan:
     q2 = best.q2
     device_coords = [tuple(int(v) for v in network.chips[network.device_chip[d]])
                      for d in best.placement]
     notes = [f"stopped: {stop_reason}",
              "latencies are predictions of the Q2 link-load model on the compiled TPU program; "
              "nothing was run on a TPU"]
+    if learned.source.get("started_from") is not None:
+        src = learned.source["started_from"]
+        notes.append(f"started from a calibration ({src.get('compiled', '?')} compiles of program "
+                     f"{str(src.get('program', '?'))[:12]}, input shapes "
+                     f"{', '.join(src.get('input_shapes', [])[:1]) or '?'}...)")
     fits = best.fits
     if verify and (deadline - time.perf_counter()) > 1.2 * max_compile_s + 0.5:
         progress.stage("verifying: compiling the plan with its own device order")
@@ -605,4 +642,4 @@ def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reaso
         iterations=iterations, planning_time_s=time.perf_counter() - t0,
         layout_in_words=_named_words(fn, args, best.solution.words), fits_hbm=fits,
         hbm_bytes_per_device=int(mem.total_bytes), status="OPTIMAL" if proven else "NOT PROVEN",
-        notes=notes, program=program)
+        notes=notes, program=program, calibration=learned)

@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any, Callable
 
+from aoizora.formulation.calibration import Calibration, CalibrationError
 from aoizora.formulation.layout import Layout, Spec
 from aoizora.solvers.certificate import Certificate
 
@@ -76,6 +77,7 @@ class Plan:
     status: str = ""                                 # "OPTIMAL" when both solvers proved optimality
     notes: list[str] = dataclasses.field(default_factory=list)
     program: dict[str, Any] = dataclasses.field(default_factory=dict)  # variant, e.g. pad_multiple
+    calibration: Calibration | None = None           # what the loop learned (warm start next time)
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -173,6 +175,7 @@ class Plan:
             "status": self.status,
             "notes": list(self.notes),
             "program": dict(self.program),
+            "calibration": self.calibration.to_json() if self.calibration else None,
         }
 
     @classmethod
@@ -193,7 +196,11 @@ class Plan:
                 fits_hbm=d.get("fits_hbm"), hbm_bytes_per_device=d.get("hbm_bytes_per_device"),
                 status=d.get("status", ""), notes=list(d.get("notes", [])),
                 program=dict(d.get("program", {})),
+                calibration=(Calibration.from_json(d["calibration"])
+                             if d.get("calibration") is not None else None),
             )
+        except CalibrationError as e:
+            raise PlanError(f"corrupt plan: {e}") from None
         except (KeyError, TypeError, ValueError) as e:
             raise PlanError(f"corrupt plan: missing or malformed field {e}; re-run aoizora plan") from e
 

@@ -268,3 +268,46 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     assert choice["start"] in ("certified", "annealing", "default order")
     assert c.bound == 0.0 and c.status == "FEASIBLE"
     assert c.objective == pytest.approx(p.predicted["communication_s"])
+
+
+def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path, monkeypatch):
+    """The plan records what its loop learned (collective costs of the measured mesh, attention
+    scales); the next plan's first ILP starts from exactly that, and says so."""
+    import aoizora.planner as planner
+    from aoizora.plans import load_plan
+
+    _, _, fn, args, p = small
+    cal = p.calibration
+    assert cal is not None and cal.target == "v5e:2x4"
+    costs = cal.costs_for(MESHES[0])
+    assert costs is not None and costs.beta_by_kind            # measured per axis and kind
+    assert cal.attention_scale["*"] and cal.source["compiled"] >= 1
+    p.save(str(tmp_path / "p.json"))
+    again = load_plan(str(tmp_path / "p.json")).calibration
+    assert again == cal
+
+    seen = []
+    real = planner.solve_sharding
+
+    def spy(*a, **kw):
+        seen.append((kw["axis_costs"], kw["attention_scale"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(planner, "solve_sharding", spy)
+    warm = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
+                        max_iterations=1, verify=False, calibration=again)
+    assert seen[0][0] == costs and seen[0][1] == cal.attention_scale
+    assert any(n.startswith("started from a calibration") for n in warm.notes)
+    assert warm.calibration.source["started_from"] == cal.source
+
+
+def test_cli_calibration_from_a_plan_without_one_is_one_line_exit_2(small, tmp_path):
+    _, _, _, _, p = small
+    import dataclasses
+
+    old = tmp_path / "old.json"
+    dataclasses.replace(p, calibration=None).save(str(old))
+    r = _cli("plan", "--model", "wan2.1-small", "--resolution", "128p", "--frames", "9",
+             "--calibration", str(old), "--time-budget", "30", "--quiet")
+    assert r.returncode == 2 and "records no calibration" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
