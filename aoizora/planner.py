@@ -39,10 +39,11 @@ One iteration:
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 slowest compile so far still fits. When the budget cannot hold one compile, ``BudgetError``.
 
-Compiles run one at a time on a background thread (``aoizora.compile_queue``): the seed layouts
-compile while the first iteration's ILPs solve, and each layout compiles while the one before it
-is placed and priced. Candidates are priced in the order above whichever compiled first, so the
-plan does not depend on the overlap when the budget does not bind.
+Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
+order above: the seed layouts start while the first iteration's ILPs solve (the ILP's best
+then goes next), and each layout compiles while the one before it is placed and priced.
+Candidates are priced in that order whichever compiled first, so the plan does not depend on
+the overlap when the budget does not bind.
 """
 
 from __future__ import annotations
@@ -227,9 +228,11 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     queue = CompileQueue(deadline, t0, (CompileError, RealizeError))
     seeds = [sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts]
     # the seeds compile (in the background) while the first iteration's ILPs solve
+    # (priority = place in the first iteration's pricing order: after the ILP's best)
     seed_compiles = [queue.submit(functools.partial(
         compile_layout, sd.fn or fn, sd.args if sd.args is not None else abstract_args, tgt,
-        sd.layout, default_device_order(tgt, sd.layout.mesh_axes))) for sd in seeds]
+        sd.layout, default_device_order(tgt, sd.layout.mesh_axes)), priority=i)
+        for i, sd in enumerate(seeds, 1)]
     try:
         best, stop_reason, over_budget = _iterate(
             fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, seed_compiles,
@@ -295,7 +298,6 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         # The ILPs may use up to ILP_SHARE of what is left, so that compiles still fit; meshes
         # with fewer axes (smaller ILPs) go first.
         ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
-        queue.contended(True)
         for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
             st = state[_mkey(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
@@ -341,7 +343,6 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             last_best[_mkey(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
-        queue.contended(False)
         rec["ilps_done_s"] = round(time.perf_counter() - t0, 3)
         if not ranked and not (it == 1 and seeds):
             if it == 1 and memory_errors:
@@ -363,9 +364,12 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             break
         # (q1, mesh, solution, seed or None, its compile): every compile is queued now and runs
         # in the background while the ones before it are placed and priced
+        # (priority: the place in the pricing order; the seeds hold 1..len(seeds))
+        after_seeds = len(seeds) if it == 1 else 0
         todo = [(q1, m, sol, None, queue.submit(functools.partial(
                     compile_layout, fn, abstract_args, tgt, sol.layout,
-                    default_device_order(tgt, m)))) for q1, m, sol in fresh]
+                    default_device_order(tgt, m)), priority=0 if k == 0 else k + after_seeds))
+                for k, (q1, m, sol) in enumerate(fresh)]
         if it == 1 and seeds:
             ilp_best = ranked[0][2] if ranked else None
             todo = todo[:1] + [(math.inf, dict(sd.layout.mesh_axes),

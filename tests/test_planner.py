@@ -202,12 +202,12 @@ def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, mon
     from aoizora.models.experts import expert_layouts
 
     class NoRoomForTheILP(CompileQueue):
-        def submit(self, compile_fn):
+        def submit(self, compile_fn, priority=0.0):
             if compile_fn.args[3].name.startswith("ilp"):
                 f = Future()
                 f.set_result(Skipped("time budget: 1.0 s left, a compile takes about 9.0 s", 1.0))
                 return f
-            return super().submit(compile_fn)
+            return super().submit(compile_fn, priority)
 
     monkeypatch.setattr(planner, "CompileQueue", NoRoomForTheILP)
     m, wl, fn, args, _ = small
