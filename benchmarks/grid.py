@@ -3,6 +3,8 @@ simulator as the "simulated" column.
 
     python -m benchmarks.grid [--cells NAME,...] [--budget S] [--seed N] [--force] [--list]
     python -m benchmarks.grid --smoke            # one small cell, written to a temp dir (CI)
+    python -m benchmarks.grid --cells NAME --budget 60 --out DIR --calibration-from CELL.json
+                                                 # warm start from another cell's plan
 
 A cell is (model, workload, target). In each cell:
 - ``aoizora``: the plan (its layout, its placement), planned within ``--budget`` seconds;
@@ -53,6 +55,7 @@ from aoizora.builtin import Job, builtin_job
 from aoizora.compare import alpa_logical, price_default_order
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
+from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.latency import predict_step
 from aoizora.models.experts import expert_layouts
 from aoizora.planner import Candidate, plan as make_plan
@@ -217,9 +220,12 @@ def _layout_key(mesh_axes, layout) -> str:
 def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
              progress: Progress | None = None, log: Callable[[str], None] = print,
              random_placements: int = RANDOM_PLACEMENTS, experts: bool = True,
-             alpa: bool = True, planner_workers: int = 2) -> dict[str, Any]:
+             alpa: bool = True, planner_workers: int = 2,
+             calibration_from: str | None = None) -> dict[str, Any]:
     """Run one cell; returns its JSON-ready dict (see the module docstring). Never raises for a
-    failing planner or baseline: the error is recorded in the row / the cell."""
+    failing planner or baseline: the error is recorded in the row / the cell.
+    ``calibration_from``: a cell JSON whose plan's calibration the planner starts from (a warm
+    start, ``plan(..., calibration=...)``); recorded in the cell."""
     t_cell = time.perf_counter()
     out: dict[str, Any] = {"cell": cell.name, "model": cell.model, "resolution": cell.resolution,
                            "frames": cell.frames, "target_arg": cell.target,
@@ -227,6 +233,13 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                            "machine_start": machine(),
                            "labels": {"sim": SIM_LABEL, "q2": Q2_LABEL}, "rows": [],
                            "errors": [], "unit": "seconds"}
+    calibration = None
+    if calibration_from:
+        src = json.loads(Path(calibration_from).read_text())
+        calibration = Calibration.from_json(src["plan"]["calibration"])
+        out["calibration_from"] = {"path": str(calibration_from), "cell": src["cell"],
+                                   "budget_s": src.get("budget_s"),
+                                   "commit": src.get("machine_start", {}).get("git_commit")}
     job: Job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
     out.update(target=job.target.name, devices=job.target.num_devices, job=job.describe(),
                tokens=job.workload.tokens, padded_tokens=job.padded_tokens)
@@ -243,7 +256,8 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
 
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
                          progress=progress, on_candidate=cands.append,
-                         seed_layouts=expert_seed_layouts(job), workers=planner_workers)
+                         seed_layouts=expert_seed_layouts(job), workers=planner_workers,
+                         calibration=calibration)
     except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on with the baselines
         out["errors"].append({"row": "aoizora", "error": _err(e),
                               "traceback": traceback.format_exc(limit=4)})
@@ -263,7 +277,9 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                        "certificates": {k: (v.to_json() if v is not None else None)
                                         for k, v in plan.certificates.items()},
                        "iterations": plan.iterations, "notes": plan.notes,
-                       "layout_in_words": plan.layout_in_words, "fits_hbm": plan.fits_hbm}
+                       "layout_in_words": plan.layout_in_words, "fits_hbm": plan.fits_hbm,
+                       "calibration": (plan.calibration.to_json()
+                                       if plan.calibration is not None else None)}
         out["planning_time_s"] = plan.planning_time_s
         log(f"[{cell.name}] plan: mesh {plan.mesh}, Q2 {plan.predicted['step_s'] * 1e3:.3f} ms "
             f"(predicted), {plan.planning_time_s:.1f} s, {len(cands)} candidates compiled")
@@ -553,6 +569,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--in-process", action="store_true",
                     help="run cells in this process (default: each cell in a child process, so "
                          "that a native crash, e.g. in a solver, is recorded and the grid goes on)")
+    ap.add_argument("--calibration-from", default=None, metavar="CELL_JSON",
+                    help="start the planner from the calibration of this cell's plan (a warm "
+                         "start; e.g. the same model at another frame count)")
     ap.add_argument("--refresh", action="store_true",
                     help="recompute speedups and fidelity of the written cells (no compiles)")
     a = ap.parse_args(argv)
@@ -599,7 +618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             try:
                 out = run_cell(c, budget_s=a.budget, seed=a.seed, progress=_LogProgress(log),
-                               log=log, planner_workers=a.planner_workers)
+                               log=log, planner_workers=a.planner_workers,
+                               calibration_from=a.calibration_from)
             except Exception as e:  # noqa: BLE001 -- e.g. an unknown workload; record, go on
                 out = {"cell": c.name, "error": _err(e), "traceback": traceback.format_exc(limit=6),
                        "budget_s": a.budget, "seed": a.seed, "machine_start": machine(),
@@ -620,6 +640,8 @@ def _run_isolated(c: Cell, a, d: Path, log) -> dict[str, Any] | None:
     cmd = [sys.executable, "-m", "benchmarks.grid", "--in-process", "--force", "--cells", c.name,
            "--budget", str(a.budget), "--seed", str(a.seed), "--out", str(d),
            "--planner-workers", str(a.planner_workers)]
+    if a.calibration_from:
+        cmd += ["--calibration-from", str(Path(a.calibration_from).resolve())]
     t0 = time.perf_counter()
     start = machine()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
