@@ -61,7 +61,11 @@ class CompileQueue:
         self.deadline, self.t0, self.errors = deadline, t0, errors
         self.done: list[Compiled] = []  # every compile that ran, in order
         self.fitting = False         # some compiled layout fits in HBM
-        self._main_clock = time.pthread_getcpuclockid(threading.main_thread().ident)
+        try:                         # Linux (libtpu's platform); else wall-clock is used
+            self._main_clock: int | None = time.pthread_getcpuclockid(
+                threading.main_thread().ident)
+        except (AttributeError, OSError):
+            self._main_clock = None
         self._pending: list = []     # heap of (priority, seq, future, compile_fn)
         self._seq = itertools.count()
         self._cv = threading.Condition()
@@ -113,19 +117,22 @@ class CompileQueue:
                            f"{expected:.1f} s", left)
         if not self.done and left <= 0:
             return Skipped("the time budget ran out before the first compile", left, True)
-        t, cpu, main = time.perf_counter(), time.process_time(), time.clock_gettime(self._main_clock)
+        t, cpu, main = time.perf_counter(), time.process_time(), self._main_cpu()
         out = Compiled(started_s=t - self.t0)
         try:
             out.evidence = compile_fn()
         except self.errors as e:
             out.error = str(e).splitlines()[0]
         out.seconds = time.perf_counter() - t
-        out.cpu_s = max(0.0, (time.process_time() - cpu)
-                        - (time.clock_gettime(self._main_clock) - main))
+        out.cpu_s = (max(0.0, (time.process_time() - cpu) - (self._main_cpu() - main))
+                     if self._main_clock is not None else out.seconds)
         self.done.append(out)
         if out.evidence is not None and out.evidence.memory.fits:
             self.fitting = True
         return out
+
+    def _main_cpu(self) -> float:
+        return time.clock_gettime(self._main_clock) if self._main_clock is not None else 0.0
 
     def close(self) -> None:
         """Skip what has not started and wait for a running compile (it cannot be interrupted)."""
