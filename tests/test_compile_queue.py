@@ -51,17 +51,17 @@ def test_compiles_run_one_at_a_time_in_order_and_errors_are_one_line():
 
 def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits():
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 0.5, t0, (Boom,))
+    q = CompileQueue(t0 + 0.35, t0, (Boom,))
 
     def slow():
-        end = time.perf_counter() + 0.3
-        while time.perf_counter() < end:
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
             pass
         return _ev()
 
     first, second = q.submit(slow), q.submit(slow)
     assert isinstance(first.result(), Compiled)
-    s = second.result()     # 0.2 s left < 1.2 x 0.3 s (of CPU) + 1 s
+    s = second.result()     # < 0.05 s left < 1.2 x 0.3 s (of CPU) + 1 s
     q.close()
     assert isinstance(s, Skipped) and "time budget" in s.reason
 
@@ -133,10 +133,10 @@ def test_the_expected_compile_time_is_cpu_time_not_the_main_threads_or_waiting()
     t0 = time.perf_counter()
     q = CompileQueue(t0 + 60, t0, (Boom,))
 
-    def spin(seconds):
+    def spin(cpu_seconds):          # CPU work, whatever the machine's load
         def run():
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
+            end = time.thread_time() + cpu_seconds
+            while time.thread_time() < end:
                 pass
             return _ev()
         return run
@@ -153,5 +153,5 @@ def test_the_expected_compile_time_is_cpu_time_not_the_main_threads_or_waiting()
     assert w.seconds >= 0.3 and w.cpu_s < 0.15
     busy = q.submit(spin(0.3)).result()
     q.close()
-    assert busy.cpu_s > 0.2
+    assert busy.cpu_s >= 0.3
     assert q.expected_compile_s == pytest.approx(max(w.cpu_s, busy.cpu_s))
