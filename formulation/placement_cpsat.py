@@ -105,7 +105,8 @@ class PlacementModel:
     """Builds the CP-SAT model of the module docstring. ``model`` is the cp_model.CpModel."""
 
     def __init__(self, evidence: Evidence, network: Network, formulation: str = "auto",
-                 symmetry_breaking: bool = True, anchor_chip: int = 0):
+                 symmetry_breaking: bool = True, anchor_chip: int = 0,
+                 pin: tuple[Sequence[int], Sequence[int]] | None = None):
         if network.num_devices != network.num_chips:
             raise PlacementModelError(
                 f"{network.name}: {network.num_devices} devices on {network.num_chips} chips; the "
@@ -115,6 +116,7 @@ class PlacementModel:
         self.traffic = TrafficModel(evidence, network)
         self.R = self.C = network.num_chips
         self.model = cp_model.CpModel()
+        self._pin(pin, symmetry_breaking)
         self._int_ub: dict[int, int] = {}
         self._set_defs: dict[tuple[int, str], tuple] = {}
         self.set_terms: dict[tuple[int, str], tuple] = {}
@@ -122,7 +124,7 @@ class PlacementModel:
         self._collect()
         if formulation == "auto":
             ring_groups = {g for its in self.items for cls, g, _ in its if cls == "ring"}
-            n_sets = sum(math.comb(self.C, len(self.groups[g])) for g in ring_groups)
+            n_sets = sum(self._n_sets(g) for g in ring_groups)
             formulation = "sets" if n_sets <= SETS_CAP else "circuit"
         if formulation not in ("sets", "circuit"):
             raise PlacementModelError(f"formulation {formulation!r}: use 'auto', 'sets' or 'circuit'")
@@ -219,12 +221,57 @@ class PlacementModel:
         vs.append(var)
         cs.append(int(h))
 
+    # -- pin ----------------------------------------------------------------------------------
+    def _pin(self, pin, symmetry_breaking: bool) -> None:
+        """dom[r]: the chips rank r may take (every chip, or the pin's two blocks)."""
+        every = frozenset(range(self.C))
+        self.pin = None
+        self.dom = [every] * self.R
+        if pin is None:
+            return
+        ranks, chips = frozenset(int(r) for r in pin[0]), frozenset(int(c) for c in pin[1])
+        if len(ranks) != len(chips) or not ranks <= frozenset(range(self.R)) or \
+                not chips <= every:
+            raise PlacementModelError(f"pin: {len(ranks)} ranks onto {len(chips)} chips: give as "
+                                      "many distinct chips as ranks, all in range")
+        if symmetry_breaking:
+            raise PlacementModelError("pin: symmetry breaking relabels ranks and chips, which "
+                                      "moves the pinned set: pass symmetry_breaking=False")
+        self.pin = (ranks, chips)
+        self.dom = [chips if r in ranks else every - chips for r in range(self.R)]
+
+    def _allowed(self, g: int) -> frozenset:
+        """Chips some rank of group g may take."""
+        return frozenset().union(*(self.dom[r] for r in self.groups[g]))
+
+    def _pin_ok(self, g: int, S) -> bool:
+        """Whether group g can sit on chip set S under the pin: S within the group's allowed chips
+        and |S & pin chips| = |g & pin ranks| (then some assignment of g's ranks realises S)."""
+        if self.pin is None:
+            return True
+        ranks, chips = self.pin
+        return (set(S) <= self._allowed(g)
+                and len(chips.intersection(S)) == len(ranks & self.groups[g]))
+
+    def _n_sets(self, g: int) -> int:
+        """Chip sets group g can take: C(C, k_g), or under the pin C(n1, a) C(C - n1, k_g - a)
+        (n1 pinned chips, a = ranks of g among the pinned ranks)."""
+        k = len(self.groups[g])
+        if self.pin is None:
+            return math.comb(self.C, k)
+        ranks, chips = self.pin
+        a = len(ranks & self.groups[g])
+        return math.comb(len(chips), a) * math.comb(self.C - len(chips), k - a)
+
     # -- assignment ---------------------------------------------------------------------------
     def _assignment(self) -> None:
         m, R, C = self.model, self.R, self.C
         self.x = [[m.NewBoolVar(f"x[{r}][{c}]") for c in range(C)] for r in range(R)]
         for r in range(R):
             m.AddExactlyOne(self.x[r])
+            for c in range(C):
+                if c not in self.dom[r]:
+                    m.Add(self.x[r][c] == 0)
         for c in range(C):
             m.AddExactlyOne([self.x[r][c] for r in range(R)])
 
@@ -242,6 +289,7 @@ class PlacementModel:
                 continue
             k = len(g)
             sets = [tuple(range(C))] if k == C else list(itertools.combinations(range(C), k))
+            sets = [S for S in sets if self._pin_ok(gi, S)]
             ys = {S: m.NewBoolVar(f"y[{gi}][{j}]") for j, S in enumerate(sets)}
             m.AddExactlyOne(ys.values())
             for c in range(C):
@@ -424,8 +472,11 @@ class PlacementModel:
         m, C = self.model, self.C
         z = self._z(g)
         ps = {}
+        allowed = self._allowed(g)
         for a in range(C):
             for b in range(a + 1, C):
+                if a not in allowed or b not in allowed:
+                    continue
                 v = m.NewBoolVar(f"pz[{g}][{a},{b}]")
                 m.AddImplication(v, z[a])
                 m.AddImplication(v, z[b])
@@ -448,7 +499,7 @@ class PlacementModel:
                         qs = {}
                         for a in range(C):
                             for b in range(C):
-                                if a != b:
+                                if a != b and a in self.dom[s] and b in self.dom[t]:
                                     v = m.NewBoolVar(f"q[{s},{t}][{a},{b}]")
                                     m.AddImplication(v, self.x[s][a])
                                     m.AddImplication(v, self.x[t][b])
