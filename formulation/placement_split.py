@@ -50,8 +50,8 @@ placement; the solver (``solvers.placement_split``) closes each other class with
 pinned model (``PlacementModel(pin=(g*, S), formulation="sets")`` plus M[p] >= phase_lb[S][p]),
 and min_S of the classes' bounds is a lower bound of min_P MC(P) over every placement.
 
-Choice of g* (``split_group``): among groups of ring collectives (k >= 3) whose sets number at
-most ``SPLIT_SETS_CAP``, the one whose fixed items weigh most (sum_p count_p sum cu over items
+Choice of g* (``split_group``): among groups of ring collectives (3 <= k < C: a group on every
+chip has one class, the whole problem) whose sets number at most ``SPLIT_SETS_CAP``, the one whose fixed items weigh most (sum_p count_p sum cu over items
 on g or its complement); ties to the smallest sorted rank tuple. Deterministic.
 No jax import (formulation layer).
 """
@@ -99,7 +99,7 @@ def split_group(pm) -> int | None:
     best = None
     for g, grp in enumerate(pm.groups):
         k = len(grp)
-        if k < 3 or math.comb(pm.C, k) > SPLIT_SETS_CAP:
+        if k < 3 or k >= pm.C or math.comb(pm.C, k) > SPLIT_SETS_CAP:
             continue
         if not any(cls == "ring" and gg == g for its in pm.items for cls, gg, _ in its):
             continue
@@ -213,10 +213,16 @@ def set_lower_bounds(pm, g: int) -> SplitBound:
 def model_cost_units(pm, chip_of_rank: Sequence[int]) -> int:
     """MC(P): the level-1 objective of ``pm``'s CP-SAT model at placement P (rank -> chip), in
     units, computed from the loads directly (exact integers)."""
+    return sum(key.count * max(0, M - int(O)) for key, M, O in
+               zip(pm.traffic.phases, phase_maxima(pm, chip_of_rank), pm.O_units))
+
+
+def phase_maxima(pm, chip_of_rank: Sequence[int]) -> list[int]:
+    """M_p(P) per phase (units, exact integers) at placement P (rank -> chip)."""
     p_ = [int(v) for v in chip_of_rank]
     net = pm.net
-    total = 0
-    for p, (key, its) in enumerate(zip(pm.traffic.phases, pm.items)):
+    out = []
+    for p, its in enumerate(pm.items):
         load = np.zeros(net.num_links, dtype=np.int64)
         for cls, g, coef in its:
             S = tuple(sorted(p_[r] for r in pm.groups[g]))
@@ -226,6 +232,5 @@ def model_cost_units(pm, chip_of_rank: Sequence[int]) -> int:
             for s, t in pairs:
                 for l in net.route(p_[s], p_[t]):
                     load[l] += cu
-        M = int(load.max()) if len(load) else 0
-        total += key.count * max(0, M - int(pm.O_units[p]))
-    return total
+        out.append(int(load.max()) if len(load) else 0)
+    return out
