@@ -181,3 +181,57 @@ def test_wan21_v5e16_proven_over_every_placement():
     assert c.detail["bound_every_placement_s"] == pytest.approx(c.objective, rel=1e-9)
     assert c.objective <= TrafficModel(ev, net).cost(
         default_device_order(t, ev.mesh_axes))[0] + 1e-15
+
+
+def _cut_values(pm, chips):
+    """Per phase: the largest right-hand side of pm.cuts[p] at a placement (rank -> chip)."""
+    val = pm.hint_values(chips)
+    return [max((sum(cf if v is None else cf * val[v] for v, cf in cut) for cut in cuts),
+                default=0) for cuts in pm.cuts]
+
+
+def test_set_cuts_hold_for_every_placement_of_the_class(net44):
+    """The pinned 'sets' model on 4x4 (axis-1 group of 8 on rows 0-1): every cut of M[p] (the
+    route-aware cuts of the sets included) is at most M_p at placements of the class (random
+    ones and axis orders with single swaps), and the route-aware cut of the set rows 0-1 doubles
+    the all-to-all phase's bound (8 pair flows each way over the 4 links between rows 1 and 2)."""
+    ev = layer_evidence((2, 8), "v5e:4x4", permute=True)
+    rows01 = tuple(c for c in range(16) if net44.chips[c][0] in (0, 1))
+    rest = [c for c in range(16) if c not in rows01]
+    pm = PlacementModel(ev, net44, formulation="sets", symmetry_breaking=False,
+                        pin=(range(8), rows01))
+    rng = np.random.default_rng(3)
+    cands = [np.concatenate([rng.permutation(rows01), rng.permutation(rest)]) for _ in range(100)]
+    cands += [q for q in _placements(net44, 16, 4, 0) if sorted(q[:8]) == list(rows01)]
+    assert len(cands) > 150
+    for chips in cands:
+        M = phase_maxima(pm, chips)
+        assert all(c <= m for c, m in zip(_cut_values(pm, chips), M))
+    # the all-to-all phase (pairs {i, i + 8} across the two halves): 2 flows on some link, lbM 1
+    p = 0
+    cu = pm.units(pm.items[p][0][2])
+    rhs = [max((cf for v, cf in cut if v is not None), default=0) for cut in pm.cuts[p]]
+    assert pm.lbM[p] == cu and max(rhs) == 2 * cu
+
+
+def test_set_cuts_hold_on_the_wan21_v5e16_class_of_the_optimum():
+    """The same check on the real evidence (groups of 8, 4 and 2, permutes), pinned to the class
+    of the best axis order (ranks 0-7 on its chips): random placements of the class and single
+    swaps of the best axis order within it."""
+    ev = Evidence.from_json(json.loads(WAN16.read_text())["evidence"])
+    net = Network.from_target(get_target("v5e-16"))
+    tm = TrafficModel(ev, net)
+    best = net.device_chip[min(H.axis_order_placements(net, tuple(ev.mesh_axes.values())),
+                               key=tm.cost)]
+    S = tuple(sorted(int(c) for c in best[:8]))
+    rest = [c for c in range(16) if c not in S]
+    pm = PlacementModel(ev, net, formulation="sets", symmetry_breaking=False, pin=(range(8), S))
+    rng = np.random.default_rng(5)
+    cands = [np.concatenate([rng.permutation(S), rng.permutation(rest)]) for _ in range(60)]
+    for a, b in itertools.combinations(range(16), 2):
+        if (a < 8) == (b < 8):
+            q = best.copy()
+            q[[a, b]] = q[[b, a]]
+            cands.append(q)
+    for chips in cands:
+        assert all(c <= m for c, m in zip(_cut_values(pm, chips), phase_maxima(pm, chips)))
