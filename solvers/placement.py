@@ -31,7 +31,18 @@ and any lower bound of each phase's own minimum gives a bound of the whole:
     ``decomposition_share`` of the limit;
   - ``joint_s``: CP-SAT's best bound of level 1 on the whole model (minus the overlap rounding),
     valid over the model's scope (every placement for "sets"; rings on cycles / paths of links
-    for "circuit").
+    for "circuit");
+  - ``split_s`` (when the joint model is not "sets" and a ring group g* has at most
+    ``SPLIT_SETS_CAP`` chip sets; ``solvers.placement_split``): not separable, a bound of the
+    joint minimum over every placement. The placements split by the chip set S of g*; a class
+    P(S) is closed by its lower bound LB(S) (``formulation.placement_split``: exact loads of
+    g* and its complement, cut bounds) when LB(S) >= the incumbent's model cost U, else by the
+    exact pinned "sets" model with MC <= U - 1 (INFEASIBLE, or a better placement);
+    split_s = min(U, bounds of the open classes) in seconds minus the overlap rounding. It runs
+    first, within ``split_share`` of the time left; it is also a constraint comm >= it of the
+    joint model. When no class is left open the incumbent is proven optimal over every
+    placement (status OPTIMAL, bound source "split"); without ``lexicographic`` the joint model
+    is then not solved.
 The certificate's bound is the largest of these valid over the model's scope; ``detail`` says
 which (``bound_source``), over what (``bound_scope``), and ``bound_every_placement_s`` (the
 largest valid without the circuit scope). A FEASIBLE answer that meets a proven bound is
