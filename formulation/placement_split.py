@@ -51,8 +51,9 @@ pinned model (``PlacementModel(pin=(g*, S), formulation="sets")`` plus M[p] >= p
 and min_S of the classes' bounds is a lower bound of min_P MC(P) over every placement.
 
 Choice of g* (``split_group``): among groups of ring collectives (3 <= k < C: a group on every
-chip has one class, the whole problem) whose sets number at most ``SPLIT_SETS_CAP``, the one whose fixed items weigh most (sum_p count_p sum cu over items
-on g or its complement); ties to the smallest sorted rank tuple. Deterministic.
+chip has one class, the whole problem) whose sets number at most ``SPLIT_SETS_CAP``, the one
+whose fixed items weigh most (sum_p count_p sum cu over items on g or its complement); ties to
+the smallest sorted rank tuple. Deterministic.
 No jax import (formulation layer).
 """
 

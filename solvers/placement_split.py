@@ -1,4 +1,6 @@
-"""A proof over every placement by splitting on one group's chip set (``formulation.placement_split``).
+"""A proof over every placement by splitting on one group's chip set.
+
+The math and names: ``formulation.placement_split``.
 
 Given the joint model ``pm`` (for its units and items; any formulation) and an incumbent
 placement P0 (rank -> chip) with model cost U = MC(P0) (units):
@@ -7,8 +9,8 @@ placement P0 (rank -> chip) with model cost U = MC(P0) (units):
   2. the classes P(S) with LB(S) >= U are closed (no strictly better placement there);
   3. each open class, in increasing LB(S) (ties: lexicographic S), gets the exact pinned model
      ``PlacementModel(evidence, network, formulation="sets", symmetry_breaking=False,
-     pin=(g*, S))`` (scope: every placement of P(S)) with the extra constraint MC <= U - 1,
-     minimising MC: INFEASIBLE closes the class; a solution is a strictly better placement (U
+     pin=(g*, S))`` (scope: every placement of P(S)) with the class's bounds
+     M[p] >= phase_lb[S][p] and the extra constraint MC <= U - 1, minimising MC: INFEASIBLE closes the class; a solution is a strictly better placement (U
      drops to its cost; OPTIMAL closes the class at the new U, classes closed before stay closed
      as their bounds were >= the old U); a time-out leaves it open with the solver's bound
      (FEASIBLE) or LB(S) (UNKNOWN). A class whose pinned model would have more than

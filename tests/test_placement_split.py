@@ -72,7 +72,8 @@ def test_split_group_is_a_ring_group_of_8(split44):
 
 def test_set_lower_bounds_hold_for_every_placement(split44, net44):
     """phase_lb[S][p] <= M_p(P) and LB(S) <= MC(P) for P with P(g*) = S, over structured and
-    random placements; never below the analytic bound, and within 10% of some placements (5.2% here)."""
+    random placements; never below the analytic bound, and within 10% of some placements (5.2%
+    here)."""
     _, pm, g, sb = split44
     index = {S: i for i, S in enumerate(sb.sets)}
     analytic = sum(k.count * max(0, lb - O)
