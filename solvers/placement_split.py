@@ -10,9 +10,10 @@ placement P0 (rank -> chip) with model cost U = MC(P0) (units):
   3. each open class, in increasing LB(S) (ties: lexicographic S), gets the exact pinned model
      ``PlacementModel(evidence, network, formulation="sets", symmetry_breaking=False,
      pin=(g*, S))`` (scope: every placement of P(S)) with the class's bounds
-     M[p] >= phase_lb[S][p] and the extra constraint MC <= U - 1, minimising MC: INFEASIBLE closes the class; a solution is a strictly better placement (U
-     drops to its cost; OPTIMAL closes the class at the new U, classes closed before stay closed
-     as their bounds were >= the old U); a time-out leaves it open with the solver's bound
+     M[p] >= phase_lb[S][p] and the extra constraint MC <= U - 1, minimising MC: INFEASIBLE
+     closes the class; a solution is a strictly better placement (U drops to its cost; OPTIMAL
+     closes the class at the new U; classes closed before stay closed, their bounds were >= the
+     old U); a time-out leaves it open with the solver's bound
      (FEASIBLE) or LB(S) (UNKNOWN). A class whose pinned model would have more than
      ``PINNED_SETS_CAP`` set variables stays open with LB(S).
 
