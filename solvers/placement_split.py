@@ -15,7 +15,8 @@ placement P0 (rank -> chip) with model cost U = MC(P0) (units):
      closes the class at the new U; classes closed before stay closed, their bounds were >= the
      old U); a time-out leaves it open with the solver's bound
      (FEASIBLE) or LB(S) (UNKNOWN). A class whose pinned model would have more than
-     ``PINNED_SETS_CAP`` set variables stays open with LB(S).
+     ``PINNED_SETS_CAP`` set variables stays open with LB(S); with more than
+     ``MAX_PINNED_CLASSES`` classes below U, every one stays open with LB(S).
 
 Bound over every placement (units): min(U, min_{open S} bound(S)) <= min_P MC(P); when no class
 is open it equals U and the incumbent is optimal over every placement (in model units, i.e. up
@@ -38,6 +39,10 @@ from aoizora.formulation.placement_split import (model_cost_units, set_lower_bou
 
 # Set variables a pinned model may have (its "sets" formulation over the classes' k-subsets).
 PINNED_SETS_CAP = SETS_CAP
+# Classes below the incumbent up to which pinned models are solved; with more, the split stops
+# at its lower bounds (min LB(S), valid) and leaves the time to the joint model. v5e-16 with
+# Wan 2.1 evidence: 6.
+MAX_PINNED_CLASSES = 64
 
 
 @dataclasses.dataclass
@@ -66,8 +71,12 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], deadline: float, s
     lb_s = time.perf_counter() - t0
     order = [int(i) for i in np.argsort(sb.lb_units, kind="stable") if sb.lb_units[i] < U]
     ranks = list(sb.group)
+    n_below = len(order)
     classes = []
     open_bounds: list[int] = []
+    if len(order) > MAX_PINNED_CLASSES:          # every class stays open with LB(S)
+        open_bounds.append(int(sb.lb_units[order[0]]))
+        order = []
     for n, i in enumerate(order):
         S = sb.sets[i]
         lbS = int(sb.lb_units[i])
@@ -122,6 +131,6 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], deadline: float, s
             open_bounds.append(lbS)
     bound = min([U] + open_bounds)
     rows = {"group": list(sb.group), "sets": len(sb.sets), "exact_phases": sb.exact_phases,
-            "classes_below_incumbent": len(order), "classes": classes,
+            "classes_below_incumbent": n_below, "classes": classes,
             "lower_bounds_s": round(lb_s, 3), "time_s": round(time.perf_counter() - t0, 3)}
     return SplitResult(best, U, bound, not open_bounds, sb.group, rows)

@@ -236,3 +236,18 @@ def test_set_cuts_hold_on_the_wan21_v5e16_class_of_the_optimum():
             cands.append(q)
     for chips in cands:
         assert all(c <= m for c, m in zip(_cut_values(pm, chips), phase_maxima(pm, chips)))
+
+
+def test_split_without_pinned_solves_is_a_valid_bound(net24, monkeypatch):
+    """With the pinned solves switched off (more classes than MAX_PINNED_CLASSES) the split
+    stops at min LB(S): not proven, and at most the enumerated optimum."""
+    import aoizora.solvers.placement_split as SP
+    monkeypatch.setattr(SP, "MAX_PINNED_CLASSES", 0)
+    ev = layer_evidence((2, 4), "v5e:2x4", permute=True)
+    ex = H.exhaustive(ev, net24, time_limit_s=120)
+    pm = PlacementModel(ev, net24, formulation="circuit")
+    d = default_device_order(get_target("v5e:2x4"), ev.mesh_axes)
+    sp = split_proof(pm, net24.device_chip[d], time.perf_counter() + 60)
+    assert not sp.proven and sp.rows["classes"] == [] and sp.rows["classes_below_incumbent"] > 0
+    assert pm.comm_seconds(sp.bound_units) <= ex.certificate.objective * (1 + 1e-12)
+    assert sp.bound_units == int(set_lower_bounds(pm, split_group(pm)).lb_units.min())
