@@ -45,8 +45,9 @@ sum_g C(C, k_g) over ring groups is small):
 Pin (``pin=(ranks P, chips Q)``, |P| = |Q|): only the placements that put the ranks P on the
 chips Q (one class of the split, ``formulation.placement_split``): dom[r] = Q for r in P, else
 the other chips; x[r][c] = 0 for c not in dom[r]; a ring group g takes only the k_g-sets S
-within its ranks' domains with |S & Q| = |g & P| (exactly the sets some such placement gives
-it); pair products and permute products only over chips in the ranks' domains. The symmetry
+with |S & Q| = |g & P| (exactly the sets some such placement gives it); pair products pz[g][a,b]
+only where two ranks of g can take a and b (|{a,b} & Q| <= |g & P|, |{a,b} - Q| <= |g - P|),
+permute products q[(s,t)][a,b] only for a in dom[s], b in dom[t]. The symmetry
 breaking below relabels chips and ranks, which would move the pinned set: a pin needs
 symmetry_breaking=False.
 
@@ -263,18 +264,18 @@ class PlacementModel:
         self.pin = (ranks, chips)
         self.dom = [chips if r in ranks else every - chips for r in range(self.R)]
 
-    def _allowed(self, g: int) -> frozenset:
-        """Chips some rank of group g may take."""
-        return frozenset().union(*(self.dom[r] for r in self.groups[g]))
-
-    def _pin_ok(self, g: int, S) -> bool:
-        """Whether group g can sit on chip set S under the pin: S within the group's allowed chips
-        and |S & pin chips| = |g & pin ranks| (then some assignment of g's ranks realises S)."""
+    def _pin_ok(self, g: int, S, pair: bool = False) -> bool:
+        """Whether group g can sit on chip set S under the pin: |S & pin chips| = |g & pin ranks|
+        and |S - pin chips| = |g - pin ranks| (then some assignment of g's ranks realises S); with
+        `pair`, whether two of g's ranks can sit on the chips S = (a, b): <= instead of =."""
         if self.pin is None:
             return True
         ranks, chips = self.pin
-        return (set(S) <= self._allowed(g)
-                and len(chips.intersection(S)) == len(ranks & self.groups[g]))
+        n_in = len(chips.intersection(S))
+        g_in = len(ranks & self.groups[g])
+        if pair:
+            return n_in <= g_in and len(S) - n_in <= len(self.groups[g]) - g_in
+        return n_in == g_in and len(S) - n_in == len(self.groups[g]) - g_in
 
     def _n_sets(self, g: int) -> int:
         """Chip sets group g can take: C(C, k_g), or under the pin C(n1, a) C(C - n1, k_g - a)
@@ -495,10 +496,9 @@ class PlacementModel:
         m, C = self.model, self.C
         z = self._z(g)
         ps = {}
-        allowed = self._allowed(g)
         for a in range(C):
             for b in range(a + 1, C):
-                if a not in allowed or b not in allowed:
+                if not self._pin_ok(g, (a, b), pair=True):
                     continue
                 v = m.NewBoolVar(f"pz[{g}][{a},{b}]")
                 m.AddImplication(v, z[a])
