@@ -250,7 +250,9 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     `warm_start`: also price the axis-order placements (``axis_order_placements``) and hint the
     best of those and `hint` (the incumbent: the answer is never worse than it).
     `decomposition`: spend up to `decomposition_share` of the limit solving phases alone for a
-    stronger bound (module docstring). When the model would have more than
+    stronger bound (module docstring). `split`: first try the split proof over every placement
+    (``solvers.placement_split``) within `split_share` of the time left (module docstring).
+    When the model would have more than
     `max_model_variables` variables (e.g. v5e-256), no CP-SAT model is built: the incumbent is
     improved by ``placement_heuristics.annealing`` for the rest of the limit (detail["method"]
     says so) and the bound is the analytic one."""
