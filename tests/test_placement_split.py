@@ -251,3 +251,21 @@ def test_split_without_pinned_solves_is_a_valid_bound(net24, monkeypatch):
     assert not sp.proven and sp.rows["classes"] == [] and sp.rows["classes_below_incumbent"] > 0
     assert pm.comm_seconds(sp.bound_units) <= ex.certificate.objective * (1 + 1e-12)
     assert sp.bound_units == int(set_lower_bounds(pm, split_group(pm)).lb_units.min())
+
+
+@pytest.mark.parametrize("lexicographic", [False, True])
+def test_solve_placement_takes_the_split_placement(net24, lexicographic):
+    """2x4, circuit formulation, started from the worst axis order without the warm start: the
+    split finds and proves the enumerated optimum over every placement."""
+    ev = layer_evidence((2, 4), "v5e:2x4", permute=True)
+    ex = H.exhaustive(ev, net24, time_limit_s=120)
+    tm = TrafficModel(ev, net24)
+    worst = max(H.axis_order_placements(net24, (2, 4)), key=lambda q: tm.cost(q))
+    res = solve_placement(ev, net24, time_limit_s=60, seed=0, hint=worst, warm_start=False,
+                          formulation="circuit", lexicographic=lexicographic)
+    c = res.certificate
+    assert c.status == "OPTIMAL" and c.detail["split"]["proven"]
+    assert c.detail["bound_scope"] == SCOPE_SETS and c.detail["bound_source"] == "split"
+    assert c.objective == pytest.approx(ex.certificate.objective, rel=1e-9)
+    assert c.bound == pytest.approx(c.objective, rel=1e-9)
+    assert c.detail["incumbent"]["from"] == "hint" and tm.cost(worst)[0] > c.objective
