@@ -135,8 +135,8 @@ def _row(name, budget, res, **kw) -> dict:
            "joint_bound_s": d.get("joint_bound_s"), "analytic_bound_s": d.get("analytic_bound_s"),
            "level1_done_at_s": lvl.get("done_at_s"), "placement": res.placement,
            "trace": [list(x) for x in res.trace]}
-    for k in ("decomposition", "axis_orders", "incumbent", "annealing", "cpsat_hint", "notes",
-              "estimated_variables", "variables", "build_s", "evaluated", "iterations",
+    for k in ("decomposition", "split", "axis_orders", "incumbent", "annealing", "cpsat_hint",
+              "notes", "estimated_variables", "variables", "build_s", "evaluated", "iterations",
               "timed_out_evaluations", "candidates", "evaluated_candidates"):
         if k in d:
             row[k] = d[k]

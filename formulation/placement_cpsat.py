@@ -31,6 +31,25 @@ sum_g C(C, k_g) over ring groups is small):
     MXy[g,cls] = sum_S (max_l unit_cls(S)[l]) y[g][S]
   load[p][l] = sum_{cls on g in p} (sum_{c in p on g of cls} coef_c) Uy[g,cls][l] + others
   cut:  M[p] >= (sum_{c in p on g of cls} coef_c) MXy[g,cls]      (each group and class alone)
+  route-aware cut of a set (``_set_cuts``, when at most SET_CUTS_CAP set variables): the flows of
+    phase p with one end rank in g and the other not (pair / all-to-all items on a group h:
+    |h & g| |h - g| flows of coef_c each way; permute pairs: one flow of V its way) go between a
+    chip of S = the set of g and a chip of T = (chips the partner ranks may take) - S. Each such
+    flow a -> b follows route(a, b), which leaves S on a link of
+        D_out(S) = {l in route(a, b), a in S, b in T : src_l in S, dst_l not in S}
+    (D_in(S) likewise with route(b, a) and links into S), so with F_d their units and n_{d,f}
+    the (unsplittable) flows of size f, integer loads give
+        M[p] >= sum_S cut_p(g, S) y[g][S],
+        cut_p(g, S) = max_d max(ceil(F_d / |D_d(S)|), max_f f ceil(n_{d,f} / |D_d(S)|)).
+
+Pin (``pin=(ranks P, chips Q)``, |P| = |Q|): only the placements that put the ranks P on the
+chips Q (one class of the split, ``formulation.placement_split``): dom[r] = Q for r in P, else
+the other chips; x[r][c] = 0 for c not in dom[r]; a ring group g takes only the k_g-sets S
+with |S & Q| = |g & P| (exactly the sets some such placement gives it); pair products pz[g][a,b]
+only where two ranks of g can take a and b (|{a,b} & Q| <= |g & P|, |{a,b} - Q| <= |g - P|),
+permute products q[(s,t)][a,b] only for a in dom[s], b in dom[t]. The symmetry
+breaking below relabels chips and ranks, which would move the pinned set: a pin needs
+symmetry_breaking=False.
 
 Formulation "circuit" (scales to large slices; restricted scope, SCOPE_CIRCUIT: scattered ring
 groups are not representable, and on v5e-16 with Wan-like evidence the global optimum has them):
@@ -92,6 +111,9 @@ SCOPE_CIRCUIT = ("placements where every ring group of >= 3 ranks lies on a cycl
 # Wan 2.1 1.3B evidence for v5e-16 (two groups of 8 and four of 4: 33,020 sets, 7.4 M load
 # terms): 15 s to build and no solution in 30 s, so "auto" takes the circuit formulation there.
 SETS_CAP = 20_000
+# Set variables up to which the "sets" formulation adds the route-aware cut of each set (building
+# them looks at |S| x |partners| routes per set).
+SET_CUTS_CAP = 5_000
 # How minchip is stated for slabs without set variables: prefix booleans (measured 1.5-2x faster
 # on v5e-16 than AddMinEquality); slabs that are set-variable groups use sum_S min(S) y[g][S].
 _PREFIX = True
@@ -105,7 +127,8 @@ class PlacementModel:
     """Builds the CP-SAT model of the module docstring. ``model`` is the cp_model.CpModel."""
 
     def __init__(self, evidence: Evidence, network: Network, formulation: str = "auto",
-                 symmetry_breaking: bool = True, anchor_chip: int = 0):
+                 symmetry_breaking: bool = True, anchor_chip: int = 0,
+                 pin: tuple[Sequence[int], Sequence[int]] | None = None):
         if network.num_devices != network.num_chips:
             raise PlacementModelError(
                 f"{network.name}: {network.num_devices} devices on {network.num_chips} chips; the "
@@ -115,6 +138,7 @@ class PlacementModel:
         self.traffic = TrafficModel(evidence, network)
         self.R = self.C = network.num_chips
         self.model = cp_model.CpModel()
+        self._pin(pin, symmetry_breaking)
         self._int_ub: dict[int, int] = {}
         self._set_defs: dict[tuple[int, str], tuple] = {}
         self.set_terms: dict[tuple[int, str], tuple] = {}
@@ -122,7 +146,7 @@ class PlacementModel:
         self._collect()
         if formulation == "auto":
             ring_groups = {g for its in self.items for cls, g, _ in its if cls == "ring"}
-            n_sets = sum(math.comb(self.C, len(self.groups[g])) for g in ring_groups)
+            n_sets = sum(self._n_sets(g) for g in ring_groups)
             formulation = "sets" if n_sets <= SETS_CAP else "circuit"
         if formulation not in ("sets", "circuit"):
             raise PlacementModelError(f"formulation {formulation!r}: use 'auto', 'sets' or 'circuit'")
@@ -150,6 +174,8 @@ class PlacementModel:
         else:
             self._circuits()
         self._permutes()
+        if formulation == "sets" and sum(len(v) for v in self.y.values()) <= SET_CUTS_CAP:
+            self._set_cuts()
         self._objectives()
         self._lower_bounds()
         self.fixed: dict[int, list[int]] = {}
@@ -219,12 +245,57 @@ class PlacementModel:
         vs.append(var)
         cs.append(int(h))
 
+    # -- pin ----------------------------------------------------------------------------------
+    def _pin(self, pin, symmetry_breaking: bool) -> None:
+        """dom[r]: the chips rank r may take (every chip, or the pin's two blocks)."""
+        every = frozenset(range(self.C))
+        self.pin = None
+        self.dom = [every] * self.R
+        if pin is None:
+            return
+        ranks, chips = frozenset(int(r) for r in pin[0]), frozenset(int(c) for c in pin[1])
+        if len(ranks) != len(chips) or not ranks <= frozenset(range(self.R)) or \
+                not chips <= every:
+            raise PlacementModelError(f"pin: {len(ranks)} ranks onto {len(chips)} chips: give as "
+                                      "many distinct chips as ranks, all in range")
+        if symmetry_breaking:
+            raise PlacementModelError("pin: symmetry breaking relabels ranks and chips, which "
+                                      "moves the pinned set: pass symmetry_breaking=False")
+        self.pin = (ranks, chips)
+        self.dom = [chips if r in ranks else every - chips for r in range(self.R)]
+
+    def _pin_ok(self, g: int, S, pair: bool = False) -> bool:
+        """Whether group g can sit on chip set S under the pin: |S & pin chips| = |g & pin ranks|
+        and |S - pin chips| = |g - pin ranks| (then some assignment of g's ranks realises S); with
+        `pair`, whether two of g's ranks can sit on the chips S = (a, b): <= instead of =."""
+        if self.pin is None:
+            return True
+        ranks, chips = self.pin
+        n_in = len(chips.intersection(S))
+        g_in = len(ranks & self.groups[g])
+        if pair:
+            return n_in <= g_in and len(S) - n_in <= len(self.groups[g]) - g_in
+        return n_in == g_in and len(S) - n_in == len(self.groups[g]) - g_in
+
+    def _n_sets(self, g: int) -> int:
+        """Chip sets group g can take: C(C, k_g), or under the pin C(n1, a) C(C - n1, k_g - a)
+        (n1 pinned chips, a = ranks of g among the pinned ranks)."""
+        k = len(self.groups[g])
+        if self.pin is None:
+            return math.comb(self.C, k)
+        ranks, chips = self.pin
+        a = len(ranks & self.groups[g])
+        return math.comb(len(chips), a) * math.comb(self.C - len(chips), k - a)
+
     # -- assignment ---------------------------------------------------------------------------
     def _assignment(self) -> None:
         m, R, C = self.model, self.R, self.C
         self.x = [[m.NewBoolVar(f"x[{r}][{c}]") for c in range(C)] for r in range(R)]
         for r in range(R):
             m.AddExactlyOne(self.x[r])
+            for c in range(C):
+                if c not in self.dom[r]:
+                    m.Add(self.x[r][c] == 0)
         for c in range(C):
             m.AddExactlyOne([self.x[r][c] for r in range(R)])
 
@@ -242,6 +313,7 @@ class PlacementModel:
                 continue
             k = len(g)
             sets = [tuple(range(C))] if k == C else list(itertools.combinations(range(C), k))
+            sets = [S for S in sets if self._pin_ok(gi, S)]
             ys = {S: m.NewBoolVar(f"y[{gi}][{j}]") for j, S in enumerate(sets)}
             m.AddExactlyOne(ys.values())
             for c in range(C):
@@ -426,6 +498,8 @@ class PlacementModel:
         ps = {}
         for a in range(C):
             for b in range(a + 1, C):
+                if not self._pin_ok(g, (a, b), pair=True):
+                    continue
                 v = m.NewBoolVar(f"pz[{g}][{a},{b}]")
                 m.AddImplication(v, z[a])
                 m.AddImplication(v, z[b])
@@ -435,6 +509,70 @@ class PlacementModel:
         m.Add(sum(ps.values()) == k * (k - 1) // 2)
         self.pz[g] = ps
         return ps
+
+    def _set_cuts(self) -> None:
+        """Route-aware cut of each set (docstring): M[p] >= sum_S cut_p(g, S) y[g][S]."""
+        net, route = self.net, self._route
+        src, dst = np.asarray(net.link_src), np.asarray(net.link_dst)
+        cut_links: dict[tuple, tuple[int, int]] = {}
+
+        def n_links(S, T_all) -> tuple[int, int]:
+            """|D_out(S)|, |D_in(S)| for partners on T_all (cached)."""
+            key = (S, T_all)
+            if key not in cut_links:
+                inS = np.zeros(self.C, dtype=bool)
+                inS[list(S)] = True
+                T = [b for b in T_all if not inS[b]]
+                out = set(l for a in S for b in T for l in route[a][b])
+                inn = set(l for a in S for b in T for l in route[b][a])
+                cut_links[key] = (sum(1 for l in out if inS[src[l]] and not inS[dst[l]]),
+                                  sum(1 for l in inn if not inS[src[l]] and inS[dst[l]]))
+            return cut_links[key]
+
+        for gi, ys in self.y.items():
+            g = self.groups[gi]
+            for p, its in enumerate(self.items):
+                # crossing flows of phase p with one end in g: per direction (0: from g,
+                # 1: into g) total units and {size: count}; partner ranks of all of them
+                total, sizes, partners = [0, 0], [{}, {}], set()
+                for cls, h, coef in its:
+                    if cls not in ("pair", "a2a"):
+                        continue
+                    ins, outs = self.groups[h] & g, self.groups[h] - g
+                    if not ins or not outs:
+                        continue
+                    n, cu = len(ins) * len(outs), self.units(coef)
+                    for d in (0, 1):
+                        total[d] += n * cu
+                        sizes[d][cu] = sizes[d].get(cu, 0) + n
+                    partners |= outs
+                for pairs, V in self.permutes[p]:
+                    cu = self.units(V)
+                    for s_, t_ in pairs:
+                        if (s_ in g) != (t_ in g):
+                            d = 0 if s_ in g else 1
+                            total[d] += cu
+                            sizes[d][cu] = sizes[d].get(cu, 0) + 1
+                            partners.add(t_ if d == 0 else s_)
+                if not total[0] and not total[1]:
+                    continue
+                T_all = frozenset().union(*(self.dom[r] for r in partners))
+                terms = []
+                for S, v in ys.items():
+                    best = 0
+                    nl = n_links(S, T_all)
+                    for d in (0, 1):
+                        n_d = nl[d]
+                        if not total[d] or not n_d:
+                            continue
+                        bd = -(-total[d] // n_d)
+                        for f, n in sizes[d].items():
+                            bd = max(bd, f * (-(-n // n_d)))
+                        best = max(best, bd)
+                    if best > 0:
+                        terms.append((v, best))
+                if terms and max(b for _, b in terms) > 0:
+                    self.cuts[p].append(terms)
 
     # -- permutes (both formulations) ---------------------------------------------------------
     def _permutes(self) -> None:
@@ -448,7 +586,7 @@ class PlacementModel:
                         qs = {}
                         for a in range(C):
                             for b in range(C):
-                                if a != b:
+                                if a != b and a in self.dom[s] and b in self.dom[t]:
                                     v = m.NewBoolVar(f"q[{s},{t}][{a},{b}]")
                                     m.AddImplication(v, self.x[s][a])
                                     m.AddImplication(v, self.x[t][b])

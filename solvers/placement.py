@@ -31,7 +31,18 @@ and any lower bound of each phase's own minimum gives a bound of the whole:
     ``decomposition_share`` of the limit;
   - ``joint_s``: CP-SAT's best bound of level 1 on the whole model (minus the overlap rounding),
     valid over the model's scope (every placement for "sets"; rings on cycles / paths of links
-    for "circuit").
+    for "circuit");
+  - ``split_s`` (when the joint model is not "sets" and a ring group g* has at most
+    ``SPLIT_SETS_CAP`` chip sets; ``solvers.placement_split``): not separable, a bound of the
+    joint minimum over every placement. The placements split by the chip set S of g*; a class
+    P(S) is closed by its lower bound LB(S) (``formulation.placement_split``: exact loads of
+    g* and its complement, cut bounds) when LB(S) >= the incumbent's model cost U, else by the
+    exact pinned "sets" model with MC <= U - 1 (INFEASIBLE, or a better placement);
+    split_s = min(U, bounds of the open classes) in seconds minus the overlap rounding. It runs
+    first, within ``split_share`` of the time left; it is also a constraint comm >= it of the
+    joint model. When no class is left open the incumbent is proven optimal over every
+    placement (status OPTIMAL, bound source "split"); without ``lexicographic`` the joint model
+    is then not solved.
 The certificate's bound is the largest of these valid over the model's scope; ``detail`` says
 which (``bound_source``), over what (``bound_scope``), and ``bound_every_placement_s`` (the
 largest valid without the circuit scope). A FEASIBLE answer that meets a proven bound is
@@ -63,7 +74,9 @@ from aoizora.formulation import placement_bounds
 from aoizora.formulation.placement_cpsat import (SCOPE_SETS, PlacementModel,
                                                   estimated_variables)
 from aoizora.formulation.traffic import TrafficModel
+from aoizora.formulation.placement_split import model_cost_units, split_sets_count
 from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.placement_split import split_proof
 
 try:
     from ortools import __version__ as _ORTOOLS_VERSION
@@ -88,6 +101,11 @@ MIN_SOLVE_S = 0.5
 # them, each priced in ms unless a ring search runs long) and annealing from there did not.
 FALLBACK_WARM_START_SHARE = 0.8
 DECOMPOSITION_SHARE = 0.1
+# The split proof (``solvers.placement_split``): share of the time left after the joint model is
+# built, and its lower-bound pass's time per chip set (measured: v5e-16's 12,870 sets of 8 in
+# 1.5 s here); with less time left than that pass plus MIN_SOLVE_S it is not started.
+SPLIT_SHARE = 0.8
+SPLIT_S_PER_SET = 1.5e-4
 MODEL_VARIABLES_CAP = 1_000_000
 # Pricing one candidate placement may run a long Hamiltonian search (Network.ring_through on a
 # 128-chip group: up to 16 s measured); warm-start and fallback candidates are skipped past this.
@@ -223,6 +241,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                     linearization: int = 0, warm_start: bool = True,
                     log: bool = False, decomposition: bool = True,
                     decomposition_share: float = DECOMPOSITION_SHARE,
+                    split: bool = True, split_share: float = SPLIT_SHARE,
                     max_model_variables: int = MODEL_VARIABLES_CAP) -> PlacementResult:
     """Best placement (device index per logical rank) under the CP-SAT model, with a certificate.
 
@@ -231,7 +250,9 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     `warm_start`: also price the axis-order placements (``axis_order_placements``) and hint the
     best of those and `hint` (the incumbent: the answer is never worse than it).
     `decomposition`: spend up to `decomposition_share` of the limit solving phases alone for a
-    stronger bound (module docstring). When the model would have more than
+    stronger bound (module docstring). `split`: first try the split proof over every placement
+    (``solvers.placement_split``) within `split_share` of the time left (module docstring).
+    When the model would have more than
     `max_model_variables` variables (e.g. v5e-256), no CP-SAT model is built: the incumbent is
     improved by ``placement_heuristics.annealing`` for the rest of the limit (detail["method"]
     says so) and the bound is the analytic one."""
@@ -350,6 +371,55 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                   scope=pm.scope, unit_bytes=pm.unit_bytes, build_s=time.perf_counter() - t0)
     detail["notes"] += list(pm.notes)
     hint_chips = network.device_chip[inc] if inc is not None else None
+    # -- split proof over every placement (module docstring) ------------------------------------
+    sp = None
+    split_s = None
+    slack_s = pm.comm_seconds(pm.rounding_units)       # overlap rounding, < 1 unit per run
+    if split and hint_chips is not None and one_per_chip and pm.formulation != "sets":
+        n_sets = split_sets_count(pm)
+        left = deadline - time.perf_counter()
+        if n_sets and left > n_sets * SPLIT_S_PER_SET + MIN_SOLVE_S:
+            sp = split_proof(pm, hint_chips, time.perf_counter() + split_share * left, seed, log)
+    if sp is not None:
+        split_s = max(0.0, pm.comm_seconds(sp.bound_units) - slack_s)
+        detail["split"] = dict(sp.rows, bound_s=split_s, proven=sp.proven,
+                               objective_s=pm.comm_seconds(sp.cost_units))
+        if sp.cost_units < model_cost_units(pm, hint_chips):
+            # a pinned model found a better placement than the incumbent
+            hint_chips = np.asarray(sp.chip_of_rank, dtype=np.int64)
+            inc = np.asarray(chips_to_devices(network, hint_chips), dtype=np.int64)
+            inc_cost, incumbent_from = tm.cost(inc), "split"
+            pool.append(inc)
+            pool_cost.append(inc_cost)
+            if inc_cost[0] < trace[-1][1]:
+                trace.append((time.perf_counter() - t0, inc_cost[0]))
+        # valid for every placement, so for the joint model's scope
+        pm.model.Add(pm.obj_comm >= sp.bound_units)
+        if sp.proven:
+            decomposition = False
+            detail["notes"].append(
+                f"split on the chip set of ranks {list(sp.group)}: every class of placements "
+                "closed by its bound or its pinned model: the incumbent is optimal over every "
+                "placement")
+
+    def split_optimal(chips) -> bool:
+        """The split proved that no placement beats `chips` (model units)."""
+        return (sp is not None and sp.proven
+                and model_cost_units(pm, chips) <= sp.bound_units)
+
+    split_done = None
+    if sp is not None and sp.proven and split_optimal(hint_chips):
+        split_done = {"status": "OPTIMAL", "objective_units": sp.cost_units,
+                      "bound_units": sp.bound_units, "by": "split",
+                      "done_at_s": time.perf_counter() - t0}
+        detail["levels"]["comm"] = dict(split_done)
+        if not lexicographic:
+            # level 1 is all that is asked: the joint model has nothing to add
+            detail["method"] = f"CP-SAT (split; {pm.formulation} model not solved)"
+            detail["model_objective_s"] = pm.comm_seconds(sp.cost_units)
+            detail["bound_every_placement_s"] = split_s
+            return cert_of(inc, "OPTIMAL", split_s, "split", SCOPE_SETS)
+
     # -- decomposition bound: each phase alone ----------------------------------------------
     dec_s, dec_scope = analytic_s, SCOPE_SETS
     if decomposition and hint_chips is not None and one_per_chip:
@@ -378,13 +448,14 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     st = solver.Solve(m, _Trace(pm, t0, trace))
     status = _STATUS.get(st, "UNKNOWN")
     detail.update(variables=len(m.Proto().variables), constraints=len(m.Proto().constraints))
-    slack_s = pm.comm_seconds(pm.rounding_units)       # overlap rounding, < 1 unit per run
     detail["overlap_rounding_s"] = slack_s
     joint_s = (max(0.0, pm.comm_seconds(solver.BestObjectiveBound()) - slack_s)
                if st in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN) else None)
     detail["joint_bound_s"] = joint_s
     # the bound reported: the largest valid over the model's scope
     opts = [(analytic_s, "analytic", SCOPE_SETS)]
+    if split_s is not None:
+        opts.append((split_s, "split", SCOPE_SETS))
     if dec_scope == SCOPE_SETS or dec_scope == pm.scope:
         opts.append((dec_s, "decomposition", dec_scope))
     if joint_s is not None:
@@ -399,7 +470,8 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
             detail["notes"].append("no solution reported in the time limit: the incumbent "
                                    f"({incumbent_from}) returned")
             detail["model_objective_s"] = None
-            return cert_of(inc, "FEASIBLE", bound_s, bound_source, bound_scope)
+            return cert_of(inc, "OPTIMAL" if split_optimal(hint_chips) else "FEASIBLE", bound_s,
+                           bound_source, bound_scope)
         cert = Certificate(SOLVER_NAME, status, None, bound_s, time.perf_counter() - t0, "s",
                            seed, workers, time_limit_s, detail)
         return PlacementResult(None, cert, None, trace)
@@ -408,6 +480,11 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     detail["levels"]["comm"] = {"status": status, "objective_units": solver.ObjectiveValue(),
                                 "bound_units": solver.BestObjectiveBound(),
                                 "done_at_s": time.perf_counter() - t0}
+    if split_done is not None:
+        # proven by the split before the joint solve (which then gives the tie-break levels a
+        # solution of the joint model to start from)
+        detail["levels"]["comm"] = dict(split_done,
+                                        joint_done_at_s=detail["levels"]["comm"]["done_at_s"])
     if lexicographic and status == "OPTIMAL":
         fixed = [(pm.obj_comm, int(round(solver.ObjectiveValue())))]
         for name, expr in pm.objectives[1:]:
@@ -450,9 +527,11 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     if inc is not None and inc_cost < tm.cost(placement):
         # never worse than the incumbent (the model's ring orders may differ from Q2's)
         detail["notes"].append(f"the incumbent ({incumbent_from}) is better by Q2: returned")
-        return cert_of(inc, "FEASIBLE" if inc_cost[0] > bound_s * (1 + 1e-12) else status,
-                       bound_s, bound_source, bound_scope)
-    if status == "FEASIBLE" and q2.communication_s <= bound_s * (1 + 1e-12) + 1e-15:
+        st_inc = ("OPTIMAL" if split_optimal(hint_chips)
+                  else "FEASIBLE" if inc_cost[0] > bound_s * (1 + 1e-12) else status)
+        return cert_of(inc, st_inc, bound_s, bound_source, bound_scope)
+    if status == "FEASIBLE" and (q2.communication_s <= bound_s * (1 + 1e-12) + 1e-15
+                                 or split_optimal(best)):
         status = "OPTIMAL"           # the incumbent meets a proven bound (decomposition / analytic)
     return cert_of(placement, status, bound_s, bound_source, bound_scope, q2)
 
