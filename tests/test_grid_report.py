@@ -1,0 +1,35 @@
+"""The grid report's 60 s section: each short cell says where its planner started (the defaults,
+or another cell's calibration), and the target is judged per start."""
+
+from benchmarks.grid_report import short_budget_table, summarize, targets_text
+
+
+def _cell(name, sim_s, speedup, planning_s, src=None):
+    c = {"cell": name, "model": "wan2.1-1.3b", "target_arg": "v5e-16", "budget_s": 60,
+         "planning_time_s": planning_s, "speedup_over_best_expert": speedup,
+         "never_slower": speedup >= 1.0,
+         "rows": [{"name": "aoizora", "sim_step_s": sim_s, "mesh": {"x": 16},
+                   "device_order": list(range(16))}]}
+    if src:
+        c["calibration_from"] = {"cell": src, "budget_s": 240, "path": "x.json"}
+    return c
+
+
+def test_short_cells_say_where_they_started_and_are_judged_per_start():
+    full = _cell("a_21f", 0.060, 1.2, 220.0)
+    full["budget_s"] = 240
+    cold = _cell("a_21f", 0.078, 1.0, 58.0)
+    warm = _cell("a_21f", 0.063, 1.19, 57.0, src="a_41f")
+    lines = short_budget_table([full], [cold, warm])
+    assert "| cold |" in lines[2] and "calibration of a_41f (240 s)" in lines[3]
+    s = summarize([full])
+    s["short"] = [(c["cell"], c["planning_time_s"], 60, c["speedup_over_best_expert"],
+                   c["never_slower"], "warm" if c.get("calibration_from") else "cold")
+                  for c in (cold, warm)]
+    text = [t for t in targets_text(s, 1) if "60 s budget" in t]
+    assert len(text) == 2
+    assert "from the defaults (cold): **met**" in text[0]
+    assert "warm-started from another cell's calibration: **met**" in text[1]
+    s["short"][1] = s["short"][1][:3] + (0.9, False, "warm")
+    text = [t for t in targets_text(s, 1) if "60 s budget" in t]
+    assert "MISSED" in text[1] and "MISSED" not in text[0]
