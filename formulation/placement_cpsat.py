@@ -52,7 +52,10 @@ breaking below relabels chips and ranks, which would move the pinned set: a pin 
 symmetry_breaking=False.
 
 Formulation "circuit" (scales to large slices; restricted scope, SCOPE_CIRCUIT: scattered ring
-groups are not representable, and on v5e-16 with Wan-like evidence the global optimum has them):
+groups are not representable; a scattered ring can beat every cycle / path in general, so its
+optimum is proven over every placement only by a bound of that scope, e.g. the split of
+``solvers.placement_split``: on v5e-16 with the Wan 2.1 cfg2_context evidence it proves the
+circuit optimum, an axis order, optimal over every placement):
   z[g][c] = sum_{r in g} x[r][c]
   ring groups (k_g >= 3): arc[g][l], start[g][c], end[g][c], closed[g] in {0,1};
     AddCircuit over chips + a depot: arc l with arc[g][l], chip self-loop with NOT z[g][c],
