@@ -52,7 +52,7 @@ breaking below relabels chips and ranks, which would move the pinned set: a pin 
 symmetry_breaking=False.
 
 Formulation "circuit" (scales to large slices; restricted scope, SCOPE_CIRCUIT: scattered ring
-groups are not representable; a scattered ring can beat every cycle / path in general, so its
+groups are not representable; nothing says a scattered ring cannot beat every cycle / path, so its
 optimum is proven over every placement only by a bound of that scope, e.g. the split of
 ``solvers.placement_split``: on v5e-16 with the Wan 2.1 cfg2_context evidence it proves the
 circuit optimum, an axis order, optimal over every placement):
