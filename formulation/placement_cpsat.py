@@ -53,9 +53,10 @@ symmetry_breaking=False.
 
 Formulation "circuit" (scales to large slices; restricted scope, SCOPE_CIRCUIT: scattered ring
 groups are not representable; nothing says a scattered ring cannot beat every cycle / path, so its
-optimum is proven over every placement only by a bound of that scope, e.g. the split of
+optimum is optimal over every placement only when a bound valid for every placement meets it
+(e.g. the split of
 ``solvers.placement_split``: on v5e-16 with the Wan 2.1 cfg2_context evidence it proves the
-circuit optimum, an axis order, optimal over every placement):
+circuit optimum, an axis order, optimal over every placement)):
   z[g][c] = sum_{r in g} x[r][c]
   ring groups (k_g >= 3): arc[g][l], start[g][c], end[g][c], closed[g] in {0,1};
     AddCircuit over chips + a depot: arc l with arc[g][l], chip self-loop with NOT z[g][c],
