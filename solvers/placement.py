@@ -51,8 +51,10 @@ OPTIMAL (e.g. the incumbent meets the analytic bound: no CP-SAT model is built).
 Incumbent: the hint and the axis orders (``axis_order_placements``), priced by Q2's cost; CP-SAT
 is hinted with it (or, when the circuit model cannot represent it, with the best candidate it
 can), and the answer is never worse than it. Models estimated above ``max_model_variables``
-(v5e-256) are not built: the axis orders get ``FALLBACK_WARM_START_SHARE`` of the limit and the
-incumbent is then improved by annealing (a heuristic, labelled in ``detail["method"]`` and the
+(v5e-256), and models whose estimated build time (``BUILD_S_PER_VARIABLE`` per variable) plus
+``MIN_SOLVE_S`` does not fit in what the warm start leaves of the limit (v5e-64 at 1-5 s), are
+not built: the axis orders get ``FALLBACK_WARM_START_SHARE`` of the limit and the incumbent is
+then improved by annealing for the rest (a heuristic, labelled in ``detail["method"]`` and the
 certificate's solver name).
 """
 
@@ -271,6 +273,9 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                    else (formulation, 0))
     detail["estimated_variables"] = nvars
     fallback = one_per_chip and nvars > max_model_variables
+    # no time to build and solve the model after the warm start: the same heuristic path
+    no_time = (one_per_chip and not fallback and (1 - WARM_START_SHARE) * time_limit_s
+               < nvars * BUILD_S_PER_VARIABLE + MIN_SOLVE_S)
     cands = [np.asarray(hint, dtype=np.int64)] if hint is not None else []
     pool = list(cands)                    # every candidate priced (for an in-scope CP-SAT hint)
     pool_cost = [tm.cost(q) for q in pool]   # their link costs, in the same order
@@ -279,7 +284,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
         warm_trace.append((time.perf_counter() - t0, tm.cost(cands[0])[0]))
     incumbent_from = "hint" if hint is not None else None
     if warm_start and one_per_chip:
-        ax_deadline = t0 + (FALLBACK_WARM_START_SHARE if fallback
+        ax_deadline = t0 + (FALLBACK_WARM_START_SHARE if fallback or no_time
                             else WARM_START_SHARE) * time_limit_s
         axs = axis_order_placements(network, list(evidence.mesh_axes.values()),
                                     deadline=ax_deadline)
@@ -330,15 +335,23 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
         detail["notes"].append("the incumbent meets the analytic lower bound: optimal over every "
                                "placement")
         return cert_of(inc, "OPTIMAL", analytic_s, "analytic", SCOPE_SETS)
-    # -- too large for the CP-SAT model: heuristic improvement of the incumbent ----------------
-    if fallback and inc is not None:
+    # -- no CP-SAT model (too large, or no time to build it): annealing from the incumbent --------
+    est_build = nvars * BUILD_S_PER_VARIABLE
+    detail["estimated_build_s"] = est_build
+    if (fallback or no_time) and inc is not None:
         from aoizora.solvers import placement_heuristics as H
-        detail["method"] = "axis orders + annealing (heuristic fallback)"
+        if fallback:
+            detail["method"] = "axis orders + annealing (heuristic fallback)"
+            why = f"the CP-SAT model would have ~{nvars:,} variables (> {max_model_variables:,})"
+        else:
+            detail["method"] = "axis orders + annealing (no time for the CP-SAT model)"
+            why = (f"building the CP-SAT model (~{nvars:,} variables) takes ~{est_build:.1f} s, "
+                   f"more than the {time_limit_s:g} s limit leaves")
         detail["notes"].append(
-            f"the CP-SAT model would have ~{nvars:,} variables (> {max_model_variables:,}): not "
-            f"built; the best of the hint and the axis orders ({FALLBACK_WARM_START_SHARE:.0%} "
-            f"of the limit; from: {incumbent_from}) improved by annealing over swaps for the "
-            "rest of the limit; the bound is the analytic one (every placement)")
+            f"{why}: not built; the best of the hint and the axis orders "
+            f"({FALLBACK_WARM_START_SHARE:.0%} of the limit; from: {incumbent_from}) improved by "
+            "annealing over swaps for the rest of the limit; the bound is the analytic one "
+            "(every placement)")
         left = deadline - time.perf_counter()
         best = inc
         if left > 0.05:
@@ -354,9 +367,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
         if res.certificate.objective <= analytic_s * (1 + 1e-12) + 1e-15:
             res.certificate.status = "OPTIMAL"
         return res
-    # -- no time to build the model: the incumbent ---------------------------------------------
-    est_build = nvars * BUILD_S_PER_VARIABLE
-    detail["estimated_build_s"] = est_build
+    # -- the warm start left no time to build the model: the incumbent ---------------------------
     if inc is not None and deadline - time.perf_counter() < est_build + MIN_SOLVE_S:
         detail["method"] = "incumbent (no time for the CP-SAT model)"
         detail["notes"].append(
