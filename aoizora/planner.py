@@ -298,6 +298,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         # The ILPs may use up to ILP_SHARE of what is left, so that compiles still fit; meshes
         # with fewer axes (smaller ILPs) go first.
         ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
+        queue.contended(True)
         for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
             st = state[_mkey(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
@@ -343,6 +344,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             last_best[_mkey(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
+        queue.contended(False)
         rec["ilps_done_s"] = round(time.perf_counter() - t0, 3)
         if not ranked and not (it == 1 and seeds):
             if it == 1 and memory_errors:
