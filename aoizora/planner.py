@@ -37,7 +37,8 @@ One iteration:
      Q2 step is kept).
 
 The time budget bounds the whole call, compiles included; the next compile starts only when the
-slowest compile so far still fits. When the budget cannot hold one compile, ``BudgetError``.
+longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``). When the
+budget cannot hold one compile, ``BudgetError``.
 
 Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
 order above: the seed layouts start while the first iteration's ILPs solve (the ILP's best
@@ -236,8 +237,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     try:
         best, stop_reason, over_budget = _iterate(
             fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, seed_compiles,
-            queue, ir, iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations, ilp_time_s,
-            placement_time_s, workers, progress, on_candidate)
+            queue, ir, iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations,
+            ilp_time_s, placement_time_s, workers, progress, on_candidate)
     finally:
         queue.close()
     max_compile_s = queue.expected_compile_s
@@ -271,8 +272,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
 
 
 def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, seed_compiles,
-             queue, ir, iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations, ilp_time_s,
-             placement_time_s, workers, progress, on_candidate):
+             queue, ir, iterations, t0, deadline, time_budget_s, seed, top_k, max_iterations,
+             ilp_time_s, placement_time_s, workers, progress, on_candidate):
     """The loop's iterations (the module docstring's steps 1-4); appends to ``iterations``.
     Updates ``learned`` (a ``Calibration``) with what it measures.
     Returns (best candidate or None, stop reason, over-budget note)."""
