@@ -21,7 +21,7 @@ import aoizora  # noqa: F401  (libtpu environment first)
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network, default_device_order
 
-from benchmarks.machine import machine_info
+from benchmarks.machine import git_state, machine_info
 
 RESULTS = Path(__file__).parent / "results"
 # -- evidence: the real Wan 2.1 1.3B compile, cached as JSON -----------------------------------
@@ -276,7 +276,7 @@ def run(targets, budgets, recompile=False, out_dir=RESULTS, log=print,
     old = None
     if merge and (out_dir / "placement_solver.json").exists():
         old = json.loads((out_dir / "placement_solver.json").read_text())
-    out = {"machine": machine_info(), "budgets_s": budgets, "objective": OBJECTIVE,
+    out = {"machine": {**machine_info(), **git_state()}, "budgets_s": budgets, "objective": OBJECTIVE,
            "unit": "seconds in JSON, ms in the report",
            "cpsat": "1 worker, seed 0, hint = JAX default order (solve_placement also prices the "
                     "axis orders and hints the best)",
@@ -381,7 +381,8 @@ def markdown(out: dict) -> str:
     L = ["# Placement: CP-SAT against heuristics at equal budgets (real Wan 2.1 evidence)", "",
          f"Machine: {m['nproc']} cores ({m['cpu']}), shared; load average at start "
          f"{', '.join(f'{x:.2f}' for x in m['loadavg'])}; {m['date']}; ortools {m.get('ortools')},"
-         f" jax {m.get('jax')}, libtpu {m.get('libtpu')}. {m['note']}.", "",
+         f" jax {m.get('jax')}, libtpu {m.get('libtpu')}; commit "
+         f"{(m.get('git_commit') or 'unrecorded')[:7]}. {m['note']}.", "",
          f"Evidence: {out['evidence']}.", "",
          f"Objective: {out['objective']}.", "",
          f"CP-SAT: {out['cpsat']}. Heuristics (``solvers.placement_heuristics``) price with the "
@@ -482,8 +483,9 @@ def markdown(out: dict) -> str:
         L += ["", f"Plot failed: {out['plot_error']}"]
     for e in out.get("earlier_runs", []):
         em = e["machine"]
-        L += ["", f"{', '.join(e['targets'])}: from an earlier run ({em['date']}, load average "
-              f"at start {', '.join(f'{x:.2f}' for x in em['loadavg'])})."]
+        L += ["", f"{', '.join(e['targets'])}: from an earlier run ({em['date']}, commit "
+              f"{(em.get('git_commit') or 'unrecorded')[:7]}, load average at start "
+              f"{', '.join(f'{x:.2f}' for x in em['loadavg'])})."]
     if "machine_end" not in out:
         L += ["", "**Partial run**: the instances above finished; the others did not run."]
     L.append("")
