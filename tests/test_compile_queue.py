@@ -146,7 +146,7 @@ def test_the_time_a_compile_shared_with_the_ilps_counts_at_half():
     assert alone.contended_s == 0.0
     assert q.expected_compile_s == pytest.approx(max(alone.seconds, beside.seconds / 2))
     gate = threading.Event()
-    half = q.submit(lambda: (gate.wait(5), time.sleep(0.2), _ev())[2])
+    half = q.submit(lambda: (gate.wait(5), time.sleep(0.8), _ev())[2])
     q.contended(True)
     gate.set()
     time.sleep(0.1)
