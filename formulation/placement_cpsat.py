@@ -105,8 +105,8 @@ from ortools.sat.python import cp_model
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation import placement_bounds, symmetry
-from aoizora.formulation.traffic import (RING_KINDS, TrafficModel, base_kind, class_coefficient,
-                                         flow_class, unit_loads)
+from aoizora.formulation.traffic import (TrafficModel, base_kind, class_coefficient, flow_class,
+                                         unit_loads)
 
 SCOPE_SETS = "every placement"
 SCOPE_CIRCUIT = ("placements where every ring group of >= 3 ranks lies on a cycle or path of "
@@ -437,7 +437,7 @@ class PlacementModel:
         return self.z[g]
 
     def _circuits(self) -> None:
-        m, net, C = self.model, self.net, self.C
+        net = self.net
         self.und: list[tuple[int, int]] = []
         seen = set()
         for lid in range(net.num_links):
