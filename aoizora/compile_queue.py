@@ -49,7 +49,6 @@ class Skipped:
     """A compile not started: the budget could not hold it (``reason`` says why)."""
 
     reason: str
-    left_s: float
     before_first: bool = False       # no compile ran, and none will: the budget is spent
 
 
@@ -57,7 +56,7 @@ class CompileQueue:
     """``submit(compile_fn, priority)`` -> a Future of ``Compiled`` or ``Skipped``.
     ``compile_fn()`` returns the evidence (anything with ``.memory.fits``) or raises one of
     ``errors``, whose first line becomes ``Compiled.error``; any other exception propagates to
-    ``result()``. Use as a context manager, or call ``close()``."""
+    ``result()``. Call ``close()`` when done."""
 
     def __init__(self, deadline: float, t0: float, errors: tuple[type, ...] = ()):
         self.deadline, self.t0, self.errors = deadline, t0, errors
@@ -71,10 +70,6 @@ class CompileQueue:
         self._closed = False
         self._worker = threading.Thread(target=self._work, name="aoizora-compile", daemon=True)
         self._worker.start()
-
-    @property
-    def compiled(self) -> int:
-        return len(self.done)
 
     @property
     def expected_compile_s(self) -> float:
@@ -98,7 +93,7 @@ class CompileQueue:
         f: Future = Future()
         with self._cv:
             if self._closed:
-                f.set_result(Skipped("the planner stopped", self.deadline - time.perf_counter()))
+                f.set_result(Skipped("the planner stopped"))
                 return f
             heapq.heappush(self._pending, (priority, next(self._seq), f, compile_fn))
             self._cv.notify()
@@ -122,13 +117,13 @@ class CompileQueue:
     def _run(self, compile_fn: Callable[[], Any]):
         left = self.deadline - time.perf_counter()
         if self._closed:
-            return Skipped("the planner stopped", left)
+            return Skipped("the planner stopped")
         expected = self.expected_compile_s
         if self.fitting and left < 1.2 * expected + 1.0:
             return Skipped(f"time budget: {left:.1f} s left, a compile takes about "
-                           f"{expected:.1f} s", left)
+                           f"{expected:.1f} s")
         if not self.done and left <= 0:
-            return Skipped("the time budget ran out before the first compile", left, True)
+            return Skipped("the time budget ran out before the first compile", True)
         t = time.perf_counter()
         c0 = self._contended_until(t)
         out = Compiled(started_s=t - self.t0)
@@ -153,9 +148,3 @@ class CompileQueue:
             self._pending.clear()
             self._cv.notify_all()
         self._worker.join()
-
-    def __enter__(self) -> "CompileQueue":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -221,7 +221,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         default = default_axis_costs(tgt, m)
         costs = given.costs_for(m) or (transferred_axis_costs(default, given.kind_ratios)
                                        if given.kind_ratios else default)
-        state[_mkey(m)] = {"costs": costs, "corrections": {}, "forbidden": [], "default": default,
+        state[mesh_key(m)] = {"costs": costs, "corrections": {}, "forbidden": [], "default": default,
                            "measured": given.costs_for(m) is not None}
     iterations: list[dict[str, Any]] = []
     best: Candidate | None = None
@@ -301,10 +301,10 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
         queue.contended(True)
         for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
-            st = state[_mkey(m)]
+            st = state[mesh_key(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
                                attention_scale], sort_keys=True, default=str)
-            expected = ilp_seconds.get(_mkey(m), 0.0)  # what this mesh's ILP took last time
+            expected = ilp_seconds.get(mesh_key(m), 0.0)  # what this mesh's ILP took last time
             if (ckey not in ilp_cache and ranked
                     and time.perf_counter() + expected > ilp_deadline):
                 rec["changes"].append(f"mesh {_mstr(m)}: ILP skipped, the time budget is kept "
@@ -322,7 +322,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                         time_limit_s=limit,
                         corrections=st["corrections"], forbidden=st["forbidden"] or None,
                         seed=seed, attention_scale=attention_scale or None)
-                    ilp_seconds[_mkey(m)] = time.perf_counter() - t_ilp
+                    ilp_seconds[mesh_key(m)] = time.perf_counter() - t_ilp
             except MemoryBudgetError as e:
                 memory_errors.append(str(e))
                 progress.note(f"mesh {m}: {e}")
@@ -333,7 +333,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             c = res.certificate
             progress.solver(f"sharding ILP {_mstr(m)}", c.status, c.objective, c.bound)
             lid = _layout_id(m, res.best.layout)
-            prev = last_best.get(_mkey(m))
+            prev = last_best.get(mesh_key(m))
             if prev is not None and prev[0] != lid:
                 before, after = set(prev[1]), set(res.best.words)
                 rec["decisions_changed"].append({
@@ -342,7 +342,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                     "before": sorted(before - after), "after": sorted(after - before)})
                 rec["changes"].append(f"mesh {_mstr(m)}: the ILP's best layout changed after the "
                                       f"feedback ({len(after - before)} op layouts differ)")
-            last_best[_mkey(m)] = (lid, list(res.best.words))
+            last_best[mesh_key(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
         queue.contended(False)
@@ -404,8 +404,8 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                                f"past the {time_budget_s:g} s budget")
             rec["candidates"].append(cand.summary())
             this_iter.append(cand)
-            if cand.fits is False and sol.choice and _mkey(m) in state:
-                state[_mkey(m)]["forbidden"].append(dict(sol.choice))
+            if cand.fits is False and sol.choice and mesh_key(m) in state:
+                state[mesh_key(m)]["forbidden"].append(dict(sol.choice))
                 rec["changes"].append(f"mesh {_mstr(m)} layout {sol.layout.name}: does not fit in "
                                       f"HBM -> forbidden in the ILP")
             if cand.q2 is not None:
@@ -423,7 +423,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             if not mine:
                 continue
             c = min(mine, key=lambda c: c.q2.step_s)
-            st = state[_mkey(m)]
+            st = state[mesh_key(m)]
             st["costs"], detail = effective_axis_costs(c.evidence, c.placement, network,
                                                        st["costs"], c.q2)
             if detail:
@@ -444,10 +444,10 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             st["measured"] = True
             learned.axis_costs[mesh_key(m)] = st["costs"]
         ratios = {k: sw / w for k, (sw, w) in sorted(kind_pool.items()) if w > 0}
-        unmeasured = [m for m in mesh_list if not state[_mkey(m)]["measured"]]
+        unmeasured = [m for m in mesh_list if not state[mesh_key(m)]["measured"]]
         if ratios and unmeasured:
             for m in unmeasured:
-                st = state[_mkey(m)]
+                st = state[mesh_key(m)]
                 st["costs"] = transferred_axis_costs(st["default"], ratios)
             rec["feedback"]["transferred"] = {"meshes": [_mstr(m) for m in unmeasured],
                                               "ratio_to_default": ratios}
@@ -521,10 +521,6 @@ def _seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> Shardin
     words += [f"rule {name}: on {'+'.join(ax)}" for name, ax in sorted(layout.rules.items())]
     return ShardingSolution(layout=layout, certificate=cert, choice={}, words=words,
                             predicted={"total_s": math.inf}, peak_bytes=0.0)
-
-
-def _mkey(m: dict[str, int]) -> str:
-    return json.dumps(m)
 
 
 def _mstr(m: dict[str, int]) -> str:
