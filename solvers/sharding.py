@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
 import tempfile
 import time
 import warnings
@@ -138,68 +139,346 @@ def _cbc_bound(log: str) -> tuple[float | None, str]:
     return lb, result
 
 
-def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int, threads: int
-         ) -> dict[str, Any]:
-    """Solve a PuLP problem (minimisation); return {status, objective, bound (model units, from
-    the solver: CBC's log "Lower bound", HiGHS's mip_dual_bound), time_s, solver, detail}."""
-    t0 = time.perf_counter()
-    if solver == "cbc":
+# What a CBC run costs besides its search, on this machine (AMD EPYC, 2 cores shared), measured on
+# the three Wan 2.1 1.3B instances of benchmarks/sharding_vs_heuristics.py at load 1-2, per
+# nonzero of the MPS file (constraint and objective entries: 255985 on the 2x2x4 mesh, ~25000 and
+# ~32000 on 4x4 and 2x4): PuLP writes the file at 1.4-2.4 us (0.55-0.61 s on 2x2x4), CBC's
+# shortest run (read the file, presolve, root LP: what -sec cannot cut) takes 1.6-2.3 us (0.42 s),
+# reading the solution back ~0.3 us (0.07 s) -- 4.3 us in all on 2x2x4. The budgeted solve
+# launches CBC only when the time left is at least CBC_MIN_S_PER_NONZERO x nonzeros, 1.5 x that
+# for a loaded machine (the committed benchmark saw 2.43 s where 1.68 s was measured at low
+# load). HiGHS's LP relaxation in process: PuLP's model build 1.2 us per nonzero (0.31 s), the
+# LP without presolve 0.3 us (0.07 s); tried when the time left is HIGHS_LP_MIN_S_PER_NONZERO x
+# nonzeros or more (1.5 x, rounded up).
+CBC_MIN_S_PER_NONZERO = 6.5e-6
+HIGHS_LP_MIN_S_PER_NONZERO = 2.5e-6
+READBACK_S = 0.02                    # reading a solution back: fixed part, seconds
+READBACK_S_PER_COLUMN = 1.5e-6       # ... per model column (0.07 s measured for 62890 columns)
+CBC_STOP_S = 0.05                    # CBC's own stop after -sec: writing its (short) solution file
+MIN_CBC_SEC = 0.01                   # CBC's -sec is never below this
+
+
+def _objective_offset(prob: pulp.LpProblem) -> float:
+    return float(prob.objective.constant) if prob.objective is not None else 0.0
+
+
+def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> dict[str, Any]:
+    """CBC on `prob` (through PuLP's MPS writer, CBC binary and solution reader) so that the run
+    ends by `deadline` (a ``time.perf_counter()`` value): CBC's -sec is the time left after the
+    MPS file is written, less the reading back; if CBC is still running when only the reading
+    back is left (its file read and root LP cannot be cut), the process is killed and the answer
+    is UNKNOWN (detail ``killed``)."""
+    with warnings.catch_warnings():   # PuLP 3.3 marks its bundled CBC for removal in 4.0
+        warnings.simplefilter("ignore", DeprecationWarning)
+        cmd = pulp.PULP_CBC_CMD(msg=False, threads=threads)
+    if not cmd.available():
+        raise ShardingSolveError("PuLP's CBC binary is not available; install pulp with its CBC "
+                                 "or use solver='highs'")
+    name = f"PuLP {pulp.__version__}/CBC"
+    detail: dict[str, Any] = {}
+    was_none, dummy = prob.fixObjective()
+    try:
         with tempfile.TemporaryDirectory() as d:
-            log = os.path.join(d, "cbc.log")
-            with warnings.catch_warnings():   # PuLP 3.3 marks its bundled CBC for removal in 4.0
-                warnings.simplefilter("ignore", DeprecationWarning)
-                cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads, logPath=log,
-                                        options=[f"randomSeed {seed + 1}", f"randomCbcSeed {seed + 1}"])
-            prob.solve(cmd)
+            mps, sol, log = (os.path.join(d, f) for f in ("model.mps", "model.sol", "cbc.log"))
+            t = time.perf_counter()
+            vs, vnames, cnames, _ = prob.writeMPS(mps, rename=1)
+            detail["mps_write_s"] = round(time.perf_counter() - t, 4)
+            readback = READBACK_S + READBACK_S_PER_COLUMN * len(vs)
+            sec = max(MIN_CBC_SEC, deadline - time.perf_counter() - readback - CBC_STOP_S)
+            detail["cbc_sec"] = round(sec, 4)
+            args = [cmd.path, mps] + (["-max"] if prob.sense == pulp.LpMaximize else []) + [
+                "-sec", f"{sec:.4f}", "-randomSeed", str(seed + 1), "-randomCbcSeed", str(seed + 1),
+                "-threads", str(threads), "-timeMode", "elapsed", "-solve",
+                "-printingOptions", "normal", "-solution", sol]
+            t = time.perf_counter()
+            with open(log, "w") as f:
+                proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                try:
+                    rc = proc.wait(timeout=max(0.0, deadline - time.perf_counter() - readback))
+                    killed = False
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    rc = proc.wait()
+                    killed = True
+            detail["cbc_process_s"] = round(time.perf_counter() - t, 4)
             text = open(log).read() if os.path.exists(log) else ""
-        elapsed = time.perf_counter() - t0
-        obj = pulp.value(prob.objective) if prob.sol_status in (1, 2) else None
-        lb, result = _cbc_bound(text)
-        offset = float(prob.objective.constant) if prob.objective is not None else 0.0
-        # CBC's log leaves the objective's constant out; pulp's value has it
-        detail = {"cbc_result": result}
-        if prob.status == 1 and prob.sol_status == 1 and ("optimal" in result.lower() or not result):
-            status, bound = "OPTIMAL", obj
-        elif obj is not None:
-            status = "FEASIBLE"
-            bound = lb + offset if lb is not None else None
-            if lb is None:
-                detail["bound_note"] = "CBC's log gave no lower bound for this stop"
-        elif prob.status == -1 and "time" not in result.lower() and re.search(
-                r"Problem is infeasible|proven infeasible|relaxation infeasible", text, re.IGNORECASE):
-            status, bound = "INFEASIBLE", None
-        else:
-            status, bound = "UNKNOWN", (lb + offset if lb is not None else None)
-        return {"status": status, "objective": obj, "bound": bound, "time_s": elapsed,
-                "solver": f"PuLP {pulp.__version__}/CBC", "detail": detail}
-    if solver == "highs":
-        if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
-            raise ShardingSolveError("HiGHS is not available: pip install highspy (or use solver='cbc')")
-        cmd = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, random_seed=seed)
+            lb, result = _cbc_bound(text)
+            detail["cbc_result"] = result
+            if killed or rc != 0 or not os.path.exists(sol):
+                if killed:
+                    detail["killed"] = (f"CBC was still running when the wall-clock budget ran out "
+                                        f"(its file read and root LP cannot be cut); process killed")
+                else:
+                    detail["error"] = f"CBC exited with code {rc} and no solution file"
+                return {"status": "UNKNOWN", "objective": None, "bound": None, "solver": name,
+                        "detail": detail}
+            status, values, _, _, _, sol_status = cmd.readsol_MPS(sol, prob, vs, vnames, cnames)
+            prob.assignVarsVals(values)
+            prob.assignStatus(status, sol_status)
+    finally:
+        prob.restoreObjective(was_none, dummy)
+    obj = pulp.value(prob.objective) if prob.sol_status in (1, 2) else None
+    offset = _objective_offset(prob)   # CBC's log leaves the objective's constant out; pulp's value has it
+    if prob.status == 1 and prob.sol_status == 1 and ("optimal" in result.lower() or not result):
+        st, bound = "OPTIMAL", obj
+    elif obj is not None:
+        st = "FEASIBLE"
+        bound = lb + offset if lb is not None else None
+        if lb is None:
+            detail["bound_note"] = "CBC's log gave no lower bound for this stop"
+    elif prob.status == -1 and "time" not in result.lower() and re.search(
+            r"Problem is infeasible|proven infeasible|relaxation infeasible", text, re.IGNORECASE):
+        st, bound = "INFEASIBLE", None
+    else:
+        st, bound = "UNKNOWN", (lb + offset if lb is not None else None)
+    return {"status": st, "objective": obj, "bound": bound, "solver": name, "detail": detail}
+
+
+def _run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *, mip: bool = True
+               ) -> dict[str, Any]:
+    """HiGHS in process on `prob` (PuLP's model builder, then HiGHS with time_limit = the time
+    left after the build, less the reading back). mip=False solves the LP relaxation, without
+    presolve (0.07 s instead of 0.38 s on the 2x2x4 instance); its objective is then a lower
+    bound ("bound"), "objective" is None."""
+    if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
+        raise ShardingSolveError("HiGHS is not available: pip install highspy (or use solver='cbc')")
+    opts = {"random_seed": seed} if mip else {"random_seed": seed, "presolve": "off"}
+    cmd = pulp.HiGHS(msg=False, mip=mip, threads=threads, **opts)
+    was_none, dummy = prob.fixObjective()
+    try:
         with _quiet_stdout():   # highspy prints its banner before pulp turns its output off
-            prob.solve(cmd)
-        elapsed = time.perf_counter() - t0
-        h = prob.solverModel
-        info = h.getInfo()
-        ms = h.modelStatusToString(h.getModelStatus())
-        have = prob.sol_status in (1, 2)
-        obj = pulp.value(prob.objective) if have else None
-        offset = float(prob.objective.constant) if prob.objective is not None else 0.0
-        bound = info.mip_dual_bound + offset if abs(info.mip_dual_bound) < 1e30 else None
+            t = time.perf_counter()
+            cmd.createAndConfigureSolver(prob)
+            cmd.buildSolverModel(prob)
+            build_s = time.perf_counter() - t
+            readback = READBACK_S + READBACK_S_PER_COLUMN * len(prob.variables())
+            limit = max(MIN_CBC_SEC, deadline - time.perf_counter() - readback)
+            prob.solverModel.setOptionValue("time_limit", float(limit))
+            cmd.callSolver(prob)
+            status, sol_status = cmd.findSolutionValues(prob)
+            prob.assignStatus(status, sol_status)
+    finally:
+        prob.restoreObjective(was_none, dummy)
+    h = prob.solverModel
+    info = h.getInfo()
+    ms = h.modelStatusToString(h.getModelStatus())
+    offset = _objective_offset(prob)
+    name = f"PuLP {pulp.__version__}/HiGHS {h.version()}" + ("" if mip else " LP relaxation")
+    detail: dict[str, Any] = {"highs_status": ms, "highs_build_s": round(build_s, 4),
+                              "highs_time_limit_s": round(limit, 4)}
+    if not mip:
         if ms == "Optimal":
-            status, bound = "OPTIMAL", obj
-        elif ms == "Infeasible":
-            status = "INFEASIBLE"
-        elif have:
-            status = "FEASIBLE"
+            return {"status": "OPTIMAL", "objective": None,
+                    "bound": info.objective_function_value + offset, "solver": name, "detail": detail}
+        st = "INFEASIBLE" if ms == "Infeasible" else "UNKNOWN"
+        return {"status": st, "objective": None, "bound": None, "solver": name, "detail": detail}
+    have = prob.sol_status in (1, 2)
+    obj = pulp.value(prob.objective) if have else None
+    bound = info.mip_dual_bound + offset if abs(info.mip_dual_bound) < 1e30 else None
+    if ms == "Optimal":
+        st, bound = "OPTIMAL", obj
+    elif ms == "Infeasible":
+        st = "INFEASIBLE"
+    elif have:
+        st = "FEASIBLE"
+    else:
+        st = "UNKNOWN"
+    detail.update({"mip_gap": info.mip_gap, "mip_node_count": info.mip_node_count})
+    if bound is None:
+        detail["bound_note"] = "HiGHS reported no finite dual bound for this stop"
+    return {"status": st, "objective": obj, "bound": bound, "solver": name, "detail": detail}
+
+
+def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int, threads: int
+               ) -> dict[str, Any]:
+    """Solve a PuLP problem (minimisation) within `time_limit_s` seconds of wall clock, counted
+    from this call: for CBC writing the MPS file, the CBC process and reading its solution; for
+    HiGHS building its model and the solve (``_run_cbc``, ``_run_highs``). Returns {status,
+    objective, bound (model units, from the solver: CBC's log "Lower bound", HiGHS's
+    mip_dual_bound), time_s (wall clock), solver, detail}. What may pass the limit: the MPS write
+    or HiGHS build themselves (they are not cut), and the reading back after a kill."""
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit_s
+    if solver == "cbc":
+        r = _run_cbc(prob, deadline, seed, threads)
+    elif solver == "highs":
+        r = _run_highs(prob, deadline, seed, threads)
+    else:
+        raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
+    r["time_s"] = time.perf_counter() - t0
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# the budgeted solve: incumbent, then the MIP solver or the LP relaxation, then the better answer
+
+INCUMBENT_SHARE = 0.1        # of the budget, at most, for the coordinate-descent incumbent
+INTEGRAL_TOL = 1e-6          # an LP value this close to 0 or 1 counts as integral
+PROOF_REL_TOL = 1e-9         # objective within this (relative) of a bound: proven optimal
+
+
+def _nonzeros(prob: pulp.LpProblem) -> int:
+    return sum(len(c) for c in prob.constraints()) + len(prob.objective or {})
+
+
+def _rows_hold(model: ILPModel, choice: dict[str, int]) -> bool:
+    """Whether a choice keeps every row of the model that involves only strategy variables
+    ``s`` (one-hot, memory, no-good, kv-mode); the flow rows hold by construction (x follows s)."""
+    val: dict[str, float] = {}
+    for gid, vs in model.s.items():
+        for k, v in enumerate(vs):
+            if not isinstance(v, int):
+                val[v.name] = 1.0 if choice[gid] == k else 0.0
+    for c in model.prob.constraints():
+        tot = c.constant
+        for v, a in c.items():
+            x = val.get(v.name)
+            if x is None:
+                break
+            tot += a * x
         else:
-            status = "UNKNOWN"
-        detail = {"highs_status": ms, "mip_gap": info.mip_gap, "mip_node_count": info.mip_node_count}
-        if bound is None:
-            detail["bound_note"] = "HiGHS reported no finite dual bound for this stop"
-        return {"status": status, "objective": obj, "bound": bound, "time_s": elapsed,
-                "solver": f"PuLP {pulp.__version__}/HiGHS {h.version()}", "detail": detail}
-    raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
+            tol = 1e-9 * max(1.0, abs(c.constant))
+            if (c.sense == pulp.LpConstraintLE and tot > tol) or (
+                    c.sense == pulp.LpConstraintGE and tot < -tol) or (
+                    c.sense == pulp.LpConstraintEQ and abs(tot) > tol):
+                return False
+    return True
+
+
+def _integral_choice(model: ILPModel) -> dict[str, int] | None:
+    """The choice of a solved model whose strategy variables are all integral, else None."""
+    for vs in model.s.values():
+        for v in vs:
+            if not isinstance(v, int):
+                x = v.value() or 0.0
+                if min(abs(x), abs(1.0 - x)) > INTEGRAL_TOL:
+                    return None
+    return chosen(model)
+
+
+def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
+                time_limit_s: float = 30.0, seed: int = 0, threads: int = 1,
+                corrections: dict[str, Any] | None = None, incumbent: bool = True
+                ) -> dict[str, Any]:
+    """Solve one sharding ILP (a built ``model`` on ``graph``) within `time_limit_s` seconds of
+    wall clock counted from this call, and never answer worse than a cheap incumbent.
+
+    1. Incumbent (``incumbent=True``): coordinate descent (``solvers.sharding_heuristics``) from
+       all-replicated and from the cheapest strategy per group, no random restarts, for at most
+       INCUMBENT_SHARE of the budget (0.03 s on the largest benchmark instance). Kept only if it
+       satisfies every row of the model (``_rows_hold``: forbidden and K-best cuts included).
+    2. The MIP solver on the time left. CBC runs as a process on a file (``_run_cbc``): writing the
+       MPS file, CBC's file read and root LP cannot be cut, and cost ~6 us per nonzero here (1.1 s
+       on the 2x2x4 instance of benchmarks/sharding_vs_heuristics.py, which CBC solves in
+       1.5-2.4 s in all). So CBC runs only when the time left is at least CBC_MIN_S_PER_NONZERO x
+       nonzeros; otherwise (and when HiGHS is installed) the LP relaxation is solved in process
+       by HiGHS, without presolve (0.38 s there, build included). Its value is a lower bound; when
+       its solution is integral in every strategy variable it is a layout, proven optimal by its
+       own bound (on all three benchmark instances it is); otherwise its rounding (each group's
+       largest value) is a candidate if it keeps the rows. HiGHS (``solver="highs"``) runs the
+       MIP in process on the time left.
+    3. The answer: the solver's if it is proven optimal, else the best of the solver's, the LP
+       rounding and the incumbent (ties go to the solver's). Status OPTIMAL when the solver proved
+       it or the answer's objective is within PROOF_REL_TOL of a solver's bound; FEASIBLE (not
+       proven) otherwise, with the bound when there is one; UNKNOWN / INFEASIBLE as the solver
+       said when there is no answer. ``detail["answer_from"]``: "solver", "lp-relaxation" or
+       "incumbent"; ``detail["note"]`` says when the solver was cut or skipped.
+
+    Returns run_solver's dict (status, objective and bound in model units, time_s = wall clock
+    of the whole call, solver, detail) plus "choice" (group -> strategy index, or None).
+    Determinism: the incumbent and the LP path are deterministic (single thread, fixed order);
+    CBC and HiGHS are seeded, but where a time limit stops them, and the choice between CBC and
+    the LP relaxation near the CBC_MIN_S_PER_NONZERO threshold, depend on the machine's speed."""
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit_s
+    prob = model.prob
+    stages: dict[str, Any] = {}
+    cands: list[tuple[float, int, str, dict[str, int]]] = []   # (objective, rank, source, choice)
+
+    inc_choice = None
+    if incumbent:
+        from aoizora.solvers.sharding_heuristics import ShardingInstance, coordinate_descent
+        t = time.perf_counter()
+        inst = ShardingInstance(graph, model, corrections)
+        h = coordinate_descent(inst, time_limit_s=INCUMBENT_SHARE * time_limit_s, seed=seed,
+                               max_restarts=1)
+        stages["incumbent_s"] = round(time.perf_counter() - t, 4)
+        if h.choice is not None and _rows_hold(model, h.choice):
+            inc_choice = h.choice
+            cands.append((h.objective * TIME_SCALE, 2, "incumbent", inc_choice))
+            stages["incumbent_objective_s"] = h.objective
+        else:
+            stages["incumbent_note"] = ("no incumbent: the descent found no layout that keeps "
+                                        "every row" if h.choice is not None else
+                                        "no incumbent: the descent found no feasible layout")
+
+    left = deadline - time.perf_counter()
+    nnz = _nonzeros(prob)
+    use_lp = False
+    if solver == "cbc" and left < CBC_MIN_S_PER_NONZERO * nnz:
+        stages["cbc_skipped"] = (f"{left:.3f} s left, CBC needs about {CBC_MIN_S_PER_NONZERO * nnz:.3f} s "
+                                 f"before it can stop ({nnz} nonzeros)")
+        if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
+            stages["lp_skipped"] = "HiGHS (highspy) is not installed"
+        elif left < HIGHS_LP_MIN_S_PER_NONZERO * nnz:
+            stages["lp_skipped"] = (f"{left:.3f} s left, HiGHS's LP relaxation needs about "
+                                    f"{HIGHS_LP_MIN_S_PER_NONZERO * nnz:.3f} s")
+        else:
+            use_lp = True
+    t = time.perf_counter()
+    if use_lp:
+        r = _run_highs(prob, deadline, seed, threads, mip=False)
+        stages["lp_relaxation_s"] = round(time.perf_counter() - t, 4)
+        if r["status"] == "OPTIMAL":
+            r["status"] = "UNKNOWN"      # the relaxation's optimum is a bound, not yet a layout
+            ch = _integral_choice(model)
+            r["detail"]["lp_integral"] = ch is not None
+            if ch is None:
+                ch = chosen(model)       # rounding: each group's largest value
+            if _rows_hold(model, ch):
+                cands.append((evaluate(graph, ch, corrections)["total_s"] * TIME_SCALE, 1,
+                              "lp-relaxation", ch))
+    elif solver == "cbc" and "cbc_skipped" in stages:
+        r = {"status": "UNKNOWN", "objective": None, "bound": None, "solver": f"PuLP {pulp.__version__}/CBC",
+             "detail": {}}
+    else:
+        r = _run_cbc(prob, deadline, seed, threads) if solver == "cbc" else (
+            _run_highs(prob, deadline, seed, threads) if solver == "highs" else None)
+        if r is None:
+            raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
+        stages["solver_s"] = round(time.perf_counter() - t, 4)
+        if r["objective"] is not None:
+            ch = chosen(model)
+            if r["status"] == "OPTIMAL":
+                cands = []               # proven: the solver's answer, whatever the incumbent
+            cands.append((r["objective"], 0, "solver", ch))
+    detail = dict(r["detail"])
+    detail.update(stages)
+    bound = r["bound"]
+    if not cands:
+        status = "INFEASIBLE" if r["status"] == "INFEASIBLE" else "UNKNOWN"
+        return {"status": status, "objective": None, "bound": bound, "solver": r["solver"],
+                "detail": detail, "choice": None, "time_s": time.perf_counter() - t0}
+    obj, _, source, ch = min(cands, key=lambda c: (c[0], c[1]))
+    detail["answer_from"] = source
+    if source == "solver" and r["status"] == "OPTIMAL":
+        status = "OPTIMAL"
+    elif bound is not None and obj - bound <= PROOF_REL_TOL * max(abs(obj), 1.0):
+        status, bound = "OPTIMAL", obj
+        detail["proof"] = "objective equals the solver's lower bound"
+    else:
+        status = "FEASIBLE"
+        if bound is not None:
+            bound = min(bound, obj)
+    if status != "OPTIMAL" or source != "solver":
+        what = ("CBC was skipped (too little time for its file and root LP)"
+                + (", and the LP relaxation too" if "lp_skipped" in stages else "")
+                if "cbc_skipped" in stages else f"{r['solver']} stopped at the budget ({r['status']})")
+        detail["note"] = (f"{what}; the answer is the {source}'s"
+                          + ("" if status == "OPTIMAL" else ", not proven optimal"))
+    name = r["solver"] if source != "incumbent" else f"coordinate descent (incumbent) + {r['solver']}"
+    return {"status": status, "objective": obj, "bound": bound, "solver": name,
+            "detail": detail, "choice": ch, "time_s": time.perf_counter() - t0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +632,20 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     planner's feedback (``aoizora.formulation.sharding_ilp.build_model``). distinct: "any"
     (the K best differ in at least one op) or "kv" (first in attention kv modes; module doc).
     attention_scale: kv mode -> factor on Q1's attention compute, the planner's feedback from
-    compiled programs (``aoizora.formulation.attention_calibration``)."""
+    compiled programs (``aoizora.formulation.attention_calibration``).
+
+    time_limit_s: the wall-clock budget, seconds, of the whole solve: the best layout
+    (``solve_model``: a coordinate-descent incumbent, then CBC -- or, when too little time is
+    left for CBC's file and root LP, HiGHS on the LP relaxation -- or HiGHS; the better answer,
+    with an honest certificate) and the k_best - 1 alternatives, which get what the best left
+    (when it runs out they are dropped and the best's certificate says so in
+    ``detail["k_best_note"]``). The budget starts once strategies and model are built: the build
+    is reported apart as ``ShardingResult.build_s`` and not counted. What can pass the budget:
+    the parts that cannot be interrupted (one descent sweep, PuLP's MPS write or HiGHS model
+    build once started, reading a solution back after CBC was killed at the deadline) -- about
+    0.1 s on the 2x2x4 Wan 2.1 instance of benchmarks/sharding_vs_heuristics.py. Each
+    certificate's time_s is the wall clock of its own solve. The error path (nothing fits in
+    HBM) solves a second ILP for the missing bytes with the same limit."""
     if distinct not in ("any", "kv"):
         raise ValueError(f"distinct={distinct!r}: use 'any' or 'kv'")
     t0 = time.perf_counter()
@@ -364,7 +656,10 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     build_s = time.perf_counter() - t0
     size = {"groups": len(graph.groups), "strategies": graph.num_strategies(),
             "edges": len(graph.edges), **model.size()}
-    res = run_solver(model.prob, solver, time_limit_s, seed, threads)
+    t_solve = time.perf_counter()
+    deadline = t_solve + time_limit_s
+    res = solve_model(graph, model, solver=solver, time_limit_s=time_limit_s, seed=seed,
+                      threads=threads, corrections=corrections)
     if res["status"] == "INFEASIBLE" or (res["objective"] is None and res["status"] != "UNKNOWN"):
         if forbidden:
             raise ShardingSolveError(
@@ -390,7 +685,7 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
                                       time_s=res["time_s"], seed=seed, workers=threads,
                                       time_limit_s=time_limit_s, detail=dict(res["detail"]))
         raise err
-    first = chosen(model)
+    first = res["choice"]
     best = _solution(ir, graph, model, res, first, time_limit_s, seed, threads, corrections, 0)
     alts = []
     prev = [first]
@@ -399,19 +694,35 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
                if len(graph.groups[g].strategies) > 1}
         if not cut:
             break
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            best.certificate.detail["k_best_note"] = (
+                f"{r} of the {k_best} best layouts asked: the budget of {time_limit_s} s ran out")
+            break
         add_no_good(model.prob, graph, model.s, cut, f"kbest_{r}")
         rr = None
         kv_rows = (add_kv_mode_cut(model.prob, graph, model.s, first, "kvmode")
                    if distinct == "kv" and r == 1 else [])
         if kv_rows:
-            rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
+            rr = solve_model(graph, model, solver=solver, time_limit_s=left, seed=seed,
+                             threads=threads, corrections=corrections, incumbent=False)
             for n in kv_rows:      # lifted: the next solutions are plain no-good cuts
                 model.prob.get_constraint_by_name(n).changeRHS(1)
         if rr is None or rr["objective"] is None:
-            rr = run_solver(model.prob, solver, time_limit_s, seed, threads)
+            left = deadline - time.perf_counter()
+            if left <= 0 and rr is not None:
+                best.certificate.detail["k_best_note"] = (
+                    f"{r} of the {k_best} best layouts asked: the budget of {time_limit_s} s ran out")
+                break
+            rr = solve_model(graph, model, solver=solver, time_limit_s=max(left, 0.0), seed=seed,
+                             threads=threads, corrections=corrections, incumbent=False)
         if rr["objective"] is None:
+            if rr["status"] != "INFEASIBLE":
+                best.certificate.detail["k_best_note"] = (
+                    f"{r} of the {k_best} best layouts asked: the next was not found within the "
+                    f"budget of {time_limit_s} s ({rr['status']})")
             break
-        ch = chosen(model)
+        ch = rr["choice"]
         prev.append(ch)
         alts.append(_solution(ir, graph, model, rr, ch, time_limit_s, seed, threads, corrections, r))
     return ShardingResult(best=best, alternatives=alts, size=size, build_s=build_s)
