@@ -56,6 +56,7 @@ import math
 import time
 from typing import Any, Callable, Sequence
 
+import jax
 import numpy as np
 
 from aoizora.compile_queue import CompileQueue, Skipped
@@ -74,6 +75,7 @@ from aoizora.formulation.latency import Q2, predict_step
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.meshes import candidate_meshes
 from aoizora.plans import Plan, program_key
+from aoizora.seed_refinement import RefinementError, refine_seed
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from aoizora.solvers.certificate import Certificate
@@ -345,6 +347,9 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             last_best[mesh_key(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
+        refined = (_refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, ilp_deadline,
+                                 ilp_time_s, seed, progress, rec, queue)
+                   if it == 1 and seeds else [])
         queue.contended(False)
         rec["ilps_done_s"] = round(time.perf_counter() - t0, 3)
         if not ranked and not (it == 1 and seeds):
@@ -368,16 +373,18 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         # (q1, mesh, solution, seed or None, its compile): every compile is queued now and runs
         # in the background while the ones before it are placed and priced
         # (priority: the place in the pricing order; the seeds hold 1..len(seeds))
-        after_seeds = len(seeds) if it == 1 else 0
+        after_seeds = len(seeds) + len(refined) if it == 1 else 0
         todo = [(q1, m, sol, None, queue.submit(functools.partial(
                     compile_layout, fn, abstract_args, tgt, sol.layout,
                     default_device_order(tgt, m)), priority=0 if k == 0 else k + after_seeds))
                 for k, (q1, m, sol) in enumerate(fresh)]
         if it == 1 and seeds:
             ilp_best = ranked[0][2] if ranked else None
-            todo = todo[:1] + [(math.inf, dict(sd.layout.mesh_axes),
+            todo = (todo[:1] + [(math.inf, dict(sd.layout.mesh_axes),
                                 _seed_solution(sd.layout, ilp_best), sd, f)
-                               for sd, f in zip(seeds, seed_compiles)] + todo[1:]
+                               for sd, f in zip(seeds, seed_compiles)]
+                    + [(math.inf, dict(sd.layout.mesh_axes), sol, sd, f) for sd, sol, f in refined]
+                    + todo[1:])
         this_iter: list[Candidate] = []
         for k, (q1, m, sol, sd, compiling) in enumerate(todo, 1):
             what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
@@ -501,6 +508,55 @@ def _diverse(ranked: list, k: int) -> list:
         (rest if sig in modes else firsts).append(r)
         modes.add(sig)
     return (firsts + rest)[:k]
+
+
+def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, ilp_deadline, ilp_time_s,
+                  seed, progress, rec, queue) -> list[tuple[Seed, ShardingSolution, Any]]:
+    """Each seed's refinement (``aoizora.seed_refinement``), queued to compile right after the
+    seeds: [(Seed of the refined layout, its solution, its compile)]. A seed that cannot be
+    refined, or that the ILP leaves as it is, is noted in ``rec``; none starts past the ILP
+    deadline."""
+    out = []
+    irs: dict[int, Any] = {}
+    for i, sd in enumerate(seeds):
+        if time.perf_counter() >= ilp_deadline:
+            rec["changes"].append("seed refinement skipped: the time budget is kept for compiles")
+            break
+        sfn = sd.fn or fn
+        sargs = sd.args if sd.args is not None else abstract_args
+        try:
+            sir = ir if sd.fn is None else irs.get(id(sfn)) or build_ir(sfn, *sargs)
+            irs[id(sfn)] = sir
+            n_params = len(jax.tree_util.tree_leaves(sargs[0])) if sargs else 0
+            ref = refine_seed(sir, tgt, sd.layout, range(n_params),
+                              time_limit_s=max(1.0, min(ilp_time_s,
+                                                        ilp_deadline - time.perf_counter())),
+                              seed=seed, attention_scale=attention_scale or None)
+        except RefinementError as e:
+            rec["changes"].append(f"seed {sd.layout.name}: not refined ({e})")
+            continue
+        if ref is None:
+            rec["changes"].append(f"seed {sd.layout.name}: the ILP keeps its parameter layout")
+            continue
+        c = ref.solution.certificate
+        progress.solver(f"seed refinement {sd.layout.name}", c.status, c.objective, c.bound)
+        rec.setdefault("refinements", []).append(ref.summary())
+        rec["changes"].append(f"seed {sd.layout.name}: refined, the ILP lays out "
+                              f"{ref.changed} parameter(s) otherwise around its attention")
+        rsd = Seed(ref.layout, sd.fn, sd.args, dict(sd.program))
+        sol = _seed_solution(ref.layout, ref.solution)
+        sol.certificate.detail["note"] = (
+            "a seed refined by the sharding ILP: the seed's attention and activation layout, the "
+            "parameter layout of the ILP's solution with that attention fixed (ilp_best: that "
+            "ILP's certificate); compiled and priced by Q2 like the others")
+        sol = dataclasses.replace(
+            sol, words=[f"{ref.layout.name}: {sd.layout.name} with the ILP's parameter layout "
+                   f"(its attention kept)"] + list(ref.solution.words))
+        f = queue.submit(functools.partial(
+            compile_layout, sfn, sargs, tgt, ref.layout,
+            default_device_order(tgt, ref.layout.mesh_axes)), priority=len(seeds) + 1 + len(out))
+        out.append((rsd, sol, f))
+    return out
 
 
 def _seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> ShardingSolution:

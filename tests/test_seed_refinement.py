@@ -1,0 +1,95 @@
+"""Seed refinement: the ILP completes an expert layout around its attention (aoizora.seed_refinement)."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import aoizora
+from aoizora.extract.program_ir import build_ir
+from aoizora.extract.targets import get_target
+from aoizora.formulation.collective_cost import default_axis_costs
+from aoizora.formulation.layout import AttentionLayout
+from aoizora.formulation.strategies import Hardware, build_strategies
+from aoizora.models import registry as R
+from aoizora.models.experts import expert_layouts
+from aoizora.seed_refinement import RefinementError, attention_pins, refine_seed
+
+
+@pytest.fixture(scope="module")
+def cfg2():
+    m = R.get_model("wan2.1-small")
+    wl = m.workloads[0]
+    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32)
+              if e.name == "cfg2_context")
+    return ex, build_ir(ex.fn, *ex.args)
+
+
+def _graph(ir, layout, tgt):
+    return build_strategies(ir, default_axis_costs(tgt, layout.mesh_axes),
+                            Hardware.from_chip(tgt.chip), None, None)
+
+
+def test_pins_keep_exactly_the_seeds_attention(cfg2):
+    ex, ir = cfg2
+    tgt = get_target("v5e-8")
+    graph = _graph(ir, ex.layout, tgt)
+    kept, forbidden = attention_pins(graph, ex.layout)
+    att = [g for g, G in graph.groups.items() if G.kind == "attention"]
+    assert sorted(kept) == sorted(att) and att
+    for gid, name in kept.items():
+        G = graph.groups[gid]
+        st = next(s for s in G.strategies if s.name == name)
+        a = ex.layout.attention_for(G.anchor)
+        assert (st.labels.get("b", ()), st.labels.get("s", ()), st.kv) == (a.batch, a.seq, a.kv)
+        # every other strategy of the group is cut, the kept one is not
+        cut = {next(iter(f.values())) for f in forbidden if gid in f}
+        assert cut == {s.name for s in G.strategies} - {name}
+
+
+def test_refinement_keeps_attention_and_rules_and_changes_only_parameters(cfg2):
+    ex, ir = cfg2
+    tgt = get_target("v5e-8")
+    n_params = len(jax.tree_util.tree_leaves(ex.args[0]))
+    ref = refine_seed(ir, tgt, ex.layout, range(n_params), time_limit_s=30, seed=0)
+    assert ref is not None, "the ILP should lay the small model's weights out otherwise"
+    L = ref.layout
+    assert L.name == "refined:expert:cfg2_context"
+    assert L.mesh_axes == ex.layout.mesh_axes and L.rules == ex.layout.rules
+    assert L.attention == ex.layout.attention
+    assert L.in_specs[n_params:] == ex.layout.in_specs[n_params:]
+    differ = [i for i in range(n_params) if L.in_specs[i] != ex.layout.in_specs[i]]
+    assert len(differ) == ref.changed > 0
+    # the ILP's own answer runs every attention the seed's way, and is certified
+    for gid, name in ref.kept.items():
+        assert ref.solution.choice[gid] == name
+    assert ref.solution.certificate.status in ("OPTIMAL", "FEASIBLE")
+    # deterministic
+    again = refine_seed(ir, tgt, ex.layout, range(n_params), time_limit_s=30, seed=0)
+    assert again.layout == L
+
+
+def test_a_seed_attention_the_ilp_does_not_offer_is_one_clear_error(cfg2):
+    ex, ir = cfg2
+    odd = dataclasses.replace(ex.layout, attention={"*": AttentionLayout(heads=("nope",))})
+    with pytest.raises(RefinementError, match="no strategy for"):
+        refine_seed(ir, get_target("v5e-8"), odd, range(3), time_limit_s=10)
+
+
+def test_the_planner_prices_the_refined_seed(cfg2):
+    """The refinement is compiled and priced right after the seed, with the seed's program."""
+    ex, _ = cfg2
+    from aoizora.planner import Seed
+
+    seed = Seed(ex.layout, ex.fn, tuple(ex.args), {"pad_multiple": ex.pad_multiple})
+    p = aoizora.plan(ex.fn, *ex.args, target="v5e-8", time_budget_s=120, meshes=[],
+                     max_iterations=1, verify=False, seed_layouts=[seed])
+    it = p.iterations[0]
+    names = [c["layout"] for c in it["candidates"]]
+    assert names == ["expert:cfg2_context", "refined:expert:cfg2_context"]
+    assert all(c["q2_step_s"] > 0 for c in it["candidates"])
+    assert it["refinements"][0]["changed_params"] > 0
+    best = min(it["candidates"], key=lambda c: c["q2_step_s"])
+    assert p.layout.name == best["layout"]
+    assert p.program == {"pad_multiple": ex.pad_multiple}
