@@ -206,8 +206,8 @@ def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> 
             detail["cbc_result"] = result
             if killed or rc != 0 or not os.path.exists(sol):
                 if killed:
-                    detail["killed"] = (f"CBC was still running when the wall-clock budget ran out "
-                                        f"(its file read and root LP cannot be cut); process killed")
+                    detail["killed"] = ("CBC was still running when the wall-clock budget ran out "
+                                        "(its file read and root LP cannot be cut); process killed")
                 else:
                     detail["error"] = f"CBC exited with code {rc} and no solution file"
                 return {"status": "UNKNOWN", "objective": None, "bound": None, "solver": name,
@@ -313,6 +313,7 @@ def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int
 # the budgeted solve: incumbent, then the MIP solver or the LP relaxation, then the better answer
 
 INCUMBENT_SHARE = 0.1        # of the budget, at most, for the coordinate-descent incumbent
+CBC_COMFORT = 2.0            # below this x CBC's minimum: the LP relaxation first (short budget)
 INTEGRAL_TOL = 1e-6          # an LP value this close to 0 or 1 counts as integral
 PROOF_REL_TOL = 1e-9         # objective within this (relative) of a bound: proven optimal
 
@@ -365,37 +366,45 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
 
     1. Incumbent (``incumbent=True``): coordinate descent (``solvers.sharding_heuristics``) from
        all-replicated and from the cheapest strategy per group, no random restarts, for at most
-       INCUMBENT_SHARE of the budget (0.03 s on the largest benchmark instance). Kept only if it
-       satisfies every row of the model (``_rows_hold``: forbidden and K-best cuts included).
-    2. The MIP solver on the time left. CBC runs as a process on a file (``_run_cbc``): writing the
-       MPS file, CBC's file read and root LP cannot be cut, and cost ~6 us per nonzero here (1.1 s
-       on the 2x2x4 instance of benchmarks/sharding_vs_heuristics.py, which CBC solves in
-       1.5-2.4 s in all). So CBC runs only when the time left is at least CBC_MIN_S_PER_NONZERO x
-       nonzeros; otherwise (and when HiGHS is installed) the LP relaxation is solved in process
-       by HiGHS, without presolve (0.38 s there, build included). Its value is a lower bound; when
-       its solution is integral in every strategy variable it is a layout, proven optimal by its
-       own bound (on all three benchmark instances it is); otherwise its rounding (each group's
-       largest value) is a candidate if it keeps the rows. HiGHS (``solver="highs"``) runs the
-       MIP in process on the time left.
+       INCUMBENT_SHARE of the budget (0.03-0.08 s on the largest benchmark instance). Kept only if
+       it satisfies every row of the model (``_rows_hold``: forbidden and K-best cuts included).
+    2. The solver on the time left. CBC runs as a process on a file (``_run_cbc``): writing the
+       MPS file, CBC's file read and its root LP cannot be cut, and together cost ~4.3 us per
+       nonzero here (1.1 s on the 2x2x4 instance of benchmarks/sharding_vs_heuristics.py, which
+       CBC solves in 1.4-2.4 s in all). With at least CBC_COMFORT x CBC_MIN_S_PER_NONZERO x
+       nonzeros left, CBC runs as before. With less, HiGHS (when installed) first solves the LP
+       relaxation in process, without presolve (0.4-0.8 s there, build included): its value is a
+       lower bound, and when its solution is integral in every strategy variable it is a layout
+       proven optimal by that bound (on all three benchmark instances it is) and CBC is not
+       needed; else its rounding (each group's largest value) is a candidate if it keeps the rows,
+       and CBC runs on what is left if that is at least CBC_MIN_S_PER_NONZERO x nonzeros.
+       ``solver="highs"``: the MIP in process on the time left. A CBC still running at the
+       deadline is killed (its answer lost; the incumbent and the LP bound remain).
     3. The answer: the solver's if it is proven optimal, else the best of the solver's, the LP
-       rounding and the incumbent (ties go to the solver's). Status OPTIMAL when the solver proved
-       it or the answer's objective is within PROOF_REL_TOL of a solver's bound; FEASIBLE (not
-       proven) otherwise, with the bound when there is one; UNKNOWN / INFEASIBLE as the solver
-       said when there is no answer. ``detail["answer_from"]``: "solver", "lp-relaxation" or
-       "incumbent"; ``detail["note"]`` says when the solver was cut or skipped.
+       rounding and the incumbent (ties go to the solver's). The bound is the best of the
+       solvers' lower bounds. Status OPTIMAL when the solver proved it or the answer's objective
+       is within PROOF_REL_TOL of the bound; FEASIBLE (not proven) otherwise, with the bound when
+       there is one; INFEASIBLE when a solver proved it (the LP relaxation's infeasibility too),
+       UNKNOWN when there is no answer. ``detail["answer_from"]``: "solver", "lp-relaxation" or
+       "incumbent"; ``detail["note"]`` says when the solver was cut or skipped; the stages'
+       seconds are in detail.
 
     Returns run_solver's dict (status, objective and bound in model units, time_s = wall clock
     of the whole call, solver, detail) plus "choice" (group -> strategy index, or None).
-    Determinism: the incumbent and the LP path are deterministic (single thread, fixed order);
-    CBC and HiGHS are seeded, but where a time limit stops them, and the choice between CBC and
-    the LP relaxation near the CBC_MIN_S_PER_NONZERO threshold, depend on the machine's speed."""
+    Determinism: the incumbent and the LP relaxation are deterministic (single thread, fixed
+    order); CBC and HiGHS are seeded, but where a time limit stops them, and which path a budget
+    near the thresholds takes, depend on the machine's speed and load."""
+    if solver not in ("cbc", "highs"):
+        raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
     t0 = time.perf_counter()
     deadline = t0 + time_limit_s
     prob = model.prob
     stages: dict[str, Any] = {}
     cands: list[tuple[float, int, str, dict[str, int]]] = []   # (objective, rank, source, choice)
+    bounds: list[float] = []
+    names: list[str] = []
+    infeasible = False
 
-    inc_choice = None
     if incumbent:
         from aoizora.solvers.sharding_heuristics import ShardingInstance, coordinate_descent
         t = time.perf_counter()
@@ -404,79 +413,105 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
                                max_restarts=1)
         stages["incumbent_s"] = round(time.perf_counter() - t, 4)
         if h.choice is not None and _rows_hold(model, h.choice):
-            inc_choice = h.choice
-            cands.append((h.objective * TIME_SCALE, 2, "incumbent", inc_choice))
+            cands.append((h.objective * TIME_SCALE, 2, "incumbent", h.choice))
             stages["incumbent_objective_s"] = h.objective
         else:
             stages["incumbent_note"] = ("no incumbent: the descent found no layout that keeps "
                                         "every row" if h.choice is not None else
                                         "no incumbent: the descent found no feasible layout")
 
-    left = deadline - time.perf_counter()
     nnz = _nonzeros(prob)
-    use_lp = False
-    if solver == "cbc" and left < CBC_MIN_S_PER_NONZERO * nnz:
-        stages["cbc_skipped"] = (f"{left:.3f} s left, CBC needs about {CBC_MIN_S_PER_NONZERO * nnz:.3f} s "
-                                 f"before it can stop ({nnz} nonzeros)")
+    cbc_need = CBC_MIN_S_PER_NONZERO * nnz
+    lp_need = HIGHS_LP_MIN_S_PER_NONZERO * nnz
+    left = deadline - time.perf_counter()
+    proven = None                      # the candidate a solver proved optimal
+    if solver == "cbc" and left < CBC_COMFORT * cbc_need:
+        stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the {cbc_need:.3f} s "
+                                  f"CBC needs before it can stop ({nnz} nonzeros)")
         if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
             stages["lp_skipped"] = "HiGHS (highspy) is not installed"
-        elif left < HIGHS_LP_MIN_S_PER_NONZERO * nnz:
-            stages["lp_skipped"] = (f"{left:.3f} s left, HiGHS's LP relaxation needs about "
-                                    f"{HIGHS_LP_MIN_S_PER_NONZERO * nnz:.3f} s")
+        elif left < lp_need:
+            stages["lp_skipped"] = f"{left:.3f} s left, the LP relaxation needs about {lp_need:.3f} s"
         else:
-            use_lp = True
-    t = time.perf_counter()
-    if use_lp:
-        r = _run_highs(prob, deadline, seed, threads, mip=False)
-        stages["lp_relaxation_s"] = round(time.perf_counter() - t, 4)
-        if r["status"] == "OPTIMAL":
-            r["status"] = "UNKNOWN"      # the relaxation's optimum is a bound, not yet a layout
-            ch = _integral_choice(model)
-            r["detail"]["lp_integral"] = ch is not None
-            if ch is None:
-                ch = chosen(model)       # rounding: each group's largest value
-            if _rows_hold(model, ch):
-                cands.append((evaluate(graph, ch, corrections)["total_s"] * TIME_SCALE, 1,
-                              "lp-relaxation", ch))
-    elif solver == "cbc" and "cbc_skipped" in stages:
-        r = {"status": "UNKNOWN", "objective": None, "bound": None, "solver": f"PuLP {pulp.__version__}/CBC",
-             "detail": {}}
+            t = time.perf_counter()
+            r = _run_highs(prob, deadline, seed, threads, mip=False)
+            stages["lp_relaxation_s"] = round(time.perf_counter() - t, 4)
+            stages["lp_relaxation"] = r["detail"]
+            names.append(r["solver"])
+            if r["status"] == "INFEASIBLE":
+                infeasible = True
+            elif r["status"] == "OPTIMAL":
+                bounds.append(r["bound"])
+                ch = _integral_choice(model)
+                stages["lp_integral"] = ch is not None
+                if ch is None:
+                    ch = chosen(model)       # rounding: each group's largest value
+                if _rows_hold(model, ch):
+                    obj = evaluate(graph, ch, corrections)["total_s"] * TIME_SCALE
+                    cands.append((obj, 1, "lp-relaxation", ch))
+                    if stages["lp_integral"] and obj - r["bound"] <= PROOF_REL_TOL * max(abs(obj), 1.0):
+                        proven = cands[-1]
+        left = deadline - time.perf_counter()
+        run_mip = proven is None and not infeasible and left >= cbc_need
+        if proven is None and not infeasible and not run_mip:
+            stages["cbc_skipped"] = f"{left:.3f} s left, CBC needs about {cbc_need:.3f} s before it can stop"
     else:
-        r = _run_cbc(prob, deadline, seed, threads) if solver == "cbc" else (
-            _run_highs(prob, deadline, seed, threads) if solver == "highs" else None)
-        if r is None:
-            raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
+        run_mip = True
+    r = None
+    if run_mip:
+        t = time.perf_counter()
+        r = _run_cbc(prob, deadline, seed, threads) if solver == "cbc" else \
+            _run_highs(prob, deadline, seed, threads)
         stages["solver_s"] = round(time.perf_counter() - t, 4)
+        names.append(r["solver"])
+        stages.update(r["detail"])
+        if r["status"] == "INFEASIBLE":
+            infeasible = True
+        if r["bound"] is not None and r["status"] != "OPTIMAL":
+            bounds.append(r["bound"])
         if r["objective"] is not None:
-            ch = chosen(model)
+            cands.append((r["objective"], 0, "solver", chosen(model)))
             if r["status"] == "OPTIMAL":
-                cands = []               # proven: the solver's answer, whatever the incumbent
-            cands.append((r["objective"], 0, "solver", ch))
-    detail = dict(r["detail"])
-    detail.update(stages)
-    bound = r["bound"]
+                proven = cands[-1]
+    if not names:
+        names.append(f"PuLP {pulp.__version__}/{'CBC' if solver == 'cbc' else 'HiGHS'} (not run)")
+    detail = stages
+    bound = max(bounds) if bounds else None
     if not cands:
-        status = "INFEASIBLE" if r["status"] == "INFEASIBLE" else "UNKNOWN"
-        return {"status": status, "objective": None, "bound": bound, "solver": r["solver"],
+        status = "INFEASIBLE" if infeasible else "UNKNOWN"
+        return {"status": status, "objective": None, "bound": bound, "solver": " + ".join(names),
                 "detail": detail, "choice": None, "time_s": time.perf_counter() - t0}
-    obj, _, source, ch = min(cands, key=lambda c: (c[0], c[1]))
+    obj, _, source, ch = proven if proven is not None else min(cands, key=lambda c: (c[0], c[1]))
     detail["answer_from"] = source
-    if source == "solver" and r["status"] == "OPTIMAL":
-        status = "OPTIMAL"
+    if infeasible:   # cannot happen but numerically: say so rather than hide it
+        detail["infeasible_note"] = ("a solver reported the model infeasible, yet this layout "
+                                     "keeps every row of it")
+    if proven is not None:
+        status, bound = "OPTIMAL", obj
+        if source == "lp-relaxation":
+            detail["proof"] = "the LP relaxation's solution is integral: its value bounds every layout"
     elif bound is not None and obj - bound <= PROOF_REL_TOL * max(abs(obj), 1.0):
         status, bound = "OPTIMAL", obj
-        detail["proof"] = "objective equals the solver's lower bound"
+        detail["proof"] = "objective equals the solvers' lower bound"
     else:
         status = "FEASIBLE"
         if bound is not None:
             bound = min(bound, obj)
-    if status != "OPTIMAL" or source != "solver":
-        what = ("CBC was skipped (too little time for its file and root LP)"
-                + (", and the LP relaxation too" if "lp_skipped" in stages else "")
-                if "cbc_skipped" in stages else f"{r['solver']} stopped at the budget ({r['status']})")
-        detail["note"] = (f"{what}; the answer is the {source}'s"
+    if source != "solver" or status != "OPTIMAL":
+        why = []
+        if "short_budget" in stages:
+            why.append("short budget: LP relaxation first"
+                       + (" (skipped)" if "lp_skipped" in stages else ""))
+        if "cbc_skipped" in stages:
+            why.append("CBC skipped (too little time left for its file and root LP)")
+        if r is not None and r["status"] != "OPTIMAL":
+            why.append(f"{r['solver']} stopped at the budget ({r['status']}"
+                       + (", killed" if "killed" in r["detail"] else "") + ")")
+        detail["note"] = ("; ".join(why) + f"; the answer is the {source}'s"
                           + ("" if status == "OPTIMAL" else ", not proven optimal"))
-    name = r["solver"] if source != "incumbent" else f"coordinate descent (incumbent) + {r['solver']}"
+    name = " + ".join(names)
+    if source == "incumbent":
+        name = f"coordinate descent (incumbent) + {name}"
     return {"status": status, "objective": obj, "bound": bound, "solver": name,
             "detail": detail, "choice": ch, "time_s": time.perf_counter() - t0}
 

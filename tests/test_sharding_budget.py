@@ -143,3 +143,18 @@ def test_k_best_alternatives_share_the_budget(mlp_ir, v5e4, monkeypatch):
     monkeypatch.setattr(sharding, "solve_model", real)
     r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0, k_best=3)
     assert len(r.alternatives) == 2 and "k_best_note" not in r.certificate.detail
+
+
+@pytest.mark.skipif("highs" not in available_solvers(), reason="highspy not installed")
+def test_short_budget_lp_first_then_cbc(mlp_ir, v5e4, optimum, monkeypatch):
+    """A budget under twice CBC's minimum: the LP relaxation first; on this instance its solution
+    is fractional, so CBC runs on what is left and proves the optimum."""
+    inst = build_instance(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET)
+    nnz = sharding._nonzeros(inst.model.prob)
+    monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 10.0 / nnz / 1.5)   # CBC "needs" 6.7 s
+    monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 0.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0)
+    c = r.certificate
+    assert "short_budget" in c.detail and c.detail["lp_integral"] is False
+    assert c.status == "OPTIMAL" and c.detail["answer_from"] == "solver"
+    assert c.objective == pytest.approx(optimum.certificate.objective, rel=1e-9)
