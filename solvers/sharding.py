@@ -13,6 +13,12 @@ offers both ways the other way (gathered / in a ring) than the first (the ``kv-m
 cuts: the K best then differ in the decision the placement-oblivious model prices least reliably
 (how much of a ring's traffic hides behind compute), not in the layout of one small op.
 
+``time_limit_s`` is a wall-clock budget for the whole solve, after the build (``build_s``,
+reported apart): ``solve_model`` starts from a coordinate-descent incumbent, runs CBC with a hard
+deadline -- or, when the budget is too short for CBC's MPS file and root LP, HiGHS's LP
+relaxation in process first -- and returns the better answer, marked not proven unless a solver's
+bound proves it.
+
 When no layout fits in HBM it raises ``MemoryBudgetError`` saying how much is missing: the
 smallest per-device peak over all layouts (a second ILP that minimises it) against the budget.
 """

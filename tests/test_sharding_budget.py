@@ -75,6 +75,8 @@ def test_lp_relaxation_when_cbc_does_not_fit(mlp_ir, v5e4, optimum, monkeypatch)
     else:
         assert c.status == "FEASIBLE" and "not proven" in c.detail["note"]
     assert r.best.peak_bytes <= BUDGET
+    r2 = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0)
+    assert r2.best.choice == r.best.choice and r2.certificate.bound == c.bound
 
 
 def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkeypatch):
