@@ -65,15 +65,19 @@ from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network, default_device_order
 from aoizora.extract.program_ir import build_ir
 from aoizora.extract.targets import Target, get_target
-from aoizora.formulation.attention_calibration import (attention_samples, fit_attention_scale,
+from aoizora.formulation.attention_calibration import (attention_samples,
+                                                       compiled_attention_seconds,
+                                                       fit_attention_scale,
                                                        scales)
 from aoizora.formulation.calibration import Calibration, mesh_key
+from aoizora.formulation.compute_calibration import compute_sample
 from aoizora.formulation.axis_feedback import (effective_axis_costs, pool_kind_ratios,
                                               transferred_axis_costs)
 from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.latency import Q2, predict_step
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.meshes import candidate_meshes
+from aoizora.formulation.strategies import Options
 from aoizora.plans import Plan, program_key
 from aoizora.seed_refinement import RefinementError, refine_seed
 from aoizora.progress import Progress
@@ -217,7 +221,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     given = calibration or Calibration(tgt.name)
     learned = Calibration(tgt.name, dict(given.axis_costs),
                           {k: list(v) for k, v in given.kind_pool.items()},
-                          {a: dict(m) for a, m in given.attention_scale.items()})
+                          {a: dict(m) for a, m in given.attention_scale.items()},
+                          compute_pool=list(given.compute_pool))
     state = {}
     for m in mesh_list:
         default = default_axis_costs(tgt, m)
@@ -284,6 +289,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
     given_scale = learned.attention_scale    # from the calibration given, if any
     attention_scale = given_scale            # node / "*" -> kv mode -> factor on Q1
     attention_fit: list = []                 # the AttentionSamples it is fitted on
+    compute_scale = learned.compute_scale    # factor on non-attention compute (compute_calibration)
     ilp_cache: dict[str, Any] = {}
     ilp_seconds: dict[str, float] = {}
     last_best: dict[str, tuple[str, list[str]]] = {}   # mesh -> the ILP's last best layout
@@ -305,7 +311,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
             st = state[mesh_key(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
-                               attention_scale], sort_keys=True, default=str)
+                               attention_scale, compute_scale], sort_keys=True, default=str)
             expected = ilp_seconds.get(mesh_key(m), 0.0)  # what this mesh's ILP took last time
             if (ckey not in ilp_cache and ranked
                     and time.perf_counter() + expected > ilp_deadline):
@@ -323,7 +329,8 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                         ir, tgt, m, axis_costs=st["costs"], k_best=top_k, distinct="kv",
                         time_limit_s=limit,
                         corrections=st["corrections"], forbidden=st["forbidden"] or None,
-                        seed=seed, attention_scale=attention_scale or None)
+                        seed=seed, attention_scale=attention_scale or None,
+                        options=Options(compute_scale=compute_scale))
                     ilp_seconds[mesh_key(m)] = time.perf_counter() - t_ilp
             except MemoryBudgetError as e:
                 memory_errors.append(str(e))
@@ -347,8 +354,8 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             last_best[mesh_key(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
-        refined = (_refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, ilp_deadline,
-                                 ilp_time_s, seed, progress, rec, queue)
+        refined = (_refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_scale,
+                                 ilp_deadline, ilp_time_s, seed, progress, rec, queue)
                    if it == 1 and seeds else [])
         queue.contended(False)
         rec["ilps_done_s"] = round(time.perf_counter() - t0, 3)
@@ -468,6 +475,26 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                 attention_fit += attention_samples(
                     c.solution.attention, c.evidence, network,
                     f"it{it} {_mstr(c.mesh_axes)} {c.solution.layout.name}")
+        # feedback: the compute of every other op, pooled over the ILP layouts compiled so far
+        pool_before = learned.compute_scale
+        for c in this_iter:
+            if (c.evidence is not None and c.q2 is not None
+                    and not c.solution.certificate.detail.get("seed")
+                    and "other_compute_s" in c.solution.predicted):
+                smp = compute_sample(
+                    c.solution.predicted["other_compute_s"], compute_scale, c.q2.compute_s,
+                    sum(compiled_attention_seconds(c.evidence, network).values()),
+                    f"it{it} {_mstr(c.mesh_axes)} {c.solution.layout.name}")
+                if smp is not None:
+                    learned.compute_pool[0] += smp.compiled_s
+                    learned.compute_pool[1] += smp.q1_s
+                    rec["feedback"].setdefault("compute", []).append(smp.to_json())
+        if abs(learned.compute_scale - compute_scale) > 0.01 * compute_scale:
+            rec["changes"].append(
+                f"compute of the other ops: compiled {learned.compute_pool[0] * 1e3:.3f} ms against "
+                f"Q1's {learned.compute_pool[1] * 1e3:.3f} ms (pooled) -> the ILP scales it by "
+                f"{learned.compute_scale:.3f} (was {pool_before:.3f})")
+            compute_scale = learned.compute_scale
         fit = fit_attention_scale(attention_fit)
         fitted = scales(fit)     # replaces the given calibration's factor, node by node and mode
         merged = {a: {**given_scale.get(a, {}), **fitted.get(a, {})}
@@ -510,8 +537,8 @@ def _diverse(ranked: list, k: int) -> list:
     return (firsts + rest)[:k]
 
 
-def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, ilp_deadline, ilp_time_s,
-                  seed, progress, rec, queue) -> list[tuple[Seed, ShardingSolution, Any]]:
+def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_scale,
+                  ilp_deadline, ilp_time_s, seed, progress, rec, queue) -> list[tuple[Seed, ShardingSolution, Any]]:
     """Each seed's refinement (``aoizora.seed_refinement``), queued to compile right after the
     seeds: [(Seed of the refined layout, its solution, its compile)]. A seed that cannot be
     refined, or that the ILP leaves as it is, is noted in ``rec``; none starts past the ILP
@@ -531,7 +558,8 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, ilp_deadli
             ref = refine_seed(sir, tgt, sd.layout, range(n_params),
                               time_limit_s=max(1.0, min(ilp_time_s,
                                                         ilp_deadline - time.perf_counter())),
-                              seed=seed, attention_scale=attention_scale or None)
+                              seed=seed, attention_scale=attention_scale or None,
+                              compute_scale=compute_scale)
         except RefinementError as e:
             rec["changes"].append(f"seed {sd.layout.name}: not refined ({e})")
             continue

@@ -35,7 +35,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from aoizora.formulation.layout import Layout
-from aoizora.formulation.strategies import Hardware, build_strategies
+from aoizora.formulation.strategies import Hardware, Options, build_strategies
 from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.solvers.sharding import ShardingSolution, ShardingSolveError, solve_sharding
 
@@ -82,20 +82,22 @@ def attention_pins(graph, layout: Layout) -> tuple[dict[str, str], list[dict[str
 
 def refine_seed(ir, target, layout: Layout, param_leaves: Sequence[int], *,
                 time_limit_s: float = 30.0, seed: int = 0,
-                attention_scale: dict[str, Any] | None = None) -> Refinement | None:
+                attention_scale: dict[str, Any] | None = None,
+                compute_scale: float = 1.0) -> Refinement | None:
     """The refined layout of ``layout`` (module docstring) on ``ir`` (the seed's program), or None
     when the ILP keeps every parameter spec. ``param_leaves``: indices into ``layout.in_specs`` of
     the parameters. Raises RefinementError (no matching attention strategy, or no layout fits)."""
     mesh = dict(layout.mesh_axes)
     costs = default_axis_costs(target, mesh)
-    graph = build_strategies(ir, costs, Hardware.from_chip(target.chip), None, attention_scale)
+    options = Options(compute_scale=compute_scale)
+    graph = build_strategies(ir, costs, Hardware.from_chip(target.chip), options, attention_scale)
     kept, forbidden = attention_pins(graph, layout)
     if not kept:
         raise RefinementError(f"{layout.name or 'the seed'} lays out no attention the ILP can keep")
     try:
         res = solve_sharding(ir, target, mesh, axis_costs=costs, time_limit_s=time_limit_s,
                              forbidden=forbidden or None, seed=seed,
-                             attention_scale=attention_scale)
+                             attention_scale=attention_scale, options=options)
     except ShardingSolveError as e:
         raise RefinementError(str(e).splitlines()[0]) from None
     sol = res.best

@@ -14,12 +14,16 @@ calibration is their values at the end of a plan:
                      meshes never measured (``transferred_axis_costs``);
   attention_scale[a][kv]
                      compiled attention compute over Q1's, per attention node a (and the pooled
-                     row "*") and kv mode (``formulation.attention_calibration``).
+                     row "*") and kv mode (``formulation.attention_calibration``);
+  compute_pool       [sum T, sum Q] over the compiled ILP candidates: sigma = sum T / sum Q is
+                     the factor on the compute of every op but attention
+                     (``formulation.compute_calibration``).
 
 ``plan(..., calibration=C)`` starts from C instead of the defaults: meshes in C.axis_costs take
 them, the others the transferred ratios, the ILP the attention scales; then the loop measures
 and overwrites as usual (an attention scale fitted in this call replaces C's for that node and
-mode; a mesh measured in this call replaces C's costs; kind_pool adds this call's weights).
+mode; a mesh measured in this call replaces C's costs; kind_pool and compute_pool add this
+call's weights).
 
 Valid on the target it was measured on only (the network and the chips set the costs: another
 target is refused). Across programs it is an assumption: the same model at another frame count
@@ -53,6 +57,12 @@ class Calibration:
     kind_pool: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     attention_scale: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     source: dict[str, Any] = dataclasses.field(default_factory=dict)  # program, compiles, ...
+    compute_pool: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0])
+
+    @property
+    def compute_scale(self) -> float:
+        t, q = self.compute_pool
+        return t / q if q > 0 and t > 0 else 1.0
 
     def costs_for(self, mesh_axes: dict[str, int]) -> AxisCosts | None:
         return self.axis_costs.get(mesh_key(mesh_axes))
@@ -72,7 +82,8 @@ class Calibration:
                 "axis_costs": [{"mesh": dict(json.loads(k)), "costs": c.to_json()}
                                for k, c in self.axis_costs.items()],
                 "kind_pool": {k: list(v) for k, v in self.kind_pool.items()},
-                "attention_scale": self.attention_scale, "source": self.source}
+                "attention_scale": self.attention_scale,
+                "compute_pool": [float(v) for v in self.compute_pool], "source": self.source}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Calibration":
@@ -87,7 +98,15 @@ class Calibration:
                             AxisCosts.from_json(e["costs"]) for e in d.get("axis_costs", [])},
                 kind_pool={str(k): [float(v[0]), float(v[1])]
                            for k, v in d.get("kind_pool", {}).items()},
-                attention_scale=scale, source=dict(d.get("source", {})))
+                attention_scale=scale, source=dict(d.get("source", {})),
+                compute_pool=_pool(d.get("compute_pool", [0.0, 0.0])))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             raise CalibrationError(f"malformed calibration ({e.__class__.__name__}: {e}); take it "
                                    f"from a plan saved by aoizora plan --out") from None
+
+
+def _pool(v) -> list[float]:
+    t, q = float(v[0]), float(v[1])
+    if t < 0 or q < 0 or (t > 0) != (q > 0):
+        raise ValueError("compute_pool needs [compiled s, Q1 s], both positive or both 0")
+    return [t, q]

@@ -16,7 +16,10 @@ dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis)
 Attention compute may be scaled by ``attention_scale[node][kv]`` (node key, or ``"*"`` for every
 node the map does not name; the planner's feedback, ``formulation.attention_calibration``):
 gathered ``scale * compute + comm``, ring ``max(scale * compute, comm)``; ``Strategy.compute``
-keeps the unscaled compute.
+keeps the unscaled compute. The compute of every other op is scaled by
+``Options.compute_scale`` (default 1; the planner's feedback,
+``formulation.compute_calibration``: Q1's unfused per-op compute against the compiler's fused
+program).
 
 An axis may go on a label whose size it does not divide only with ``Options.allow_padding``
 (intermediates only, never program inputs): the shard is ``ceil(size/n)`` and the padded work is
@@ -221,6 +224,7 @@ def all_specs(shape: list[int], axes: dict[str, int], allow_padding: bool,
 class Options:
     allow_padding: bool = False           # intermediates may be split unevenly (padded shards)
     max_strategies: int = 400             # per anchor, after merging (replicated always kept)
+    compute_scale: float = 1.0            # factor on the compute of every op but attention
 
 
 class _Builder:
@@ -290,7 +294,8 @@ class _Builder:
         self.origin[tid] = (gid, tid, ())
 
     def compute_time(self, n, flops_frac: float, bytes_dev: float) -> float:
-        return max(n.flops * flops_frac / self.hw.peak_flops, bytes_dev / self.hw.hbm_bandwidth_Bps)
+        t = max(n.flops * flops_frac / self.hw.peak_flops, bytes_dev / self.hw.hbm_bandwidth_Bps)
+        return t if n.kind == "attention" else t * self.opts.compute_scale
 
     def label_sizes(self, n) -> dict[str, int]:
         out = {}
@@ -736,4 +741,7 @@ def build_strategies(ir, axis_costs: AxisCosts, hardware: Hardware,
     if bad:
         raise StrategyError(f"attention_scale {bad}: give {{node key or '*': {{'gather' | 'ring': "
                             f"factor}}}} with positive finite factors")
+    cs = (options or Options()).compute_scale
+    if not (isinstance(cs, (int, float)) and cs > 0 and math.isfinite(cs)):
+        raise StrategyError(f"Options.compute_scale={cs!r}: give a positive finite factor")
     return _Builder(ir, axis_costs, hardware, options or Options(), attention_scale).build()

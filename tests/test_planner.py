@@ -311,3 +311,15 @@ def test_cli_calibration_from_a_plan_without_one_is_one_line_exit_2(small, tmp_p
              "--calibration", str(old), "--time-budget", "30", "--quiet")
     assert r.returncode == 2 and "records no calibration" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_loop_calibrates_the_compute_of_the_other_ops(small):
+    """Each compiled ILP layout adds (compiled, Q1) non-attention compute to the pool; the plan's
+    calibration carries it, and the next iteration's ILP prices compute at the pooled ratio."""
+    _, _, _, _, p = small
+    samples = [s for it in p.iterations for s in it["feedback"].get("compute", [])]
+    assert samples and all(s["q1_s"] > 0 and s["compiled_s"] > 0 for s in samples)
+    t, q = p.calibration.compute_pool
+    assert t == pytest.approx(sum(s["compiled_s"] for s in samples))
+    assert q == pytest.approx(sum(s["q1_s"] for s in samples))
+    assert p.calibration.compute_scale == pytest.approx(t / q)
