@@ -11,7 +11,9 @@ One iteration:
      kind (some attention's keys/values in a ring, or none; the ILP's second best is asked to
      run them the other way, ``distinct="kv"``: Q1 prices a ring's overlap least reliably),
      then by Q1. In the first iteration every seed layout (e.g. today's expert configurations,
-     each possibly with its own program variant) comes right after the ILP's best. For each:
+     each possibly with its own program variant) comes right after the ILP's best, and then each
+     seed's refinement (``aoizora.seed_refinement``: the ILP with the seed's attention fixed
+     chooses the parameter layout around it; skipped when it keeps the seed's). For each:
      realize it as shardings (``aoizora.realize``) on the target's devices in JAX's default
      order, compile ahead of time with libtpu (``extract.aot_compile``), read the evidence. A
      layout that does not fit in HBM joins ``F[m]``. Else solve the placement CP-SAT
@@ -27,6 +29,9 @@ One iteration:
          attention node and kv mode (gathered, ring), the compiler's compute time over Q1's
          (``formulation.attention_calibration``; realize scopes each attention node so its
          compiled ops name it). Every mesh's ILP then scales its attention compute by it;
+       - the compute of every other op, from every ILP layout compiled so far: one pooled
+         factor, compiled over Q1's (``formulation.compute_calibration``; Q1 prices ops
+         unfused), on every mesh's ILP (``Options.compute_scale``);
        - layouts that did not fit in HBM stay forbidden.
      Not yet: per-op corrections for the other ops and for communication the compiler added or
      removed against the ILP's assumptions (``corrections`` in the ILP is ready; mapping HLO
