@@ -392,11 +392,13 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                 for k, (q1, m, sol) in enumerate(fresh)]
         if it == 1 and seeds:
             ilp_best = ranked[0][2] if ranked else None
-            todo = (todo[:1] + [(math.inf, dict(sd.layout.mesh_axes),
-                                _seed_solution(sd.layout, ilp_best), sd, f)
-                               for sd, f in zip(seeds, seed_compiles)]
-                    + [(math.inf, dict(sd.layout.mesh_axes), sol, sd, f) for sd, sol, f in refined]
-                    + todo[1:])
+            given = []       # each seed, then its refinement (the compile queue's order too)
+            for i, (sd, f) in enumerate(zip(seeds, seed_compiles)):
+                given.append((math.inf, dict(sd.layout.mesh_axes),
+                              _seed_solution(sd.layout, ilp_best), sd, f))
+                given += [(math.inf, dict(rsd.layout.mesh_axes), sol, rsd, rf)
+                          for j, rsd, sol, rf in refined if j == i]
+            todo = todo[:1] + given + todo[1:]
         this_iter: list[Candidate] = []
         for k, (q1, m, sol, sd, compiling) in enumerate(todo, 1):
             what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
@@ -543,9 +545,11 @@ def _diverse(ranked: list, k: int) -> list:
 
 
 def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_scale,
-                  ilp_deadline, ilp_time_s, seed, progress, rec, queue) -> list[tuple[Seed, ShardingSolution, Any]]:
-    """Each seed's refinement (``aoizora.seed_refinement``), queued to compile right after the
-    seeds: [(Seed of the refined layout, its solution, its compile)]. A seed that cannot be
+                  ilp_deadline, ilp_time_s, seed, progress, rec, queue
+                  ) -> list[tuple[int, Seed, ShardingSolution, Any]]:
+    """Each seed's refinement (``aoizora.seed_refinement``), queued to compile right after its
+    seed (seed i has priority i + 1): [(i, Seed of the refined layout, its solution, its
+    compile)]. A seed that cannot be
     refined, or that the ILP leaves as it is, is noted in ``rec``; none starts past the ILP
     deadline."""
     out = []
@@ -587,8 +591,8 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_sc
                    f"(its attention kept)"] + list(ref.solution.words))
         f = queue.submit(functools.partial(
             compile_layout, sfn, sargs, tgt, ref.layout,
-            default_device_order(tgt, ref.layout.mesh_axes)), priority=len(seeds) + 1 + len(out))
-        out.append((rsd, sol, f))
+            default_device_order(tgt, ref.layout.mesh_axes)), priority=i + 1.5)
+        out.append((i, rsd, sol, f))
     return out
 
 

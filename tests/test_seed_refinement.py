@@ -78,18 +78,23 @@ def test_a_seed_attention_the_ilp_does_not_offer_is_one_clear_error(cfg2):
 
 
 def test_the_planner_prices_the_refined_seed(cfg2):
-    """The refinement is compiled and priced right after the seed, with the seed's program."""
+    """Each refinement is compiled and priced right after its seed, with the seed's program."""
     ex, _ = cfg2
     from aoizora.planner import Seed
 
-    seed = Seed(ex.layout, ex.fn, tuple(ex.args), {"pad_multiple": ex.pad_multiple})
+    other = next(e for e in expert_layouts(R.get_model("wan2.1-small"),
+                                           R.get_model("wan2.1-small").workloads[0], "v5e-8",
+                                           dtype=jnp.float32) if e.name == "tp_cfg")
+    seeds = [Seed(e.layout, e.fn, tuple(e.args), {"pad_multiple": e.pad_multiple})
+             for e in (ex, other)]
     p = aoizora.plan(ex.fn, *ex.args, target="v5e-8", time_budget_s=120, meshes=[],
-                     max_iterations=1, verify=False, seed_layouts=[seed])
+                     max_iterations=1, verify=False, seed_layouts=seeds)
     it = p.iterations[0]
     names = [c["layout"] for c in it["candidates"]]
-    assert names == ["expert:cfg2_context", "refined:expert:cfg2_context"]
+    assert names[:3] == ["expert:cfg2_context", "refined:expert:cfg2_context", "expert:tp_cfg"]
     assert all(c["q2_step_s"] > 0 for c in it["candidates"])
     assert it["refinements"][0]["changed_params"] > 0
     best = min(it["candidates"], key=lambda c: c["q2_step_s"])
     assert p.layout.name == best["layout"]
-    assert p.program == {"pad_multiple": ex.pad_multiple}
+    won = ex if "cfg2_context" in best["layout"] else other
+    assert p.program == {"pad_multiple": won.pad_multiple}
