@@ -17,7 +17,9 @@ cuts: the K best then differ in the decision the placement-oblivious model price
 reported apart): ``solve_model`` starts from a coordinate-descent incumbent, runs CBC with a hard
 deadline -- or, when the budget is too short for CBC's MPS file and root LP, HiGHS's LP
 relaxation in process first -- and returns the better answer, marked not proven unless a solver's
-bound proves it.
+bound proves it. The solver runs themselves (CBC or HiGHS on a PuLP model within a deadline:
+``run_solver``, ``_run_cbc``, ``_run_highs``, ``available_solvers`` and the measured cost
+constants) live in ``aoizora.solvers.mip_run`` and are re-exported here.
 
 When no layout fits in HBM it raises ``MemoryBudgetError`` saying how much is missing: the
 smallest per-device peak over all layouts (a second ILP that minimises it) against the budget.
@@ -26,12 +28,7 @@ smallest per-device peak over all layouts (a second ILP that minimises it) again
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
-import subprocess
-import tempfile
 import time
-import warnings
 from typing import Any
 
 import pulp
@@ -44,14 +41,22 @@ from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, a
 from aoizora.formulation.strategies import (Hardware, Options, StrategyGraph, build_strategies,
                                             spec_str)
 from aoizora.solvers.certificate import Certificate
+# the solver runs (re-exported: they were defined here); solve_model reads CBC_MIN_S_PER_NONZERO,
+# HIGHS_LP_MIN_S_PER_NONZERO, _run_cbc and _run_highs through this module's names, so patching
+# them here steers solve_model, while run_solver and _run_cbc/_run_highs read mip_run's own
+from aoizora.solvers.mip_run import (CBC_MIN_S_PER_NONZERO, CBC_STOP_S, HIGHS_LP_MIN_S_PER_NONZERO,
+                                     MIN_CBC_SEC, READBACK_S, READBACK_S_PER_COLUMN,
+                                     ShardingSolveError, _run_cbc, _run_highs, available_solvers,
+                                     run_solver)
+
+__all__ = ["ShardingSolveError", "MemoryBudgetError", "ShardingSolution", "ShardingResult",
+           "available_solvers", "run_solver", "solve_model", "to_layout", "min_peak_bytes",
+           "build_problem", "solve_sharding", "solve_program", "GiB", "INCUMBENT_SHARE",
+           "CBC_COMFORT", "INTEGRAL_TOL", "PROOF_REL_TOL", "CBC_MIN_S_PER_NONZERO",
+           "HIGHS_LP_MIN_S_PER_NONZERO", "READBACK_S", "READBACK_S_PER_COLUMN", "CBC_STOP_S",
+           "MIN_CBC_SEC"]
 
 GiB = 1024 ** 3
-
-
-class ShardingSolveError(ValueError):
-    """The sharding ILP could not be solved as asked."""
-
-    certificate: Certificate | None = None
 
 
 class MemoryBudgetError(ShardingSolveError):
@@ -103,216 +108,6 @@ class ShardingResult:
     def to_json(self) -> dict[str, Any]:
         return {"best": self.best.to_json(), "alternatives": [a.to_json() for a in self.alternatives],
                 "size": dict(self.size), "build_s": self.build_s}
-
-
-def available_solvers() -> list[str]:
-    out = []
-    avail = pulp.listSolvers(onlyAvailable=True)
-    if "PULP_CBC_CMD" in avail:
-        out.append("cbc")
-    if "HiGHS" in avail:
-        out.append("highs")
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# solver backends
-
-class _quiet_stdout:
-    """Silence the C-level stdout (file descriptor 1) for a block."""
-
-    def __enter__(self):
-        import sys
-        sys.stdout.flush()
-        self.saved = os.dup(1)
-        self.null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(self.null, 1)
-
-    def __exit__(self, *exc):
-        os.dup2(self.saved, 1)
-        os.close(self.saved)
-        os.close(self.null)
-        return False
-
-def _cbc_bound(log: str) -> tuple[float | None, str]:
-    """(best bound, result line) from CBC's log, in the model's (unscaled-constant-free) units."""
-    res = re.search(r"Result - (.*)", log)
-    result = res.group(1).strip() if res else ""
-    lb = None
-    m = re.search(r"Lower bound:\s+([-+0-9.eE]+)", log)
-    if m:
-        lb = float(m.group(1))
-    return lb, result
-
-
-# What a CBC run costs besides its search, on this machine (AMD EPYC, 2 cores shared), measured on
-# the three Wan 2.1 1.3B instances of benchmarks/sharding_vs_heuristics.py at load 1-2, per
-# nonzero of the MPS file (constraint and objective entries: 255985 on the 2x2x4 mesh, ~25000 and
-# ~32000 on 4x4 and 2x4): PuLP writes the file at 1.4-2.4 us (0.55-0.61 s on 2x2x4), CBC's
-# shortest run (read the file, presolve, root LP: what -sec cannot cut) takes 1.6-2.3 us (0.42 s),
-# reading the solution back ~0.3 us (0.07 s) -- 4.3 us in all on 2x2x4. The budgeted solve
-# launches CBC only when the time left is at least CBC_MIN_S_PER_NONZERO x nonzeros, 1.5 x that
-# for a loaded machine (the committed benchmark saw 2.43 s where 1.68 s was measured at low
-# load). HiGHS's LP relaxation in process: PuLP's model build 1.2 us per nonzero (0.31 s), the
-# LP without presolve 0.3 us (0.07 s); tried when the time left is HIGHS_LP_MIN_S_PER_NONZERO x
-# nonzeros or more (1.5 x, rounded up).
-CBC_MIN_S_PER_NONZERO = 6.5e-6
-HIGHS_LP_MIN_S_PER_NONZERO = 2.5e-6
-READBACK_S = 0.02                    # reading a solution back: fixed part, seconds
-READBACK_S_PER_COLUMN = 1.5e-6       # ... per model column (0.07 s measured for 62890 columns)
-CBC_STOP_S = 0.05                    # CBC's own stop after -sec: writing its (short) solution file
-MIN_CBC_SEC = 0.01                   # CBC's -sec is never below this
-
-
-def _objective_offset(prob: pulp.LpProblem) -> float:
-    return float(prob.objective.constant) if prob.objective is not None else 0.0
-
-
-def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> dict[str, Any]:
-    """CBC on `prob` (through PuLP's MPS writer, CBC binary and solution reader) so that the run
-    ends by `deadline` (a ``time.perf_counter()`` value): CBC's -sec is the time left after the
-    MPS file is written, less the reading back; if CBC is still running when only the reading
-    back is left (its file read and root LP cannot be cut), the process is killed and the answer
-    is UNKNOWN (detail ``killed``)."""
-    with warnings.catch_warnings():   # PuLP 3.3 marks its bundled CBC for removal in 4.0
-        warnings.simplefilter("ignore", DeprecationWarning)
-        cmd = pulp.PULP_CBC_CMD(msg=False, threads=threads)
-    if not cmd.available():
-        raise ShardingSolveError("PuLP's CBC binary is not available; install pulp with its CBC "
-                                 "or use solver='highs'")
-    name = f"PuLP {pulp.__version__}/CBC"
-    detail: dict[str, Any] = {}
-    was_none, dummy = prob.fixObjective()
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            mps, sol, log = (os.path.join(d, f) for f in ("model.mps", "model.sol", "cbc.log"))
-            t = time.perf_counter()
-            vs, vnames, cnames, _ = prob.writeMPS(mps, rename=1)
-            detail["mps_write_s"] = round(time.perf_counter() - t, 4)
-            readback = READBACK_S + READBACK_S_PER_COLUMN * len(vs)
-            sec = max(MIN_CBC_SEC, deadline - time.perf_counter() - readback - CBC_STOP_S)
-            detail["cbc_sec"] = round(sec, 4)
-            args = [cmd.path, mps] + (["-max"] if prob.sense == pulp.LpMaximize else []) + [
-                "-sec", f"{sec:.4f}", "-randomSeed", str(seed + 1), "-randomCbcSeed", str(seed + 1),
-                "-threads", str(threads), "-timeMode", "elapsed", "-solve",
-                "-printingOptions", "normal", "-solution", sol]
-            t = time.perf_counter()
-            with open(log, "w") as f:
-                proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                try:
-                    rc = proc.wait(timeout=max(0.0, deadline - time.perf_counter() - readback))
-                    killed = False
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    rc = proc.wait()
-                    killed = True
-            detail["cbc_process_s"] = round(time.perf_counter() - t, 4)
-            text = open(log).read() if os.path.exists(log) else ""
-            lb, result = _cbc_bound(text)
-            detail["cbc_result"] = result
-            if killed or rc != 0 or not os.path.exists(sol):
-                if killed:
-                    detail["killed"] = ("CBC was still running when the wall-clock budget ran out "
-                                        "(its file read and root LP cannot be cut); process killed")
-                else:
-                    detail["error"] = f"CBC exited with code {rc} and no solution file"
-                return {"status": "UNKNOWN", "objective": None, "bound": None, "solver": name,
-                        "detail": detail}
-            status, values, _, _, _, sol_status = cmd.readsol_MPS(sol, prob, vs, vnames, cnames)
-            prob.assignVarsVals(values)
-            prob.assignStatus(status, sol_status)
-    finally:
-        prob.restoreObjective(was_none, dummy)
-    obj = pulp.value(prob.objective) if prob.sol_status in (1, 2) else None
-    offset = _objective_offset(prob)   # CBC's log leaves the objective's constant out; pulp's value has it
-    if prob.status == 1 and prob.sol_status == 1 and ("optimal" in result.lower() or not result):
-        st, bound = "OPTIMAL", obj
-    elif obj is not None:
-        st = "FEASIBLE"
-        bound = lb + offset if lb is not None else None
-        if lb is None:
-            detail["bound_note"] = "CBC's log gave no lower bound for this stop"
-    elif prob.status == -1 and "time" not in result.lower() and re.search(
-            r"Problem is infeasible|proven infeasible|relaxation infeasible", text, re.IGNORECASE):
-        st, bound = "INFEASIBLE", None
-    else:
-        st, bound = "UNKNOWN", (lb + offset if lb is not None else None)
-    return {"status": st, "objective": obj, "bound": bound, "solver": name, "detail": detail}
-
-
-def _run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *, mip: bool = True
-               ) -> dict[str, Any]:
-    """HiGHS in process on `prob` (PuLP's model builder, then HiGHS with time_limit = the time
-    left after the build, less the reading back). mip=False solves the LP relaxation, without
-    presolve (0.07 s instead of 0.38 s on the 2x2x4 instance); its objective is then a lower
-    bound ("bound"), "objective" is None."""
-    if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
-        raise ShardingSolveError("HiGHS is not available: pip install highspy (or use solver='cbc')")
-    opts = {"random_seed": seed} if mip else {"random_seed": seed, "presolve": "off"}
-    cmd = pulp.HiGHS(msg=False, mip=mip, threads=threads, **opts)
-    was_none, dummy = prob.fixObjective()
-    try:
-        with _quiet_stdout():   # highspy prints its banner before pulp turns its output off
-            t = time.perf_counter()
-            cmd.createAndConfigureSolver(prob)
-            cmd.buildSolverModel(prob)
-            build_s = time.perf_counter() - t
-            readback = READBACK_S + READBACK_S_PER_COLUMN * len(prob.variables())
-            limit = max(MIN_CBC_SEC, deadline - time.perf_counter() - readback)
-            prob.solverModel.setOptionValue("time_limit", float(limit))
-            cmd.callSolver(prob)
-            status, sol_status = cmd.findSolutionValues(prob)
-            prob.assignStatus(status, sol_status)
-    finally:
-        prob.restoreObjective(was_none, dummy)
-    h = prob.solverModel
-    info = h.getInfo()
-    ms = h.modelStatusToString(h.getModelStatus())
-    offset = _objective_offset(prob)
-    name = f"PuLP {pulp.__version__}/HiGHS {h.version()}" + ("" if mip else " LP relaxation")
-    detail: dict[str, Any] = {"highs_status": ms, "highs_build_s": round(build_s, 4),
-                              "highs_time_limit_s": round(limit, 4)}
-    if not mip:
-        if ms == "Optimal":
-            return {"status": "OPTIMAL", "objective": None,
-                    "bound": info.objective_function_value + offset, "solver": name, "detail": detail}
-        st = "INFEASIBLE" if ms == "Infeasible" else "UNKNOWN"
-        return {"status": st, "objective": None, "bound": None, "solver": name, "detail": detail}
-    have = prob.sol_status in (1, 2)
-    obj = pulp.value(prob.objective) if have else None
-    bound = info.mip_dual_bound + offset if abs(info.mip_dual_bound) < 1e30 else None
-    if ms == "Optimal":
-        st, bound = "OPTIMAL", obj
-    elif ms == "Infeasible":
-        st = "INFEASIBLE"
-    elif have:
-        st = "FEASIBLE"
-    else:
-        st = "UNKNOWN"
-    detail.update({"mip_gap": info.mip_gap, "mip_node_count": info.mip_node_count})
-    if bound is None:
-        detail["bound_note"] = "HiGHS reported no finite dual bound for this stop"
-    return {"status": st, "objective": obj, "bound": bound, "solver": name, "detail": detail}
-
-
-def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int, threads: int
-               ) -> dict[str, Any]:
-    """Solve a PuLP problem (minimisation) within `time_limit_s` seconds of wall clock, counted
-    from this call: for CBC writing the MPS file, the CBC process and reading its solution; for
-    HiGHS building its model and the solve (``_run_cbc``, ``_run_highs``). Returns {status,
-    objective, bound (model units, from the solver: CBC's log "Lower bound", HiGHS's
-    mip_dual_bound), time_s (wall clock), solver, detail}. What may pass the limit: the MPS write
-    or HiGHS build themselves (they are not cut), and the reading back after a kill."""
-    t0 = time.perf_counter()
-    deadline = t0 + time_limit_s
-    if solver == "cbc":
-        r = _run_cbc(prob, deadline, seed, threads)
-    elif solver == "highs":
-        r = _run_highs(prob, deadline, seed, threads)
-    else:
-        raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
-    r["time_s"] = time.perf_counter() - t0
-    return r
 
 
 # ---------------------------------------------------------------------------------------------
