@@ -481,7 +481,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             if c.evidence is not None and not c.solution.certificate.detail.get("seed"):
                 attention_fit += attention_samples(
                     c.solution.attention, c.evidence, network,
-                    f"it{it} {_mstr(c.mesh_axes)} {c.solution.layout.name}")
+                    f"it{it} {_mstr(c.mesh_axes)} {c.solution.layout.name}", q2=c.q2)
         # feedback: the compute of every other op, pooled over the ILP layouts compiled so far
         pool_before = learned.compute_scale
         for c in this_iter:

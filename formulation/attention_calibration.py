@@ -17,6 +17,14 @@ only: their strategies are known):
 
     t[c, a] = sum_{compute ops o of c whose op_name names a} count_o * t_o   (seconds per call,
               t_o as in Q2's compute_s: ``formulation.latency.op_seconds``; collectives excluded)
+              + x[c, a] when a runs in a ring
+    x[c, a] = sum_{phases p of Q2(c)} count_p * exposed_p * bytes_p(a) / bytes_p
+              the exposed link time Q2 charges to the collectives under a's scope (the ring's
+              collective-permutes), each phase's exposed time shared among its collectives by
+              bytes (``exposed_scope_seconds``). Q1 prices a ring as max(compute, comm), i.e.
+              its transfers hidden behind its kernels; where the compiled program exposes them,
+              the factor takes them in. (A gathered node's all-gather is an edge of the ILP,
+              priced by the collective-cost feedback, so it is not added.)
     q[c, a] = Q1's unscaled compute of a under c's strategy, times its repeat
               (``ShardingSolution.attention[a]["compute_s"]``)
 
@@ -66,14 +74,35 @@ def compiled_attention_seconds(evidence: Evidence, network: Network) -> dict[str
     return out
 
 
+def exposed_scope_seconds(evidence: Evidence, q2) -> dict[str, float]:
+    """x[c, a] (module docstring) for every attention node whose scope some collective carries,
+    seconds per call; ``q2``: the candidate's Q2 (its phases) under its placement."""
+    col = {c.name: c for c in evidence.collectives}
+    out: dict[str, float] = {}
+    for ph in q2.phases:
+        cs = [col[n] for n in ph.collectives if n in col]
+        total = sum(c.bytes for c in cs)
+        if total <= 0 or ph.exposed_s <= 0:
+            continue
+        for c in cs:
+            key = attention_node_of(c.op_name)
+            if key is not None:
+                out[key] = out.get(key, 0.0) + ph.count * ph.exposed_s * c.bytes / total
+    return out
+
+
 def attention_samples(attention: dict[str, dict[str, Any]], evidence: Evidence,
-                      network: Network, candidate: str = "") -> list[AttentionSample]:
-    """The samples of one compiled candidate: ``attention`` is its ``ShardingSolution.attention``.
-    Nodes without compiled ops under their scope (or with no Q1 compute) give no sample."""
+                      network: Network, candidate: str = "", q2=None) -> list[AttentionSample]:
+    """The samples of one compiled candidate: ``attention`` is its ``ShardingSolution.attention``;
+    ``q2`` its Q2 (then a ring's exposed transfers count, module docstring). Nodes without
+    compiled ops under their scope (or with no Q1 compute) give no sample."""
     seen = compiled_attention_seconds(evidence, network)
+    exposed = exposed_scope_seconds(evidence, q2) if q2 is not None else {}
     out = []
     for key, a in sorted(attention.items()):
         q, t = float(a.get("compute_s", 0.0)), seen.get(key, 0.0)
+        if a.get("kv") == "ring" and t > 0:
+            t += exposed.get(key, 0.0)
         if a.get("kv") in KV_MODES and q > 0 and t > 0:
             out.append(AttentionSample(key, a["kv"], q, t, candidate))
     return out

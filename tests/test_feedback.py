@@ -52,6 +52,36 @@ def test_compiled_seconds_per_node_from_op_names():
     assert s[0].compiled_s == pytest.approx(7e-3)
 
 
+def test_a_rings_exposed_transfers_count_in_its_sample():
+    """Q2's exposed time of each phase is shared among its collectives by bytes; what falls on
+    collectives under a ring node's scope is added to that node's compiled time (ring only)."""
+    from types import SimpleNamespace as NS
+
+    from aoizora.extract.evidence import Collective
+    from aoizora.formulation.attention_calibration import exposed_scope_seconds
+
+    net = Network.from_target(get_target("v5e-8"))
+    ring, gath = f"x/{attention_scope('7')}/shard_map/ppermute", f"x/{attention_scope('9')}/ag"
+    ev = Evidence(target="v5e:2x4", mesh_axes={"x": 8}, clock_hz=1e9, compute=[
+        ComputeOp("a", "fusion", 2e6, count=1, op_name=f"x/{attention_scope('7')}/exp"),
+        ComputeOp("b", "fusion", 1e6, count=1, op_name=f"x/{attention_scope('9')}/exp")],
+        collectives=[Collective("p", "collective-permute", "bf16", 300, [list(range(8))],
+                                op_name=ring),
+                     Collective("g", "all-gather", "bf16", 100, [list(range(8))], op_name=gath),
+                     Collective("w", "all-gather", "bf16", 100, [list(range(8))],
+                                op_name="x/dot_general")])
+    q2 = NS(phases=[NS(collectives=["p", "g"], count=4, exposed_s=1e-3),
+                    NS(collectives=["w"], count=1, exposed_s=5e-3),
+                    NS(collectives=["p"], count=2, exposed_s=0.0)])
+    x = exposed_scope_seconds(ev, q2)
+    assert x == pytest.approx({"7": 4 * 1e-3 * 0.75, "9": 4 * 1e-3 * 0.25})
+    att = {"7": {"kv": "ring", "compute_s": 0.001}, "9": {"kv": "gather", "compute_s": 0.001}}
+    without = {s.key: s.compiled_s for s in attention_samples(att, ev, net)}
+    with_q2 = {s.key: s.compiled_s for s in attention_samples(att, ev, net, q2=q2)}
+    assert with_q2["7"] == pytest.approx(without["7"] + 3e-3)
+    assert with_q2["9"] == pytest.approx(without["9"])          # gathered: its edge, not here
+
+
 def test_fit_per_node_and_pooled():
     samples = [AttentionSample("self", "ring", 0.02, 0.04, "a"),
                AttentionSample("cross", "ring", 0.001, 0.02, "a"),
