@@ -11,9 +11,10 @@ One iteration:
      kind (some attention's keys/values in a ring, or none; the ILP's second best is asked to
      run them the other way, ``distinct="kv"``: Q1 prices a ring's overlap least reliably),
      then by Q1. In the first iteration every seed layout (e.g. today's expert configurations,
-     each possibly with its own program variant) comes right after the ILP's best, and then each
+     each possibly with its own program variant) comes right after the ILP's best, then each
      seed's refinement (``aoizora.seed_refinement``: the ILP with the seed's attention fixed
-     chooses the parameter layout around it; skipped when it keeps the seed's). For each:
+     chooses the parameter layout around it; skipped when it keeps the seed's; solved while the
+     ILP's best compiles, so that the seeds still compile beside the ILPs). For each:
      realize it as shardings (``aoizora.realize``) on the target's devices in JAX's default
      order, compile ahead of time with libtpu (``extract.aot_compile``), read the evidence. A
      layout that does not fit in HBM joins ``F[m]``. Else solve the placement CP-SAT
@@ -359,9 +360,6 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             last_best[mesh_key(m)] = (lid, list(res.best.words))
             for sol in res.all():
                 ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
-        refined = (_refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_scale,
-                                 ilp_deadline, ilp_time_s, seed, progress, rec, queue)
-                   if it == 1 and seeds else [])
         queue.contended(False)
         rec["ilps_done_s"] = round(time.perf_counter() - t0, 3)
         if not ranked and not (it == 1 and seeds):
@@ -384,21 +382,28 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             break
         # (q1, mesh, solution, seed or None, its compile): every compile is queued now and runs
         # in the background while the ones before it are placed and priced
-        # (priority: the place in the pricing order; the seeds hold 1..len(seeds))
-        after_seeds = len(seeds) + len(refined) if it == 1 else 0
+        # (priority: the place in the pricing order; the seeds hold 1..len(seeds), their
+        # refinements the next len(seeds))
+        after_seeds = 2 * len(seeds) if it == 1 else 0
         todo = [(q1, m, sol, None, queue.submit(functools.partial(
                     compile_layout, fn, abstract_args, tgt, sol.layout,
                     default_device_order(tgt, m)), priority=0 if k == 0 else k + after_seeds))
                 for k, (q1, m, sol) in enumerate(fresh)]
         if it == 1 and seeds:
+            # the seeds' refinements are solved while the ILP's best compiles; they are priced
+            # after every seed (a short budget keeps its compiles for the seeds)
+            queue.contended(True)
+            refined = _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale,
+                                    compute_scale, ilp_deadline, ilp_time_s, seed, progress, rec,
+                                    queue)
+            queue.contended(False)
             ilp_best = ranked[0][2] if ranked else None
-            given = []       # each seed, then its refinement (the compile queue's order too)
-            for i, (sd, f) in enumerate(zip(seeds, seed_compiles)):
-                given.append((math.inf, dict(sd.layout.mesh_axes),
-                              _seed_solution(sd.layout, ilp_best), sd, f))
-                given += [(math.inf, dict(rsd.layout.mesh_axes), sol, rsd, rf)
-                          for j, rsd, sol, rf in refined if j == i]
-            todo = todo[:1] + given + todo[1:]
+            todo = (todo[:1] + [(math.inf, dict(sd.layout.mesh_axes),
+                                 _seed_solution(sd.layout, ilp_best), sd, f)
+                                for sd, f in zip(seeds, seed_compiles)]
+                    + [(math.inf, dict(rsd.layout.mesh_axes), sol, rsd, rf)
+                       for rsd, sol, rf in refined]
+                    + todo[1:])
         this_iter: list[Candidate] = []
         for k, (q1, m, sol, sd, compiling) in enumerate(todo, 1):
             what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
@@ -546,15 +551,15 @@ def _diverse(ranked: list, k: int) -> list:
 
 def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_scale,
                   ilp_deadline, ilp_time_s, seed, progress, rec, queue
-                  ) -> list[tuple[int, Seed, ShardingSolution, Any]]:
-    """Each seed's refinement (``aoizora.seed_refinement``), queued to compile right after its
-    seed (seed i has priority i + 1): [(i, Seed of the refined layout, its solution, its
+                  ) -> list[tuple[Seed, ShardingSolution, Any]]:
+    """Each seed's refinement (``aoizora.seed_refinement``), queued to compile after every seed
+    (the seeds hold priorities 1..len(seeds)): [(Seed of the refined layout, its solution, its
     compile)]. A seed that cannot be
     refined, or that the ILP leaves as it is, is noted in ``rec``; none starts past the ILP
     deadline."""
     out = []
     irs: dict[int, Any] = {}
-    for i, sd in enumerate(seeds):
+    for sd in seeds:
         if time.perf_counter() >= ilp_deadline:
             rec["changes"].append("seed refinement skipped: the time budget is kept for compiles")
             break
@@ -591,8 +596,8 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_sc
                    f"(its attention kept)"] + list(ref.solution.words))
         f = queue.submit(functools.partial(
             compile_layout, sfn, sargs, tgt, ref.layout,
-            default_device_order(tgt, ref.layout.mesh_axes)), priority=i + 1.5)
-        out.append((i, rsd, sol, f))
+            default_device_order(tgt, ref.layout.mesh_axes)), priority=len(seeds) + 1 + len(out))
+        out.append((rsd, sol, f))
     return out
 
 
