@@ -554,9 +554,8 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_sc
                   ) -> list[tuple[Seed, ShardingSolution, Any]]:
     """Each seed's refinement (``aoizora.seed_refinement``), queued to compile after every seed
     (the seeds hold priorities 1..len(seeds)): [(Seed of the refined layout, its solution, its
-    compile)]. A seed that cannot be
-    refined, or that the ILP leaves as it is, is noted in ``rec``; none starts past the ILP
-    deadline."""
+    compile)]. A seed that cannot be refined, or that the ILP leaves as it is, is noted in
+    ``rec``; no refinement starts past the ILP deadline."""
     out = []
     irs: dict[int, Any] = {}
     for sd in seeds:
@@ -593,7 +592,7 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_sc
             "ILP's certificate); compiled and priced by Q2 like the others")
         sol = dataclasses.replace(
             sol, words=[f"{ref.layout.name}: {sd.layout.name} with the ILP's parameter layout "
-                   f"(its attention kept)"] + list(ref.solution.words))
+                        f"(its attention kept)"] + list(ref.solution.words))
         f = queue.submit(functools.partial(
             compile_layout, sfn, sargs, tgt, ref.layout,
             default_device_order(tgt, ref.layout.mesh_axes)), priority=len(seeds) + 1 + len(out))
