@@ -488,7 +488,6 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                     c.solution.attention, c.evidence, network,
                     f"it{it} {_mstr(c.mesh_axes)} {c.solution.layout.name}", q2=c.q2)
         # feedback: the compute of every other op, pooled over the ILP layouts compiled so far
-        pool_before = learned.compute_scale
         for c in this_iter:
             if (c.evidence is not None and c.q2 is not None
                     and not c.solution.certificate.detail.get("seed")
@@ -505,7 +504,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             rec["changes"].append(
                 f"compute of the other ops: compiled {learned.compute_pool[0] * 1e3:.3f} ms against "
                 f"Q1's {learned.compute_pool[1] * 1e3:.3f} ms (pooled) -> the ILP scales it by "
-                f"{learned.compute_scale:.3f} (was {pool_before:.3f})")
+                f"{learned.compute_scale:.3f} (was {compute_scale:.3f})")
             compute_scale = learned.compute_scale
         fit = fit_attention_scale(attention_fit)
         fitted = scales(fit)     # replaces the given calibration's factor, node by node and mode

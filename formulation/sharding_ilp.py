@@ -374,22 +374,17 @@ def chosen(model: ILPModel) -> dict[str, int]:
 
 def evaluate(graph: StrategyGraph, choice: dict[str, int], corrections: dict | None = None
              ) -> dict[str, float]:
-    """Q1 of a choice, seconds: node costs, edge costs, communication part; and the node costs'
-    compute part split into attention groups and the rest (``other_compute_s``, as scaled by
+    """Q1 of a choice, seconds: node costs, edge costs, communication part, and the compute of
+    every group but the attention groups (``other_compute_s``, as scaled by
     ``Options.compute_scale``; corrections not included)."""
     corr = _corrections(graph, corrections or {})
     node = sum(graph.groups[g].strategies[k].cost + corr.get((g, k), 0.0) for g, k in choice.items())
     comm = sum(graph.groups[g].strategies[k].comm for g, k in choice.items())
     edge = sum(e.cost[e.p_of[choice[e.producer]]][e.q_of[choice[e.consumer]]] for e in graph.edges)
-    att = other = 0.0
-    for g, k in choice.items():
-        st = graph.groups[g].strategies[k]
-        if graph.groups[g].kind == "attention":
-            att += st.cost - st.comm
-        else:
-            other += st.cost - st.comm
+    other = sum(graph.groups[g].strategies[k].cost - graph.groups[g].strategies[k].comm
+                for g, k in choice.items() if graph.groups[g].kind != "attention")
     return {"total_s": node + edge, "nodes_s": node, "edges_s": edge, "comm_s": comm + edge,
-            "attention_s": att, "other_compute_s": other}
+            "other_compute_s": other}
 
 
 def peak_memory(model: ILPModel, choice: dict[str, int]) -> float:
