@@ -39,8 +39,9 @@ One iteration:
      collectives back onto ILP groups needs finer provenance than the shared layer code gives).
   4. Stop when an iteration brings no new layout (the plan repeats), after ``max_iterations``, or
      when the time budget cannot fit another compile. Keep the best plan by Q2. When its
-     placement is not proven, the time left anneals it (up to ``placement_time_s``; the least
-     Q2 step is kept).
+     placement is not proven, the time left anneals it twice, from the CP-SAT's answer and
+     from a heuristic's usual starts (each up to ``placement_time_s``; the least Q2 step is
+     kept).
 
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``). When the
@@ -89,7 +90,7 @@ from aoizora.seed_refinement import RefinementError, refine_seed
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.placement import PlacementResult, solve_placement
+from aoizora.solvers.placement import PlacementResult, axis_order_placements, solve_placement
 from aoizora.solvers.placement_heuristics import annealing
 from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
@@ -166,8 +167,8 @@ def _link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
     L = network.num_links
     tot = np.zeros(L)
     counts = {}
-    for ph in q2.phases:
-        counts[ph.phase] = counts.get(ph.phase, 0) + ph.count
+    for ph in q2.phases:     # a phase's async and sync classes share its count (one loop body)
+        counts[ph.phase] = max(counts.get(ph.phase, 0), ph.count)
     for phase, loads in q2.link_loads.items():
         n = max(counts.get(int(phase), 1), 1)
         tot += n * np.asarray(loads, dtype=float) / network.link_bandwidth_Bps
@@ -667,19 +668,38 @@ def _place(cand: Candidate, got, tgt: Target, network: Network, deadline: float,
 def _anneal_best(best: Candidate, network: Network, deadline: float, placement_time_s: float,
                  seed: int, progress: Progress) -> None:
     """With the time left after the last compile: when the best candidate's placement is not
-    proven, anneal from it for up to ``placement_time_s`` (CP-SAT can stall above what swaps
-    reach: Wan 14B on v5e-16) and keep the least Q2 step (``choose_by_step``)."""
+    proven, anneal twice (CP-SAT can stall above what swaps reach: Wan 14B on v5e-16), each for
+    up to ``placement_time_s`` and half the time left: from the CP-SAT's answer, and from the
+    starts a placement heuristic would take (the default order and every axis-order placement,
+    ``solvers.placement_heuristics.annealing``'s usual starts); keep the least Q2 step among the
+    answer and both (``choose_by_step``)."""
     left = deadline - time.perf_counter() - 1.0
     cert = best.placement_cert
     if cert is None or cert.status == "OPTIMAL" or left < 0.5 or best.evidence is None:
         return
     ev = best.evidence
-    sa = annealing(ev, network, time_limit_s=min(placement_time_s, left), seed=seed,
-                   starts=[best.placement], eval_timeout_s=0.5)
+    heuristic_starts = [list(best.default_order or range(ev.num_devices))]
+    try:
+        heuristic_starts += [list(p) for p in axis_order_placements(
+            network, list(ev.mesh_axes.values()), deadline=time.perf_counter() + 1.0)]
+    except Exception:  # noqa: BLE001 -- a mesh the axis orders cannot map: the default order alone
+        pass
+    each = min(placement_time_s, left / 2)
+    runs = [("annealing from the CP-SAT's answer", [best.placement]),
+            ("annealing from the heuristic starts", heuristic_starts)]
+    found, names, spent = [], [], 0.0
+    for name, starts in runs:
+        if deadline - time.perf_counter() - 1.0 < 0.5:
+            break
+        sa = annealing(ev, network, time_limit_s=each, seed=seed, starts=starts,
+                       eval_timeout_s=0.5)
+        found.append(sa.placement)
+        names.append(name)
+        spent += sa.certificate.time_s
     res = PlacementResult(list(best.placement), cert, best.q2, [])
-    res = choose_by_step(ev, network, res, [sa.placement], names=["annealing"],
+    res = choose_by_step(ev, network, res, found, names=names,
                          time_limit_s=max(0.2, min(2.0, deadline - time.perf_counter())))
-    progress.note(f"placement not proven: annealing for {sa.certificate.time_s:.1f} s, Q2 "
+    progress.note(f"placement not proven: annealing for {spent:.1f} s ({len(found)} runs), Q2 "
                   f"{res.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
     best.placement, best.placement_cert, best.q2 = res.placement, res.certificate, res.q2
 

@@ -16,7 +16,7 @@ op_name metadata. For compiled candidates ``c`` and their attention nodes ``a`` 
 only: their strategies are known):
 
     t[c, a] = sum_{compute ops o of c whose op_name names a} count_o * t_o   (seconds per call,
-              t_o as in Q2's compute_s: ``formulation.latency.op_seconds``; collectives excluded)
+              t_o as in Q2's compute_s: ``formulation.op_time.op_seconds``; collectives excluded)
               + x[c, a] when a runs in a ring
     x[c, a] = sum_{phases p of Q2(c)} count_p * exposed_p * bytes_p(a) / bytes_p
               the exposed link time Q2 charges to the collectives under a's scope (the ring's
@@ -47,7 +47,7 @@ from typing import Any, Iterable
 
 from aoizora.extract.evidence import Evidence, attention_node_of
 from aoizora.extract.network import Network
-from aoizora.formulation.latency import op_seconds
+from aoizora.formulation.op_time import op_seconds
 
 KV_MODES = ("gather", "ring")
 

@@ -9,8 +9,10 @@ A PREDICTION of AoiZora's link-load model, not a measurement.
     T_p             = max_l load_{p,l} / bandwidth_l                   (seconds)
     load_{p,l}      = bytes on directed link l of the collectives of phase p, one run
                       (flows as ``formulation.traffic`` builds them under the placement)
-    O_p             = min_{c in p} overlap_cycles_c / clock_hz if every collective of p is async
-                      (start/done with compute between them), else 0
+    O_p             = min_{c in p} W_c if p is an async class (below), else 0;
+                      W_c = the compute scheduled inside c's start/done window, priced as
+                      compute_s prices it (``formulation.op_time.window_seconds``; without
+                      schedule positions, overlap_cycles_c / clock_hz)
 
     latency_s       = sum_p count_p * (max(0, T_p + L_p - O_p) - max(0, T_p - O_p))
     L_p             = hop_latency * max over the collectives and groups of p of their critical
@@ -18,8 +20,10 @@ A PREDICTION of AoiZora's link-load model, not a measurement.
                       closing step crosses k-1 hops; pair: m x its route; all-to-all: its
                       longest pair route; permute: its longest route)
 
-Phases ``p`` are the evidence's ``(phase, count)`` classes: collectives in flight together share
-links, so their bytes add per link before the max. ``communication_s`` is the link-load term the
+Phases ``p`` are the evidence's ``(phase, count)`` classes, each split into its async and its
+sync (blocking) collectives: collectives in flight together share links, so their bytes add per
+link before the max; a sync collective inside an async window blocks for its own transfer only,
+it does not cancel the window's overlap (``formulation.traffic.PhaseKey``). ``communication_s`` is the link-load term the
 placement solvers optimize (and certify); ``latency_s`` is the per-hop latency on top of it (about
 1 us per hop: it separates placements whose link loads tie, which the solvers' hop tie-break
 also prefers). ``link_time_s`` is the communication before overlap; ``hops`` the flow hops (the
@@ -33,6 +37,7 @@ from typing import Any, Sequence
 
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
+from aoizora.formulation.op_time import compute_seconds
 from aoizora.formulation.traffic import TrafficModel
 
 MODEL = "AoiZora Q2 link-load model (prediction)"
@@ -70,34 +75,6 @@ class Q2:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def op_seconds(op, evidence: Evidence, network: Network) -> float | None:
-    """One run of compute op ``op``, seconds (``t_o`` of the module docstring); None when it has
-    neither cycles nor a chip peak to price its flops / bytes with."""
-    if op.estimated_cycles is not None and evidence.clock_hz > 0:
-        return op.estimated_cycles / evidence.clock_hz
-    parts = []
-    if op.flops and network.peak_flops > 0:
-        parts.append(op.flops / network.peak_flops)
-    if op.bytes and network.hbm_bandwidth_Bps > 0:
-        parts.append(op.bytes / network.hbm_bandwidth_Bps)
-    if (op.flops or op.bytes) and not parts:
-        return None
-    return max(parts, default=0.0)
-
-
-def compute_seconds(evidence: Evidence, network: Network) -> tuple[float, list[str]]:
-    """sum over compute ops of count x time (seconds); warnings for ops that could not be priced."""
-    total = 0.0
-    warns = []
-    for op in evidence.compute:
-        t = op_seconds(op, evidence, network)
-        if t is None:
-            warns.append(f"compute op {op.name}: no cycles and no chip peak numbers; priced 0 s")
-            t = 0.0
-        total += op.count * t
-    return total, warns
 
 
 def predict_step(evidence: Evidence, placement: Sequence[int], network: Network,

@@ -28,9 +28,15 @@ group of n ranks on k chips moves data only between its k chips):
 - collective-permute: each (source, target) pair is a flow of ``V``, routed.
 
 Phases: collectives with the same ``(phase, count)`` are in flight together and their link bytes
-add up (``PhaseKey``); a phase's time is its most loaded link's bytes over that link's one-way
-bandwidth. Overlap: a phase whose collectives are all async hides behind
-``O = min_c overlap_cycles_c / clock_hz`` seconds of compute; exposed time = ``max(0, T - O)``.
+add up; each such phase is priced as two classes (``PhaseKey``): its async collectives and its
+sync (blocking) ones. A phase class's time is its most loaded link's bytes over that link's
+one-way bandwidth. Overlap: the async class hides behind ``O = min_c W_c`` seconds of compute,
+``W_c`` the compute scheduled inside c's window (``formulation.op_time.window_seconds``: every op
+priced as Q2's compute prices it, opaque kernels included; without schedule positions,
+``overlap_cycles_c / clock_hz``); the sync class hides behind nothing (O = 0); exposed time =
+``max(0, T - O)``. (A sync collective inside an async window thus costs its own transfer, not
+the window's overlap; the two classes' bytes are not added, which under-states a shared link by
+at most the sync class's time.)
 
 Latency: a phase also waits ``L = hop_latency x`` the longest critical path of its collectives
 (``latency_hops``: steps x the longest step route); Q2 adds it (``PhaseLoad.exposed_latency_s``).
@@ -54,6 +60,7 @@ import numpy as np
 
 from aoizora.extract.evidence import Collective, Evidence
 from aoizora.extract.network import Network
+from aoizora.formulation.op_time import window_seconds
 
 RING_KINDS = ("all-gather", "reduce-scatter", "all-reduce")
 
@@ -66,6 +73,7 @@ class PlacementError(ValueError):
 class PhaseKey:
     phase: int
     count: int
+    sync: bool = False     # the phase's blocking collectives (priced apart from its async ones)
 
 
 def check_placement(placement: Sequence[int], network: Network, n_ranks: int) -> np.ndarray:
@@ -258,14 +266,16 @@ class TrafficModel:
             if base_kind(c.kind) not in (
                     RING_KINDS + ("all-to-all", "collective-permute")):
                 raise ValueError(f"collective {c.name}: unknown kind {c.kind!r}")
-            groups.setdefault(PhaseKey(int(c.phase), int(c.count)), []).append(c)
-        self.phases: list[PhaseKey] = sorted(groups, key=lambda k: (k.phase, k.count))
+            groups.setdefault(PhaseKey(int(c.phase), int(c.count), not c.is_async), []).append(c)
+        self.phases: list[PhaseKey] = sorted(groups, key=lambda k: (k.phase, k.count, k.sync))
         self.phase_collectives = [groups[k] for k in self.phases]
         clock = float(evidence.clock_hz or 0.0)
-        self.overlap_s: list[float] = []
-        for cs in self.phase_collectives:
-            if clock > 0 and all(c.is_async for c in cs):
-                self.overlap_s.append(min(float(c.overlap_cycles) for c in cs) / clock)
+        window = window_seconds(evidence, network) if clock > 0 else {}
+        self.overlap_s: list[float] = []               # O per phase class, seconds
+        for key, cs in zip(self.phases, self.phase_collectives):
+            if clock > 0 and not key.sync:
+                self.overlap_s.append(min(window.get(c.name, float(c.overlap_cycles) / clock)
+                                          for c in cs))
             else:
                 self.overlap_s.append(0.0)
         self.bandwidth = network.link_bandwidth

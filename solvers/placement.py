@@ -592,7 +592,8 @@ def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hin
         key = tm.phases[p]
         sub_ev = dataclasses.replace(
             evidence, collectives=[c for c in evidence.collectives
-                                   if (int(c.phase), int(c.count)) == (key.phase, key.count)])
+                                   if (int(c.phase), int(c.count), not c.is_async)
+                                   == (key.phase, key.count, key.sync)])
         _, sub_vars = estimated_variables(sub_ev, network, "auto")
         if sub_vars * BUILD_S_PER_VARIABLE + MIN_SOLVE_S > left:
             rows.append({"phase": key.phase, "skipped": f"~{sub_vars:,} variables: no time to "

@@ -179,7 +179,11 @@ def test_wan21_v5e16_proven_over_every_placement():
     c = res.certificate
     assert c.status == "OPTIMAL"
     assert c.detail["bound_scope"] == SCOPE_SETS and c.detail["split"]["proven"]
-    assert c.detail["bound_every_placement_s"] == pytest.approx(c.objective, rel=1e-9)
+    # equal up to the overlap rounding (< 1 unit per run of a phase whose overlap is not whole)
+    pm = PlacementModel(ev, net, formulation="circuit")
+    slack = pm.comm_seconds(pm.rounding_units)
+    assert c.objective - slack - 1e-15 <= c.detail["bound_every_placement_s"] <= c.objective
+    assert slack < 1e-6 * c.objective
     assert c.objective <= TrafficModel(ev, net).cost(
         default_device_order(t, ev.mesh_axes))[0] + 1e-15
 

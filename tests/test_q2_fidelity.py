@@ -95,3 +95,84 @@ def test_q2_ranks_random_placements_as_the_simulator_does():
     q = [predict_step(ev, p, net).step_s for p in pls]
     s = [sim.run(ev, p).step_s for p in pls]
     assert spearman(q, s) >= 0.9
+
+
+# -- overlap: what an async collective hides behind ---------------------------------------------
+CLOCK = 1.5e9
+
+
+def _window_ev(extra=(), kernel=True):
+    """An async all-gather over all 8 chips, started at 1 and done at 10; inside its window a fusion
+    the compiler gave cycles for (0.2 ms) and, with ``kernel``, an opaque custom call (no cycles;
+    flops for 0.8 ms at the v5e peak); outside it, 1 ms more compute."""
+    from aoizora.extract.evidence import ComputeOp
+
+    from aoizora.extract.targets import get_target
+
+    net = Network.from_target(get_target("v5e-8"))
+    fus = 0.2e-3 * CLOCK
+    ag = Collective("ag", "all-gather", "bf16", V, [list(range(8))], is_async=True,
+                    start_index=1, done_index=10, overlap_cycles=fus)      # as extracted: cycles only
+    comp = [ComputeOp("fusion", "fusion", fus, index=3),
+            ComputeOp("after", "fusion", 1e-3 * CLOCK, index=12)]
+    if kernel:
+        comp.append(ComputeOp("splash", "custom-call", None, flops=0.8e-3 * net.peak_flops,
+                              bytes=1.0, index=5))
+    ev = Evidence(target="v5e:2x4", mesh_axes={"x": 8}, collectives=[ag, *extra], compute=comp,
+                  clock_hz=CLOCK)
+    return ev, net
+
+
+def test_overlap_window_counts_an_opaque_kernel():
+    """W_c prices every op in the window as compute_s does: the kernel without cycles counts
+    (extraction's overlap_cycles alone would leave 0.8 ms of it out), and Q2 meets the simulator."""
+    from aoizora.formulation.op_time import window_seconds
+    from aoizora.formulation.traffic import TrafficModel
+
+    ev, net = _window_ev()
+    assert window_seconds(ev, net)["ag"] == pytest.approx(1.0e-3, rel=1e-9)
+    tm = TrafficModel(ev, net)
+    assert tm.overlap_s == [pytest.approx(1.0e-3, rel=1e-9)]
+    order = list(range(8))
+    q = predict_step(ev, order, net)
+    s = Simulator("v5e-8").run(ev, order)
+    assert q.link_time_s > 0.2e-3                 # more than the fusion alone could hide
+    assert q.communication_s == pytest.approx(max(0.0, q.link_time_s - 1.0e-3), abs=1e-12)
+    assert q.step_s == pytest.approx(s.step_s, rel=0.01)
+
+
+def test_sync_collective_inside_an_async_window_costs_only_itself():
+    """A small blocking all-reduce scheduled inside the all-gather's window shares its phase; it
+    blocks for its own transfer and leaves the all-gather's overlap in place (it used to void
+    it: the whole phase exposed)."""
+    ar = Collective("ar", "all-reduce", "bf16", 4096, [list(range(8))], start_index=4,
+                    done_index=4)
+    ev, net = _window_ev([ar])
+    assert {c.phase for c in ev.collectives} == {0}           # in flight together
+    order = list(range(8))
+    alone = predict_step(_window_ev()[0], order, net)
+    with_ar = predict_step(ev, order, net)
+    ar_only = predict_step(Evidence(target="v5e:2x4", mesh_axes={"x": 8}, collectives=[ar],
+                                    compute=[], clock_hz=CLOCK), order, net)
+    assert alone.communication_s < alone.link_time_s              # the all-gather is hidden...
+    assert with_ar.communication_s == pytest.approx(               # ...and stays so
+        alone.communication_s + ar_only.communication_s, rel=1e-9)
+    assert with_ar.communication_s < 0.1 * alone.link_time_s
+    s = Simulator("v5e-8").run(ev, order)
+    assert with_ar.step_s == pytest.approx(s.step_s, rel=0.01)
+
+
+def test_placement_certificate_on_split_phase_classes():
+    """The placement CP-SAT prices the sync and async classes of one phase as two terms: it still
+    proves its answer, and its objective is Q2's communication_s of that answer."""
+    from aoizora.solvers.placement import solve_placement
+
+    ar = Collective("ar", "all-reduce", "bf16", 2 ** 20, [[0, 1, 2, 3], [4, 5, 6, 7]],
+                    start_index=4, done_index=4)
+    ev, net = _window_ev([ar], kernel=False)
+    res = solve_placement(ev, net, time_limit_s=20, seed=0, workers=1)
+    c = res.certificate
+    assert c.status == "OPTIMAL"
+    q = predict_step(ev, res.placement, net)
+    assert c.objective == pytest.approx(q.communication_s, rel=1e-6)
+    assert len(q.phases) == 2 and sorted(p.overlap_s > 0 for p in q.phases) == [False, True]

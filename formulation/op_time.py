@@ -1,0 +1,73 @@
+"""Seconds of compiled compute: one op, the whole program, and the window of each async collective.
+
+    t_o   = estimated_cycles_o / clock_hz                  when the compiler gave cycles
+          = max(flops_o / peak_flops, bytes_o / hbm_bandwidth)   otherwise (e.g. an opaque
+            custom call such as the splash-attention kernel)
+    compute_s = sum_o count_o * t_o
+
+    W_c   = sum over compute ops o scheduled strictly inside collective c's window
+            (start_index_c < index_o < done_index_c) of (count_o / count_c) * t_o
+            (seconds per run of c: the compute an async collective can hide behind)
+
+``W_c`` prices the window's ops exactly as ``compute_s`` prices them. The evidence's own
+``overlap_cycles_c`` counts only the ops the compiler gave cycles for, so a window around an
+opaque kernel (a ring attention's permutes around the splash kernel) is short by the kernel.
+This module has no jax import (formulation layer).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from aoizora.extract.evidence import Evidence
+from aoizora.extract.network import Network
+
+
+def op_seconds(op, evidence: Evidence, network: Network) -> float | None:
+    """One run of compute op ``op``, seconds (``t_o``); None when it has neither cycles nor a
+    chip peak to price its flops / bytes with."""
+    if op.estimated_cycles is not None and evidence.clock_hz > 0:
+        return op.estimated_cycles / evidence.clock_hz
+    parts = []
+    if op.flops and network.peak_flops > 0:
+        parts.append(op.flops / network.peak_flops)
+    if op.bytes and network.hbm_bandwidth_Bps > 0:
+        parts.append(op.bytes / network.hbm_bandwidth_Bps)
+    if (op.flops or op.bytes) and not parts:
+        return None
+    return max(parts, default=0.0)
+
+
+def compute_seconds(evidence: Evidence, network: Network) -> tuple[float, list[str]]:
+    """``compute_s`` (seconds) and warnings for ops that could not be priced (priced 0 s)."""
+    total = 0.0
+    warns = []
+    for op in evidence.compute:
+        t = op_seconds(op, evidence, network)
+        if t is None:
+            warns.append(f"compute op {op.name}: no cycles and no chip peak numbers; priced 0 s")
+            t = 0.0
+        total += op.count * t
+    return total, warns
+
+
+def window_seconds(evidence: Evidence, network: Network) -> dict[str, float]:
+    """``W_c`` (seconds per run) of every async collective whose window holds compute, by name.
+    Empty when the evidence carries no schedule positions."""
+    ops = sorted(evidence.compute, key=lambda o: o.index)
+    if not ops or not any(o.index for o in ops):
+        return {}
+    idx = [int(o.index) for o in ops]
+    pre = np.concatenate([[0.0], np.cumsum([o.count * (op_seconds(o, evidence, network) or 0.0)
+                                            for o in ops])])
+    out = {}
+    for c in evidence.collectives:
+        if not c.is_async or c.done_index <= c.start_index + 1:
+            continue
+        lo = bisect.bisect_right(idx, int(c.start_index))
+        hi = bisect.bisect_left(idx, int(c.done_index))
+        if hi > lo:
+            out[c.name] = float(pre[hi] - pre[lo]) / max(int(c.count), 1)
+    return out
