@@ -9,7 +9,7 @@ A PREDICTION of AoiZora's link-load model, not a measurement.
     T_p             = max_l load_{p,l} / bandwidth_l                   (seconds)
     load_{p,l}      = bytes on directed link l of the collectives of phase p, one run
                       (flows as ``formulation.traffic`` builds them under the placement)
-    O_p             = min_{c in p} W_c if p is an async class (below), else 0;
+    O_p             = min_{c in p} W_c if p is an async part (below), else 0;
                       W_c = the compute scheduled inside c's start/done window, priced as
                       compute_s prices it (``formulation.op_time.window_seconds``; without
                       schedule positions, overlap_cycles_c / clock_hz)
@@ -20,10 +20,11 @@ A PREDICTION of AoiZora's link-load model, not a measurement.
                       closing step crosses k-1 hops; pair: m x its route; all-to-all: its
                       longest pair route; permute: its longest route)
 
-Phases ``p`` are the evidence's ``(phase, count)`` classes, each split into its async and its
-sync (blocking) collectives: collectives in flight together share links, so their bytes add per
-link before the max; a sync collective inside an async window blocks for its own transfer only,
-it does not cancel the window's overlap (``formulation.traffic.PhaseKey``). ``communication_s`` is the link-load term the
+Phases ``p`` are the phase classes of ``formulation.traffic.phase_classes``: per evidence phase
+``(phase, count)``, its sync (blocking) collectives, and its async ones in parts that are in
+flight together. Collectives in flight together share links, so their bytes add per link
+before the max; a sync collective inside an async window blocks for its own transfer only, it
+does not cancel the window's overlap; an async part hides behind its own shortest window. ``communication_s`` is the link-load term the
 placement solvers optimize (and certify); ``latency_s`` is the per-hop latency on top of it (about
 1 us per hop: it separates placements whose link loads tie, which the solvers' hop tie-break
 also prefers). ``link_time_s`` is the communication before overlap; ``hops`` the flow hops (the

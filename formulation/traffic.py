@@ -27,16 +27,18 @@ group of n ranks on k chips moves data only between its k chips):
   (n = ranks in the group), routed by dimension order.
 - collective-permute: each (source, target) pair is a flow of ``V``, routed.
 
-Phases: collectives with the same ``(phase, count)`` are in flight together and their link bytes
-add up; each such phase is priced as two classes (``PhaseKey``): its async collectives and its
-sync (blocking) ones. A phase class's time is its most loaded link's bytes over that link's
-one-way bandwidth. Overlap: the async class hides behind ``O = min_c W_c`` seconds of compute,
-``W_c`` the compute scheduled inside c's window (``formulation.op_time.window_seconds``: every op
-priced as Q2's compute prices it, opaque kernels included; without schedule positions,
-``overlap_cycles_c / clock_hz``); the sync class hides behind nothing (O = 0); exposed time =
-``max(0, T - O)``. (A sync collective inside an async window thus costs its own transfer, not
-the window's overlap; the two classes' bytes are not added, which under-states a shared link by
-at most the sync class's time.)
+Phases: the evidence's phases ``(phase, count)`` chain collectives whose windows intersect. Each
+is priced as classes (``PhaseKey``, ``phase_classes``) whose collectives are in flight together,
+so their link bytes add up: its sync (blocking) collectives; and its async ones in parts, each
+part the async collective whose done comes first plus every other one started before that done
+(all in flight at that moment), repeated on the rest (a chain of windows, e.g. a windowed
+einsum's permutes, is not priced as one transfer hidden behind its shortest window). A phase
+class's time is its most loaded link's bytes over that link's one-way bandwidth. Overlap: an
+async part hides behind ``O = min_c W_c`` seconds of compute, ``W_c`` the compute scheduled
+inside c's window (``formulation.op_time.window_seconds``: every op priced as Q2's compute
+prices it, opaque kernels included; without schedule positions, ``overlap_cycles_c /
+clock_hz``); a sync class hides behind nothing (O = 0); exposed time = ``max(0, T - O)``. (A sync collective inside an async window thus costs its own transfer, not
+the window's overlap; classes' bytes are not added, which under-states a link they share.)
 
 Latency: a phase also waits ``L = hop_latency x`` the longest critical path of its collectives
 (``latency_hops``: steps x the longest step route); Q2 adds it (``PhaseLoad.exposed_latency_s``).
@@ -71,9 +73,40 @@ class PlacementError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PhaseKey:
+    """One phase class: the evidence's (phase, count), its sync collectives or one part of its
+    async ones (``phase_classes``)."""
     phase: int
     count: int
     sync: bool = False     # the phase's blocking collectives (priced apart from its async ones)
+    part: int = 0          # which set of its async collectives in flight at one moment
+
+
+def phase_classes(collectives: Sequence[Collective]) -> dict[PhaseKey, list[Collective]]:
+    """The phase classes (module docstring, Phases): per evidence phase (phase, count), its sync
+    collectives, and its async ones split by their schedule windows: the async collective whose
+    done comes first, with every other one started before that done (all in flight at that
+    moment), is a part; repeat on the rest. Without schedule positions, one part."""
+    by_phase: dict[tuple[int, int], list[Collective]] = {}
+    for c in collectives:
+        by_phase.setdefault((int(c.phase), int(c.count)), []).append(c)
+    out: dict[PhaseKey, list[Collective]] = {}
+    for (ph, n), cs in by_phase.items():
+        sync = [c for c in cs if not c.is_async]
+        if sync:
+            out[PhaseKey(ph, n, True)] = sync
+        left = sorted((c for c in cs if c.is_async),
+                      key=lambda c: (int(c.done_index), int(c.start_index), c.name))
+        if left and not any(c.start_index or c.done_index for c in left):
+            out[PhaseKey(ph, n, False)] = left
+            continue
+        part = 0
+        while left:
+            d = int(left[0].done_index)
+            members = [left[0]] + [c for c in left[1:] if int(c.start_index) < d]
+            out[PhaseKey(ph, n, False, part)] = members
+            part += 1
+            left = [c for c in left[1:] if int(c.start_index) >= d]
+    return out
 
 
 def check_placement(placement: Sequence[int], network: Network, n_ranks: int) -> np.ndarray:
@@ -261,13 +294,13 @@ class TrafficModel:
             raise PlacementError(f"evidence has {self.n_ranks} logical ranks but the network "
                                  f"{network.name or network.shape} has {network.num_devices} "
                                  "devices: price evidence compiled for this target")
-        groups: dict[PhaseKey, list[Collective]] = {}
         for c in evidence.collectives:
             if base_kind(c.kind) not in (
                     RING_KINDS + ("all-to-all", "collective-permute")):
                 raise ValueError(f"collective {c.name}: unknown kind {c.kind!r}")
-            groups.setdefault(PhaseKey(int(c.phase), int(c.count), not c.is_async), []).append(c)
-        self.phases: list[PhaseKey] = sorted(groups, key=lambda k: (k.phase, k.count, k.sync))
+        groups = phase_classes(evidence.collectives)
+        self.phases: list[PhaseKey] = sorted(groups, key=lambda k: (k.phase, k.count, k.sync,
+                                                                    k.part))
         self.phase_collectives = [groups[k] for k in self.phases]
         clock = float(evidence.clock_hz or 0.0)
         window = window_seconds(evidence, network) if clock > 0 else {}

@@ -591,9 +591,7 @@ def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hin
         limit = left / (len(todo) - i)
         key = tm.phases[p]
         sub_ev = dataclasses.replace(
-            evidence, collectives=[c for c in evidence.collectives
-                                   if (int(c.phase), int(c.count), not c.is_async)
-                                   == (key.phase, key.count, key.sync)])
+            evidence, collectives=list(tm.phase_collectives[p]))
         _, sub_vars = estimated_variables(sub_ev, network, "auto")
         if sub_vars * BUILD_S_PER_VARIABLE + MIN_SOLVE_S > left:
             rows.append({"phase": key.phase, "skipped": f"~{sub_vars:,} variables: no time to "

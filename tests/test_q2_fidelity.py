@@ -176,3 +176,36 @@ def test_placement_certificate_on_split_phase_classes():
     q = predict_step(ev, res.placement, net)
     assert c.objective == pytest.approx(q.communication_s, rel=1e-6)
     assert len(q.phases) == 2 and sorted(p.overlap_s > 0 for p in q.phases) == [False, True]
+
+
+def test_a_chain_of_windows_is_priced_in_parts():
+    """One evidence phase chains three async all-gathers: a small one A with a short window, C
+    bridging it to a large one B whose window holds 5 ms of compute. The classes in flight
+    together are {A, C} and {B}: B stays hidden behind its own window instead of A's (as one
+    class it was exposed in full), and Q2 meets the simulator."""
+    from aoizora.extract.evidence import ComputeOp
+    from aoizora.extract.targets import get_target
+    from aoizora.formulation.traffic import phase_classes
+
+    net = Network.from_target(get_target("v5e-8"))
+    g = [list(range(8))]
+    A = Collective("A", "all-gather", "bf16", V // 64, g, is_async=True, start_index=1,
+                   done_index=4)
+    C = Collective("C", "all-gather", "bf16", V // 64, g, is_async=True, start_index=3,
+                   done_index=8)
+    B = Collective("B", "all-gather", "bf16", V, g, is_async=True, start_index=6, done_index=20)
+    comp = [ComputeOp("a", "fusion", 0.01e-3 * CLOCK, index=2),
+            ComputeOp("c", "fusion", 0.05e-3 * CLOCK, index=5),
+            ComputeOp("b", "fusion", 5e-3 * CLOCK, index=10)]
+    ev = Evidence(target="v5e:2x4", mesh_axes={"x": 8}, collectives=[A, C, B], compute=comp,
+                  clock_hz=CLOCK)
+    parts = phase_classes(ev.collectives)
+    assert sorted(sorted(c.name for c in cs) for cs in parts.values()) == [["A", "C"], ["B"]]
+    order = list(range(8))
+    q = predict_step(ev, order, net)
+    b_alone = predict_step(Evidence(target="v5e:2x4", mesh_axes={"x": 8}, collectives=[
+        Collective("B", "all-gather", "bf16", V, g)], compute=[], clock_hz=CLOCK), order, net)
+    assert b_alone.communication_s < 5e-3                      # B fits in its window
+    assert q.communication_s < 0.2 * b_alone.communication_s   # and is not charged
+    s = Simulator("v5e-8").run(ev, order)
+    assert q.step_s == pytest.approx(s.step_s, rel=0.01)
