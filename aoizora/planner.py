@@ -167,7 +167,7 @@ def _link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
     L = network.num_links
     tot = np.zeros(L)
     counts = {}
-    for ph in q2.phases:     # a phase's async and sync classes share its count (one loop body)
+    for ph in q2.phases:     # the classes of one phase share its count (one loop body)
         counts[ph.phase] = max(counts.get(ph.phase, 0), ph.count)
     for phase, loads in q2.link_loads.items():
         n = max(counts.get(int(phase), 1), 1)

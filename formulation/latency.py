@@ -24,11 +24,11 @@ Phases ``p`` are the phase classes of ``formulation.traffic.phase_classes``: per
 ``(phase, count)``, its sync (blocking) collectives, and its async ones in parts that are in
 flight together. Collectives in flight together share links, so their bytes add per link
 before the max; a sync collective inside an async window blocks for its own transfer only, it
-does not cancel the window's overlap; an async part hides behind its own shortest window. ``communication_s`` is the link-load term the
-placement solvers optimize (and certify); ``latency_s`` is the per-hop latency on top of it (about
-1 us per hop: it separates placements whose link loads tie, which the solvers' hop tie-break
-also prefers). ``link_time_s`` is the communication before overlap; ``hops`` the flow hops (the
-CP-SAT model's last tie-break).
+does not cancel the window's overlap; an async part hides behind its own shortest window.
+``communication_s`` is the link-load term the placement solvers optimize (and certify);
+``latency_s`` is the per-hop latency on top of it (about 1 us per hop: it separates placements
+whose link loads tie, which the solvers' hop tie-break also prefers). ``link_time_s`` is the
+communication before overlap; ``hops`` the flow hops (the CP-SAT model's last tie-break).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Data (``formulation.traffic`` defines the flows; the names below are the code's):
   ranks r = 0..R-1, chips c = 0..C-1 (one device per chip), directed links l, undirected links u;
-  phases p = ``TrafficModel.phases``: the evidence's (phase, count) classes, each split into its
-  async and its sync collectives (``traffic.PhaseKey``), with count_p and overlap O_p (0 for a
-  sync class; ``traffic.TrafficModel.overlap_s``); groups g = the
+  phases p = ``TrafficModel.phases``: the phase classes (``traffic.phase_classes``: per evidence
+  (phase, count), its sync collectives and its async ones in parts in flight together), with
+  count_p and overlap O_p (0 for a sync class; ``traffic.TrafficModel.overlap_s``); groups g = the
   distinct rank sets of the replica groups, k_g = |g|. Every collective c on a group g moves
   ``coef_c x unit_c(S)[l]`` bytes over link l when g sits on the chip set S
   (``traffic.class_coefficient`` x ``traffic.unit_loads``: rings / lines / scattered tours,

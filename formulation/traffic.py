@@ -37,8 +37,9 @@ class's time is its most loaded link's bytes over that link's one-way bandwidth.
 async part hides behind ``O = min_c W_c`` seconds of compute, ``W_c`` the compute scheduled
 inside c's window (``formulation.op_time.window_seconds``: every op priced as Q2's compute
 prices it, opaque kernels included; without schedule positions, ``overlap_cycles_c /
-clock_hz``); a sync class hides behind nothing (O = 0); exposed time = ``max(0, T - O)``. (A sync collective inside an async window thus costs its own transfer, not
-the window's overlap; classes' bytes are not added, which under-states a link they share.)
+clock_hz``); a sync class hides behind nothing (O = 0); exposed time = ``max(0, T - O)``.
+(A sync collective inside an async window thus costs its own transfer, not the window's
+overlap; classes' bytes are not added, which under-states a link they share.)
 
 Latency: a phase also waits ``L = hop_latency x`` the longest critical path of its collectives
 (``latency_hops``: steps x the longest step route); Q2 adds it (``PhaseLoad.exposed_latency_s``).
