@@ -38,10 +38,10 @@ One iteration:
      removed against the ILP's assumptions (``corrections`` in the ILP is ready; mapping HLO
      collectives back onto ILP groups needs finer provenance than the shared layer code gives).
   4. Stop when an iteration brings no new layout (the plan repeats), after ``max_iterations``, or
-     when the time budget cannot fit another compile. Keep the best plan by Q2. When its
-     placement is not proven, the time left anneals it twice, from the CP-SAT's answer and
-     from a heuristic's usual starts (each up to ``placement_time_s``; the least Q2 step is
-     kept).
+     when the time budget cannot fit another compile. Keep the best plan by Q2. Unless its
+     placement is proven on every level (link load, link bytes, hops), the time left anneals
+     it twice, from the placement kept and from a heuristic's usual starts (each up to
+     ``placement_time_s``; the least Q2 step is kept).
 
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``). When the
@@ -667,15 +667,17 @@ def _place(cand: Candidate, got, tgt: Target, network: Network, deadline: float,
 
 def _anneal_best(best: Candidate, network: Network, deadline: float, placement_time_s: float,
                  seed: int, progress: Progress) -> None:
-    """With the time left after the last compile: when the best candidate's placement is not
-    proven, anneal twice (CP-SAT can stall above what swaps reach: Wan 14B on v5e-16), each for
-    up to ``placement_time_s`` and half the time left: from the CP-SAT's answer, and from the
+    """With the time left after the last compile: unless the best candidate's placement is
+    proven on every level CP-SAT optimizes (``_levels_proven``), anneal twice, each for up to
+    ``placement_time_s`` and half the time left: from the placement kept so far, and from the
     starts a placement heuristic would take (the default order and every axis-order placement,
     ``solvers.placement_heuristics.annealing``'s usual starts); keep the least Q2 step among the
-    answer and both (``choose_by_step``)."""
+    answer and both (``choose_by_step``). CP-SAT can stall above what swaps reach (Wan 14B on
+    v5e-16), and a proof of the link-load level alone leaves the placements that tie on it
+    unranked by the per-hop latency Q2 adds (Wan 14B 480p-41f on v5e-16: 4.3 ms of Q2 apart)."""
     left = deadline - time.perf_counter() - 1.0
     cert = best.placement_cert
-    if cert is None or cert.status == "OPTIMAL" or left < 0.5 or best.evidence is None:
+    if cert is None or _levels_proven(cert) or left < 0.5 or best.evidence is None:
         return
     ev = best.evidence
     heuristic_starts = [list(best.default_order or range(ev.num_devices))]
@@ -702,6 +704,15 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     progress.note(f"placement not proven: annealing for {spent:.1f} s ({len(found)} runs), Q2 "
                   f"{res.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
     best.placement, best.placement_cert, best.q2 = res.placement, res.certificate, res.q2
+
+
+def _levels_proven(cert: Certificate) -> bool:
+    """The placement is proven optimal on each level of CP-SAT's lexicographic objective (link
+    load, link bytes, flow hops: ``solvers.placement.solve_placement``), not only the first."""
+    levels = (cert.detail or {}).get("levels") or {}
+    return cert.status == "OPTIMAL" and all(
+        (levels.get(name) or {}).get("status") == "OPTIMAL"
+        for name in ("comm", "link_bytes", "hops"))
 
 
 def _named_words(fn, args, words: list[str]) -> list[str]:

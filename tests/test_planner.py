@@ -289,6 +289,45 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     assert c.objective == pytest.approx(p.predicted["communication_s"])
 
 
+@pytest.mark.parametrize("levels,anneals", [
+    ({"comm": "OPTIMAL", "link_bytes": "skipped: no time left"}, True),
+    ({"comm": "OPTIMAL", "link_bytes": "OPTIMAL", "hops": "OPTIMAL"}, False)])
+def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypatch, levels,
+                                                                 anneals):
+    """A proof of the link-load level leaves the placements tying on it unranked by Q2's
+    per-hop latency: the time left anneals them unless every level (link load, link bytes,
+    hops) is proven."""
+    import aoizora.planner as planner
+    from aoizora.formulation.latency import predict_step
+    from aoizora.solvers.placement import PlacementResult
+
+    _, _, fn, args, _ = small
+
+    seen = {}
+
+    def proven(ev, network, time_limit_s, seed, workers, hint):
+        q2 = predict_step(ev, hint, network)
+        seen["q2"] = q2.step_s
+        cert = planner.Certificate("CP-SAT", "OPTIMAL", q2.communication_s, q2.communication_s,
+                                   0.1, detail={"levels": {k: {"status": v}
+                                                           for k, v in levels.items()}})
+        return PlacementResult(list(hint), cert, q2, [])
+
+    calls = []
+    real_annealing = planner.annealing
+
+    def annealing(*a, **kw):
+        calls.append(1)
+        return real_annealing(*a, **kw)
+
+    monkeypatch.setattr(planner, "solve_placement", proven)
+    monkeypatch.setattr(planner, "annealing", annealing)
+    p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[{"x": 2, "y": 4}],
+                     max_iterations=1, verify=False, placement_time_s=1.0)
+    assert len(calls) == (2 if anneals else 0)
+    assert p.predicted["step_s"] <= seen["q2"] + 1e-12
+
+
 def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path, monkeypatch):
     """The plan records what its loop learned (collective costs of the measured mesh, attention
     scales); the next plan's first ILP starts from exactly that, and says so."""
