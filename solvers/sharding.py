@@ -169,16 +169,18 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
        all-replicated and from the cheapest strategy per group, no random restarts, for at most
        INCUMBENT_SHARE of the budget (0.03-0.08 s on the largest benchmark instance). Kept only if
        it satisfies every row of the model (``_rows_hold``: forbidden and K-best cuts included).
-    2. The solver on the time left. CBC runs as a process on a file (``_run_cbc``): writing the
-       MPS file, CBC's file read and its root LP cannot be cut, and together cost ~4.3 us per
-       nonzero here (1.1 s on the 2x2x4 instance of benchmarks/sharding_vs_heuristics.py, which
-       CBC solves in 1.4-2.4 s in all). With at least CBC_COMFORT x CBC_MIN_S_PER_NONZERO x
-       nonzeros left, CBC runs as before. With less, HiGHS (when installed) first solves the LP
-       relaxation in process, without presolve (0.4-0.8 s there, build included): its value is a
-       lower bound, and when its solution is integral in every strategy variable it is a layout
-       proven optimal by that bound (on all three benchmark instances it is) and CBC is not
-       needed; else its rounding (each group's largest value) is a candidate if it keeps the rows,
-       and CBC runs on what is left if that is at least CBC_MIN_S_PER_NONZERO x nonzeros.
+    2. The solvers on the time left. HiGHS (when installed) first solves the LP relaxation in
+       process, without presolve (0.4-0.8 s on the 2x2x4 instance of
+       benchmarks/sharding_vs_heuristics.py, build included; 0.7 s on Wan 14B's 2x4x2): its
+       value is a lower bound, and when its solution is integral in every strategy variable it
+       is a layout proven optimal by that bound (on all three benchmark instances it is) and CBC
+       is not needed; else its rounding (each group's largest value) is a candidate if it keeps
+       the rows (on Wan 14B 480p-21f, v5e-16, mesh 2x4x2, within 0.4% of the bound, where CBC
+       needs over 14 s). Then CBC, as a process on a file (``_run_cbc``), on what is left if
+       that is at least CBC_MIN_S_PER_NONZERO x nonzeros: writing the MPS file, CBC's file read
+       and its root LP cannot be cut, and together cost ~4.3 us per nonzero here (1.1 s on the
+       2x2x4 instance, which CBC solves in 1.4-2.4 s in all). A budget under CBC_COMFORT x that
+       minimum is noted as short.
        ``solver="highs"``: the MIP in process on the time left. A CBC still running at the
        deadline is killed (its answer lost; the incumbent and the LP bound remain).
     3. The answer: the solver's if it is proven optimal, else the best of the solver's, the LP
@@ -226,9 +228,11 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
     lp_need = HIGHS_LP_MIN_S_PER_NONZERO * nnz
     left = deadline - time.perf_counter()
     proven = None                      # the candidate a solver proved optimal
-    if solver == "cbc" and left < CBC_COMFORT * cbc_need:
-        stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the {cbc_need:.3f} s "
-                                  f"CBC needs before it can stop ({nnz} nonzeros)")
+    if solver == "cbc":
+        if left < CBC_COMFORT * cbc_need:
+            stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the "
+                                      f"{cbc_need:.3f} s CBC needs before it can stop "
+                                      f"({nnz} nonzeros)")
         if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
             stages["lp_skipped"] = "HiGHS (highspy) is not installed"
         elif left < lp_need:

@@ -92,6 +92,7 @@ def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkey
 
     monkeypatch.setattr(sharding, "_run_cbc", cut_cbc)
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 0.0)
+    monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 1e3)   # CBC's answer alone
     r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0)
     c = r.certificate
     assert c.status == "FEASIBLE" and c.detail["answer_from"] == "incumbent"
