@@ -687,7 +687,7 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     except Exception:  # noqa: BLE001 -- a mesh the axis orders cannot map: the default order alone
         pass
     each = min(placement_time_s, left / 2)
-    runs = [("annealing from the CP-SAT's answer", [best.placement]),
+    runs = [("annealing from the placement kept", [best.placement]),
             ("annealing from the heuristic starts", heuristic_starts)]
     found, names, spent = [], [], 0.0
     for name, starts in runs:
@@ -701,7 +701,8 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     res = PlacementResult(list(best.placement), cert, best.q2, [])
     res = choose_by_step(ev, network, res, found, names=names,
                          time_limit_s=max(0.2, min(2.0, deadline - time.perf_counter())))
-    progress.note(f"placement not proven: annealing for {spent:.1f} s ({len(found)} runs), Q2 "
+    progress.note(f"placement not proven on every level: annealing for {spent:.1f} s "
+                  f"({len(found)} runs), Q2 "
                   f"{res.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
     best.placement, best.placement_cert, best.q2 = res.placement, res.certificate, res.q2
 
