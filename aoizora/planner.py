@@ -90,8 +90,8 @@ from aoizora.seed_refinement import RefinementError, refine_seed
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.placement import PlacementResult, axis_order_placements, solve_placement
-from aoizora.solvers.placement_heuristics import annealing
+from aoizora.solvers.placement import PlacementResult, solve_placement
+from aoizora.solvers.placement_heuristics import annealing, annealing_starts
 from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
 
@@ -680,12 +680,8 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     if cert is None or _levels_proven(cert) or left < 0.5 or best.evidence is None:
         return
     ev = best.evidence
-    heuristic_starts = [list(best.default_order or range(ev.num_devices))]
-    try:
-        heuristic_starts += [list(p) for p in axis_order_placements(
-            network, list(ev.mesh_axes.values()), deadline=time.perf_counter() + 1.0)]
-    except Exception:  # noqa: BLE001 -- a mesh the axis orders cannot map: the default order alone
-        pass
+    heuristic_starts = annealing_starts(network, list(ev.mesh_axes.values()),
+                                        best.default_order or range(ev.num_devices))
     each = min(placement_time_s, left / 2)
     runs = [("annealing from the placement kept", [best.placement]),
             ("annealing from the heuristic starts", heuristic_starts)]

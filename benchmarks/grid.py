@@ -306,13 +306,8 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                 if hname in ("random", "axis_orders"):
                     kw["default"] = best.default_order
                 if hname == "annealing":
-                    try:
-                        starts = [best.default_order] + [
-                            list(p) for p in PH.axis_order_placements(
-                                network, list(ev.mesh_axes.values()))]
-                    except PH.HeuristicError:
-                        starts = [best.default_order]
-                    kw["starts"] = starts
+                    kw["starts"] = PH.annealing_starts(network, list(ev.mesh_axes.values()),
+                                                       best.default_order)
                 try:
                     r = fn(ev, network, **kw)
                 except PH.HeuristicError as e:

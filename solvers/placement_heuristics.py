@@ -237,6 +237,19 @@ def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.
 
 
 # ---------------------------------------------------------------------------------------------
+def annealing_starts(network: Network, mesh_shape: Sequence[int],
+                     default: Sequence[int]) -> list[list[int]]:
+    """The starts the annealing search takes as a heuristic: ``default`` (JAX's device order),
+    then every physical axis-order placement of the mesh (none where they do not apply: several
+    devices per chip)."""
+    starts = [[int(v) for v in default]]
+    try:
+        starts += [[int(v) for v in p] for p in axis_order_placements(network, list(mesh_shape))]
+    except ValueError:
+        pass
+    return starts
+
+
 def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, seed: int = 0,
               starts: Sequence[Sequence[int]] | None = None, t_start: float = 0.05,
               t_end: float = 1e-4, max_evaluations: int | None = None,
