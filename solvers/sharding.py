@@ -2,8 +2,8 @@
 
 ``solve_sharding(ir, target, mesh_axes)`` builds the strategies
 (``aoizora.formulation.strategies``) and the PuLP model (``aoizora.formulation.sharding_ilp``),
-solves it with CBC (default; one thread, fixed seed, time limit) or HiGHS (``solver="highs"``,
-when highspy is installed), and returns a ``ShardingResult``: the Layout, a Certificate (status,
+solves it with HiGHS (default, in process) or CBC (``solver="cbc"``, a process on a file; one
+thread, fixed seed, time limit either way), and returns a ``ShardingResult``: the Layout, a Certificate (status,
 objective, best bound and gap as the solver reported them: CBC's log, HiGHS's ``mip_dual_bound``),
 the chosen strategies in words, the ILP's size, and -- with ``k_best > 1`` -- the next best
 distinct solutions (each found after a no-good cut on the previous ones). With
@@ -14,12 +14,16 @@ cuts: the K best then differ in the decision the placement-oblivious model price
 (how much of a ring's traffic hides behind compute), not in the layout of one small op.
 
 ``time_limit_s`` is a wall-clock budget for the whole solve, after the build (``build_s``,
-reported apart): ``solve_model`` starts from a coordinate-descent incumbent, runs CBC with a hard
-deadline -- or, when the budget is too short for CBC's MPS file and root LP, HiGHS's LP
-relaxation in process first -- and returns the better answer, marked not proven unless a solver's
-bound proves it. The solver runs themselves (CBC or HiGHS on a PuLP model within a deadline:
-``run_solver``, ``_run_cbc``, ``_run_highs``, ``available_solvers`` and the measured cost
-constants) live in ``aoizora.solvers.mip_run`` and are re-exported here.
+reported apart): ``solve_model`` starts from a coordinate-descent incumbent, solves HiGHS's LP
+relaxation (an integral solution is proven optimal by its own value), then the MIP on the time
+left (HiGHS, or CBC with a hard deadline), and returns the best answer, marked not proven unless
+a solver's bound proves it. HiGHS is the default since, on the Wan 2.1 14B instances, CBC
+often did not finish in the planner's share where HiGHS proved the optimum (14B 720p-41f, v5e-8,
+mesh 2x4: HiGHS 1.1 s OPTIMAL; CBC FEASIBLE after 20 s, 2.0% above it; 14B 480p-21f, v5e-16,
+2x4x2: HiGHS 7.0 s, CBC 18.5 s); on Wan 2.1 1.3B the LP relaxation is integral and proves the
+optimum before either MIP runs. The solver runs themselves (CBC or HiGHS on a PuLP model
+within a deadline: ``run_solver``, ``_run_cbc``, ``_run_highs``, ``available_solvers`` and the
+measured cost constants) live in ``aoizora.solvers.mip_run`` and are re-exported here.
 
 When no layout fits in HBM it raises ``MemoryBudgetError`` saying how much is missing: the
 smallest per-device peak over all layouts (a second ILP that minimises it) against the budget.
@@ -158,7 +162,7 @@ def _integral_choice(model: ILPModel) -> dict[str, int] | None:
     return chosen(model)
 
 
-def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
+def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
                 time_limit_s: float = 30.0, seed: int = 0, threads: int = 1,
                 corrections: dict[str, Any] | None = None, incumbent: bool = True
                 ) -> dict[str, Any]:
@@ -176,13 +180,15 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
        is a layout proven optimal by that bound (on all three benchmark instances it is) and CBC
        is not needed; else its rounding (each group's largest value) is a candidate if it keeps
        the rows (on Wan 14B 480p-21f, v5e-16, mesh 2x4x2, within 0.4% of the bound, where CBC
-       needs over 14 s). Then CBC, as a process on a file (``_run_cbc``), on what is left if
-       that is at least CBC_MIN_S_PER_NONZERO x nonzeros: writing the MPS file, CBC's file read
-       and its root LP cannot be cut, and together cost ~4.3 us per nonzero here (1.1 s on the
-       2x2x4 instance, which CBC solves in 1.4-2.4 s in all). A budget under CBC_COMFORT x that
-       minimum is noted as short.
-       ``solver="highs"``: the MIP in process on the time left. A CBC still running at the
-       deadline is killed (its answer lost; the incumbent and the LP bound remain).
+       needs over 14 s). Then the MIP on what is left: ``solver="highs"`` (default) HiGHS in
+       process with its time limit (``_run_highs``; skipped when less than
+       HIGHS_LP_MIN_S_PER_NONZERO x nonzeros is left, about what building its model takes);
+       ``solver="cbc"`` CBC as a process on a file (``_run_cbc``) if at least
+       CBC_MIN_S_PER_NONZERO x nonzeros is left: writing the MPS file, CBC's file read and its
+       root LP cannot be cut, and together cost ~4.3 us per nonzero here (1.1 s on the 2x2x4
+       instance, which CBC solves in 1.4-2.4 s in all); a budget under CBC_COMFORT x that
+       minimum is noted as short. A CBC still running at the deadline is killed (its answer
+       lost; the incumbent and the LP bound remain).
     3. The answer: the solver's if it is proven optimal, else the best of the solver's, the LP
        rounding and the incumbent (ties go to the solver's). The bound is the best of the
        solvers' lower bounds. Status OPTIMAL when the solver proved it or the answer's objective
@@ -228,40 +234,42 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
     lp_need = HIGHS_LP_MIN_S_PER_NONZERO * nnz
     left = deadline - time.perf_counter()
     proven = None                      # the candidate a solver proved optimal
-    if solver == "cbc":
-        if left < CBC_COMFORT * cbc_need:
-            stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the "
-                                      f"{cbc_need:.3f} s CBC needs before it can stop "
-                                      f"({nnz} nonzeros)")
-        if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
-            stages["lp_skipped"] = "HiGHS (highspy) is not installed"
-        elif left < lp_need:
-            stages["lp_skipped"] = f"{left:.3f} s left, the LP relaxation needs about {lp_need:.3f} s"
-        else:
-            t = time.perf_counter()
-            r = _run_highs(prob, deadline, seed, threads, mip=False)
-            stages["lp_relaxation_s"] = round(time.perf_counter() - t, 4)
-            stages["lp_relaxation"] = r["detail"]
-            names.append(r["solver"])
-            if r["status"] == "INFEASIBLE":
-                infeasible = True
-            elif r["status"] == "OPTIMAL":
-                bounds.append(r["bound"])
-                ch = _integral_choice(model)
-                stages["lp_integral"] = ch is not None
-                if ch is None:
-                    ch = chosen(model)       # rounding: each group's largest value
-                if _rows_hold(model, ch):
-                    obj = evaluate(graph, ch, corrections)["total_s"] * TIME_SCALE
-                    cands.append((obj, 1, "lp-relaxation", ch))
-                    if stages["lp_integral"] and obj - r["bound"] <= PROOF_REL_TOL * max(abs(obj), 1.0):
-                        proven = cands[-1]
-        left = deadline - time.perf_counter()
-        run_mip = proven is None and not infeasible and left >= cbc_need
-        if proven is None and not infeasible and not run_mip:
-            stages["cbc_skipped"] = f"{left:.3f} s left, CBC needs about {cbc_need:.3f} s before it can stop"
+    if solver == "cbc" and left < CBC_COMFORT * cbc_need:
+        stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the "
+                                  f"{cbc_need:.3f} s CBC needs before it can stop "
+                                  f"({nnz} nonzeros)")
+    if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
+        if solver == "highs":
+            raise ShardingSolveError("HiGHS is not available: pip install highspy (or use "
+                                     "solver='cbc')")
+        stages["lp_skipped"] = "HiGHS (highspy) is not installed"
+    elif left < lp_need:
+        stages["lp_skipped"] = f"{left:.3f} s left, the LP relaxation needs about {lp_need:.3f} s"
     else:
-        run_mip = True
+        t = time.perf_counter()
+        r = _run_highs(prob, deadline, seed, threads, mip=False)
+        stages["lp_relaxation_s"] = round(time.perf_counter() - t, 4)
+        stages["lp_relaxation"] = r["detail"]
+        names.append(r["solver"])
+        if r["status"] == "INFEASIBLE":
+            infeasible = True
+        elif r["status"] == "OPTIMAL":
+            bounds.append(r["bound"])
+            ch = _integral_choice(model)
+            stages["lp_integral"] = ch is not None
+            if ch is None:
+                ch = chosen(model)       # rounding: each group's largest value
+            if _rows_hold(model, ch):
+                obj = evaluate(graph, ch, corrections)["total_s"] * TIME_SCALE
+                cands.append((obj, 1, "lp-relaxation", ch))
+                if stages["lp_integral"] and obj - r["bound"] <= PROOF_REL_TOL * max(abs(obj), 1.0):
+                    proven = cands[-1]
+    left = deadline - time.perf_counter()
+    mip_need = cbc_need if solver == "cbc" else lp_need
+    run_mip = proven is None and not infeasible and left >= mip_need
+    if proven is None and not infeasible and not run_mip:
+        stages[f"{solver}_skipped"] = (f"{left:.3f} s left, {'CBC' if solver == 'cbc' else 'HiGHS'}"
+                                       f" needs about {mip_need:.3f} s before it can stop")
     r = None
     if run_mip:
         t = time.perf_counter()
@@ -309,6 +317,8 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "cbc",
                        + (" (skipped)" if "lp_skipped" in stages else ""))
         if "cbc_skipped" in stages:
             why.append("CBC skipped (too little time left for its file and root LP)")
+        if "highs_skipped" in stages:
+            why.append("the HiGHS MIP skipped (too little time left to build and start it)")
         if r is not None and r["status"] != "OPTIMAL":
             why.append(f"{r['solver']} stopped at the budget ({r['status']}"
                        + (", killed" if "killed" in r["detail"] else "") + ")")
@@ -419,7 +429,7 @@ def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], tim
                    for g, k in choice.items() if graph.groups[g].kind == "attention"})
 
 
-def min_peak_bytes(ir, graph: StrategyGraph, *, solver: str = "cbc", time_limit_s: float = 30.0,
+def min_peak_bytes(ir, graph: StrategyGraph, *, solver: str = "highs", time_limit_s: float = 30.0,
                    seed: int = 0, threads: int = 1, small_bytes: float = 0.0
                    ) -> tuple[float | None, str]:
     """The smallest per-device peak (bytes) over all layouts, under the ILP's memory model, and
@@ -456,7 +466,7 @@ def build_problem(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCost
 
 
 def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCosts | None = None,
-                   solver: str = "cbc", time_limit_s: float = 30.0, k_best: int = 1,
+                   solver: str = "highs", time_limit_s: float = 30.0, k_best: int = 1,
                    hbm_bytes: float | None = None, corrections: dict[str, Any] | None = None,
                    forbidden: list[dict[str, str]] | None = None, seed: int = 0, threads: int = 1,
                    options: Options | None = None, hardware: Hardware | None = None,
@@ -475,9 +485,9 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     compiled programs (``aoizora.formulation.attention_calibration``).
 
     time_limit_s: the wall-clock budget, seconds, of the whole solve: the best layout
-    (``solve_model``: a coordinate-descent incumbent, then CBC -- or, when too little time is
-    left for CBC's file and root LP, HiGHS on the LP relaxation -- or HiGHS; the better answer,
-    with an honest certificate) and the k_best - 1 alternatives, which get what the best left
+    (``solve_model``: a coordinate-descent incumbent, HiGHS's LP relaxation, then the MIP on the
+    time left -- HiGHS by default, or CBC; the best answer, with an honest certificate) and the
+    k_best - 1 alternatives, which get what the best left
     (when it runs out they are dropped and the best's certificate says so in
     ``detail["k_best_note"]``). The budget starts once strategies and model are built: the build
     is reported apart as ``ShardingResult.build_s`` and not counted. What can pass the budget:

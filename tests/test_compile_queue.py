@@ -96,9 +96,10 @@ def test_no_first_compile_past_the_deadline_and_other_exceptions_propagate():
 def test_close_skips_what_has_not_started():
     t0 = time.perf_counter()
     q = CompileQueue(t0 + 60, t0, (Boom,))
-    gate = threading.Event()
-    first = q.submit(lambda: (gate.wait(5), _ev())[1])
+    gate, started = threading.Event(), threading.Event()
+    first = q.submit(lambda: (started.set(), gate.wait(5), _ev())[2])
     rest = [q.submit(_ev) for _ in range(3)]
+    assert started.wait(5)      # close() after the first has started (else it is cancelled too)
     threading.Timer(0.1, gate.set).start()
     q.close()
     assert isinstance(first.result(), Compiled)

@@ -26,7 +26,7 @@ MESH = {"x": 2, "y": 2}
 @pytest.fixture(scope="module")
 def optimum(mlp_ir, v5e4):
     """The proven optimum (seconds) at a generous limit, where CBC runs as before."""
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0, solver="cbc")
     assert r.certificate.status == "OPTIMAL"
     assert r.certificate.detail["answer_from"] == "solver"
     return r
@@ -34,7 +34,7 @@ def optimum(mlp_ir, v5e4):
 
 @pytest.fixture()
 def no_solver(monkeypatch):
-    """As if the budget left no time for CBC nor for the LP relaxation."""
+    """As if the budget left no time for a MIP solver nor for the LP relaxation."""
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 1e3)
     monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 1e3)
 
@@ -45,7 +45,7 @@ def test_no_time_for_the_solver_gives_the_incumbent_not_proven(mlp_ir, v5e4, opt
     assert c.status == "FEASIBLE" and not c.proven_optimal
     assert c.bound is None and c.gap is None
     assert c.detail["answer_from"] == "incumbent"
-    assert "cbc_skipped" in c.detail and "lp_skipped" in c.detail and "not proven" in c.detail["note"]
+    assert "highs_skipped" in c.detail and "lp_skipped" in c.detail and "not proven" in c.detail["note"]
     assert c.time_s > 0 and c.time_limit_s == 2.0
     # the incumbent is the descent's answer (two deterministic starts), priced as the ILP prices it
     inst = build_instance(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET)
@@ -63,7 +63,7 @@ def test_no_time_for_the_solver_gives_the_incumbent_not_proven(mlp_ir, v5e4, opt
 def test_lp_relaxation_when_cbc_does_not_fit(mlp_ir, v5e4, optimum, monkeypatch):
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 1e3)
     monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 0.0)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0, solver="cbc")
     c = r.certificate
     assert "LP relaxation" in c.solver and "cbc_skipped" in c.detail
     assert c.bound is not None and c.bound <= c.objective * (1 + 1e-9)
@@ -75,7 +75,7 @@ def test_lp_relaxation_when_cbc_does_not_fit(mlp_ir, v5e4, optimum, monkeypatch)
     else:
         assert c.status == "FEASIBLE" and "not proven" in c.detail["note"]
     assert r.best.peak_bytes <= BUDGET
-    r2 = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0)
+    r2 = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0, solver="cbc")
     assert r2.best.choice == r.best.choice and r2.certificate.bound == c.bound
 
 
@@ -93,7 +93,7 @@ def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkey
     monkeypatch.setattr(sharding, "_run_cbc", cut_cbc)
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 0.0)
     monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 1e3)   # CBC's answer alone
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0, solver="cbc")
     c = r.certificate
     assert c.status == "FEASIBLE" and c.detail["answer_from"] == "incumbent"
     assert c.objective == pytest.approx(inc / TIME_SCALE, rel=1e-12)
@@ -108,7 +108,7 @@ def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkey
                 "solver": "PuLP/CBC", "detail": {}}
 
     monkeypatch.setattr(sharding, "_run_cbc", tight_cbc)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0, solver="cbc")
     assert r.certificate.status == "OPTIMAL" and r.certificate.detail["answer_from"] == "incumbent"
     assert r.certificate.bound == r.certificate.objective
 
@@ -156,8 +156,47 @@ def test_short_budget_lp_first_then_cbc(mlp_ir, v5e4, optimum, monkeypatch):
     nnz = sharding._nonzeros(inst.model.prob)
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 10.0 / nnz / 1.5)   # CBC "needs" 6.7 s
     monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 0.0)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0, solver="cbc")
     c = r.certificate
     assert "short_budget" in c.detail and c.detail["lp_integral"] is False
     assert c.status == "OPTIMAL" and c.detail["answer_from"] == "solver"
     assert c.objective == pytest.approx(optimum.certificate.objective, rel=1e-9)
+
+
+@pytest.mark.skipif("highs" not in available_solvers(), reason="highspy not installed")
+def test_default_lp_first_then_highs_mip(mlp_ir, v5e4, optimum):
+    """The default path: the LP relaxation (fractional on this instance), then HiGHS's MIP on the
+    time left proves the same optimum as CBC; the LP's value is a bound below it."""
+    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0)
+    c = r.certificate
+    assert c.detail["lp_integral"] is False and "lp_relaxation_s" in c.detail
+    assert c.status == "OPTIMAL" and c.detail["answer_from"] == "solver"
+    assert "HiGHS" in c.solver and "CBC" not in c.solver
+    assert c.objective == pytest.approx(optimum.certificate.objective, rel=1e-9)
+    r2 = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0)
+    assert r2.best.choice == r.best.choice
+
+
+@pytest.mark.skipif("highs" not in available_solvers(), reason="highspy not installed")
+def test_cut_highs_keeps_the_better_of_lp_rounding_and_incumbent(mlp_ir, v5e4, optimum,
+                                                                   monkeypatch):
+    """HiGHS's MIP stopped by its time limit with a worse layout and a weak bound: the answer is
+    the best of the LP rounding and the incumbent, with the LP's bound (the stronger), not
+    proven unless that bound meets it."""
+    real = sharding._run_highs
+    weak = optimum.certificate.objective * TIME_SCALE * 0.1
+
+    def cut_mip(prob, deadline, seed, threads, mip=True):
+        if not mip:
+            return real(prob, deadline, seed, threads, mip=False)
+        return {"status": "FEASIBLE", "objective": 1e30, "bound": weak,
+                "solver": "PuLP/HiGHS", "detail": {"highs_status": "Time limit reached"}}
+
+    monkeypatch.setattr(sharding, "_run_highs", cut_mip)
+    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0)
+    c = r.certificate
+    assert c.detail["answer_from"] in ("lp-relaxation", "incumbent")
+    assert c.objective >= optimum.certificate.objective * (1 - 1e-9)
+    assert optimum.certificate.objective * 0.1 < c.bound <= optimum.certificate.objective * (1 + 1e-9)
+    if c.status != "OPTIMAL":
+        assert "stopped at the budget" in c.detail["note"] and "not proven" in c.detail["note"]
