@@ -2,7 +2,7 @@
 
 A compile (``realize`` + libtpu's ahead-of-time compile) is the slowest step of the loop and
 runs mostly in XLA's native code, while the planner's other steps run elsewhere: the sharding
-ILPs in a CBC process, the placement CP-SAT in OR-Tools' native code. So the planner queues
+ILPs in HiGHS's native code (or a CBC process), the placement CP-SAT in OR-Tools' native code. So the planner queues
 compiles here and goes on: the seed layouts compile while the first iteration's ILPs solve,
 and each layout compiles while the one before it is placed and priced.
 
@@ -13,7 +13,7 @@ and each layout compiles while the one before it is placed and priced.
   that something will be priced), a compile starts only when ``expected_compile_s`` still fits
   before the deadline; the ones that do not come back as ``Skipped``.
 - ``expected_compile_s`` is the longest a compile took *alone*: its wall-clock, with the part
-  that ran while the planner said the cores were ``contended`` (the ILPs: a CBC process and
+  that ran while the planner said the cores were ``contended`` (the ILPs: the MIP solver and
   PuLP's model building) counted at half, the share of two cores the compile had then. Neither
   raw wall-clock nor CPU time would do on this 2-core machine: beside the ILPs a compile of Wan
   2.1 1.3B for v5e-16 took 16.5 / 23.7 / 19.7 s (21 / 41 / 81 frames) against 9.0 / 13.1 /
