@@ -2,7 +2,7 @@
 
 ``run_solver(prob, solver, time_limit_s, seed, threads)`` solves a PuLP problem (minimisation)
 within `time_limit_s` seconds of wall clock, counted from the call: for CBC writing the MPS file,
-the CBC process and reading its solution; for HiGHS building its model and the solve. It returns
+the CBC process and reading its solution; for HiGHS the same (its MIP), or its model build and the solve (the LP relaxation). It returns
 {status, objective, bound (model units, from the solver: CBC's log "Lower bound", HiGHS's
 mip_dual_bound), time_s (wall clock), solver, detail}. CBC and HiGHS are seeded (``seed``) and
 run on ``threads`` threads; ``available_solvers()`` says which of the two PuLP can run.
@@ -11,15 +11,17 @@ CBC (``_run_cbc``) runs as a process on a file (PuLP's MPS writer, the CBC binar
 solution reader): CBC's -sec is the time left after the MPS file is written, less the reading
 back (and CBC_STOP_S, CBC's own stop after -sec, writing its solution file); if CBC is still
 running when only the reading back is left (its file read and root LP cannot be cut), the process
-is killed and the answer is UNKNOWN (detail ``killed``). HiGHS (``_run_highs``) runs in process:
-PuLP's model builder, then HiGHS with time_limit = the time left after the build, less the reading
-back; ``mip=False`` solves the LP relaxation, without presolve, whose objective is then a lower
-bound ("bound"; "objective" is None). The reading back is an estimate: READBACK_S plus
+is killed and the answer is UNKNOWN (detail ``killed``). HiGHS's MIP (``_run_highs``,
+``_run_highs_process``) runs the same way, as a process on an MPS file (``highs_worker.py``),
+killed when only the reading back is left: HiGHS does not check its time limit inside every step
+of its MIP presolve. Its LP relaxation (``mip=False``, no presolve) runs in process: PuLP's model
+builder, then HiGHS with time_limit = the time left after the build, less the reading back; its
+objective is then a lower bound ("bound"; "objective" is None). The reading back is an estimate: READBACK_S plus
 READBACK_S_PER_COLUMN per model column (0.07 s measured for 62890 columns); CBC's -sec and
 HiGHS's time_limit are never below MIN_CBC_SEC.
 
-What may pass the limit: the MPS write or HiGHS build themselves (they are not cut), and the
-reading back after a kill.
+What may pass the limit: the MPS write or the LP relaxation's HiGHS build themselves (they are
+not cut), and the reading back after a kill.
 
 CBC_MIN_S_PER_NONZERO and HIGHS_LP_MIN_S_PER_NONZERO are the measured costs, per nonzero of the
 model, of what a CBC run and HiGHS's LP relaxation cannot cut (see the comment at their
@@ -33,9 +35,11 @@ names.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -189,14 +193,16 @@ def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> 
 
 def _run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *, mip: bool = True
                ) -> dict[str, Any]:
-    """HiGHS in process on `prob` (PuLP's model builder, then HiGHS with time_limit = the time
-    left after the build, less the reading back). mip=False solves the LP relaxation, without
-    presolve (0.07 s instead of 0.38 s on the 2x2x4 instance); its objective is then a lower
-    bound ("bound"), "objective" is None."""
+    """HiGHS on `prob`. mip=True: the MIP in a process of its own (``_run_highs_process``), killed
+    at the deadline. mip=False: the LP relaxation in process (PuLP's model builder, then HiGHS
+    with time_limit = the time left after the build, less the reading back), without presolve
+    (0.07 s instead of 0.38 s on the 2x2x4 instance); its objective is then a lower bound
+    ("bound"), "objective" is None."""
     if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
         raise ShardingSolveError("HiGHS is not available: pip install highspy (or use solver='cbc')")
-    opts = {"random_seed": seed} if mip else {"random_seed": seed, "presolve": "off"}
-    cmd = pulp.HiGHS(msg=False, mip=mip, threads=threads, **opts)
+    if mip:
+        return _run_highs_process(prob, deadline, seed, threads)
+    cmd = pulp.HiGHS(msg=False, mip=False, threads=threads, random_seed=seed, presolve="off")
     was_none, dummy = prob.fixObjective()
     try:
         with _quiet_stdout():   # highspy prints its banner before pulp turns its output off
@@ -215,29 +221,86 @@ def _run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *
     h = prob.solverModel
     info = h.getInfo()
     ms = h.modelStatusToString(h.getModelStatus())
-    offset = _objective_offset(prob)
-    name = f"PuLP {pulp.__version__}/HiGHS {h.version()}" + ("" if mip else " LP relaxation")
+    name = f"PuLP {pulp.__version__}/HiGHS {h.version()} LP relaxation"
     detail: dict[str, Any] = {"highs_status": ms, "highs_build_s": round(build_s, 4),
                               "highs_time_limit_s": round(limit, 4)}
-    if not mip:
-        if ms == "Optimal":
-            return {"status": "OPTIMAL", "objective": None,
-                    "bound": info.objective_function_value + offset, "solver": name, "detail": detail}
-        st = "INFEASIBLE" if ms == "Infeasible" else "UNKNOWN"
-        return {"status": st, "objective": None, "bound": None, "solver": name, "detail": detail}
-    have = prob.sol_status in (1, 2)
-    obj = pulp.value(prob.objective) if have else None
-    bound = info.mip_dual_bound + offset if abs(info.mip_dual_bound) < 1e30 else None
     if ms == "Optimal":
+        return {"status": "OPTIMAL", "objective": None,
+                "bound": info.objective_function_value + _objective_offset(prob), "solver": name,
+                "detail": detail}
+    st = "INFEASIBLE" if ms == "Infeasible" else "UNKNOWN"
+    return {"status": st, "objective": None, "bound": None, "solver": name, "detail": detail}
+
+
+def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads: int
+                       ) -> dict[str, Any]:
+    """HiGHS's MIP on `prob` as a process on an MPS file (``highs_worker.py``), so that the run
+    ends by `deadline` whatever HiGHS does: the worker gets the deadline less the reading back,
+    and sets HiGHS's time_limit to what is left of it once it has read the file (less its own
+    stop); a worker still running when only the reading back is left is killed, and the answer
+    is UNKNOWN (detail ``killed``).
+    HiGHS does not check its time limit inside every step of its MIP presolve (on Wan 2.1 14B
+    480p-81f, v5e-16, mesh 2x2x4, a restart's presolve ran for minutes past a 20 s limit)."""
+    name = f"PuLP {pulp.__version__}/HiGHS"
+    detail: dict[str, Any] = {}
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "highs_worker.py")
+    was_none, dummy = prob.fixObjective()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            mps, out = os.path.join(d, "model.mps"), os.path.join(d, "result.json")
+            t = time.perf_counter()
+            vs, vnames, _, _ = prob.writeMPS(mps, rename=1)
+            detail["mps_write_s"] = round(time.perf_counter() - t, 4)
+            readback = READBACK_S + READBACK_S_PER_COLUMN * len(vs)
+            # the worker's deadline on the wall clock: it sets HiGHS's limit once the file is read
+            stop_at = time.time() + (deadline - time.perf_counter() - readback)
+            detail["highs_time_left_s"] = round(deadline - time.perf_counter() - readback, 4)
+            t = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, worker, mps, out, f"{stop_at:.4f}", str(seed),
+                                     str(threads)], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                _, err = proc.communicate(timeout=max(0.0, deadline - time.perf_counter() - readback))
+                killed = False
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                killed = True
+            detail["highs_process_s"] = round(time.perf_counter() - t, 4)
+            if killed or proc.returncode != 0 or not os.path.exists(out):
+                if killed:
+                    detail["killed"] = ("HiGHS was still running when the wall-clock budget ran "
+                                        "out (past its own time limit); process killed")
+                else:
+                    tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:]
+                    detail["error"] = (f"the HiGHS worker exited with code {proc.returncode}"
+                                       + (f": {tail[0]}" if tail else ""))
+                return {"status": "UNKNOWN", "objective": None, "bound": None, "solver": name,
+                        "detail": detail}
+            with open(out) as f:
+                res = json.load(f)
+    finally:
+        prob.restoreObjective(was_none, dummy)
+    name = f"PuLP {pulp.__version__}/HiGHS {res['version']}"
+    ms = res["highs_status"]
+    detail.update({"highs_status": ms, "mip_gap": res["mip_gap"],
+                   "mip_node_count": res["mip_node_count"]})
+    obj = None
+    if res["values"]:
+        by_new = res["values"]
+        prob.assignVarsVals({v.name: by_new.get(vnames[v.name], 0.0) for v in vs})
+        obj = pulp.value(prob.objective)
+    offset = _objective_offset(prob)    # the MPS file leaves the objective's constant out
+    bound = res["dual_bound"] + offset if res["dual_bound"] is not None else None
+    if ms == "Optimal" and obj is not None:
         st, bound = "OPTIMAL", obj
     elif ms == "Infeasible":
-        st = "INFEASIBLE"
-    elif have:
+        st, bound = "INFEASIBLE", None
+    elif obj is not None:
         st = "FEASIBLE"
     else:
         st = "UNKNOWN"
-    detail.update({"mip_gap": info.mip_gap, "mip_node_count": info.mip_node_count})
-    if bound is None:
+    if bound is None and st != "INFEASIBLE":
         detail["bound_note"] = "HiGHS reported no finite dual bound for this stop"
     return {"status": st, "objective": obj, "bound": bound, "solver": name, "detail": detail}
 

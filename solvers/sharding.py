@@ -2,8 +2,8 @@
 
 ``solve_sharding(ir, target, mesh_axes)`` builds the strategies
 (``aoizora.formulation.strategies``) and the PuLP model (``aoizora.formulation.sharding_ilp``),
-solves it with HiGHS (default, in process) or CBC (``solver="cbc"``, a process on a file; one
-thread, fixed seed, time limit either way), and returns a ``ShardingResult``: the Layout, a Certificate (status,
+solves it with HiGHS (default) or CBC (``solver="cbc"``), each as a process on an MPS file that
+is killed at the deadline (one thread, fixed seed, time limit), and returns a ``ShardingResult``: the Layout, a Certificate (status,
 objective, best bound and gap as the solver reported them: CBC's log, HiGHS's ``mip_dual_bound``),
 the chosen strategies in words, the ILP's size, and -- with ``k_best > 1`` -- the next best
 distinct solutions (each found after a no-good cut on the previous ones). With
@@ -180,15 +180,15 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
        is a layout proven optimal by that bound (on all three benchmark instances it is) and CBC
        is not needed; else its rounding (each group's largest value) is a candidate if it keeps
        the rows (on Wan 14B 480p-21f, v5e-16, mesh 2x4x2, within 0.4% of the bound, where CBC
-       needs over 14 s). Then the MIP on what is left: ``solver="highs"`` (default) HiGHS in
-       process with its time limit (``_run_highs``; skipped when less than
-       HIGHS_LP_MIN_S_PER_NONZERO x nonzeros is left, about what building its model takes);
-       ``solver="cbc"`` CBC as a process on a file (``_run_cbc``) if at least
-       CBC_MIN_S_PER_NONZERO x nonzeros is left: writing the MPS file, CBC's file read and its
-       root LP cannot be cut, and together cost ~4.3 us per nonzero here (1.1 s on the 2x2x4
-       instance, which CBC solves in 1.4-2.4 s in all); a budget under CBC_COMFORT x that
-       minimum is noted as short. A CBC still running at the deadline is killed (its answer
-       lost; the incumbent and the LP bound remain).
+       needs over 14 s). Then the MIP on what is left, as a process on an MPS file:
+       ``solver="highs"`` (default) HiGHS (``_run_highs``, ``highs_worker.py``), or
+       ``solver="cbc"`` CBC (``_run_cbc``), if at least CBC_MIN_S_PER_NONZERO x nonzeros is
+       left: writing the MPS file, the solver's file read and its root LP cannot be cut, and
+       together cost ~4.3 us per nonzero here with CBC (1.1 s on the 2x2x4 instance, which CBC
+       solves in 1.4-2.4 s in all); a budget under CBC_COMFORT x that minimum is noted as
+       short. A solver still running at the deadline is killed (its answer lost; the incumbent
+       and the LP bound remain): HiGHS does not check its time limit inside every step of its
+       MIP presolve.
     3. The answer: the solver's if it is proven optimal, else the best of the solver's, the LP
        rounding and the incumbent (ties go to the solver's). The bound is the best of the
        solvers' lower bounds. Status OPTIMAL when the solver proved it or the answer's objective
@@ -234,9 +234,9 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
     lp_need = HIGHS_LP_MIN_S_PER_NONZERO * nnz
     left = deadline - time.perf_counter()
     proven = None                      # the candidate a solver proved optimal
-    if solver == "cbc" and left < CBC_COMFORT * cbc_need:
+    if left < CBC_COMFORT * cbc_need:
         stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the "
-                                  f"{cbc_need:.3f} s CBC needs before it can stop "
+                                  f"{cbc_need:.3f} s the MIP solver needs before it can stop "
                                   f"({nnz} nonzeros)")
     if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
         if solver == "highs":
@@ -265,7 +265,7 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
                 if stages["lp_integral"] and obj - r["bound"] <= PROOF_REL_TOL * max(abs(obj), 1.0):
                     proven = cands[-1]
     left = deadline - time.perf_counter()
-    mip_need = cbc_need if solver == "cbc" else lp_need
+    mip_need = cbc_need                # both MIPs run as a process on an MPS file
     run_mip = proven is None and not infeasible and left >= mip_need
     if proven is None and not infeasible and not run_mip:
         stages[f"{solver}_skipped"] = (f"{left:.3f} s left, {'CBC' if solver == 'cbc' else 'HiGHS'}"
@@ -318,7 +318,7 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
         if "cbc_skipped" in stages:
             why.append("CBC skipped (too little time left for its file and root LP)")
         if "highs_skipped" in stages:
-            why.append("the HiGHS MIP skipped (too little time left to build and start it)")
+            why.append("HiGHS skipped (too little time left for its file and root LP)")
         if r is not None and r["status"] != "OPTIMAL":
             why.append(f"{r['solver']} stopped at the budget ({r['status']}"
                        + (", killed" if "killed" in r["detail"] else "") + ")")

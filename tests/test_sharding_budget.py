@@ -120,6 +120,18 @@ def test_cbc_killed_at_the_deadline(mlp_ir, v5e4):
     assert r["status"] == "UNKNOWN" and r["objective"] is None and "killed" in r["detail"]
 
 
+@pytest.mark.skipif("highs" not in available_solvers(), reason="highspy not installed")
+def test_highs_mip_process_killed_at_the_deadline(mlp_ir, v5e4):
+    """HiGHS's MIP runs as a process: one still running at the deadline is killed (no answer,
+    UNKNOWN, said so), as CBC's is; with time, it proves the optimum."""
+    inst = build_instance(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET)
+    r = sharding._run_highs(inst.model.prob, time.perf_counter(), 0, 1)
+    assert r["status"] == "UNKNOWN" and r["objective"] is None and "killed" in r["detail"]
+    r = sharding._run_highs(inst.model.prob, time.perf_counter() + 30.0, 0, 1)
+    assert r["status"] == "OPTIMAL" and r["bound"] == r["objective"]
+    assert "highs_process_s" in r["detail"] and "killed" not in r["detail"]
+
+
 def test_incumbent_that_breaks_a_forbidden_combination_is_not_returned(mlp_ir, v5e4, no_solver):
     r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=2.0)
     inst = build_instance(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET)
