@@ -18,10 +18,11 @@ reported apart): ``solve_model`` starts from a coordinate-descent incumbent, sol
 relaxation (an integral solution is proven optimal by its own value), then the MIP on the time
 left (HiGHS, or CBC with a hard deadline), and returns the best answer, marked not proven unless
 a solver's bound proves it. HiGHS is the default since, on the Wan 2.1 14B instances, CBC
-often did not finish in the planner's share where HiGHS proved the optimum (14B 720p-41f, v5e-8,
-mesh 2x4: HiGHS 1.1 s OPTIMAL; CBC FEASIBLE after 20 s, 2.0% above it; 14B 480p-21f, v5e-16,
-2x4x2: HiGHS 7.0 s, CBC 18.5 s); on Wan 2.1 1.3B the LP relaxation is integral and proves the
-optimum before either MIP runs. The solver runs themselves (CBC or HiGHS on a PuLP model
+often did not finish in the planner's share (20 s per mesh) where HiGHS proved the optimum
+(``benchmarks/results/sharding_solvers.md``: 14B 720p-41f, v5e-8: CBC proved 1 of 4 meshes,
+HiGHS 3, e.g. mesh 2x4 in 9.6 s where CBC's answer was 2.0% above it; 14B 480p-21f, v5e-16,
+mesh 2x2x4: neither proved, CBC's answer 13% above HiGHS's); on Wan 2.1 1.3B the LP relaxation
+is integral and proves the optimum before either MIP runs. The solver runs themselves (CBC or HiGHS on a PuLP model
 within a deadline: ``run_solver``, ``_run_cbc``, ``_run_highs``, ``available_solvers`` and the
 measured cost constants) live in ``aoizora.solvers.mip_run`` and are re-exported here.
 
