@@ -1,11 +1,12 @@
 """Run a PuLP MIP within a wall-clock deadline, with CBC or HiGHS.
 
 ``run_solver(prob, solver, time_limit_s, seed, threads)`` solves a PuLP problem (minimisation)
-within `time_limit_s` seconds of wall clock, counted from the call: for CBC writing the MPS file,
-the CBC process and reading its solution; for HiGHS the same (its MIP), or its model build and the solve (the LP relaxation). It returns
-{status, objective, bound (model units, from the solver: CBC's log "Lower bound", HiGHS's
-mip_dual_bound), time_s (wall clock), solver, detail}. CBC and HiGHS are seeded (``seed``) and
-run on ``threads`` threads; ``available_solvers()`` says which of the two PuLP can run.
+within `time_limit_s` seconds of wall clock, counted from the call: for CBC writing the MPS
+file, the CBC process and reading its solution; for HiGHS the same (its MIP), or its model build
+and the solve (the LP relaxation). It returns {status, objective, bound (model units, from the
+solver: CBC's log "Lower bound", HiGHS's mip_dual_bound), time_s (wall clock), solver, detail}.
+CBC and HiGHS are seeded (``seed``) and run on ``threads`` threads; ``available_solvers()`` says
+which of the two PuLP can run.
 
 CBC (``_run_cbc``) runs as a process on a file (PuLP's MPS writer, the CBC binary, PuLP's
 solution reader): CBC's -sec is the time left after the MPS file is written, less the reading
@@ -14,11 +15,11 @@ running when only the reading back is left (its file read and root LP cannot be 
 is killed and the answer is UNKNOWN (detail ``killed``). HiGHS's MIP (``_run_highs``,
 ``_run_highs_process``) runs the same way, as a process on an MPS file (``highs_worker.py``),
 killed when only the reading back is left: HiGHS does not check its time limit inside every step
-of its MIP presolve. Its LP relaxation (``mip=False``, no presolve) runs in process: PuLP's model
-builder, then HiGHS with time_limit = the time left after the build, less the reading back; its
-objective is then a lower bound ("bound"; "objective" is None). The reading back is an estimate: READBACK_S plus
-READBACK_S_PER_COLUMN per model column (0.07 s measured for 62890 columns); CBC's -sec and
-HiGHS's time_limit are never below MIN_CBC_SEC.
+of its MIP presolve. Its LP relaxation (``mip=False``, no presolve) runs in process: PuLP's
+model builder, then HiGHS with time_limit = the time left after the build, less the reading
+back; its objective is then a lower bound ("bound"; "objective" is None). The reading back is an
+estimate: READBACK_S plus READBACK_S_PER_COLUMN per model column (0.07 s measured for 62890
+columns); CBC's -sec and HiGHS's time_limit are never below MIN_CBC_SEC.
 
 What may pass the limit: the MPS write or the LP relaxation's HiGHS build themselves (they are
 not cut), and the reading back after a kill.

@@ -3,15 +3,16 @@
 ``solve_sharding(ir, target, mesh_axes)`` builds the strategies
 (``aoizora.formulation.strategies``) and the PuLP model (``aoizora.formulation.sharding_ilp``),
 solves it with HiGHS (default) or CBC (``solver="cbc"``), each as a process on an MPS file that
-is killed at the deadline (one thread, fixed seed, time limit), and returns a ``ShardingResult``: the Layout, a Certificate (status,
-objective, best bound and gap as the solver reported them: CBC's log, HiGHS's ``mip_dual_bound``),
-the chosen strategies in words, the ILP's size, and -- with ``k_best > 1`` -- the next best
-distinct solutions (each found after a no-good cut on the previous ones). With
-``distinct="kv"`` the second solution must also run the keys/values of every attention op that
-offers both ways the other way (gathered / in a ring) than the first (the ``kv-mode`` rows of
-``formulation.sharding_ilp``; skipped when no such solution exists), the rest plain no-good
-cuts: the K best then differ in the decision the placement-oblivious model prices least reliably
-(how much of a ring's traffic hides behind compute), not in the layout of one small op.
+is killed at the deadline (one thread, fixed seed, time limit), and returns a
+``ShardingResult``: the Layout, a Certificate (status, objective, best bound and gap as the
+solver reported them: CBC's log, HiGHS's ``mip_dual_bound``), the chosen strategies in words,
+the ILP's size, and -- with ``k_best > 1`` -- the next best distinct solutions (each found after
+a no-good cut on the previous ones). With ``distinct="kv"`` the second solution must also run
+the keys/values of every attention op that offers both ways the other way (gathered / in a ring)
+than the first (the ``kv-mode`` rows of ``formulation.sharding_ilp``; skipped when no such
+solution exists), the rest plain no-good cuts: the K best then differ in the decision the
+placement-oblivious model prices least reliably (how much of a ring's traffic hides behind
+compute), not in the layout of one small op.
 
 ``time_limit_s`` is a wall-clock budget for the whole solve, after the build (``build_s``,
 reported apart): ``solve_model`` starts from a coordinate-descent incumbent, solves HiGHS's LP
@@ -22,9 +23,10 @@ often did not finish in the planner's share (20 s per mesh) where HiGHS proved t
 (``benchmarks/results/sharding_solvers.md``: 14B 720p-41f, v5e-8: CBC proved 1 of 4 meshes,
 HiGHS 3, e.g. mesh 2x4 in 9.6 s where CBC's answer was 2.0% above it; 14B 480p-21f, v5e-16,
 mesh 2x2x4: neither proved, CBC's answer 13% above HiGHS's); on Wan 2.1 1.3B the LP relaxation
-is integral and proves the optimum before either MIP runs. The solver runs themselves (CBC or HiGHS on a PuLP model
-within a deadline: ``run_solver``, ``_run_cbc``, ``_run_highs``, ``available_solvers`` and the
-measured cost constants) live in ``aoizora.solvers.mip_run`` and are re-exported here.
+is integral and proves the optimum before either MIP runs. The solver runs themselves (CBC or
+HiGHS on a PuLP model within a deadline: ``run_solver``, ``_run_cbc``, ``_run_highs``,
+``available_solvers`` and the measured cost constants) live in ``aoizora.solvers.mip_run`` and
+are re-exported here.
 
 When no layout fits in HBM it raises ``MemoryBudgetError`` saying how much is missing: the
 smallest per-device peak over all layouts (a second ILP that minimises it) against the budget.
