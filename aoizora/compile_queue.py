@@ -2,9 +2,9 @@
 
 A compile (``realize`` + libtpu's ahead-of-time compile) is the slowest step of the loop and
 runs mostly in XLA's native code, while the planner's other steps run elsewhere: the sharding
-ILPs in HiGHS's native code (or a CBC process), the placement CP-SAT in OR-Tools' native code. So the planner queues
-compiles here and goes on: the seed layouts compile while the first iteration's ILPs solve,
-and each layout compiles while the one before it is placed and priced.
+ILPs in a solver process (HiGHS or CBC), the placement CP-SAT in OR-Tools' native code. So the
+planner queues compiles here and goes on: the seed layouts compile while the first iteration's
+ILPs solve, and each layout compiles while the one before it is placed and priced.
 
 - One compile runs at a time (a compile of a large model holds GiBs of host memory); the next is
   the pending one of least ``priority`` (then first submitted). The planner gives each layout

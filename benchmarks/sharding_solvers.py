@@ -32,7 +32,7 @@ from aoizora.builtin import builtin_job
 from aoizora.extract.program_ir import build_ir
 from aoizora.formulation.meshes import candidate_meshes
 from aoizora.solvers.sharding import ShardingSolveError, solve_sharding
-from benchmarks.machine import machine_info
+from benchmarks.machine import git_state, machine_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "results", "sharding_solvers")
@@ -134,7 +134,7 @@ def main(argv=None) -> None:
             raise SystemExit(f"{path} was run at --limit {data.get('limit_s')}; pass --force to "
                              f"re-run at {a.limit}")
     data["machine"] = machine_info()
-    data["commit"] = os.popen("git -C " + HERE + " rev-parse --short HEAD").read().strip()
+    data["commit"] = git_state()["git_commit"][:7]
     done = {r["cell"] for r in data["rows"]}
     for model, res, frames, target in INSTANCES:
         cell = f"{model}_{res}-{frames}f_{target}"

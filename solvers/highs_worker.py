@@ -5,8 +5,8 @@
 Run by path (``aoizora.solvers.mip_run._run_highs_process``), so it imports highspy alone, not
 the aoizora package (which loads JAX). DEADLINE is a ``time.time()`` value: once the model is
 read, HiGHS's time_limit is what is left of it less STOP_S (HiGHS's own overrun of its limit
-and writing the answer). Writes OUT.json: HiGHS's model status, objective, dual
-bound, gap, node count, and the value of every column by its MPS name. HiGHS checks its
+and writing the answer). Writes OUT.json: HiGHS's model status, dual bound, gap, node
+count, and the value of every column by its MPS name (the caller prices the objective). HiGHS checks its
 time_limit between steps, but not inside every step of its MIP presolve: on Wan 2.1 14B
 480p-81f, v5e-16, mesh 2x2x4, a restart's presolve (``HPresolve::strengthenInequalities``) ran
 past a 20 s limit for minutes; in a process of its own such a run can be killed. Restarts are
@@ -38,7 +38,6 @@ def main(argv: list[str]) -> int:
     status = h.modelStatusToString(h.getModelStatus())
     have = info.primal_solution_status == 2          # kSolutionStatusFeasible
     result = {"highs_status": status, "version": h.version(),
-              "objective": info.objective_function_value if have else None,
               "dual_bound": info.mip_dual_bound if abs(info.mip_dual_bound) < 1e30 else None,
               "mip_gap": info.mip_gap, "mip_node_count": info.mip_node_count,
               "values": dict(zip(lp.col_names_, h.getSolution().col_value)) if have else {}}

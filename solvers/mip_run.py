@@ -120,6 +120,17 @@ def _objective_offset(prob: pulp.LpProblem) -> float:
     return float(prob.objective.constant) if prob.objective is not None else 0.0
 
 
+def _run_until(args: list[str], deadline: float, **streams) -> tuple[int, bool]:
+    """Run a solver process until `deadline` (a ``time.perf_counter()`` value); kill it if it is
+    still running then. Returns (return code, killed)."""
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, **streams)
+    try:
+        return proc.wait(timeout=max(0.0, deadline - time.perf_counter())), False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(), True
+
+
 def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> dict[str, Any]:
     """CBC on `prob` (through PuLP's MPS writer, CBC binary and solution reader) so that the run
     ends by `deadline` (a ``time.perf_counter()`` value): CBC's -sec is the time left after the
@@ -150,14 +161,8 @@ def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> 
                 "-printingOptions", "normal", "-solution", sol]
             t = time.perf_counter()
             with open(log, "w") as f:
-                proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                try:
-                    rc = proc.wait(timeout=max(0.0, deadline - time.perf_counter() - readback))
-                    killed = False
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    rc = proc.wait()
-                    killed = True
+                rc, killed = _run_until(args, deadline - readback, stdout=f,
+                                        stderr=subprocess.STDOUT)
             detail["cbc_process_s"] = round(time.perf_counter() - t, 4)
             text = open(log).read() if os.path.exists(log) else ""
             lb, result = _cbc_bound(text)
@@ -248,33 +253,29 @@ def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads
     was_none, dummy = prob.fixObjective()
     try:
         with tempfile.TemporaryDirectory() as d:
-            mps, out = os.path.join(d, "model.mps"), os.path.join(d, "result.json")
+            mps, out, err_path = (os.path.join(d, f) for f in ("model.mps", "result.json",
+                                                                "worker.err"))
             t = time.perf_counter()
             vs, vnames, _, _ = prob.writeMPS(mps, rename=1)
             detail["mps_write_s"] = round(time.perf_counter() - t, 4)
             readback = READBACK_S + READBACK_S_PER_COLUMN * len(vs)
+            left = deadline - time.perf_counter() - readback
+            detail["highs_time_left_s"] = round(left, 4)
             # the worker's deadline on the wall clock: it sets HiGHS's limit once the file is read
-            stop_at = time.time() + (deadline - time.perf_counter() - readback)
-            detail["highs_time_left_s"] = round(deadline - time.perf_counter() - readback, 4)
+            args = [sys.executable, worker, mps, out, f"{time.time() + left:.4f}", str(seed),
+                    str(threads)]
             t = time.perf_counter()
-            proc = subprocess.Popen([sys.executable, worker, mps, out, f"{stop_at:.4f}", str(seed),
-                                     str(threads)], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                _, err = proc.communicate(timeout=max(0.0, deadline - time.perf_counter() - readback))
-                killed = False
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-                killed = True
+            with open(err_path, "w") as f:
+                rc, killed = _run_until(args, deadline - readback, stdout=subprocess.DEVNULL,
+                                        stderr=f)
             detail["highs_process_s"] = round(time.perf_counter() - t, 4)
-            if killed or proc.returncode != 0 or not os.path.exists(out):
+            if killed or rc != 0 or not os.path.exists(out):
                 if killed:
                     detail["killed"] = ("HiGHS was still running when the wall-clock budget ran "
                                         "out (past its own time limit); process killed")
                 else:
-                    tail = (err or b"").decode(errors="replace").strip().splitlines()[-1:]
-                    detail["error"] = (f"the HiGHS worker exited with code {proc.returncode}"
+                    tail = open(err_path, errors="replace").read().strip().splitlines()[-1:]
+                    detail["error"] = (f"the HiGHS worker exited with code {rc}"
                                        + (f": {tail[0]}" if tail else ""))
                 return {"status": "UNKNOWN", "objective": None, "bound": None, "solver": name,
                         "detail": detail}

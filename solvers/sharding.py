@@ -268,11 +268,11 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
                 if stages["lp_integral"] and obj - r["bound"] <= PROOF_REL_TOL * max(abs(obj), 1.0):
                     proven = cands[-1]
     left = deadline - time.perf_counter()
-    mip_need = cbc_need                # both MIPs run as a process on an MPS file
-    run_mip = proven is None and not infeasible and left >= mip_need
+    # both MIPs run as a process on an MPS file: the same minimum (CBC_MIN_S_PER_NONZERO)
+    run_mip = proven is None and not infeasible and left >= cbc_need
     if proven is None and not infeasible and not run_mip:
         stages[f"{solver}_skipped"] = (f"{left:.3f} s left, {'CBC' if solver == 'cbc' else 'HiGHS'}"
-                                       f" needs about {mip_need:.3f} s before it can stop")
+                                       f" needs about {cbc_need:.3f} s before it can stop")
     r = None
     if run_mip:
         t = time.perf_counter()
