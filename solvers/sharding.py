@@ -57,7 +57,8 @@ from aoizora.solvers.mip_run import (CBC_MIN_S_PER_NONZERO, CBC_STOP_S, HIGHS_LP
                                      run_solver)
 
 __all__ = ["ShardingSolveError", "MemoryBudgetError", "ShardingSolution", "ShardingResult",
-           "available_solvers", "run_solver", "solve_model", "to_layout", "min_peak_bytes",
+           "available_solvers", "run_solver", "solve_model", "settle_ties", "tensor_spec",
+           "to_layout", "min_peak_bytes",
            "build_problem", "solve_sharding", "solve_program", "GiB", "INCUMBENT_SHARE",
            "CBC_COMFORT", "INTEGRAL_TOL", "PROOF_REL_TOL", "CBC_MIN_S_PER_NONZERO",
            "HIGHS_LP_MIN_S_PER_NONZERO", "READBACK_S", "READBACK_S_PER_COLUMN", "CBC_STOP_S",
@@ -124,6 +125,7 @@ INCUMBENT_SHARE = 0.1        # of the budget, at most, for the coordinate-descen
 CBC_COMFORT = 2.0            # below this x CBC's minimum: the LP relaxation first (short budget)
 INTEGRAL_TOL = 1e-6          # an LP value this close to 0 or 1 counts as integral
 PROOF_REL_TOL = 1e-9         # objective within this (relative) of a bound: proven optimal
+TIE_REL_TOL = 1e-9           # two Q1 values this close (relative) are a tie (settle_ties)
 
 
 def _nonzeros(prob: pulp.LpProblem) -> int:
@@ -152,6 +154,35 @@ def _rows_hold(model: ILPModel, choice: dict[str, int]) -> bool:
                     c.sense == pulp.LpConstraintEQ and abs(tot) > tol):
                 return False
     return True
+
+
+def settle_ties(graph: StrategyGraph, model: ILPModel, choice: dict[str, int],
+                prefer: dict[str, int], corrections: dict[str, Any] | None = None,
+                rel_tol: float = TIE_REL_TOL) -> tuple[dict[str, int], list[str]]:
+    """(choice, moved groups): among Q1's tied optima, one closer to a preference.
+
+    Q1 often cannot tell layouts apart that the compiler does (a small weight replicated or
+    split: neither moves a byte Q1 prices), and the solver returns whichever tie it meets first.
+    For each group g of ``prefer`` (group id -> strategy index; in sorted order, one pass):
+
+      choice[g] <- prefer[g]   if  Q1(choice with g moved) <= Q1(choice) * (1 + rel_tol)
+                               and every row of the model holds (``_rows_hold``)
+
+    Q1 never rises by more than rel_tol per move, so an optimum stays an optimum (its certificate
+    holds); greedy, so it is the nearest tie reachable one group at a time, not the nearest of all."""
+    cur = dict(choice)
+    q = evaluate(graph, cur, corrections)["total_s"]
+    moved = []
+    for gid in sorted(prefer):
+        k = prefer[gid]
+        if cur.get(gid, k) == k:
+            continue
+        trial = {**cur, gid: k}
+        qt = evaluate(graph, trial, corrections)["total_s"]
+        if qt <= q + rel_tol * abs(q) and _rows_hold(model, trial):
+            cur, q = trial, min(q, qt)
+            moved.append(gid)
+    return cur, moved
 
 
 def _integral_choice(model: ILPModel) -> dict[str, int] | None:
@@ -347,19 +378,24 @@ def _layout_spec(spec) -> tuple:
     return tuple(_axes_entry(a) for a in spec)
 
 
+def tensor_spec(ir, graph: StrategyGraph, choice: dict[str, int], tid: str) -> tuple:
+    """The PartitionSpec entries of tensor ``tid`` under a choice (replicated where no group lays
+    it out); only the choice of the group that lays it out is read."""
+    o = graph.origin.get(tid)
+    if o is None:
+        return tuple(None for _ in ir.tensors[tid].shape)
+    gid, base, tr = o
+    sp = graph.groups[gid].strategies[choice[gid]].specs[base]
+    for x in tr:
+        sp = sp[1:] if x == "drop0" else ((),) + sp
+    return _layout_spec(sp)
+
+
 def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp") -> Layout:
     """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs and hints."""
-    T = ir.tensors
 
     def spec(tid):
-        o = graph.origin.get(tid)
-        if o is None:
-            return tuple(None for _ in T[tid].shape)
-        gid, base, tr = o
-        sp = graph.groups[gid].strategies[choice[gid]].specs[base]
-        for x in tr:
-            sp = sp[1:] if x == "drop0" else ((),) + sp
-        return _layout_spec(sp)
+        return tensor_spec(ir, graph, choice, tid)
 
     node_specs, attention = {}, {}
     for n in ir.nodes:
@@ -474,7 +510,8 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
                    forbidden: list[dict[str, str]] | None = None, seed: int = 0, threads: int = 1,
                    options: Options | None = None, hardware: Hardware | None = None,
                    hbm_reserve: float = 0.1, distinct: str = "any",
-                   attention_scale: dict[str, float] | None = None) -> ShardingResult:
+                   attention_scale: dict[str, float] | None = None,
+                   prefer: dict[str, str] | None = None) -> ShardingResult:
     """Choose the layout of every op of `ir` on the logical mesh `mesh_axes` (see module doc).
 
     target: a Target (for chip numbers and default axis costs) or None with `hardware` and
@@ -485,7 +522,9 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     planner's feedback (``aoizora.formulation.sharding_ilp.build_model``). distinct: "any"
     (the K best differ in at least one op) or "kv" (first in attention kv modes; module doc).
     attention_scale: kv mode -> factor on Q1's attention compute, the planner's feedback from
-    compiled programs (``aoizora.formulation.attention_calibration``).
+    compiled programs (``aoizora.formulation.attention_calibration``). prefer: group id ->
+    strategy name to take among tied optima of the best layout (``settle_ties``; the groups it
+    moved are in its certificate's ``detail["tie_moves"]``).
 
     time_limit_s: the wall-clock budget, seconds, of the whole solve: the best layout
     (``solve_model``: a coordinate-descent incumbent, HiGHS's LP relaxation, then the MIP on the
@@ -539,6 +578,15 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
                                       time_limit_s=time_limit_s, detail=dict(res["detail"]))
         raise err
     first = res["choice"]
+    if prefer:
+        idx = {g: next(k for k, st in enumerate(graph.groups[g].strategies) if st.name == name)
+               for g, name in prefer.items() if g in graph.groups
+               and any(st.name == name for st in graph.groups[g].strategies)}
+        first, moved = settle_ties(graph, model, first, idx, corrections)
+        if moved:
+            q1 = evaluate(graph, first, corrections)["total_s"] * TIME_SCALE
+            res = {**res, "choice": first, "objective": min(res["objective"], q1),
+                   "detail": {**res["detail"], "tie_moves": moved}}
     best = _solution(ir, graph, model, res, first, time_limit_s, seed, threads, corrections, 0)
     alts = []
     prev = [first]

@@ -70,6 +70,71 @@ def test_refinement_keeps_attention_and_rules_and_changes_only_parameters(cfg2):
     assert again.layout == L
 
 
+def test_tied_optima_keep_the_seeds_parameter_layout():
+    """Wan 2.1 1.3B 480p-81f on v6e-8 (real shapes, abstract: nothing is allocated): around
+    cfg2_context's attention Q1 ties the patch embedding's weight split over context (the seed's)
+    and replicated; the refinement takes the seed's, at the same proven Q1."""
+    import aoizora.solvers.sharding as S
+    from aoizora.seed_refinement import seed_strategies
+
+    ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", "v6e-8")
+              if e.name == "cfg2_context")
+    ir = build_ir(ex.fn, *ex.args)
+    tgt = get_target("v6e-8")
+    leaves = jax.tree_util.tree_leaves_with_path(ex.args[0])
+    n = len(leaves)
+    ref = refine_seed(ir, tgt, ex.layout, range(n), time_limit_s=30, seed=0)
+    cert = ref.solution.certificate
+    assert cert.status == "OPTIMAL" and cert.detail["tie_moves"]
+    w = next(i for i, (p, _) in enumerate(leaves) if jax.tree_util.keystr(p) == "['patch_embed']['w']")
+    assert ref.layout.in_specs[w] == ex.layout.in_specs[w] == (None, "context")
+    # the same Q1 as the ILP without the preference, which replicates that weight
+    graph = _graph(ir, ex.layout, tgt)
+    kept, forbidden = attention_pins(graph, ex.layout)
+    plain = S.solve_sharding(ir, tgt, dict(ex.layout.mesh_axes), forbidden=forbidden,
+                             time_limit_s=30, seed=0).best
+    assert plain.layout.in_specs[w] == (None, None)
+    assert cert.objective == pytest.approx(plain.certificate.objective, rel=1e-9)
+    # settled: no preferred group the answer leaves can move there at Q1's optimum
+    prefer = seed_strategies(ir, graph, ex.layout, range(n))
+    idx = {g: next(k for k, st in enumerate(graph.groups[g].strategies) if st.name == name)
+           for g, name in prefer.items()}
+    names = {g: [st.name for st in graph.groups[g].strategies] for g in graph.groups}
+    choice = {g: names[g].index(name) for g, name in ref.solution.choice.items()}
+    _, _, _, model = S.build_problem(ir, tgt, dict(ex.layout.mesh_axes), forbidden=forbidden)
+    again, moved = S.settle_ties(graph, model, choice, idx)
+    assert moved == [] and again == choice
+
+
+def test_settle_ties_moves_only_at_equal_q1(cfg2):
+    """A preference that costs Q1 is not taken; one that does not is."""
+    import aoizora.solvers.sharding as S
+    from aoizora.formulation.sharding_ilp import evaluate
+
+    ex, ir = cfg2
+    tgt = get_target("v5e-8")
+    mesh = dict(ex.layout.mesh_axes)
+    _, _, graph, model = S.build_problem(ir, tgt, mesh)
+    res = S.solve_sharding(ir, tgt, mesh, time_limit_s=30, seed=0).best
+    names = {g: [st.name for st in graph.groups[g].strategies] for g in graph.groups}
+    choice = {g: names[g].index(name) for g, name in res.choice.items()}
+    q = evaluate(graph, choice)["total_s"]
+    worse = {}
+    for g, G in sorted(graph.groups.items()):
+        for k in range(len(G.strategies)):
+            if k == choice[g]:
+                continue
+            d = evaluate(graph, {**choice, g: k})["total_s"] - q
+            if d > 1e-7 * q and not worse:
+                worse[g] = k
+    assert worse
+    got, moved = S.settle_ties(graph, model, choice, worse)
+    assert got == choice and moved == []
+    # an equal-Q1 preference (the solver's own choice) is a no-op, not a move
+    got, moved = S.settle_ties(graph, model, choice, {g: choice[g] for g in worse})
+    assert got == choice and moved == []
+
+
 def test_a_seed_attention_the_ilp_does_not_offer_is_one_clear_error(cfg2):
     ex, ir = cfg2
     odd = dataclasses.replace(ex.layout, attention={"*": AttentionLayout(heads=("nope",))})
