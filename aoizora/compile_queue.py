@@ -11,7 +11,8 @@ ILPs solve, and each layout compiles while the one before it is placed and price
   its place in the pricing order, so the ILP's best, queued after the seeds, compiles next.
 - The time budget is checked when a compile *starts*: once a compiled layout fits in HBM (so
   that something will be priced), a compile starts only when ``expected_compile_s`` still fits
-  before the deadline; the ones that do not come back as ``Skipped``.
+  before the deadline less ``reserve_s`` (what the planner keeps for after its last compile);
+  the ones that do not come back as ``Skipped``.
 - ``expected_compile_s`` is the longest a compile took *alone*: its wall-clock, with the part
   that ran while the planner said the cores were ``contended`` (the ILPs: the MIP solver and
   PuLP's model building) counted at half, the share of two cores the compile had then. Neither
@@ -58,8 +59,9 @@ class CompileQueue:
     ``errors``, whose first line becomes ``Compiled.error``; any other exception propagates to
     ``result()``. Call ``close()`` when done."""
 
-    def __init__(self, deadline: float, t0: float, errors: tuple[type, ...] = ()):
-        self.deadline, self.t0, self.errors = deadline, t0, errors
+    def __init__(self, deadline: float, t0: float, errors: tuple[type, ...] = (),
+                 reserve_s: float = 0.0):
+        self.deadline, self.t0, self.errors, self.reserve_s = deadline, t0, errors, reserve_s
         self.done: list[Compiled] = []  # every compile that ran, in order
         self.fitting = False         # some compiled layout fits in HBM
         self._contended_s = 0.0      # contended seconds up to _since (or up to now, if on)
@@ -119,8 +121,9 @@ class CompileQueue:
         if self._closed:
             return Skipped("the planner stopped")
         expected = self.expected_compile_s
-        if self.fitting and left < 1.2 * expected + 1.0:
-            return Skipped(f"time budget: {left:.1f} s left, a compile takes about "
+        if self.fitting and left - self.reserve_s < 1.2 * expected + 1.0:
+            kept = f" ({self.reserve_s:.1f} s of it kept for after)" if self.reserve_s else ""
+            return Skipped(f"time budget: {left:.1f} s left{kept}, a compile takes about "
                            f"{expected:.1f} s")
         if not self.done and left <= 0:
             return Skipped("the time budget ran out before the first compile", True)

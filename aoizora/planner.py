@@ -40,12 +40,14 @@ One iteration:
   4. Stop when an iteration brings no new layout (the plan repeats), after ``max_iterations``, or
      when the time budget cannot fit another compile. Keep the best plan by Q2. Unless its
      placement is proven on every level (link load, link bytes, hops), the time left anneals
-     it twice, from the placement kept and from a heuristic's usual starts (each up to
-     ``placement_time_s``; the least Q2 step is kept).
+     it twice, from a heuristic's usual starts (for as long as CP-SAT had: the time a
+     heuristic search with the same budget would have) and from the placement kept (up to
+     ``placement_time_s``); the least Q2 step is kept.
 
 The time budget bounds the whole call, compiles included; the next compile starts only when the
-longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``). When the
-budget cannot hold one compile, ``BudgetError``.
+longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``) before the
+deadline less a reserve for that annealing (``ANNEAL_RESERVE`` of the budget, at most
+``placement_time_s``). When the budget cannot hold one compile, ``BudgetError``.
 
 Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
 order above: the seed layouts start while the first iteration's ILPs solve (the ILP's best
@@ -97,6 +99,8 @@ from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, Shardi
 
 
 ILP_SHARE = 0.4   # of the remaining budget, per iteration, for the sharding ILPs
+ANNEAL_RESERVE = 0.1   # of the budget, at most (and at most placement_time_s): no compile starts
+                       # into it, so the final annealing from a heuristic's starts has its time
 
 
 class PlanningError(ValueError):
@@ -240,7 +244,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     iterations: list[dict[str, Any]] = []
     best: Candidate | None = None
     stop_reason = ""
-    queue = CompileQueue(deadline, t0, (CompileError, RealizeError))
+    queue = CompileQueue(deadline, t0, (CompileError, RealizeError),
+                         reserve_s=min(placement_time_s, ANNEAL_RESERVE * float(time_budget_s)))
     seeds = [sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts]
     # the seeds compile (in the background) while the first iteration's ILPs solve
     # (priority = place in the first iteration's pricing order: after the ILP's best)
@@ -668,13 +673,17 @@ def _place(cand: Candidate, got, tgt: Target, network: Network, deadline: float,
 def _anneal_best(best: Candidate, network: Network, deadline: float, placement_time_s: float,
                  seed: int, progress: Progress) -> None:
     """With the time left after the last compile: unless the best candidate's placement is
-    proven on every level CP-SAT optimizes (``_levels_proven``), anneal twice, each for up to
-    ``placement_time_s`` and half the time left: from the placement kept so far, and from the
+    proven on every level CP-SAT optimizes (``_levels_proven``), anneal twice: first from the
     starts a placement heuristic would take (the default order and every axis-order placement,
-    ``solvers.placement_heuristics.annealing``'s usual starts); keep the least Q2 step among the
-    answer and both (``choose_by_step``). CP-SAT can stall above what swaps reach (Wan 14B on
-    v5e-16), and a proof of the link-load level alone leaves the placements that tie on it
-    unranked by the per-hop latency Q2 adds (Wan 14B 480p-41f on v5e-16: 4.3 ms of Q2 apart)."""
+    ``solvers.placement_heuristics.annealing``'s usual starts) for as long as CP-SAT had on it
+    (``time_limit_s`` of its certificate; a heuristic search "with the same budget"), then from
+    the placement kept so far for up to ``placement_time_s``, each within the time left; keep
+    the least Q2 step among the answer and both (``choose_by_step``). CP-SAT can stall above
+    what swaps reach (Wan 14B on v5e-16), and a proof of the link-load level alone leaves the
+    placements that tie on it unranked by the per-hop latency Q2 adds (Wan 14B 480p-41f on
+    v5e-16: 4.3 ms of Q2 apart). The heuristic's run goes first and gets its full time: with
+    12.9 s left for two runs of half each, the grid's annealing baseline (10 s from the same
+    starts) found a placement 0.08% faster by Q2 (Wan 14B 720p-81f, v5e-16)."""
     left = deadline - time.perf_counter() - 1.0
     cert = best.placement_cert
     if cert is None or _levels_proven(cert) or left < 0.5 or best.evidence is None:
@@ -682,14 +691,15 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     ev = best.evidence
     heuristic_starts = annealing_starts(network, list(ev.mesh_axes.values()),
                                         best.default_order or range(ev.num_devices))
-    each = min(placement_time_s, left / 2)
-    runs = [("annealing from the placement kept", [best.placement]),
-            ("annealing from the heuristic starts", heuristic_starts)]
+    runs = [("annealing from the heuristic starts", heuristic_starts,
+             float(cert.time_limit_s or placement_time_s)),
+            ("annealing from the placement kept", [best.placement], placement_time_s)]
     found, names, spent = [], [], 0.0
-    for name, starts in runs:
-        if deadline - time.perf_counter() - 1.0 < 0.5:
+    for name, starts, limit in runs:
+        left = deadline - time.perf_counter() - 1.0
+        if left < 0.5:
             break
-        sa = annealing(ev, network, time_limit_s=each, seed=seed, starts=starts,
+        sa = annealing(ev, network, time_limit_s=min(limit, left), seed=seed, starts=starts,
                        eval_timeout_s=0.5)
         found.append(sa.placement)
         names.append(name)

@@ -64,6 +64,27 @@ def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits():
     assert isinstance(s, Skipped) and "time budget" in s.reason
 
 
+def test_no_compile_starts_into_the_reserve():
+    """The time the planner keeps for after its last compile counts as spent."""
+    t0 = time.perf_counter()
+    q = CompileQueue(t0 + 5.0, t0, (Boom,), reserve_s=4.0)
+
+    def quick():
+        time.sleep(0.2)
+        return _ev()
+
+    first, second = q.submit(quick), q.submit(quick)
+    assert isinstance(first.result(), Compiled)
+    s = second.result()     # ~4.8 s left, 4 s kept: < 1.2 x 0.2 s + 1 s
+    q.close()
+    assert isinstance(s, Skipped) and "4.0 s of it kept for after" in s.reason
+    # without the reserve the same compile starts
+    q = CompileQueue(time.perf_counter() + 5.0, t0, (Boom,))
+    first, second = q.submit(quick), q.submit(quick)
+    assert isinstance(first.result(), Compiled) and isinstance(second.result(), Compiled)
+    q.close()
+
+
 def test_layouts_that_do_not_fit_keep_the_compiles_going_past_the_budget():
     """Until a compiled layout fits in HBM nothing can be priced, so compiles go on."""
     t0 = time.perf_counter()

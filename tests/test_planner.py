@@ -246,9 +246,9 @@ def test_compile_order_takes_each_kv_mode_combination_early():
 
 def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     """When CP-SAT does not prove its answer (here: forced to return JAX's default order,
-    FEASIBLE), the time left after the last compile anneals it twice (from CP-SAT's answer and
-    from a heuristic's starts) and the least Q2 step is kept; the certificate keeps CP-SAT's
-    bound and says where the placement came from."""
+    FEASIBLE), the time left after the last compile anneals it twice (from a heuristic's starts
+    for CP-SAT's own time limit, then from CP-SAT's answer) and the least Q2 step is kept; the
+    certificate keeps CP-SAT's bound and says where the placement came from."""
     import aoizora.planner as planner
     from aoizora.formulation.latency import predict_step
     from aoizora.solvers.placement import PlacementResult
@@ -259,17 +259,19 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     def stalled(ev, network, time_limit_s, seed, workers, hint):
         q2 = predict_step(ev, hint, network)
         seen["q2"] = q2.step_s
-        cert = planner.Certificate("CP-SAT (stalled)", "FEASIBLE", q2.communication_s, 0.0, 0.1)
+        cert = planner.Certificate("CP-SAT (stalled)", "FEASIBLE", q2.communication_s, 0.0, 0.1,
+                                   time_limit_s=1.5)
         return PlacementResult(list(hint), cert, q2, [])
 
     from aoizora.extract.network import default_device_order
     from aoizora.extract.targets import get_target
 
-    seen_starts = []
+    seen_starts, limits = [], []
     real_annealing = planner.annealing
 
     def annealing(ev, network, time_limit_s, seed, starts=None, **kw):
         seen_starts.append([[int(v) for v in st] for st in starts])
+        limits.append(time_limit_s)
         return real_annealing(ev, network, time_limit_s=time_limit_s, seed=seed, starts=starts,
                               **kw)
 
@@ -282,11 +284,13 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     assert p.predicted["step_s"] <= seen["q2"] + 1e-12
     assert choice["start"] in ("certified", "default order") or choice["start"].startswith(
         "annealing from")
-    # two runs: from the answer kept so far, and from a heuristic's starts (the default order first,
-    # then the axis-order placements)
+    # two runs: from a heuristic's starts (the default order first, then the axis-order
+    # placements) for CP-SAT's time limit, as a heuristic with the same budget; then from the
+    # answer kept so far, for placement_time_s
     default = default_device_order(get_target("v5e-8"), {"x": 2, "y": 4})
-    assert len(seen_starts) == 2 and len(seen_starts[0]) == 1      # the kept answer alone
-    assert seen_starts[1][0] == default and len(seen_starts[1]) > 1
+    assert len(seen_starts) == 2 and len(seen_starts[1]) == 1      # the kept answer alone
+    assert seen_starts[0][0] == default and len(seen_starts[0]) > 1
+    assert limits == [1.5, 2.0]
     assert c.bound == 0.0 and c.status == "FEASIBLE"
     assert c.objective == pytest.approx(p.predicted["communication_s"])
 
