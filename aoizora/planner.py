@@ -47,7 +47,8 @@ One iteration:
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``) before the
 deadline less a reserve for that annealing (``ANNEAL_RESERVE`` of the budget, at most
-``placement_time_s``). When the budget cannot hold one compile, ``BudgetError``.
+``placement_time_s``; none while the best placement so far is proven on every level). When the
+budget cannot hold one compile, ``BudgetError``.
 
 Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
 order above: the seed layouts start while the first iteration's ILPs solve (the ILP's best
@@ -303,6 +304,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
     attention_fit: list = []                 # the AttentionSamples it is fitted on
     compute_scale = learned.compute_scale    # factor on non-attention compute (compute_calibration)
     ilp_cache: dict[str, Any] = {}
+    anneal_reserve = queue.reserve_s         # kept while the best placement is not proven
     ilp_seconds: dict[str, float] = {}
     last_best: dict[str, tuple[str, list[str]]] = {}   # mesh -> the ILP's last best layout
     priced: list[Candidate] = []
@@ -448,6 +450,9 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                             f"new best: mesh {_mstr(m)} {sol.layout.name}, Q2 "
                             f"{cand.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
                     best = cand
+                    # the reserve is for annealing the best's placement: none if it is proven
+                    queue.reserve_s = (0.0 if _levels_proven(cand.placement_cert)
+                                       else anneal_reserve)
         # feedback: effective bandwidth per axis from each mesh's best priced candidate
         for m in mesh_list:
             mine = [c for c in this_iter if c.mesh_axes == m and c.q2 is not None

@@ -326,12 +326,23 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
         calls.append(1)
         return real_annealing(*a, **kw)
 
+    queues = []
+
+    class Queue(planner.CompileQueue):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            queues.append((self, self.reserve_s))
+
     monkeypatch.setattr(planner, "solve_placement", proven)
     monkeypatch.setattr(planner, "annealing", annealing)
+    monkeypatch.setattr(planner, "CompileQueue", Queue)
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[{"x": 2, "y": 4}],
                      max_iterations=1, verify=False, placement_time_s=1.0)
     assert len(calls) == (2 if anneals else 0)
     assert p.predicted["step_s"] <= seen["q2"] + 1e-12
+    # compiles do not start into time kept for that annealing, none kept once it is not needed
+    (q, first), = queues
+    assert first == 1.0 and q.reserve_s == (1.0 if anneals else 0.0)
 
 
 def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path, monkeypatch):
