@@ -15,10 +15,12 @@ A PREDICTION of AoiZora's link-load model, not a measurement.
                       schedule positions, overlap_cycles_c / clock_hz)
 
     latency_s       = sum_p count_p * (max(0, T_p + L_p - O_p) - max(0, T_p - O_p))
-    L_p             = hop_latency * max over the collectives and groups of p of their critical
-                      path in hops (ring: m (k-1) steps x the longest step route; a line's
-                      closing step crosses k-1 hops; pair: m x its route; all-to-all: its
-                      longest pair route; permute: its longest route)
+    L_p             = hop_latency * the critical path of p in hops: for an async part the
+                      longest of its collectives' (in flight together), for a sync class the
+                      sum of its collectives' (they block one after another); a collective's:
+                      the longest over its groups (ring: m (k-1) steps x the longest step
+                      route; a line's closing step crosses k-1 hops; pair: m x its route;
+                      all-to-all: its longest pair route; permute: its longest route)
 
 Phases ``p`` are the phase classes of ``formulation.traffic.phase_classes``: per evidence phase
 ``(phase, count)``, its sync (blocking) collectives, and its async ones in parts that are in

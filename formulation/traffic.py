@@ -41,8 +41,11 @@ clock_hz``); a sync class hides behind nothing (O = 0); exposed time = ``max(0, 
 (A sync collective inside an async window thus costs its own transfer, not the window's
 overlap; classes' bytes are not added, which under-states a link they share.)
 
-Latency: a phase also waits ``L = hop_latency x`` the longest critical path of its collectives
-(``latency_hops``: steps x the longest step route); Q2 adds it (``PhaseLoad.exposed_latency_s``).
+Latency: a phase class also waits ``L = hop_latency x`` its critical path (``latency_hops`` of a
+collective: steps x the longest step route): for an async part the longest of its collectives'
+(in flight together), for a sync class the sum of its collectives' (each blocks the stream, so
+they run one after another: e.g. 14 small all-gathers inside one async window of Wan 14B, each
+a ring of 8 that pays 7 hops or more); Q2 adds it (``PhaseLoad.exposed_latency_s``).
 The placement solvers' objective below is the link-load term; flow hops break its ties.
 
 Cost of a placement (``TrafficModel.cost``), lexicographic:
@@ -268,7 +271,7 @@ class PhaseLoad:
     link_s: float                      # T: most loaded link's bytes / its bandwidth (seconds)
     overlap_s: float                   # O: compute it can hide behind (seconds)
     hops: int                          # flow hops, one run
-    latency_s: float = 0.0             # L: hop latency x the longest critical path (seconds)
+    latency_s: float = 0.0             # L: hop latency x the class's critical path (seconds)
 
     @property
     def exposed_s(self) -> float:
@@ -359,20 +362,23 @@ class TrafficModel:
             hops = 0
             crit = 0
             for c, groups in zip(cs, gs):
+                own = 0          # this collective's critical path, hops
                 if base_kind(c.kind) == "collective-permute":
                     f, h = collective_link_bytes(c, chip, self.network)
                     tot += f
                     hops += h
                     pairs = np.array(c.source_target_pairs or [], dtype=np.int64).reshape(-1, 2)
                     if len(pairs):
-                        crit = max(crit, int(self.network.hops[chip[pairs[:, 0]],
-                                                                chip[pairs[:, 1]]].max()))
-                    continue
-                for g in groups:
-                    f, h = self._group_bytes(c, chip[g])
-                    tot += f
-                    hops += h
-                    crit = max(crit, self._group_latency_hops(c, chip[g]))
+                        own = int(self.network.hops[chip[pairs[:, 0]], chip[pairs[:, 1]]].max())
+                else:
+                    for g in groups:
+                        f, h = self._group_bytes(c, chip[g])
+                        tot += f
+                        hops += h
+                        own = max(own, self._group_latency_hops(c, chip[g]))
+                # blocking collectives run one after another: their latencies add up; the
+                # collectives of an async part are in flight together: the longest counts
+                crit = crit + own if key.sync else max(crit, own)
             t = float((tot / self.bandwidth).max()) if len(tot) else 0.0
             out.append(PhaseLoad(key, [c.name for c in cs], tot, t, ov, hops,
                                  crit * self.network.hop_latency_s))

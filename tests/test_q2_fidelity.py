@@ -162,6 +162,24 @@ def test_sync_collective_inside_an_async_window_costs_only_itself():
     assert with_ar.step_s == pytest.approx(s.step_s, rel=0.01)
 
 
+def test_blocking_collectives_in_one_window_pay_their_latencies_in_turn():
+    """Small blocking all-gathers scheduled one after another inside an async window share its
+    phase; each waits for its own ring steps, so their hop latencies add up (Q2 used to count
+    the longest one once: Wan 14B 480p-41f on v5e-16 has 14 such all-gathers per layer)."""
+    small = [Collective(f"ag{i}", "all-gather", "bf16", 2048, [list(range(8))],
+                        start_index=6 + i, done_index=6 + i) for i in range(4)]
+    ev, net = _window_ev(small)
+    assert {c.phase for c in ev.collectives} == {0}
+    for order in (list(range(8)), [0, 3, 5, 6, 1, 2, 4, 7]):
+        q = predict_step(ev, order, net)
+        sync = next(p for p in q.phases if len(p.collectives) == 4)
+        one = predict_step(Evidence(target="v5e:2x4", mesh_axes={"x": 8}, collectives=small[:1],
+                                    compute=[], clock_hz=CLOCK), order, net)
+        assert sync.latency_s == pytest.approx(4 * one.phases[0].latency_s, rel=1e-12)
+        s = Simulator("v5e-8").run(ev, order)
+        assert q.step_s == pytest.approx(s.step_s, rel=0.01)
+
+
 def test_placement_certificate_on_split_phase_classes():
     """The placement CP-SAT prices the sync and async classes of one phase as two terms: it still
     proves its answer, and its objective is Q2's communication_s of that answer."""
