@@ -686,7 +686,8 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     the least Q2 step among the answer and both (``choose_by_step``). CP-SAT can stall above
     what swaps reach (Wan 14B on v5e-16), and a proof of the link-load level alone leaves the
     placements that tie on it unranked by the per-hop latency Q2 adds (Wan 14B 480p-41f on
-    v5e-16: 4.3 ms of Q2 apart). The heuristic's run goes first and gets its full time: with
+    v5e-16: 4.3 ms of Q2 apart). The heuristic's run goes first so that the time left (the
+    loop's reserve, less what the last candidate's placement took of it) goes to it first: with
     12.9 s left for two runs of half each, the grid's annealing baseline (10 s from the same
     starts) found a placement 0.08% faster by Q2 (Wan 14B 720p-81f, v5e-16)."""
     left = deadline - time.perf_counter() - 1.0
