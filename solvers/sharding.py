@@ -579,9 +579,10 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
         raise err
     first = res["choice"]
     if prefer:
-        idx = {g: next(k for k, st in enumerate(graph.groups[g].strategies) if st.name == name)
-               for g, name in prefer.items() if g in graph.groups
-               and any(st.name == name for st in graph.groups[g].strategies)}
+        names = {g: [st.name for st in graph.groups[g].strategies]
+                 for g in prefer if g in graph.groups}
+        idx = {g: names[g].index(name) for g, name in prefer.items()
+               if name in names.get(g, ())}
         first, moved = settle_ties(graph, model, first, idx, corrections)
         if moved:
             q1 = evaluate(graph, first, corrections)["total_s"] * TIME_SCALE
