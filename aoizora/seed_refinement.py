@@ -119,7 +119,8 @@ def refine_seed(ir, target, layout: Layout, param_leaves: Sequence[int], *,
     mesh = dict(layout.mesh_axes)
     costs = default_axis_costs(target, mesh)
     options = Options(compute_scale=compute_scale)
-    graph = build_strategies(ir, costs, Hardware.from_chip(target.chip), options, attention_scale)
+    hardware = Hardware.from_chip(target.chip)
+    graph = build_strategies(ir, costs, hardware, options, attention_scale)
     kept, forbidden = attention_pins(graph, layout)
     if not kept:
         raise RefinementError(f"{layout.name or 'the seed'} lays out no attention the ILP can keep")
@@ -127,7 +128,8 @@ def refine_seed(ir, target, layout: Layout, param_leaves: Sequence[int], *,
     try:
         res = solve_sharding(ir, target, mesh, axis_costs=costs, time_limit_s=time_limit_s,
                              forbidden=forbidden or None, seed=seed,
-                             attention_scale=attention_scale, options=options, prefer=prefer)
+                             attention_scale=attention_scale, options=options, prefer=prefer,
+                             hardware=hardware, graph=graph)
     except ShardingSolveError as e:
         raise RefinementError(str(e).splitlines()[0]) from None
     sol = res.best

@@ -485,9 +485,11 @@ def build_problem(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCost
                   hbm_bytes: float | None = None, hbm_reserve: float = 0.1,
                   corrections: dict[str, Any] | None = None,
                   forbidden: list[dict[str, str]] | None = None,
-                  attention_scale: dict[str, float] | None = None):
+                  attention_scale: dict[str, float] | None = None, graph=None):
     """(hardware, HBM budget in bytes, StrategyGraph, ILPModel) of one sharding instance, with
-    ``solve_sharding``'s defaults; the searches of ``solvers.sharding_heuristics`` share it."""
+    ``solve_sharding``'s defaults; the searches of ``solvers.sharding_heuristics`` share it.
+    ``graph``: the instance's StrategyGraph when the caller built it already (``build_strategies``
+    with the same axis costs, hardware, options and attention scales)."""
     if hardware is None:
         if target is None:
             raise ShardingSolveError("give a target or hardware= to price compute")
@@ -499,7 +501,8 @@ def build_problem(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCost
     if dict(axis_costs.sizes) != {k: int(v) for k, v in mesh_axes.items()}:
         raise ShardingSolveError(f"axis costs are for mesh {axis_costs.sizes}, not {mesh_axes}")
     budget = float(hbm_bytes if hbm_bytes is not None else hardware.hbm_bytes * (1.0 - hbm_reserve))
-    graph = build_strategies(ir, axis_costs, hardware, options, attention_scale)
+    if graph is None:
+        graph = build_strategies(ir, axis_costs, hardware, options, attention_scale)
     model = build_model(ir, graph, budget, corrections=corrections, forbidden=forbidden)
     return hardware, budget, graph, model
 
@@ -511,7 +514,7 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
                    options: Options | None = None, hardware: Hardware | None = None,
                    hbm_reserve: float = 0.1, distinct: str = "any",
                    attention_scale: dict[str, float] | None = None,
-                   prefer: dict[str, str] | None = None) -> ShardingResult:
+                   prefer: dict[str, str] | None = None, graph=None) -> ShardingResult:
     """Choose the layout of every op of `ir` on the logical mesh `mesh_axes` (see module doc).
 
     target: a Target (for chip numbers and default axis costs) or None with `hardware` and
@@ -524,7 +527,8 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     attention_scale: kv mode -> factor on Q1's attention compute, the planner's feedback from
     compiled programs (``aoizora.formulation.attention_calibration``). prefer: group id ->
     strategy name to take among tied optima of the best layout (``settle_ties``; the groups it
-    moved are in its certificate's ``detail["tie_moves"]``).
+    moved are in its certificate's ``detail["tie_moves"]``). graph: the StrategyGraph already
+    built for these inputs (``build_problem``), to skip building it again.
 
     time_limit_s: the wall-clock budget, seconds, of the whole solve: the best layout
     (``solve_model``: a coordinate-descent incumbent, HiGHS's LP relaxation, then the MIP on the
@@ -544,7 +548,7 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     hardware, budget, graph, model = build_problem(
         ir, target, mesh_axes, axis_costs=axis_costs, hardware=hardware, options=options,
         hbm_bytes=hbm_bytes, hbm_reserve=hbm_reserve, corrections=corrections,
-        forbidden=forbidden, attention_scale=attention_scale)
+        forbidden=forbidden, attention_scale=attention_scale, graph=graph)
     build_s = time.perf_counter() - t0
     size = {"groups": len(graph.groups), "strategies": graph.num_strategies(),
             "edges": len(graph.edges), **model.size()}
