@@ -19,7 +19,7 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from benchmarks.grid import Q2_LABEL, RESULTS, SIM_LABEL, TIE_REL
 
@@ -280,6 +280,18 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
 SHORT = (RESULTS.parent / "grid_60s", RESULTS.parent / "grid_60s_warm")
 
 
+def _counted(cells: Sequence[dict], key: Callable[[dict], str]) -> str:
+    """``key`` of each cell's ``machine_start``: the one value, or each with its cell count when
+    the cells ran on different machines or versions."""
+    counts: dict[str, int] = {}
+    for c in cells:
+        k = key(c.get("machine_start") or {})
+        counts[k] = counts.get(k, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "; ".join(f"{k} ({n} cells)" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
                  short_dirs: Sequence[Path] = SHORT) -> list[Path]:
     cells = load_cells(directory)
@@ -288,7 +300,9 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
     s["short"] = [(c["cell"], c.get("planning_time_s"), c.get("budget_s"),
                    c.get("speedup_over_best_expert"), c.get("never_slower"),
                    "cold" if not c.get("calibration_from") else "warm") for c in short]
-    m = cells[0].get("machine_start", {}) if cells else {}
+    machines = _counted(cells, lambda m: f"{m.get('nproc')} cores, {m.get('cpu_model', '?')}")
+    versions = _counted(cells, lambda m: ", ".join(f"{k} {v}"
+                                                   for k, v in (m.get("versions") or {}).items()))
     budgets = sorted({c.get("budget_s") for c in cells if c.get("budget_s") is not None})
     seeds = sorted({c.get("seed") for c in cells if c.get("seed") is not None})
     loads = [c.get("machine_start", {}).get("load_average", [None])[0] for c in cells]
@@ -305,11 +319,11 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
           "compiled ahead of time by libtpu for the target, then simulated). Speedup = baseline step "
           "/ AoiZora step, simulated (> 1: AoiZora faster).",
           "",
-          f"Machine: {m.get('nproc')} cores, {m.get('cpu_model', '?')}, shared (1-min load average "
-          f"{min(loads):.1f}-{max(loads):.1f} at cell starts)." if loads else "",
+          f"Machine: {machines}; shared (1-min load average {min(loads):.1f}-{max(loads):.1f} at "
+          "cell starts)." if loads else "",
           "Code: " + "; ".join(f"commit {k[:7]}: {n} cell(s)" for k, n in sorted(commits.items()))
           + " (`machine_start.git_commit` in each cell's JSON).",
-          f"Versions: {', '.join(f'{k} {v}' for k, v in (m.get('versions') or {}).items())}. "
+          f"Versions: {versions}. "
           f"Planning budget {', '.join(f'{b:g}' for b in budgets)} s per cell, seed "
           f"{', '.join(map(str, seeds))}.",
           "",

@@ -33,3 +33,18 @@ def test_short_cells_say_where_they_started_and_are_judged_per_start():
     s["short"][1] = s["short"][1][:3] + (0.9, False, "warm")
     text = [t for t in targets_text(s, 1) if "60 s budget" in t]
     assert "MISSED" in text[1] and "MISSED" not in text[0]
+
+
+def test_the_machine_line_names_every_machine_the_cells_ran_on():
+    """Cells re-run on another machine are not reported as if they ran on the first one."""
+    from benchmarks.grid_report import _counted
+
+    def on(cpu):
+        return {"machine_start": {"nproc": 2, "cpu_model": cpu}}
+
+    def line(cells):
+        return _counted(cells, lambda m: f"{m.get('nproc')} cores, {m.get('cpu_model', '?')}")
+
+    assert line([on("AMD EPYC")] * 3) == "2 cores, AMD EPYC"
+    assert line([on("AMD EPYC"), on("Intel Xeon"), on("Intel Xeon")]) == \
+        "2 cores, Intel Xeon (2 cells); 2 cores, AMD EPYC (1 cells)"
