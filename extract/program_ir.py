@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import warnings as _warnings
 from typing import Any
 
@@ -235,10 +236,24 @@ def _source(eqn) -> tuple[str, str]:
         from jax._src import source_info_util as siu
         name_stack = str(eqn.source_info.name_stack)
         fr = siu.user_frame(eqn.source_info.traceback)
-        src = f"{fr.file_name}:{fr.start_line} ({fr.function_name})" if fr else ""
+        src = f"{short_path(fr.file_name)}:{fr.start_line} ({fr.function_name})" if fr else ""
         return name_stack, src
     except Exception:  # source info is best effort; the key still identifies the op
         return "", ""
+
+
+def short_path(file_name: str) -> str:
+    """`file_name` as its module path, the way an import names it: from the directory above its
+    outermost package (the directories holding an ``__init__.py``), e.g.
+    ``/home/me/src/aoizora/models/layers.py`` -> ``aoizora/models/layers.py``; a script outside
+    any package by its base name. A plan read on another machine then says where an op comes
+    from without the planning machine's checkout path."""
+    head, parts = os.path.split(os.path.abspath(file_name))
+    parts = [parts]
+    while head and os.path.exists(os.path.join(head, "__init__.py")):
+        head, pkg = os.path.split(head)
+        parts.insert(0, pkg)
+    return "/".join(parts)
 
 
 def _json_param(v) -> Any:

@@ -156,3 +156,13 @@ def test_opaque_shard_map_counts_its_flops():
     assert n.kind == "opaque" and n.primitive == "shard_map"
     assert n.flops == 4 * (2 * 2 * 4 * 4 + 2 * 4)   # per shard: dot + tanh, times 4 shards
     assert not ir.warnings
+
+
+def test_sources_are_module_paths_not_the_checkouts(ir):
+    """An op's source names its file as an import would (from the outermost package), not by
+    the planning machine's absolute path: plan files carry these words to other machines."""
+    att = ir.by_kind("attention")[0]
+    assert att.source.startswith("aoizora/models/primitives.py:"), att.source
+    dot = ir.by_kind("dot")[0]
+    assert dot.source.startswith("test_program_ir.py:") and "(block)" in dot.source, dot.source
+    assert not any(n.source.startswith("/") for n in ir.nodes)
