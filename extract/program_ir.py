@@ -297,7 +297,7 @@ def _reshape_groups(a: list[int], b: list[int]) -> list[tuple[list[int], list[in
 
 def _labels(node: Node, eqn, op_shapes: list[list[int]], res_shapes: list[list[int]]) -> None:
     """Fill operand_labels / result_labels / roles / groups of `node` for its primitive."""
-    name, p, kind = node.primitive, eqn.params, node.kind
+    p, kind = eqn.params, node.kind
     ol: list[list[str]] = [[] for _ in op_shapes]
     rl: list[list[str]] = [[] for _ in res_shapes]
     roles: dict[str, str] = {}
