@@ -7,9 +7,10 @@ v5e-8 with 2x4. Each instance is one StrategyGraph and one ILP model
 (``aoizora.solvers.sharding_heuristics.build_instance``: the same strategies, axis costs, HBM
 budget and memory rows as ``solve_sharding``). At each budget (1, 5, 30, 120 s) it runs the ILP
 as ``solve_sharding`` does (``aoizora.solvers.sharding.solve_model``, one thread, seed 0, wall-clock
-budget = the budget: a coordinate-descent incumbent, then CBC -- or HiGHS's LP relaxation when too
-little time is left for CBC's file and root LP -- and the better answer; status, objective, best
-bound, gap, time, where the answer came from) and each
+budget = the budget: a coordinate-descent incumbent, HiGHS's LP relaxation in process (a proof
+when it is integral), then the MIP solver (``--solver``: HiGHS, ``solve_sharding``'s default, or
+CBC) on what is left, and the best answer; status, objective, best bound, gap, time, where the
+answer came from) and each
 heuristic (random search, coordinate descent with restarts, simulated annealing; seed 0, time
 limit = budget: the best objective reached and how long it took to match the ILP's best
 objective within 1e-6 relative, or "never").
@@ -19,7 +20,7 @@ the tables) -- a prediction, not a measurement. All searches price a layout with
 the same memory rows; none returns a layout over the HBM budget.
 
 Run:  /work/venv/bin/python -m benchmarks.sharding_vs_heuristics [--budgets 1 5 30 120] [--quick]
-      [--instances v5e-16:4x4 ...] [--force] [--ilp] [--searches descent ...]
+      [--instances v5e-16:4x4 ...] [--force] [--ilp] [--searches descent ...] [--solver cbc]
 A cell is one (instance, budget); finished cells are kept in the JSON and skipped on the next
 run (``--force`` re-runs them; ``--ilp`` re-runs only the ILP in them, ``--searches`` only those
 searches). Writes benchmarks/results/sharding_vs_heuristics.json, .md and
@@ -100,7 +101,7 @@ def build(target_name: str, mesh: dict[str, int], irs: dict):
 
 
 def run_cell(inst, budget: float, searches: list[str] | None = None, prev: dict | None = None,
-             ilp_only: bool = False) -> dict:
+             ilp_only: bool = False, solver: str = "highs") -> dict:
     """The ILP and each search at one budget; with `searches` (and the cell's previous result
     `prev`), only those searches run again, with `ilp_only` only the ILP; the rest of `prev` is
     kept."""
@@ -111,26 +112,27 @@ def run_cell(inst, budget: float, searches: list[str] | None = None, prev: dict 
         for h in [out["ilp"], *out["heuristics"].values()]:
             h.setdefault("date", old_date)
         if ilp_only:
-            out["ilp"] = run_ilp(inst, budget)
+            out["ilp"] = run_ilp(inst, budget, solver)
         obj = out["ilp"]["objective_s"]
         for name in searches or []:
             out["heuristics"][name] = run_search(inst, name, budget, obj)
         return out
-    ilp = run_ilp(inst, budget)
+    ilp = run_ilp(inst, budget, solver)
     obj = ilp["objective_s"]
     return {"ilp": ilp, "heuristics": {name: run_search(inst, name, budget, obj) for name in SEARCHES}}
 
 
-def run_ilp(inst, budget: float) -> dict:
-    """The ILP as solve_sharding runs it (solve_model), the budget as its wall-clock limit."""
+def run_ilp(inst, budget: float, solver: str = "highs") -> dict:
+    """The ILP as solve_sharding runs it (solve_model), the budget as its wall-clock limit;
+    `solver`: its MIP solver ("highs", solve_sharding's default, or "cbc")."""
     from aoizora.formulation.sharding_ilp import TIME_SCALE
     from aoizora.solvers.sharding import solve_model
 
-    r = solve_model(inst.graph, inst.model, solver="cbc", time_limit_s=budget, seed=SEED, threads=1,
+    r = solve_model(inst.graph, inst.model, solver=solver, time_limit_s=budget, seed=SEED, threads=1,
                     corrections=inst.corrections)
     obj = r["objective"] / TIME_SCALE if r["objective"] is not None else None
     bound = r["bound"] / TIME_SCALE if r["bound"] is not None else None
-    ilp = {"solver": r["solver"], "status": r["status"], "objective_s": obj, "bound_s": bound,
+    ilp = {"solver": r["solver"], "mip_solver": solver, "status": r["status"], "objective_s": obj, "bound_s": bound,
            "gap": (0.0 if r["status"] == "OPTIMAL" else
                    (max(0.0, (obj - bound) / obj) if obj and bound is not None else None)),
            "time_s": r["time_s"], "answer_from": r["detail"].get("answer_from"),
@@ -172,6 +174,8 @@ def main(argv=None) -> None:
                     help="re-run only these searches in finished cells (keeps the rest)")
     ap.add_argument("--ilp", action="store_true",
                     help="re-run only the ILP in finished cells (keeps the searches)")
+    ap.add_argument("--solver", choices=["highs", "cbc"], default="highs",
+                    help="the ILP's MIP solver (default: HiGHS, as solve_sharding)")
     ap.add_argument("--spread-seeds", type=int, nargs="+", default=[],
                     help="also run every search with these seeds at --spread-budget (seed spread)")
     ap.add_argument("--spread-budget", type=float, default=5.0)
@@ -210,7 +214,8 @@ def main(argv=None) -> None:
                       "ilp_size": inst.model.size()})
         for b in todo:
             print(f"{iid} budget {b:g} s", flush=True)
-            cell = run_cell(inst, b, a.searches, done.get(cell_id(tname, mesh, b)), a.ilp)
+            cell = run_cell(inst, b, a.searches, done.get(cell_id(tname, mesh, b)), a.ilp,
+                            a.solver)
             cell.update({"budget_s": b, "machine": machine_info()})
             entry["cells"][cell_id(tname, mesh, b)] = cell
             doc["machine"] = machine_info()
@@ -285,21 +290,30 @@ def _dates(doc: dict) -> str:
     return "; ".join(parts)
 
 
+def _mip_solvers(doc: dict) -> str:
+    """The MIP solver(s) the ILP rows ran with (rows from before ``--solver`` ran CBC)."""
+    names = {"highs": "HiGHS", "cbc": "CBC"}
+    used = sorted({names.get(c["ilp"].get("mip_solver", "cbc"), c["ilp"].get("mip_solver"))
+                   for e in doc["instances"].values() for c in e["cells"].values()})
+    return " and ".join(used) or "?"
+
+
 def _ms(v) -> str:
     return "" if v is None else f"{v * 1e3:.4f}"
 
 
 def write_md(doc: dict, path: str) -> None:
     m = doc.get("machine", {})
+    mip = _mip_solvers(doc)
     lines = [f"# Sharding ILP against heuristics: {doc['model']} {doc['workload']}", "",
              f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs shared with other jobs "
              f"(load average {', '.join(f'{x:.1f}' for x in m.get('loadavg', []))} at the last cell), "
              f"PuLP {m.get('pulp')}, numpy {m.get('numpy')}; {m.get('date', '')}. Every solver and search "
              f"single-threaded, seed {doc['seed']}; the budget is the wall-clock time limit of each run: "
              "for the ILP the whole solve as `solve_sharding` runs it (`solve_model`: a coordinate-descent "
-             "incumbent, writing the model, the CBC process, reading the answer back -- or, when too "
-             "little time is left for CBC's file and root LP, HiGHS's LP relaxation in process), for a "
-             "search its stop.", "",
+             "incumbent, HiGHS's LP relaxation in process -- a proof when its solution is integral --, "
+             f"then the MIP solver, {mip}, as a process on an MPS file on the time left, and the best "
+             "answer), for a search its stop.", "",
              f"Runs: {_dates(doc)}.", "",
              "Q1 = the sharding ILP's objective: the predicted step latency of its placement-oblivious "
              "cost model, in **ms** -- a prediction, not a measurement. Every search prices a layout "
@@ -321,7 +335,7 @@ def write_md(doc: dict, path: str) -> None:
     lines += ["## Summary", "",
               "Excess of each method's best Q1 over the best ILP Q1 at each budget (relative); "
               f"'= (t s)': matched within {doc['match_rel']:g} after t seconds; ILP: status, wall-clock "
-              "seconds of the whole solve, and where the answer came from when not from CBC ('LP': "
+              f"seconds of the whole solve, and where the answer came from when not from {mip} ('LP': "
               "HiGHS's LP relaxation, whose solution was integral, so proven by its own bound; "
               "'incumbent': the descent inside the ILP's budget); 'over' when it passed the budget.", "",
               "| instance | method | " + " | ".join(f"{b:g} s" for b in budgets) + " |",
@@ -419,13 +433,12 @@ def write_md(doc: dict, path: str) -> None:
               "strategy of a group counts one), annealing steps plus the final descent's moves.",
               "- The ILP's match time is its solve time (the whole `solve_model` call); the "
               "heuristics' prices of the ILP's own layout equal its objective "
-              "(`heuristic_price_s` in the JSON). Its stages (incumbent, MPS write, CBC process, "
-              "LP relaxation, seconds) are in each cell's `ilp.detail`. A CBC run costs a file and a "
-              "process: on v5e-16 2x2x4 (255985 nonzeros) writing the MPS file takes 0.55-0.86 s and "
-              "CBC's file read and root LP, which its time limit cannot cut, ~0.4 s, so within a budget "
-              "under twice that cost the ILP solves the LP relaxation in process first (HiGHS, no "
-              "presolve, ~0.4-0.7 s with the model build), which is integral on all three instances "
-              "and so proves the optimum (`solve_model` in solvers/sharding.py).",
+              "(`heuristic_price_s` in the JSON). Its stages (incumbent, LP relaxation, MPS write, MIP "
+              "process, seconds) are in each cell's `ilp.detail`. The LP relaxation (HiGHS in "
+              "process, no presolve) comes first at every budget; it is integral on all three "
+              "instances and so proves the optimum without the MIP process (`solve_model` in "
+              "solvers/sharding.py), whose MPS file alone takes 0.55-0.86 s to write on v5e-16 "
+              "2x2x4 (255985 nonzeros).",
               f"- Plot: `{os.path.basename(path)[:-3]}.png` (excess over the best ILP Q1 against time, "
               "from each search's run at the largest budget)."]
     with open(path, "w") as f:
