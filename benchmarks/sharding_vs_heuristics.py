@@ -108,9 +108,10 @@ def run_cell(inst, budget: float, searches: list[str] | None = None, prev: dict 
     if prev is not None and (searches is not None or ilp_only):
         out = dict(prev)
         out["heuristics"] = dict(prev["heuristics"])
-        old_date = prev.get("machine", {}).get("date")
+        old = prev.get("machine", {})
         for h in [out["ilp"], *out["heuristics"].values()]:
-            h.setdefault("date", old_date)
+            h.setdefault("date", old.get("date"))
+            h.setdefault("cpu", old.get("cpu"))
         if ilp_only:
             out["ilp"] = run_ilp(inst, budget, solver)
         obj = out["ilp"]["objective_s"]
@@ -137,7 +138,8 @@ def run_ilp(inst, budget: float, solver: str = "highs") -> dict:
                    (max(0.0, (obj - bound) / obj) if obj and bound is not None else None)),
            "time_s": r["time_s"], "answer_from": r["detail"].get("answer_from"),
            "detail": r["detail"], "loadavg": list(os.getloadavg()),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "cpu": machine_info().get("cpu")}
     if obj is not None:
         ch = inst.from_choice(r["choice"])
         ilp["heuristic_price_s"] = inst.objective(ch)     # the heuristics' price of the ILP's choice
@@ -158,6 +160,7 @@ def run_search(inst, name: str, budget: float, ilp_obj: float | None, seed: int 
     return {"search": c.solver, "status": c.status, "objective_s": c.objective,
             "time_s": c.time_s, "loadavg": list(os.getloadavg()), "evaluated": res.evaluated,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "cpu": machine_info().get("cpu"),
             "peak_bytes": res.peak_bytes, "choice": res.names,
             "detail": c.detail, "trace": thin(res.trace), "n_improvements": len(res.trace),
             "full_trace_match_s": (res.time_to_reach(ilp_obj, MATCH_REL) if ilp_obj is not None
@@ -275,18 +278,20 @@ def _src(il: dict, short: bool = False) -> str:
 
 
 def _dates(doc: dict) -> str:
-    """When the ILP rows and the searches of each budget were run."""
-    runs: dict[tuple[str, str], set] = {}
+    """When, and on which CPU, the ILP rows and the searches of each budget were run."""
+    runs: dict[tuple[str, str, str], set] = {}
     for e in doc["instances"].values():
         for c in e["cells"].values():
-            d0 = c.get("machine", {}).get("date", "?")
+            m0 = c.get("machine", {})
+            d0, cpu0 = m0.get("date", "?"), m0.get("cpu", "?")
             b = f"{c['budget_s']:g} s"
-            runs.setdefault(("ILP", c["ilp"].get("date", d0)[:10]), set()).add(b)
-            for h in c["heuristics"].values():
-                runs.setdefault(("searches", h.get("date", d0)[:10]), set()).add(b)
+            for what, h in [("ILP", c["ilp"]), *(("searches", h) for h in c["heuristics"].values())]:
+                runs.setdefault((what, h.get("date", d0)[:10], h.get("cpu") or cpu0),
+                                set()).add(b)
     parts = []
-    for (what, day), bs in sorted(runs.items()):
-        parts.append(f"{what} on {day} at budgets {', '.join(sorted(bs, key=lambda x: float(x[:-2])))}")
+    for (what, day, cpu), bs in sorted(runs.items()):
+        parts.append(f"{what} on {day} ({cpu}) at budgets "
+                     f"{', '.join(sorted(bs, key=lambda x: float(x[:-2])))}")
     return "; ".join(parts)
 
 
@@ -306,8 +311,8 @@ def write_md(doc: dict, path: str) -> None:
     m = doc.get("machine", {})
     mip = _mip_solvers(doc)
     lines = [f"# Sharding ILP against heuristics: {doc['model']} {doc['workload']}", "",
-             f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs shared with other jobs "
-             f"(load average {', '.join(f'{x:.1f}' for x in m.get('loadavg', []))} at the last cell), "
+             f"Machine of the last run: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs shared with other "
+             f"jobs (load average {', '.join(f'{x:.1f}' for x in m.get('loadavg', []))}), "
              f"PuLP {m.get('pulp')}, numpy {m.get('numpy')}; {m.get('date', '')}. Every solver and search "
              f"single-threaded, seed {doc['seed']}; the budget is the wall-clock time limit of each run: "
              "for the ILP the whole solve as `solve_sharding` runs it (`solve_model`: a coordinate-descent "
