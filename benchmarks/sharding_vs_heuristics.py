@@ -133,7 +133,8 @@ def run_ilp(inst, budget: float, solver: str = "highs") -> dict:
                     corrections=inst.corrections)
     obj = r["objective"] / TIME_SCALE if r["objective"] is not None else None
     bound = r["bound"] / TIME_SCALE if r["bound"] is not None else None
-    ilp = {"solver": r["solver"], "mip_solver": solver, "status": r["status"], "objective_s": obj, "bound_s": bound,
+    ilp = {"solver": r["solver"], "mip_solver": solver, "status": r["status"],
+           "objective_s": obj, "bound_s": bound,
            "gap": (0.0 if r["status"] == "OPTIMAL" else
                    (max(0.0, (obj - bound) / obj) if obj and bound is not None else None)),
            "time_s": r["time_s"], "answer_from": r["detail"].get("answer_from"),
@@ -340,7 +341,7 @@ def write_md(doc: dict, path: str) -> None:
     lines += ["## Summary", "",
               "Excess of each method's best Q1 over the best ILP Q1 at each budget (relative); "
               f"'= (t s)': matched within {doc['match_rel']:g} after t seconds; ILP: status, wall-clock "
-              f"seconds of the whole solve, and where the answer came from when not from {mip} ('LP': "
+              f"seconds of the whole solve, and where the answer came from when not from the MIP solver ({mip}; 'LP': "
               "HiGHS's LP relaxation, whose solution was integral, so proven by its own bound; "
               "'incumbent': the descent inside the ILP's budget); 'over' when it passed the budget.", "",
               "| instance | method | " + " | ".join(f"{b:g} s" for b in budgets) + " |",
