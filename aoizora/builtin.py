@@ -77,26 +77,26 @@ def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RES
     return Job(m, wl, tgt, pad, fn, tuple(args))
 
 
-# The order the built-in seeds compile in: maxdiffusion's published recipe (the CFG pair on data
-# 2, the sequence on context: ../shared/facts/practice.md) first, then its default (context over
-# every chip), then the rest. The planner compiles seeds in the order given while its first ILPs
+# The built-in seeds that compile first: maxdiffusion's published recipe (the CFG pair on data 2,
+# the sequence on context: ../shared/facts/practice.md), then its default (context over every
+# chip); the other experts follow in ``EXPERTS`` order. The planner compiles seeds in the order given while its first ILPs
 # solve, so a short budget prices the first ones only: with 60 s on v5e-16 (Wan 2.1 1.3B, 41
 # and 81 frames) one seed fits beside the ILP's layout, and when it was ``context`` the plan was
 # 16% and 10% slower than cfg2_context (simulated). cfg2_context is the best expert in 28 of the
 # grid's 30 cells that have one (benchmarks/results/grid.md); a full budget prices every seed.
-SEED_ORDER = ("cfg2_context", "context", "ulysses", "fsdp_sp", "tp_cfg")
+SEEDS_FIRST = ("cfg2_context", "context")
 
 
 def expert_seed_layouts(job: Job) -> list:
     """Today's valid expert configurations as seeds for the planner (``plan(..., seed_layouts=
-    ...)``), in ``SEED_ORDER``: each with its own program, padded only as much as its own split
+    ...)``), ``SEEDS_FIRST`` first: each with its own program, padded only as much as its own split
     needs, and the padding recorded (``program={"pad_multiple": ...}``) so that a plan can
     rebuild it."""
     from aoizora.models.experts import expert_layouts
     from aoizora.planner import Seed
 
     valid = [ex for ex in expert_layouts(job.model, job.workload, job.target) if ex.valid]
-    valid.sort(key=lambda ex: SEED_ORDER.index(ex.name) if ex.name in SEED_ORDER
-               else len(SEED_ORDER))
+    valid.sort(key=lambda ex: SEEDS_FIRST.index(ex.name) if ex.name in SEEDS_FIRST
+               else len(SEEDS_FIRST))        # stable: the rest keep the expert list's order
     return [Seed(ex.layout, ex.fn, tuple(ex.args), {"pad_multiple": ex.pad_multiple})
             for ex in valid]

@@ -139,8 +139,7 @@ def run_ilp(inst, budget: float, solver: str = "highs") -> dict:
                    (max(0.0, (obj - bound) / obj) if obj and bound is not None else None)),
            "time_s": r["time_s"], "answer_from": r["detail"].get("answer_from"),
            "detail": r["detail"], "loadavg": list(os.getloadavg()),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "cpu": machine_info().get("cpu")}
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if obj is not None:
         ch = inst.from_choice(r["choice"])
         ilp["heuristic_price_s"] = inst.objective(ch)     # the heuristics' price of the ILP's choice
@@ -161,7 +160,6 @@ def run_search(inst, name: str, budget: float, ilp_obj: float | None, seed: int 
     return {"search": c.solver, "status": c.status, "objective_s": c.objective,
             "time_s": c.time_s, "loadavg": list(os.getloadavg()), "evaluated": res.evaluated,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "cpu": machine_info().get("cpu"),
             "peak_bytes": res.peak_bytes, "choice": res.names,
             "detail": c.detail, "trace": thin(res.trace), "n_improvements": len(res.trace),
             "full_trace_match_s": (res.time_to_reach(ilp_obj, MATCH_REL) if ilp_obj is not None
@@ -279,7 +277,9 @@ def _src(il: dict, short: bool = False) -> str:
 
 
 def _dates(doc: dict) -> str:
-    """When, and on which CPU, the ILP rows and the searches of each budget were run."""
+    """When, and on which CPU, the ILP rows and the searches of each budget were run: a row's
+    own date and cpu where a partial re-run (``--ilp``, ``--searches``) kept it from an earlier
+    machine, else its cell's."""
     runs: dict[tuple[str, str, str], set] = {}
     for e in doc["instances"].values():
         for c in e["cells"].values():

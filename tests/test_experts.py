@@ -114,11 +114,11 @@ def test_built_in_seeds_compile_in_seed_order():
     """The planner compiles seeds in the order given, and a short budget prices the first ones
     only: the built-in seeds put maxdiffusion's published recipe (cfg2_context) first, then
     context; every valid expert is a seed, each once."""
-    from aoizora.builtin import SEED_ORDER, builtin_job, expert_seed_layouts
+    from aoizora.builtin import SEEDS_FIRST, builtin_job, expert_seed_layouts
 
     job = builtin_job("wan2.1-1.3b", "480p", 41, "v5e-16")
     names = [s.layout.name.split(":", 1)[1] for s in expert_seed_layouts(job)]
     valid = [ex.name for ex in expert_layouts(job.model, job.workload, job.target) if ex.valid]
     assert names[:2] == ["cfg2_context", "context"]
     assert sorted(names) == sorted(valid)
-    assert names == sorted(names, key=SEED_ORDER.index)
+    assert names == list(SEEDS_FIRST) + [n for n in EXPERTS if n in valid and n not in SEEDS_FIRST]
