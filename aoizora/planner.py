@@ -55,7 +55,8 @@ Compiles run one at a time on a background thread (``aoizora.compile_queue``), i
 order above: the seed layouts start while the first iteration's ILPs solve (the ILP's best
 then goes next), and each layout compiles while the one before it is placed and priced.
 Candidates are priced in that order whichever compiled first, so the plan does not depend on
-the overlap when the budget does not bind.
+the overlap when the budget does not bind. ``Plan.time_limited`` lists each place where a time
+limit did bind (``aoizora.time_limits``): where it is empty, the plan is repeatable.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
+from aoizora import time_limits
 from aoizora.compile_queue import CompileQueue, Skipped
 from aoizora.extract.aot_compile import CompileError, compile_evidence, target_mesh
 from aoizora.extract.evidence import Evidence
@@ -265,8 +267,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         queue.close()
     max_compile_s = queue.expected_compile_s
 
-    if best is not None:
-        _anneal_best(best, network, deadline, placement_time_s, seed, progress)
+    annealed = (best is not None
+                and _anneal_best(best, network, deadline, placement_time_s, seed, progress))
     if best is None:
         errs = [c.get("error") for r in iterations for c in r["candidates"] if c.get("error")]
         oom = [c for r in iterations for c in r["candidates"] if c.get("fits_hbm") is False]
@@ -289,8 +291,11 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                                       if c.get("compile_s")),
                       "iterations": len(iterations),
                       "started_from": calibration.source if calibration is not None else None}
+    time_limited = [w for r in iterations for w in r.pop("time_limited", [])]
+    if annealed:
+        time_limited.append(f"final annealing of the plan's placement: {annealed}")
     return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
-                   deadline, verify, max_compile_s, progress, program, learned)
+                   deadline, verify, max_compile_s, progress, program, learned, time_limited)
 
 
 def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, seed_compiles,
@@ -317,7 +322,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
 
     for it in range(1, max_iterations + 1):
         rec: dict[str, Any] = {"iteration": it, "candidates": [], "feedback": {}, "changes": [],
-                               "decisions_changed": []}
+                               "decisions_changed": [], "time_limited": []}
         progress.stage(f"iteration {it}: sharding ILP on {len(mesh_list)} logical meshes")
         ranked: list[tuple[float, dict[str, int], ShardingSolution]] = []
         # The ILPs may use up to ILP_SHARE of what is left, so that compiles still fit; meshes
@@ -333,6 +338,8 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                     and time.perf_counter() + expected > ilp_deadline):
                 rec["changes"].append(f"mesh {_mstr(m)}: ILP skipped, the time budget is kept "
                                       f"for compiles")
+                rec["time_limited"].append(f"sharding ILP on mesh {_mstr(m)}: skipped to keep "
+                                           f"the budget for compiles")
                 progress.note(f"mesh {_mstr(m)}: ILP skipped (time budget)")
                 continue
             limit = max(1.0, min(ilp_time_s, ilp_deadline - time.perf_counter()))
@@ -348,6 +355,11 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                         seed=seed, attention_scale=attention_scale or None,
                         options=Options(compute_scale=compute_scale))
                     ilp_seconds[mesh_key(m)] = time.perf_counter() - t_ilp
+                    for k, sol in enumerate(res.all()):
+                        rec["time_limited"] += time_limits.sharding(
+                            f"sharding ILP on mesh {_mstr(m)}"
+                            + (f" (layout {k + 1} of the {top_k} best)" if k else ""),
+                            sol.certificate)
             except MemoryBudgetError as e:
                 memory_errors.append(str(e))
                 progress.note(f"mesh {m}: {e}")
@@ -426,10 +438,14 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                         f"the time budget ({time_budget_s:g} s) ran out before the first compile "
                         f"(the sharding ILPs took {rec['ilps_done_s']:.1f} s); raise the budget")
                 stop_reason = got.reason   # what compiled before it is still priced
+                rec["time_limited"].append(f"compile of mesh {_mstr(m)} {sol.layout.name}: not "
+                                           f"started ({got.reason})")
                 continue
             seen.add(_layout_id(m, sol.layout))
             cand = _place(Candidate(it, dict(m), sol, seed=sd), got, tgt, network, deadline,
                           seed, workers, placement_time_s, progress)
+            rec["time_limited"] += time_limits.placement(
+                f"placement of mesh {_mstr(m)} {sol.layout.name}", cand.placement_cert)
             if on_candidate is not None:
                 on_candidate(cand)
             if not priced and time.perf_counter() > deadline:
@@ -573,6 +589,8 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_sc
     for sd in seeds:
         if time.perf_counter() >= ilp_deadline:
             rec["changes"].append("seed refinement skipped: the time budget is kept for compiles")
+            rec["time_limited"].append(f"seed refinement of {sd.layout.name} and the seeds after "
+                                       f"it: skipped to keep the budget for compiles")
             break
         sfn = sd.fn or fn
         sargs = sd.args if sd.args is not None else abstract_args
@@ -593,6 +611,7 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_sc
             continue
         c = ref.solution.certificate
         progress.solver(f"seed refinement {sd.layout.name}", c.status, c.objective, c.bound)
+        rec["time_limited"] += time_limits.sharding(f"seed refinement of {sd.layout.name}", c)
         rec.setdefault("refinements", []).append(ref.summary())
         rec["changes"].append(f"seed {sd.layout.name}: refined, the ILP lays out "
                               f"{ref.changed} parameter(s) otherwise around its attention")
@@ -689,7 +708,7 @@ def _anneal_reserve(time_budget_s: float, placement_time_s: float) -> float:
 
 
 def _anneal_best(best: Candidate, network: Network, deadline: float, placement_time_s: float,
-                 seed: int, progress: Progress) -> None:
+                 seed: int, progress: Progress) -> str:
     """With the time left after the last compile: unless the best candidate's placement is
     proven on every level CP-SAT optimizes (``_levels_proven``), anneal twice: first from the
     starts a placement heuristic would take (the default order and every axis-order placement,
@@ -703,11 +722,12 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     candidate's placement and the heuristic's run; the heuristic's run goes first so that a
     shortfall (a compile over its expected time) falls on the second: with
     12.9 s left for two runs of half each, the grid's annealing baseline (10 s from the same
-    starts) found a placement 0.08% faster by Q2 (Wan 14B 720p-81f, v5e-16)."""
+    starts) found a placement 0.08% faster by Q2 (Wan 14B 720p-81f, v5e-16).
+    Returns what it did, in words ("" when it did not run)."""
     left = deadline - time.perf_counter() - 1.0
     cert = best.placement_cert
     if cert is None or _levels_proven(cert) or left < 0.5 or best.evidence is None:
-        return
+        return ""
     ev = best.evidence
     heuristic_starts = annealing_starts(network, list(ev.mesh_axes.values()),
                                         best.default_order or range(ev.num_devices))
@@ -727,10 +747,11 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     res = PlacementResult(list(best.placement), cert, best.q2, [])
     res = choose_by_step(ev, network, res, found, names=names,
                          time_limit_s=max(0.2, min(2.0, deadline - time.perf_counter())))
-    progress.note(f"placement not proven on every level: annealing for {spent:.1f} s "
-                  f"({len(found)} runs), Q2 "
-                  f"{res.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
+    did = (f"{spent:.1f} s ({len(found)} runs), Q2 {res.q2.step_s * 1e3:.3f} ms (was "
+           f"{best.q2.step_s * 1e3:.3f} ms)")
+    progress.note(f"placement not proven on every level: annealing for {did}")
     best.placement, best.placement_cert, best.q2 = res.placement, res.certificate, res.q2
+    return did
 
 
 def _levels_proven(cert: Certificate) -> bool:
@@ -758,13 +779,14 @@ def _named_words(fn, args, words: list[str]) -> list[str]:
 
 
 def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reason, t0, deadline,
-            verify, max_compile_s, progress, program, learned: Calibration) -> Plan:
+            verify, max_compile_s, progress, program, learned: Calibration,
+            time_limited: list[str]) -> Plan:
     q2 = best.q2
     device_coords = [tuple(int(v) for v in network.chips[network.device_chip[d]])
                      for d in best.placement]
     notes = [f"stopped: {stop_reason}",
              "latencies are predictions of the Q2 link-load model on the compiled TPU program; "
-             "nothing was run on a TPU"]
+             "nothing was run on a TPU", time_limits.summary(time_limited)]
     if learned.source.get("started_from") is not None:
         src = learned.source["started_from"]
         notes.append(f"started from a calibration ({src.get('compiled', '?')} compiles of program "
@@ -799,4 +821,4 @@ def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reaso
         iterations=iterations, planning_time_s=time.perf_counter() - t0,
         layout_in_words=_named_words(fn, args, best.solution.words), fits_hbm=fits,
         hbm_bytes_per_device=int(mem.total_bytes), status="OPTIMAL" if proven else "NOT PROVEN",
-        notes=notes, program=program, calibration=learned)
+        notes=notes, program=program, calibration=learned, time_limited=time_limited)

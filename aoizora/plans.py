@@ -78,6 +78,7 @@ class Plan:
     notes: list[str] = dataclasses.field(default_factory=list)
     program: dict[str, Any] = dataclasses.field(default_factory=dict)  # variant, e.g. pad_multiple
     calibration: Calibration | None = None           # what the loop learned (warm start next time)
+    time_limited: list[str] = dataclasses.field(default_factory=list)  # aoizora.time_limits
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -176,6 +177,7 @@ class Plan:
             "notes": list(self.notes),
             "program": dict(self.program),
             "calibration": self.calibration.to_json() if self.calibration else None,
+            "time_limited": list(self.time_limited),
         }
 
     @classmethod
@@ -198,6 +200,7 @@ class Plan:
                 program=dict(d.get("program", {})),
                 calibration=(Calibration.from_json(d["calibration"])
                              if d.get("calibration") is not None else None),
+                time_limited=[str(w) for w in d.get("time_limited", [])],
             )
         except CalibrationError as e:
             raise PlanError(f"corrupt plan: {e}") from None

@@ -8,6 +8,7 @@ import re
 from aoizora.plans import Plan
 
 _KEY = re.compile(r"\[(\S+)")
+TIME_LIMITED_SHOWN = 5   # of plan.time_limited, under its note
 
 
 def main_ops(words: list[str], limit: int = 8) -> list[str]:
@@ -51,4 +52,8 @@ def format_plan(p: Plan) -> str:
     lines.append(f"iterations: {len(p.iterations)}; planning time {p.planning_time_s:.1f} s")
     for n in p.notes:
         lines.append(f"note: {n}")
+    shown = p.time_limited[:TIME_LIMITED_SHOWN]
+    lines += [f"  time limit: {w}" for w in shown]
+    if len(p.time_limited) > len(shown):
+        lines.append(f"  ... and {len(p.time_limited) - len(shown)} more (plan.time_limited)")
     return "\n".join(lines)

@@ -277,6 +277,7 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                        "certificates": {k: (v.to_json() if v is not None else None)
                                         for k, v in plan.certificates.items()},
                        "iterations": plan.iterations, "notes": plan.notes,
+                       "time_limited": plan.time_limited,
                        "layout_in_words": plan.layout_in_words, "fits_hbm": plan.fits_hbm,
                        "calibration": (plan.calibration.to_json()
                                        if plan.calibration is not None else None)}

@@ -74,11 +74,13 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
     headroom: dict[str, list[float]] = {}   # per target: best expert's step / its compute
     less_compute: list[tuple[str, float]] = []  # plans that compute less than their best expert
     failed = []
+    time_limited = []   # (cell, plan.time_limited or None where the cell's planner did not record it)
     for c in cells:
         az = _row(c, "aoizora")
         if c.get("error") or not az or not az.get("sim_step_s"):
             failed.append((c["cell"], c.get("error") or (az or {}).get("error") or "no plan"))
             continue
+        time_limited.append((c["cell"], (c.get("plan") or {}).get("time_limited")))
         if c.get("speedup_over_best_expert"):
             by_target.setdefault(c.get("target_arg", c.get("target")), []).append(
                 c["speedup_over_best_expert"])
@@ -114,7 +116,30 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
     unseeded = [c["cell"] for c in cells if c.get("candidates")
                 and not any(str(k.get("layout", "")).startswith("expert:") for k in c["candidates"])]
     return {"less_compute": less_compute, "headroom": head, "unseeded": unseeded, "same_layout": same_layout, "budgets_v5e16": budgets_v5e16, "geomean": geo, "slower": slower, "low_rho": low_rho, "undefined_rho": undefined_rho,
-            "rhos": rhos, "planning_v5e16": plan_t, "failed": failed}
+            "rhos": rhos, "planning_v5e16": plan_t, "failed": failed, "time_limited": time_limited}
+
+
+def repeatability_text(time_limited: list[tuple[str, list[str] | None]]) -> list[str]:
+    """Not a target of the issue: in how many cells a time limit decided the plan
+    (``Plan.time_limited``; a cell whose planner did not record it is counted apart)."""
+    rec = [(c, t) for c, t in time_limited if t is not None]
+    if not time_limited:
+        return []
+    free = [c for c, t in rec if not t]
+    bound = sorted(len(t) for _, t in rec if t)
+    out = [f"- Repeatable plans (not a target; `plan.time_limited`): no time limit bound in "
+           f"{len(free)} of {_cells(len(rec))} that record it"
+           + (f" ({', '.join(free)})" if free and len(free) <= 8 else "")
+           + (f"; in the other {len(bound)}, {bound[0]}-{bound[-1]} places (median "
+              f"{bound[len(bound) // 2]}), so a re-run on another machine or load can plan "
+              f"otherwise" if bound else "")
+           + (f"; {_cells(len(time_limited) - len(rec))} ran before it was recorded"
+              if len(rec) < len(time_limited) else "") + "."]
+    return out
+
+
+def _cells(n: int) -> str:
+    return f"{n} cell{'' if n == 1 else 's'}"
 
 
 def short_budget_table(cells: list[dict[str, Any]], short: list[dict[str, Any]]) -> list[str]:
@@ -268,6 +293,7 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
     else:
         out.append(f"- Planning <= {PLANNING_TARGET_S:g} s on v5e-16 for Wan 2.1 1.3B: not measured "
                    "yet (no v5e-16 Wan 1.3B cell has run).")
+    out += repeatability_text(s.get("time_limited", []))
     if s.get("unseeded"):
         out.append(f"- Planned by an earlier planner that did not price the expert configurations "
                    f"as seed layouts (commit before 648c2a6): {', '.join(s['unseeded'])}; re-run "
@@ -380,6 +406,12 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
                   f"{c.get('budget_s', 0):g} s budget; cell wall "
                   f"{c.get('cell_wall_s', '?')} s; load average at start "
                   f"{(c.get('machine_start', {}).get('load_average') or ['?'])[0]}.")
+        tl = (c.get("plan") or {}).get("time_limited")
+        if tl is not None:
+            md.append("")
+            md.append(f"Time limits bound in {len(tl)} place(s)"
+                      + (": " + "; ".join(tl[:3]) + ("; ..." if len(tl) > 3 else "") if tl else
+                         ": the plan is repeatable") + ".")
         md.append("")
         md.append("| row | mesh | ms (simulated) | ms (predicted, Q2) | speedup (simulated) | note |")
         md.append("|---|---|---|---|---|---|")

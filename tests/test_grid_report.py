@@ -48,3 +48,13 @@ def test_the_machine_line_names_every_machine_the_cells_ran_on():
     assert line([on("AMD EPYC")] * 3) == "2 cores, AMD EPYC"
     assert line([on("AMD EPYC"), on("Intel Xeon"), on("Intel Xeon")]) == \
         "2 cores, Intel Xeon (2 cells); 2 cores, AMD EPYC (1 cells)"
+
+
+def test_repeatability_counts_cells_that_record_their_time_limits():
+    from benchmarks.grid_report import repeatability_text
+
+    (line,) = repeatability_text([("a", []), ("b", ["x", "y", "z"]), ("c", ["x"]), ("d", None)])
+    assert "no time limit bound in 1 of 3 cells that record it (a)" in line
+    assert "in the other 2, 1-3 places" in line
+    assert "1 cell ran before it was recorded" in line
+    assert repeatability_text([]) == []

@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import pytest
 
 from aoizora.formulation.layout import AttentionLayout, Layout
+from aoizora import time_limits
 from aoizora.plans import Plan, PlanError, load_plan, program_key
+from aoizora.report import format_plan
 from aoizora.solvers.certificate import Certificate
 
 
@@ -73,3 +75,17 @@ def test_key_refuses_another_program():
     with pytest.raises(PlanError, match="inputs"):
         p.check_key(bigger)
     p.check_key(program_key(_f, ARGS, "v5e:2x4"))  # same program: accepted
+
+
+def test_a_plan_says_where_time_limits_bound(tmp_path):
+    """``Plan.time_limited`` round-trips; the summary prints the first few under their note."""
+    p = _plan()
+    assert p.time_limited == []
+    p.time_limited = [f"compile of mesh 2x4 L{i}: not started (time budget)" for i in range(7)]
+    p.notes = [time_limits.summary(p.time_limited)]
+    assert p.notes[0].startswith("time limits bound in 7 place(s)")
+    p.save(str(tmp_path / "plan.json"))
+    assert load_plan(str(tmp_path / "plan.json")).time_limited == p.time_limited
+    text = format_plan(p)
+    assert "time limit: compile of mesh 2x4 L4" in text and "L5" not in text
+    assert "... and 2 more (plan.time_limited)" in text

@@ -94,6 +94,14 @@ def test_same_seed_same_plan(small):
                          meshes=MESHES, max_iterations=2)
     assert again.layout.to_json() == p.layout.to_json()
     assert again.device_order == p.device_order
+    # each plan says where a time limit bound (aoizora.time_limits): on this small model the ILPs
+    # and CP-SAT prove their answers and every compile fits; only the final annealing follows the
+    # clock (Q2's latency term moved the placement off CP-SAT's proven link-load optimum, so it
+    # is not proven on every level), and it ends where it ended before
+    for q in (p, again):
+        assert [w.split(":")[0] for w in q.time_limited] == [
+            "final annealing of the plan's placement"]
+        assert any(n.startswith("time limits bound in 1 place(s)") for n in q.notes)
 
 
 def test_budget_too_small_for_one_compile(small):
@@ -293,6 +301,12 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     assert limits == [1.5, 2.0]
     assert c.bound == 0.0 and c.status == "FEASIBLE"
     assert c.objective == pytest.approx(p.predicted["communication_s"])
+    # the plan says that the clock decided its placement: the unproven CP-SAT, the annealing
+    assert any(w.startswith("placement of mesh x2xy4") and "not proven on every level" in w
+               for w in p.time_limited)
+    assert p.time_limited[-1].startswith("final annealing of the plan's placement")
+    assert any(n.startswith(f"time limits bound in {len(p.time_limited)} place(s)")
+               for n in p.notes)
 
 
 @pytest.mark.parametrize("levels,anneals", [
@@ -340,6 +354,8 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
                      max_iterations=1, verify=False, placement_time_s=1.0)
     assert len(calls) == (2 if anneals else 0)
     assert p.predicted["step_s"] <= seen["q2"] + 1e-12
+    assert (p.time_limited[-1].startswith("final annealing") if anneals
+            else p.time_limited == [])
     # compiles do not start into time kept for that annealing, none kept once it is not needed
     (q, first), = queues
     # the reserve holds the last candidate's placement and the heuristic's annealing

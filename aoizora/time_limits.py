@@ -1,0 +1,71 @@
+"""Where a time limit decided a planning run (``Plan.time_limited``).
+
+Every solver in the loop is seeded and single-threaded, so a run is repeatable wherever no time
+limit binds (``tests/test_planner.py::test_same_seed_same_plan``). Where one binds, what was found
+by then depends on the machine's speed and load, and a re-run with the same inputs, seed and
+budget can plan otherwise. The planner records, in words, each place where one bound:
+
+- a sharding ILP, or a seed's refinement, answered without a proof (certificate status not
+  OPTIMAL: its solver was stopped by its limit), or found fewer of the k best layouts asked;
+- an ILP or a seed refinement skipped, or a compile not started, to keep the budget;
+- a placement not proven on every level of CP-SAT's objective (link load, link bytes, flow hops:
+  ``solvers.placement.solve_placement``), or its swap descent cut by its time limit
+  (``solvers.placement_step.choose_by_step``);
+- the final annealing of the plan's placement (its temperature follows the clock).
+
+An empty list: no limit bound, and the same inputs, seed and budget give the same layout and
+device order. Notes that do not change them (whether the plan was re-compiled in its device
+order at the end) are not counted.
+"""
+
+from __future__ import annotations
+
+from aoizora.solvers.certificate import Certificate
+
+LEVELS = ("comm", "link_bytes", "hops")   # CP-SAT's lexicographic objective, in order
+
+
+def sharding(what: str, cert: Certificate | None) -> list[str]:
+    """``what`` (e.g. "sharding ILP on mesh 2x4") if its certificate shows a time limit bound."""
+    if cert is None:
+        return []
+    out = []
+    if cert.status != "OPTIMAL":
+        gap = "" if cert.gap is None else f", gap {100 * cert.gap:.2f}%"
+        out.append(f"{what}: {cert.status} at its {_seconds(cert.time_limit_s)} limit{gap}")
+    note = (cert.detail or {}).get("k_best_note")
+    if note:
+        out.append(f"{what}: {note}")
+    return out
+
+
+def placement(what: str, cert: Certificate | None) -> list[str]:
+    """``what`` (e.g. "placement of mesh 2x4 layout L") if CP-SAT or the swap descent after it
+    was stopped by its time limit."""
+    if cert is None:
+        return []
+    detail = cert.detail or {}
+    levels = detail.get("levels") or {}
+    out = []
+    open_levels = [f"{name} {(levels.get(name) or {}).get('status', 'not solved')}"
+                   for name in LEVELS if (levels.get(name) or {}).get("status") != "OPTIMAL"]
+    if open_levels:
+        out.append(f"{what}: {cert.solver} not proven on every level in its "
+                   f"{_seconds(cert.time_limit_s)} limit ({', '.join(open_levels)})")
+    if (detail.get("step_choice") or {}).get("descent_cut") == "time limit":
+        out.append(f"{what}: the swap descent stopped at its time limit")
+    return out
+
+
+def summary(time_limited: list[str]) -> str:
+    """The plan's note on repeatability."""
+    if not time_limited:
+        return ("no time limit bound: the same inputs, seed and budget give this layout and "
+                "device order")
+    return (f"time limits bound in {len(time_limited)} place(s) (plan.time_limited): a re-run "
+            f"with the same inputs, seed and budget on a machine of another speed or load can "
+            f"plan otherwise")
+
+
+def _seconds(s: float | None) -> str:
+    return "time" if s is None else f"{s:.1f} s"
