@@ -172,6 +172,34 @@ def short_budget_table(cells: list[dict[str, Any]], short: list[dict[str, Any]])
     return lines
 
 
+def repeat_table(cells: list[dict[str, Any]], repeats: list[dict[str, Any]]) -> list[str]:
+    """Earlier runs of a grid cell with the same budget and seed (``benchmarks/results/
+    grid_repeat/``) beside the grid's run: what a time limit changes from one run to the next."""
+    if not repeats:
+        return []
+    grid = {c["cell"]: c for c in cells}
+    lines = ["| cell | run | commit | date | compiles | compile s (median) | planning s | "
+             "time limits bound | plan mesh | AoiZora ms (sim) | vs best expert | never slower |",
+             "|" + "|".join(["---"] * 12) + "|"]
+    for r in repeats:
+        for run, c in (("repeat", r), ("grid", grid.get(r["cell"]))):
+            if c is None:
+                continue
+            az = _row(c, "aoizora") or {}
+            comp = sorted(k["compile_s"] for k in c.get("candidates") or [] if k.get("compile_s"))
+            tl = (c.get("plan") or {}).get("time_limited")
+            ms = c.get("machine_start") or {}
+            lines.append(
+                f"| {c['cell']} | {run} | {(ms.get('git_commit') or '?')[:7]} | "
+                f"{ms.get('date', '?')} | {len(comp)} | "
+                f"{f'{comp[len(comp) // 2]:.1f}' if comp else '-'} | "
+                f"{(c.get('planning_time_s') or 0):.1f} | {'-' if tl is None else len(tl)} | "
+                + " x ".join(f"{k}={v}" for k, v in (az.get("mesh") or {}).items())
+                + f" | {_ms(az.get('sim_step_s'))} | {_x(c.get('speedup_over_best_expert'))} | "
+                f"{'yes' if not c.get('slower_than') else 'no: ' + ', '.join(c['slower_than'])} |")
+    return lines
+
+
 def _start(c: dict[str, Any]) -> str:
     """Where a cell's planner started: the defaults (cold) or another cell's calibration."""
     src = c.get("calibration_from")
@@ -304,6 +332,7 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
 
 
 SHORT = (RESULTS.parent / "grid_60s", RESULTS.parent / "grid_60s_warm")
+REPEAT = RESULTS.parent / "grid_repeat"
 
 
 def _counts(cells: Sequence[dict], key: Callable[[dict], str]) -> dict[str, int]:
@@ -325,9 +354,10 @@ def _counted(cells: Sequence[dict], key: Callable[[dict], str]) -> str:
 
 
 def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
-                 short_dirs: Sequence[Path] = SHORT) -> list[Path]:
+                 short_dirs: Sequence[Path] = SHORT, repeat_dir: Path = REPEAT) -> list[Path]:
     cells = load_cells(directory)
     short = [c for d in short_dirs if Path(d).is_dir() for c in load_cells(d)]
+    repeats = load_cells(repeat_dir) if Path(repeat_dir).is_dir() else []
     s = summarize(cells)
     s["short"] = [(c["cell"], c.get("planning_time_s"), c.get("budget_s"),
                    c.get("speedup_over_best_expert"), c.get("never_slower"),
@@ -393,6 +423,13 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
              f"full-budget plan above; step latencies {SIM_LABEL}, ms.", "",
              *short_budget_table(cells, short), ""]
             if short else []),
+          *(["## The same cell run again", "",
+             "Earlier runs of a cell with the same budget and seed (`benchmarks/results/"
+             "grid_repeat/`) beside the run in the table above: the machine is shared, and where a "
+             "time limit binds (`plan.time_limited`) its speed decides how many compiles fit and "
+             f"what the solvers prove; step latencies {SIM_LABEL}.", "",
+             *repeat_table(cells, repeats), ""]
+            if repeats else []),
           "## Targets",
           "",
           *targets_text(s, len(cells)),

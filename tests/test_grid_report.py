@@ -58,3 +58,23 @@ def test_repeatability_counts_cells_that_record_their_time_limits():
     assert "in the other 2, 1-3 places" in line
     assert "1 cell ran before it was recorded" in line
     assert repeatability_text([]) == []
+
+
+def test_a_repeat_run_is_shown_beside_the_grids_run_of_its_cell():
+    from benchmarks.grid_report import repeat_table
+
+    def cell(commit, compiles, speedup, slower, time_limited):
+        return {"cell": "c", "machine_start": {"git_commit": commit, "date": "d"},
+                "candidates": [{"compile_s": s} for s in compiles], "planning_time_s": 230.0,
+                "plan": {"time_limited": time_limited},
+                "rows": [{"name": "aoizora", "mesh": {"x": 2}, "sim_step_s": 0.4}],
+                "speedup_over_best_expert": speedup, "slower_than": slower}
+
+    grid = cell("bbbbbbbbb", [15.0, 20.0, 16.0], 1.14, [], ["a"])
+    rep = cell("aaaaaaaaa", [40.0, 22.0], 1.10, ["alpa-logical"], ["a", "b"])
+    head, _, r1, r2 = repeat_table([grid], [rep])
+    assert "compile s (median)" in head
+    assert r1.startswith("| c | repeat | aaaaaaa | d | 2 | 40.0 | 230.0 | 2 | x=2 |")
+    assert r1.endswith("| 1.100x | no: alpa-logical |")
+    assert r2.startswith("| c | grid | bbbbbbb | d | 3 | 16.0 |") and r2.endswith("| yes |")
+    assert repeat_table([grid], []) == []
