@@ -24,6 +24,7 @@ could come back on a re-run).
 from __future__ import annotations
 
 from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.placement import METHOD_ANALYTIC
 
 LEVELS = ("comm", "link_bytes", "hops")   # CP-SAT's lexicographic objective, in order
 
@@ -44,14 +45,21 @@ def sharding(what: str, cert: Certificate | None) -> list[str]:
 
 def placement(what: str, cert: Certificate | None) -> list[str]:
     """``what`` (e.g. "placement of mesh 2x4 layout L") if CP-SAT or the swap descent after it
-    was stopped by its time limit."""
+    was stopped by its time limit: the link-load level not proven (a heuristic's answer too:
+    no level recorded), or a tie-break level solved but stopped short of a proof. Tie-break
+    levels that were not attempted (the incumbent met the analytic bound, "CP-SAT not needed",
+    or only the first level was asked) are not a time limit."""
     if cert is None:
         return []
     detail = cert.detail or {}
-    levels = detail.get("levels") or {}
+    levels = dict(detail.get("levels") or {})
+    if detail.get("method") == METHOD_ANALYTIC:   # link load proven by the analytic bound
+        levels.setdefault("comm", {"status": "OPTIMAL"})
     out = []
-    open_levels = [f"{name} {(levels.get(name) or {}).get('status', 'not solved')}"
-                   for name in LEVELS if (levels.get(name) or {}).get("status") != "OPTIMAL"]
+    open_levels = [f"{name} {(levels.get(name) or {}).get('status', 'not proven')}"
+                   for name in LEVELS
+                   if (levels.get(name) or {}).get("status") != "OPTIMAL"
+                   and (name == "comm" or name in levels)]
     if open_levels:
         out.append(f"{what}: {cert.solver} not proven on every level in its "
                    f"{_seconds(cert.time_limit_s)} limit ({', '.join(open_levels)})")

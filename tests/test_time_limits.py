@@ -38,8 +38,12 @@ def test_a_placement_not_proven_on_every_level_is_named():
     out = time_limits.placement("placement of mesh 4x4 L", _placement(
         {"comm": "OPTIMAL", "link_bytes": "skipped: no time left"}, "time limit"))
     assert out == ["placement of mesh 4x4 L: CP-SAT 9.15 not proven on every level in its 10.0 s "
-                   "limit (link_bytes skipped: no time left, hops not solved)",
+                   "limit (link_bytes skipped: no time left)",
                    "placement of mesh 4x4 L: the swap descent stopped at its time limit"]
     # no CP-SAT model (a heuristic's answer): no level is proven
     heuristic = Certificate("annealing", "FEASIBLE", 1e-3, None, 5.0, time_limit_s=5.0)
-    assert "comm not solved" in time_limits.placement("p", heuristic)[0]
+    assert "(comm not proven)" in time_limits.placement("p", heuristic)[0]
+    # the incumbent met the analytic bound: link load proven, the tie-breaks not attempted
+    analytic = Certificate("CP-SAT 9.15", "OPTIMAL", 1e-3, 1e-3, 0.1, time_limit_s=10.0,
+                           detail={"method": "CP-SAT not needed", "levels": {}})
+    assert time_limits.placement("p", analytic) == []
