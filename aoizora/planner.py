@@ -96,7 +96,7 @@ from aoizora.seed_refinement import RefinementError, refine_seed
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.placement import PlacementResult, solve_placement
+from aoizora.solvers.placement import LEVELS, PlacementResult, solve_placement
 from aoizora.solvers.placement_heuristics import annealing, annealing_starts
 from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
@@ -760,7 +760,7 @@ def _levels_proven(cert: Certificate) -> bool:
     levels = (cert.detail or {}).get("levels") or {}
     return cert.status == "OPTIMAL" and all(
         (levels.get(name) or {}).get("status") == "OPTIMAL"
-        for name in ("comm", "link_bytes", "hops"))
+        for name in LEVELS)
 
 
 def _named_words(fn, args, words: list[str]) -> list[str]:

@@ -24,9 +24,7 @@ could come back on a re-run).
 from __future__ import annotations
 
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.placement import METHOD_ANALYTIC
-
-LEVELS = ("comm", "link_bytes", "hops")   # CP-SAT's lexicographic objective, in order
+from aoizora.solvers.placement import LEVELS
 
 
 def sharding(what: str, cert: Certificate | None) -> list[str]:
@@ -34,7 +32,7 @@ def sharding(what: str, cert: Certificate | None) -> list[str]:
     if cert is None:
         return []
     out = []
-    if cert.status != "OPTIMAL":
+    if not cert.proven_optimal:
         gap = "" if cert.gap is None else f", gap {100 * cert.gap:.2f}%"
         out.append(f"{what}: {cert.status} at its {_seconds(cert.time_limit_s)} limit{gap}")
     note = (cert.detail or {}).get("k_best_note")
@@ -47,14 +45,12 @@ def placement(what: str, cert: Certificate | None) -> list[str]:
     """``what`` (e.g. "placement of mesh 2x4 layout L") if CP-SAT or the swap descent after it
     was stopped by its time limit: the link-load level not proven (a heuristic's answer too:
     no level recorded), or a tie-break level solved but stopped short of a proof. Tie-break
-    levels that were not attempted (the incumbent met the analytic bound, "CP-SAT not needed",
-    or only the first level was asked) are not a time limit."""
+    levels that were not attempted (the incumbent met the analytic bound, or only the first
+    level was asked) are not a time limit."""
     if cert is None:
         return []
     detail = cert.detail or {}
-    levels = dict(detail.get("levels") or {})
-    if detail.get("method") == METHOD_ANALYTIC:   # link load proven by the analytic bound
-        levels.setdefault("comm", {"status": "OPTIMAL"})
+    levels = detail.get("levels") or {}
     out = []
     open_levels = [f"{name} {(levels.get(name) or {}).get('status', 'not proven')}"
                    for name in LEVELS

@@ -122,12 +122,12 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
 def repeatability_text(time_limited: list[tuple[str, list[str] | None]]) -> list[str]:
     """Not a target of the issue: in how many cells a time limit decided the plan
     (``Plan.time_limited``; a cell whose planner did not record it is counted apart)."""
-    rec = [(c, t) for c, t in time_limited if t is not None]
     if not time_limited:
         return []
+    rec = [(c, t) for c, t in time_limited if t is not None]
     free = [c for c, t in rec if not t]
     bound = sorted(len(t) for _, t in rec if t)
-    out = [f"- Repeatable plans (not a target; `plan.time_limited`): no time limit bound in "
+    return [f"- Repeatable plans (not a target; `plan.time_limited`): no time limit bound in "
            f"{len(free)} of {_cells(len(rec))} that record it"
            + (f" ({', '.join(free)})" if free and len(free) <= 8 else "")
            + (f"; in the other {len(bound)}, {bound[0]}-{bound[-1]} places (median "
@@ -135,7 +135,6 @@ def repeatability_text(time_limited: list[tuple[str, list[str] | None]]) -> list
               f"otherwise" if bound else "")
            + (f"; {_cells(len(time_limited) - len(rec))} ran before it was recorded"
               if len(rec) < len(time_limited) else "") + "."]
-    return out
 
 
 def _cells(n: int) -> str:

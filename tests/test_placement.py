@@ -281,3 +281,24 @@ def test_too_large_model_falls_back_to_a_labelled_heuristic(nets):
     assert c.objective <= predict_step(ev, d, net).communication_s + 1e-15
     assert c.bound == pytest.approx(comm_lower_bound(ev, net)) and c.bound <= c.objective
     _check_exact(res, ev, net)
+
+
+def test_an_incumbent_at_the_analytic_bound_records_the_link_load_level_proven(nets):
+    """When JAX's order already meets the analytic bound, CP-SAT is not run: the certificate says
+    so, and its link-load level is recorded as proven (the tie-break levels were not attempted,
+    which ``aoizora.time_limits`` does not count as a time limit)."""
+    from aoizora import time_limits
+    from aoizora.solvers.placement import LEVELS
+
+    net = nets["v5e:2x4"]
+    cs = [Collective("ag", "all-gather", "bf16", 24 * 2**20, mesh_axis_groups((2, 4), [1]),
+                     count=30, phase=0)]
+    ev = Evidence(target="v5e:2x4", mesh_axes={"a": 2, "b": 4}, collectives=cs,
+                  compute=[ComputeOp("mlp", "fusion", 2e-3 * CLOCK, count=30)], clock_hz=CLOCK)
+    res = solve_placement(ev, net, time_limit_s=10, seed=0,
+                          hint=default_device_order(get_target("v5e:2x4"), ev.mesh_axes))
+    c = res.certificate
+    assert c.status == "OPTIMAL" and c.detail["method"] == "CP-SAT not needed"
+    assert c.detail["levels"]["comm"]["status"] == "OPTIMAL"
+    assert set(c.detail["levels"]) < set(LEVELS)
+    assert time_limits.placement("p", c) == []

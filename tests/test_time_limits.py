@@ -45,5 +45,6 @@ def test_a_placement_not_proven_on_every_level_is_named():
     assert "(comm not proven)" in time_limits.placement("p", heuristic)[0]
     # the incumbent met the analytic bound: link load proven, the tie-breaks not attempted
     analytic = Certificate("CP-SAT 9.15", "OPTIMAL", 1e-3, 1e-3, 0.1, time_limit_s=10.0,
-                           detail={"method": "CP-SAT not needed", "levels": {}})
+                           detail={"method": "CP-SAT not needed", "levels": {
+                               "comm": {"status": "OPTIMAL", "by": "analytic bound"}}})
     assert time_limits.placement("p", analytic) == []
