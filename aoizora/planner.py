@@ -40,9 +40,10 @@ One iteration:
   4. Stop when an iteration brings no new layout (the plan repeats), after ``max_iterations``, or
      when the time budget cannot fit another compile. Keep the best plan by Q2. Unless its
      placement is proven on every level (link load, link bytes, hops), the time left anneals
-     it twice, from a heuristic's usual starts (for as long as CP-SAT had: the time a
-     heuristic search with the same budget would have) and from the placement kept (up to
-     ``placement_time_s``); the least Q2 step is kept.
+     it twice, from a heuristic's usual starts (with CP-SAT's budget: what a heuristic search
+     with the same budget would have) and from the placement kept (``placement_time_s``); the
+     least Q2 step is kept. The annealing makes as many swaps as its budget buys whatever the
+     clock says (``placement_heuristics.evaluation_budget``), the time left only capping it.
 
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``) before the
@@ -97,7 +98,7 @@ from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement import LEVELS, PlacementResult, solve_placement
-from aoizora.solvers.placement_heuristics import annealing, annealing_starts
+from aoizora.solvers.placement_heuristics import annealing, annealing_starts, evaluation_budget
 from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
 
@@ -267,8 +268,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         queue.close()
     max_compile_s = queue.expected_compile_s
 
-    annealed = (best is not None
-                and _anneal_best(best, network, deadline, placement_time_s, seed, progress))
+    annealed, anneal_limited = (
+        _anneal_best(best, network, deadline, placement_time_s, seed, progress)
+        if best is not None else ("", []))
     if best is None:
         errs = [c.get("error") for r in iterations for c in r["candidates"] if c.get("error")]
         oom = [c for r in iterations for c in r["candidates"] if c.get("fits_hbm") is False]
@@ -292,8 +294,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                       "iterations": len(iterations),
                       "started_from": calibration.source if calibration is not None else None}
     time_limited = [w for r in iterations for w in r.pop("time_limited", [])]
-    if annealed:
-        time_limited.append(f"final annealing of the plan's placement: {annealed}")
+    time_limited += [f"final annealing of the plan's placement ({annealed}): {w}"
+                     for w in anneal_limited]
     return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
                    deadline, verify, max_compile_s, progress, program, learned, time_limited)
 
@@ -708,50 +710,63 @@ def _anneal_reserve(time_budget_s: float, placement_time_s: float) -> float:
 
 
 def _anneal_best(best: Candidate, network: Network, deadline: float, placement_time_s: float,
-                 seed: int, progress: Progress) -> str:
+                 seed: int, progress: Progress) -> tuple[str, list[str]]:
     """With the time left after the last compile: unless the best candidate's placement is
     proven on every level CP-SAT optimizes (``_levels_proven``), anneal twice: first from the
     starts a placement heuristic would take (the default order and every axis-order placement,
-    ``solvers.placement_heuristics.annealing``'s usual starts) for as long as CP-SAT had on it
+    ``solvers.placement_heuristics.annealing``'s usual starts) with the budget CP-SAT had on it
     (``time_limit_s`` of its certificate; a heuristic search "with the same budget"), then from
-    the placement kept so far for up to ``placement_time_s``, each within the time left; keep
-    the least Q2 step among the answer and both (``choose_by_step``). CP-SAT can stall above
-    what swaps reach (Wan 14B on v5e-16), and a proof of the link-load level alone leaves the
-    placements that tie on it unranked by the per-hop latency Q2 adds (Wan 14B 480p-41f on
-    v5e-16: 4.3 ms of Q2 apart). The loop's reserve (``_anneal_reserve``) holds the last
-    candidate's placement and the heuristic's run; the heuristic's run goes first so that a
-    shortfall (a compile over its expected time) falls on the second: with
-    12.9 s left for two runs of half each, the grid's annealing baseline (10 s from the same
-    starts) found a placement 0.08% faster by Q2 (Wan 14B 720p-81f, v5e-16).
-    Returns what it did, in words ("" when it did not run)."""
+    the placement kept so far with ``placement_time_s``; keep the least Q2 step among the answer
+    and both (``choose_by_step``). CP-SAT can stall above what swaps reach (Wan 14B on v5e-16),
+    and a proof of the link-load level alone leaves the placements that tie on it unranked by
+    the per-hop latency Q2 adds (Wan 14B 480p-41f on v5e-16: 4.3 ms of Q2 apart). Each run makes
+    the swaps its budget buys (``placement_heuristics.evaluation_budget``), the time left only
+    capping it, so the first run is the grid's annealing baseline itself (same evidence, starts,
+    seed and budget) whenever the clock does not cut it. The loop's reserve
+    (``_anneal_reserve``) holds the last candidate's placement and the heuristic's run; the
+    heuristic's run goes first so that a shortfall (a compile over its expected time) falls on
+    the second.
+    Returns what it did, in words ("" when it did not run), and where the clock cut it (a run
+    cut or not started, the final swap descent cut): ``Plan.time_limited``'s entries."""
     left = deadline - time.perf_counter() - 1.0
     cert = best.placement_cert
     if cert is None or _levels_proven(cert) or left < 0.5 or best.evidence is None:
-        return ""
+        return "", []
     ev = best.evidence
     heuristic_starts = annealing_starts(network, list(ev.mesh_axes.values()),
                                         best.default_order or range(ev.num_devices))
     runs = [("annealing from the heuristic starts", heuristic_starts,
              float(cert.time_limit_s or placement_time_s)),
             ("annealing from the placement kept", [best.placement], placement_time_s)]
-    found, names, spent = [], [], 0.0
+    found, names, spent, limited, record = [], [], 0.0, [], []
     for name, starts, limit in runs:
         left = deadline - time.perf_counter() - 1.0
         if left < 0.5:
+            limited.append(f"{name}: not run, {max(left, 0.0):.1f} s left")
             break
         sa = annealing(ev, network, time_limit_s=min(limit, left), seed=seed, starts=starts,
-                       eval_timeout_s=0.5)
+                       max_evaluations=evaluation_budget(limit), eval_timeout_s=0.5)
+        d = sa.certificate.detail
+        if d.get("cut"):
+            limited.append(f"{name}: cut at the {min(limit, left):.1f} s left ({d['cut']})")
         found.append(sa.placement)
         names.append(name)
         spent += sa.certificate.time_s
+        record.append({"run": name, "budget_s": limit, "starts": len(starts),
+                       "swaps_asked": d.get("evaluations_asked"), "swaps": d.get("iterations"),
+                       "cut": d.get("cut"), "time_s": sa.certificate.time_s,
+                       "step_s": sa.q2.step_s})
     res = PlacementResult(list(best.placement), cert, best.q2, [])
     res = choose_by_step(ev, network, res, found, names=names,
                          time_limit_s=max(0.2, min(2.0, deadline - time.perf_counter())))
+    if res.certificate.detail["step_choice"].get("descent_cut") == "time limit":
+        limited.append("the swap descent after it stopped at its time limit")
+    res.certificate.detail["final_annealing"] = record
     did = (f"{spent:.1f} s ({len(found)} runs), Q2 {res.q2.step_s * 1e3:.3f} ms (was "
            f"{best.q2.step_s * 1e3:.3f} ms)")
     progress.note(f"placement not proven on every level: annealing for {did}")
     best.placement, best.placement_cert, best.q2 = res.placement, res.certificate, res.q2
-    return did
+    return did, limited
 
 
 def _levels_proven(cert: Certificate) -> bool:

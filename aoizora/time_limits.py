@@ -11,7 +11,9 @@ budget can plan otherwise. The planner records, in words, each place where one b
 - a placement not proven on every level of CP-SAT's objective (link load, link bytes, flow hops:
   ``solvers.placement.solve_placement``), or its swap descent cut by its time limit
   (``solvers.placement_step.choose_by_step``);
-- the final annealing of the plan's placement (its temperature follows the clock).
+- the final annealing of the plan's placement cut by the time left, or not run for want of it
+  (its schedule follows a count of swaps, ``placement_heuristics.evaluation_budget``; the clock
+  only caps it), or the swap descent after it cut.
 
 An empty list: no limit bound, and the same inputs, seed and budget give the same layout and
 device order. Notes that do not change them (whether the plan was re-compiled in its device

@@ -318,6 +318,8 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                 heur.append({"heuristic": hname, "status": r.certificate.status,
                              "time_s": r.certificate.time_s, "time_limit_s": h_budget,
                              "evaluated": r.certificate.detail.get("evaluated"),
+                             "evaluations_asked": r.certificate.detail.get("evaluations_asked"),
+                             "cut": r.certificate.detail.get("cut"),
                              "link_bytes": r.certificate.detail.get("link_bytes"),
                              "hops": r.certificate.detail.get("hops"), **p})
         except Exception as e:  # noqa: BLE001

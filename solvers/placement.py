@@ -355,15 +355,18 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
         detail["notes"].append(
             f"{why}: not built; the best of the hint and the axis orders "
             f"({FALLBACK_WARM_START_SHARE:.0%} of the limit; from: {incumbent_from}) improved by "
-            "annealing over swaps for the rest of the limit; the bound is the analytic one "
-            "(every placement)")
+            "annealing over swaps (as many as the limit buys: "
+            "placement_heuristics.evaluation_budget) within the rest of the limit; the bound is "
+            "the analytic one (every placement)")
         left = deadline - time.perf_counter()
         best = inc
         if left > 0.05:
             sa = H.annealing(evidence, network, time_limit_s=left, seed=seed, starts=[inc],
+                             max_evaluations=H.evaluation_budget(time_limit_s),
                              eval_timeout_s=EVAL_TIMEOUT_S)
             detail["annealing"] = {k: sa.certificate.detail.get(k) for k in
-                                   ("evaluated", "iterations", "timed_out_evaluations")}
+                                   ("evaluated", "iterations", "evaluations_asked", "cut",
+                                    "timed_out_evaluations")}
             off = time.perf_counter() - t0 - sa.certificate.time_s
             trace += [(off + t, o) for t, o in sa.trace if o < trace[-1][1]]
             if tm.cost(sa.placement) < inc_cost:

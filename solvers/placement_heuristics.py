@@ -15,8 +15,16 @@ trace of (seconds since start, best objective in seconds)).
   placement produced; plus JAX's default order when given. What a topology-aware planner does.
 - ``random_search``: uniformly random placements (seeded).
 - ``annealing``: simulated annealing over pairwise swaps of two ranks' devices, from the best of
-  the start placements (default order / axis orders), geometric cooling over the time budget,
-  seeded; ends with a greedy pass over all swaps.
+  the start placements (default order / axis orders), seeded; ends with a greedy pass over all
+  swaps (``swap_descent``).
+
+Budgets. Random search and annealing take a time limit, but their schedules follow a count of
+evaluations, not the clock: ``evaluation_budget(time_limit_s)`` = ``EVALUATIONS_PER_S`` x
+``time_limit_s`` placements priced (random search) or swaps tried (annealing, whose temperature
+cools geometrically over them: T_k = t_start (t_end / t_start)^(k / N) at swap k of N). So the same
+inputs, seed and budget give the same answer on any machine that completes the count. The clock
+only caps a run (annealing: 90% of the limit for the swaps, the rest for the greedy pass); a run
+the clock cut records why in ``certificate.detail["cut"]`` and is then machine-dependent.
 """
 
 from __future__ import annotations
@@ -39,6 +47,17 @@ from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement import PlacementResult, axis_order_placements  # noqa: F401
 
 EXHAUSTIVE_MAX_DEVICES = 8
+# Evaluations per second of time limit (module docstring). Wan 2.1 14B on v5e-16 prices ~500
+# placements per second on this 2-core machine, HunyuanVideo ~330: at 250 the count completes
+# within 90% of the limit there with room for a machine half as fast (the grid's 10 s annealing:
+# 2,500 swaps). Where pricing is slower (v5e-64 and larger slices) the clock cuts the run.
+EVALUATIONS_PER_S = 250
+
+
+def evaluation_budget(time_limit_s: float) -> int:
+    """The evaluations a random search or an annealing run makes in `time_limit_s` seconds of
+    budget when the clock does not cut it: ``EVALUATIONS_PER_S`` x `time_limit_s`, at least 1."""
+    return max(1, int(round(EVALUATIONS_PER_S * float(time_limit_s))))
 
 
 class HeuristicError(ValueError):
@@ -220,6 +239,8 @@ def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.
                   seed: int = 0, default: Sequence[int] | None = None,
                   max_evaluations: int | None = None,
                   eval_timeout_s: float | None = None) -> PlacementResult:
+    """`max_evaluations` random placements (``evaluation_budget(time_limit_s)`` when None) after
+    `default`, or fewer where `time_limit_s` passes first (``detail["cut"]``)."""
     t0 = time.perf_counter()
     tm = TrafficModel(evidence, network)
     best = _Best(tm, t0)
@@ -228,12 +249,17 @@ def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.
         best.offer(np.asarray(default, dtype=np.int64))
     best.eval_timeout_s = eval_timeout_s
     n = evidence.num_devices
-    while time.perf_counter() - t0 < time_limit_s:
-        if max_evaluations is not None and best.evaluated >= max_evaluations:
+    asked = evaluation_budget(time_limit_s) if max_evaluations is None else int(max_evaluations)
+    done, cut = 0, ""
+    while done < asked:
+        if time.perf_counter() - t0 >= time_limit_s:
+            cut = f"time limit after {done} of {asked} placements"
             break
         best.offer(rng.permutation(n))
+        done += 1
     return _result("random search", best, evidence, network, t0, time_limit_s, seed,
-                   detail={"timed_out_evaluations": best.timed_out})
+                   detail={"evaluations_asked": asked, "cut": cut or None,
+                           "timed_out_evaluations": best.timed_out})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,9 +280,11 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
               starts: Sequence[Sequence[int]] | None = None, t_start: float = 0.05,
               t_end: float = 1e-4, max_evaluations: int | None = None,
               eval_timeout_s: float | None = None) -> PlacementResult:
-    """Simulated annealing over swaps. Temperatures are relative to the start's objective.
-    `eval_timeout_s`: a swap whose pricing takes longer is rejected (``guarded_cost``); starts
-    are always priced in full."""
+    """Simulated annealing over swaps: `max_evaluations` swaps (``evaluation_budget(time_limit_s)``
+    when None) from the best of `starts`, temperatures relative to that start's objective, then
+    the greedy pass over all swaps; the clock cuts the swaps at 90% of `time_limit_s` and the
+    pass at `time_limit_s` (``detail["cut"]``). `eval_timeout_s`: a swap whose pricing takes
+    longer is rejected (``guarded_cost``); starts are always priced in full."""
     t0 = time.perf_counter()
     tm = TrafficModel(evidence, network)
     best = _Best(tm, t0)
@@ -276,14 +304,13 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
 
     e_cur = energy(cur_c)
     best.eval_timeout_s = eval_timeout_s
-    it = 0
-    budget = time_limit_s * 0.9
-    while n >= 2:
-        el = time.perf_counter() - t0
-        if el > budget or (max_evaluations is not None and best.evaluated >= max_evaluations):
+    asked = evaluation_budget(time_limit_s) if max_evaluations is None else int(max_evaluations)
+    it, cuts = 0, []
+    while n >= 2 and it < asked:
+        if time.perf_counter() - t0 > 0.9 * time_limit_s:
+            cuts.append(f"time limit after {it} of {asked} swaps")
             break
-        frac = el / budget if max_evaluations is None else best.evaluated / max_evaluations
-        T = t_start * (t_end / t_start) ** min(1.0, frac)
+        T = t_start * (t_end / t_start) ** (it / asked)
         i, j = rng.choice(n, size=2, replace=False)
         cand = cur.copy()
         cand[i], cand[j] = cand[j], cand[i]
@@ -293,9 +320,14 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
             cur, cur_c, e_cur = cand, c, e
         it += 1
     # greedy polish: first-improvement over all swaps of the best
-    swap_descent(best.placement, best.cost, best.offer, deadline=t0 + time_limit_s)
+    *_, polish_cut = swap_descent(best.placement, best.cost, best.offer,
+                                  deadline=t0 + time_limit_s)
+    if polish_cut:
+        cuts.append(f"greedy pass: {polish_cut}")
     return _result("annealing", best, evidence, network, t0, time_limit_s, seed,
-                   detail={"iterations": it, "timed_out_evaluations": best.timed_out})
+                   detail={"iterations": it, "evaluations_asked": asked,
+                           "cut": "; ".join(cuts) or None,
+                           "timed_out_evaluations": best.timed_out})
 
 
 HEURISTICS: dict[str, Callable[..., PlacementResult]] = {

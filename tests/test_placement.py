@@ -2,6 +2,8 @@
 
 Evidence is built by hand (realistic per-layer collectives of a 2D logical mesh, counts of 30)."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -166,6 +168,31 @@ def test_heuristics_same_cost_function(nets):
     assert runs[2].certificate.objective <= predict_step(ev, d, net).communication_s
     with pytest.raises(H.HeuristicError, match="exhaustive"):
         H.exhaustive(layer_evidence((4, 4), "v5e:4x4"), nets["v5e:4x4"])
+
+
+def test_heuristic_schedules_follow_a_count_not_the_clock(nets, monkeypatch):
+    """Random search and annealing make the evaluations their budget buys whatever the clock
+    says, so the same seed and budget give the same answer; the clock only caps a run, and a
+    run it cut says so."""
+    net = nets["v5e:2x4"]
+    ev = layer_evidence((2, 4), "v5e:2x4")
+    d = default_device_order(get_target("v5e:2x4"), ev.mesh_axes)
+    for fn, kw in ((H.annealing, {"starts": [d]}), (H.random_search, {"default": d})):
+        a = fn(ev, net, time_limit_s=2.0, seed=3, **kw)
+        # the same run on a clock 10x slower than the first: every reading of it moves slowly
+        real = time.perf_counter
+        t_first = real()
+        monkeypatch.setattr(H.time, "perf_counter", lambda: t_first + (real() - t_first) / 10)
+        b = fn(ev, net, time_limit_s=2.0, seed=3, **kw)
+        monkeypatch.undo()
+        assert a.placement == b.placement and a.trace and b.trace
+        for r in (a, b):
+            dt = r.certificate.detail
+            assert dt["evaluations_asked"] == H.evaluation_budget(2.0) and dt["cut"] is None
+        assert a.certificate.detail["evaluated"] == b.certificate.detail["evaluated"]
+        # a limit the clock reaches first cuts the run, and the result says where
+        c = fn(ev, net, time_limit_s=1e-9, seed=3, max_evaluations=10**6, **kw)
+        assert c.certificate.detail["cut"].startswith("time limit after 0 of 1000000")
 
 
 def test_q2_overlap_and_compute(nets):

@@ -95,13 +95,15 @@ def test_same_seed_same_plan(small):
     assert again.layout.to_json() == p.layout.to_json()
     assert again.device_order == p.device_order
     # each plan says where a time limit bound (aoizora.time_limits): on this small model the ILPs
-    # and CP-SAT prove their answers and every compile fits; only the final annealing follows the
-    # clock (Q2's latency term moved the placement off CP-SAT's proven link-load optimum, so it
-    # is not proven on every level), and it ends where it ended before
+    # and CP-SAT prove their answers, every compile fits, and the final annealing (Q2's latency
+    # term moved the placement off CP-SAT's proven link-load optimum, so it runs) makes the
+    # swaps its budget buys before the clock would cut it: no limit bound, the plan is repeatable
     for q in (p, again):
-        assert [w.split(":")[0] for w in q.time_limited] == [
-            "final annealing of the plan's placement"]
-        assert any(n.startswith("time limits bound in 1 place(s)") for n in q.notes)
+        assert q.time_limited == []
+        runs = q.certificates["placement"].detail["final_annealing"]
+        assert [r["run"].split(" from")[0] for r in runs] == ["annealing"] * 2
+        assert all(r["swaps"] == r["swaps_asked"] > 0 and r["cut"] is None for r in runs)
+        assert any(n.startswith("no time limit bound") for n in q.notes)
 
 
 def test_budget_too_small_for_one_compile(small):
@@ -301,10 +303,16 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     assert limits == [1.5, 2.0]
     assert c.bound == 0.0 and c.status == "FEASIBLE"
     assert c.objective == pytest.approx(p.predicted["communication_s"])
-    # the plan says that the clock decided its placement: the unproven CP-SAT, the annealing
+    # the plan says that the clock decided its placement: the unproven CP-SAT; not the
+    # annealing, which made the swaps its budgets buy
     assert any(w.startswith("placement of mesh x2xy4") and "not proven on every level" in w
                for w in p.time_limited)
-    assert p.time_limited[-1].startswith("final annealing of the plan's placement")
+    assert not any(w.startswith("final annealing") for w in p.time_limited)
+    from aoizora.solvers.placement_heuristics import evaluation_budget
+
+    runs = c.detail["final_annealing"]
+    assert [(r["budget_s"], r["swaps_asked"], r["swaps"]) for r in runs] == [
+        (b, evaluation_budget(b), evaluation_budget(b)) for b in (1.5, 2.0)]
     assert any(n.startswith(f"time limits bound in {len(p.time_limited)} place(s)")
                for n in p.notes)
 
@@ -354,8 +362,9 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
                      max_iterations=1, verify=False, placement_time_s=1.0)
     assert len(calls) == (2 if anneals else 0)
     assert p.predicted["step_s"] <= seen["q2"] + 1e-12
-    assert (p.time_limited[-1].startswith("final annealing") if anneals
-            else p.time_limited == [])
+    assert ("final_annealing" in p.certificates["placement"].detail) == anneals
+    assert not any(w.startswith("final annealing") for w in p.time_limited)
+    assert (p.time_limited == []) == (not anneals)    # the link-bytes level skipped: not proven
     # compiles do not start into time kept for that annealing, none kept once it is not needed
     (q, first), = queues
     # the reserve holds the last candidate's placement and the heuristic's annealing
