@@ -11,7 +11,9 @@ A cell is (model, workload, target). In each cell:
 - ``aoizora-layout/default-order``: the plan's layout under JAX's default device order;
 - ``heuristic-placement``: the plan's layout placed by the best (by Q2, as a heuristic would
   choose) of the heuristic placement searches (``aoizora.solvers.placement_heuristics``), each
-  given the same time limit the placement CP-SAT got;
+  given the same time limit the placement CP-SAT got (random search and annealing: the count of
+  evaluations it buys, ``evaluation_budget``; the planner's first final-annealing run, when it
+  runs, is this same annealing unless the time left cut it);
 - ``alpa-logical``: the sharding ILP with fixed, placement-oblivious alpha-beta costs, its best
   layout over the candidate meshes compiled in the default order (as ``aoizora.compare``);
 - ``expert:NAME``: each expert configuration in the default order, valid or with its reason.

@@ -389,7 +389,9 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
           "(best shown); Alpa-style logical search (sharding ILP with fixed alpha-beta, default order); "
           "AoiZora's layout in the default order (isolates placement); AoiZora's layout placed by the "
           "best heuristic search (exhaustive / axis orders / random / annealing, each with the "
-          "CP-SAT's time limit, best by Q2). rho: Spearman between Q2 and the simulator over the "
+          "CP-SAT's time limit, best by Q2; random search and annealing make the evaluations that "
+          "limit buys, 250 per second, the clock only capping them, from commit fe5a05c on; "
+          "before it they ran until the clock). rho: Spearman between Q2 and the simulator over the "
           "plan layout's placements (default order, CP-SAT, heuristics, 10 seeded random); rho (all "
           "pairs) adds every other (layout, placement) the cell evaluated. top-1: the simulator's "
           "best pair is the planner's choice.",

@@ -388,7 +388,10 @@ def markdown(out: dict) -> str:
          f"CP-SAT: {out['cpsat']}. Heuristics (``solvers.placement_heuristics``) price with the "
          "same cost function; axis orders and random search do not depend on the budget and ran "
          "once at the largest budget (their figure at a budget is what they had reached by "
-         "then); annealing ran once per budget (its cooling follows the budget). 'annealing from "
+         "then; random search makes 250 placements per second of that budget, the clock capping "
+         "it); annealing ran once per budget (its cooling follows a count of swaps, 250 per "
+         "second of budget, so it can end before its budget; the clock caps it: "
+         "``placement_heuristics.evaluation_budget``). 'annealing from "
          "axis orders' runs the axis-order search for half the budget, then anneals from its "
          "answer and the default order for the rest (its time column is both).", "",
          "Bounds: 'analytic' = sum over phases of count x max(0, per-phase link lower bound / "

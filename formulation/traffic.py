@@ -285,6 +285,7 @@ class PhaseLoad:
 
 
 SCORE_MEMO = 4096   # placements whose scores a TrafficModel keeps (4 floats each)
+GROUP_MEMO_BYTES = 64 << 20   # a TrafficModel's memo of replica groups' link loads, at most
 
 
 class TrafficModel:
@@ -321,6 +322,10 @@ class TrafficModel:
         self._coef: dict[tuple, float] = {}
         self._groups = [[[np.asarray(g, dtype=np.int64) for g in c.replica_groups] for c in cs]
                         for cs in self.phase_collectives]
+        self._kinds = [[base_kind(c.kind) for c in cs] for cs in self.phase_collectives]
+        self._names = [[c.name for c in cs] for cs in self.phase_collectives]
+        self._group_memo: dict[tuple, tuple[np.ndarray, int, int]] = {}
+        self._group_memo_max = max(1024, GROUP_MEMO_BYTES // (8 * max(1, network.num_links)))
 
     def _group_bytes(self, c: Collective, chips: np.ndarray) -> tuple[np.ndarray, int]:
         """Cached `group_link_bytes`: a group's loads depend only on its multiset of chips."""
@@ -349,6 +354,20 @@ class TrafficModel:
             h = self._units[lk] = latency_hops(cls, kind, key_chips, self.network)
         return h
 
+    def _group(self, c: Collective, kind: str, chips: np.ndarray) -> tuple[np.ndarray, int, int]:
+        """(link bytes, flow hops, critical-path hops) of one replica group of `c` on `chips`:
+        ``_group_bytes`` and ``_group_latency_hops``, memoized by the collective's kind and bytes
+        and the group's multiset of chips (cleared when it would pass ``GROUP_MEMO_BYTES``)."""
+        mk = (kind, c.bytes, tuple(sorted(chips.tolist())))
+        hit = self._group_memo.get(mk)
+        if hit is None:
+            f, h = self._group_bytes(c, chips)
+            hit = (f, h, self._group_latency_hops(c, chips))
+            if len(self._group_memo) >= self._group_memo_max:
+                self._group_memo.clear()
+            self._group_memo[mk] = hit
+        return hit
+
     def chip_of_rank(self, placement: Sequence[int]) -> np.ndarray:
         p = check_placement(placement, self.network, self.n_ranks)
         return self.network.device_chip[p]
@@ -356,14 +375,15 @@ class TrafficModel:
     def phase_loads(self, placement: Sequence[int]) -> list[PhaseLoad]:
         chip = self.chip_of_rank(placement)
         out = []
-        for key, cs, gs, ov in zip(self.phases, self.phase_collectives, self._groups,
-                                   self.overlap_s):
+        for key, cs, gs, kinds, names, ov in zip(self.phases, self.phase_collectives,
+                                                 self._groups, self._kinds, self._names,
+                                                 self.overlap_s):
             tot = np.zeros(self.network.num_links)
             hops = 0
             crit = 0
-            for c, groups in zip(cs, gs):
+            for c, groups, kind in zip(cs, gs, kinds):
                 own = 0          # this collective's critical path, hops
-                if base_kind(c.kind) == "collective-permute":
+                if kind == "collective-permute":
                     f, h = collective_link_bytes(c, chip, self.network)
                     tot += f
                     hops += h
@@ -372,15 +392,16 @@ class TrafficModel:
                         own = int(self.network.hops[chip[pairs[:, 0]], chip[pairs[:, 1]]].max())
                 else:
                     for g in groups:
-                        f, h = self._group_bytes(c, chip[g])
+                        f, h, lat = self._group(c, kind, chip[g])
                         tot += f
                         hops += h
-                        own = max(own, self._group_latency_hops(c, chip[g]))
+                        if lat > own:
+                            own = lat
                 # blocking collectives run one after another: their latencies add up; the
                 # collectives of an async part are in flight together: the longest counts
                 crit = crit + own if key.sync else max(crit, own)
             t = float((tot / self.bandwidth).max()) if len(tot) else 0.0
-            out.append(PhaseLoad(key, [c.name for c in cs], tot, t, ov, hops,
+            out.append(PhaseLoad(key, list(names), tot, t, ov, hops,
                                  crit * self.network.hop_latency_s))
         return out
 
