@@ -294,8 +294,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                       "iterations": len(iterations),
                       "started_from": calibration.source if calibration is not None else None}
     time_limited = [w for r in iterations for w in r.pop("time_limited", [])]
-    time_limited += [f"final annealing of the plan's placement ({annealed}): {w}"
-                     for w in anneal_limited]
+    time_limited += [f"final annealing of the plan's placement{f' ({annealed})' if annealed else ''}"
+                     f": {w}" for w in anneal_limited]
     return _finish(fn, abstract_args, tgt, network, key, best, iterations, stop_reason, t0,
                    deadline, verify, max_compile_s, progress, program, learned, time_limited)
 
@@ -730,8 +730,10 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
     cut or not started, the final swap descent cut): ``Plan.time_limited``'s entries."""
     left = deadline - time.perf_counter() - 1.0
     cert = best.placement_cert
-    if cert is None or _levels_proven(cert) or left < 0.5 or best.evidence is None:
+    if cert is None or _levels_proven(cert) or best.evidence is None:
         return "", []
+    if left < 0.5:
+        return "", [f"not run, {max(left, 0.0):.1f} s left"]
     ev = best.evidence
     heuristic_starts = annealing_starts(network, list(ev.mesh_axes.values()),
                                         best.default_order or range(ev.num_devices))

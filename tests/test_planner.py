@@ -424,3 +424,20 @@ def test_the_loop_calibrates_the_compute_of_the_other_ops(small):
     assert t == pytest.approx(sum(s["compiled_s"] for s in samples))
     assert q == pytest.approx(sum(s["q1_s"] for s in samples))
     assert p.calibration.compute_scale == pytest.approx(t / q)
+
+
+def test_final_annealing_without_time_left_is_a_time_limit():
+    """An unproven placement whose annealing finds no time left says so (``time_limited``)."""
+    import time
+    from types import SimpleNamespace
+
+    import aoizora.planner as planner
+
+    cert = planner.Certificate("CP-SAT", "FEASIBLE", 1.0, 0.5, 10.0, time_limit_s=10.0)
+    best = SimpleNamespace(placement_cert=cert, evidence=object())
+    did, limited = planner._anneal_best(best, None, time.perf_counter(), 10.0, 0, None)
+    assert did == "" and len(limited) == 1 and limited[0].startswith("not run, 0.0 s left")
+    # a placement proven on every level is not annealed, and no limit bound there
+    cert.status = "OPTIMAL"
+    cert.detail = {"levels": {n: {"status": "OPTIMAL"} for n in planner.LEVELS}}
+    assert planner._anneal_best(best, None, time.perf_counter(), 10.0, 0, None) == ("", [])
