@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from aoizora.solvers.placement_heuristics import EVALUATIONS_PER_S
 from benchmarks.grid import Q2_LABEL, RESULTS, SIM_LABEL, TIE_REL
 
 OUT = RESULTS.parent
@@ -390,7 +391,8 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
           "AoiZora's layout in the default order (isolates placement); AoiZora's layout placed by the "
           "best heuristic search (exhaustive / axis orders / random / annealing, each with the "
           "CP-SAT's time limit, best by Q2; random search and annealing make the evaluations that "
-          "limit buys, 250 per second, the clock only capping them, from commit fe5a05c on; "
+          f"limit buys, {EVALUATIONS_PER_S} per second, the clock only capping them, from commit "
+          "fe5a05c on; "
           "before it they ran until the clock). rho: Spearman between Q2 and the simulator over the "
           "plan layout's placements (default order, CP-SAT, heuristics, 10 seeded random); rho (all "
           "pairs) adds every other (layout, placement) the cell evaluated. top-1: the simulator's "

@@ -319,53 +319,36 @@ class TrafficModel:
         self.bandwidth = network.link_bandwidth
         self._units: dict[tuple, tuple[np.ndarray, int]] = {}
         self._scores: dict[bytes, tuple[float, float, int, float]] = {}
-        self._coef: dict[tuple, float] = {}
         self._groups = [[[np.asarray(g, dtype=np.int64) for g in c.replica_groups] for c in cs]
                         for cs in self.phase_collectives]
         self._kinds = [[base_kind(c.kind) for c in cs] for cs in self.phase_collectives]
-        self._names = [[c.name for c in cs] for cs in self.phase_collectives]
         self._group_memo: dict[tuple, tuple[np.ndarray, int, int]] = {}
         self._group_memo_max = max(1024, GROUP_MEMO_BYTES // (8 * max(1, network.num_links)))
 
-    def _group_bytes(self, c: Collective, chips: np.ndarray) -> tuple[np.ndarray, int]:
-        """Cached `group_link_bytes`: a group's loads depend only on its multiset of chips."""
-        kind = base_kind(c.kind)
-        key_chips = tuple(sorted(int(v) for v in chips))
-        k = len(set(key_chips)) if kind in RING_KINDS else len(key_chips)
-        cls = flow_class(kind, k)
-        ck = (kind, int(c.bytes), k)
-        coef = self._coef.get(ck)
-        if coef is None:
-            coef = self._coef[ck] = float(class_coefficient(kind, c.bytes, k))
-        uk = (cls, key_chips)
-        u = self._units.get(uk)
-        if u is None:
-            u = self._units[uk] = unit_loads(cls, key_chips, self.network)
-        return u[0] * coef, u[1]
-
-    def _group_latency_hops(self, c: Collective, chips: np.ndarray) -> int:
-        kind = base_kind(c.kind)
-        key_chips = tuple(sorted(int(v) for v in chips))
-        k = len(set(key_chips)) if kind in RING_KINDS else len(key_chips)
-        cls = flow_class(kind, k)
-        lk = ("lat", cls, kind == "all-reduce", key_chips)
-        h = self._units.get(lk)
-        if h is None:
-            h = self._units[lk] = latency_hops(cls, kind, key_chips, self.network)
-        return h
-
     def _group(self, c: Collective, kind: str, chips: np.ndarray) -> tuple[np.ndarray, int, int]:
-        """(link bytes, flow hops, critical-path hops) of one replica group of `c` on `chips`:
-        ``_group_bytes`` and ``_group_latency_hops``, memoized by the collective's kind and bytes
-        and the group's multiset of chips (cleared when it would pass ``GROUP_MEMO_BYTES``)."""
-        mk = (kind, c.bytes, tuple(sorted(chips.tolist())))
+        """(link bytes, flow hops, critical-path hops) of one replica group of `c` (base kind
+        `kind`) on `chips`: ``group_link_bytes`` and ``latency_hops``, which depend only on the
+        kind, the bytes and the group's multiset of chips. Memoized by those (cleared when it
+        would pass ``GROUP_MEMO_BYTES``); the unit loads and latencies under it by flow class and
+        chips, shared across byte sizes. Interrupt-safe: entries are stored once computed."""
+        key_chips = tuple(sorted(chips.tolist()))
+        mk = (kind, c.bytes, key_chips)
         hit = self._group_memo.get(mk)
-        if hit is None:
-            f, h = self._group_bytes(c, chips)
-            hit = (f, h, self._group_latency_hops(c, chips))
-            if len(self._group_memo) >= self._group_memo_max:
-                self._group_memo.clear()
-            self._group_memo[mk] = hit
+        if hit is not None:
+            return hit
+        k = len(set(key_chips)) if kind in RING_KINDS else len(key_chips)
+        cls = flow_class(kind, k)
+        u = self._units.get((cls, key_chips))
+        if u is None:
+            u = self._units[(cls, key_chips)] = unit_loads(cls, key_chips, self.network)
+        lk = ("lat", cls, kind == "all-reduce", key_chips)
+        lat = self._units.get(lk)
+        if lat is None:
+            lat = self._units[lk] = latency_hops(cls, kind, key_chips, self.network)
+        hit = (u[0] * float(class_coefficient(kind, c.bytes, k)), u[1], lat)
+        if len(self._group_memo) >= self._group_memo_max:
+            self._group_memo.clear()
+        self._group_memo[mk] = hit
         return hit
 
     def chip_of_rank(self, placement: Sequence[int]) -> np.ndarray:
@@ -375,9 +358,8 @@ class TrafficModel:
     def phase_loads(self, placement: Sequence[int]) -> list[PhaseLoad]:
         chip = self.chip_of_rank(placement)
         out = []
-        for key, cs, gs, kinds, names, ov in zip(self.phases, self.phase_collectives,
-                                                 self._groups, self._kinds, self._names,
-                                                 self.overlap_s):
+        for key, cs, gs, kinds, ov in zip(self.phases, self.phase_collectives, self._groups,
+                                          self._kinds, self.overlap_s):
             tot = np.zeros(self.network.num_links)
             hops = 0
             crit = 0
@@ -401,7 +383,7 @@ class TrafficModel:
                 # collectives of an async part are in flight together: the longest counts
                 crit = crit + own if key.sync else max(crit, own)
             t = float((tot / self.bandwidth).max()) if len(tot) else 0.0
-            out.append(PhaseLoad(key, list(names), tot, t, ov, hops,
+            out.append(PhaseLoad(key, [c.name for c in cs], tot, t, ov, hops,
                                  crit * self.network.hop_latency_s))
         return out
 

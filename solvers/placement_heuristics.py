@@ -54,9 +54,12 @@ EXHAUSTIVE_MAX_DEVICES = 8
 EVALUATIONS_PER_S = 250
 
 
-def evaluation_budget(time_limit_s: float) -> int:
+def evaluation_budget(time_limit_s: float, max_evaluations: int | None = None) -> int:
     """The evaluations a random search or an annealing run makes in `time_limit_s` seconds of
-    budget when the clock does not cut it: ``EVALUATIONS_PER_S`` x `time_limit_s`, at least 1."""
+    budget when the clock does not cut it: `max_evaluations` when given, else
+    ``EVALUATIONS_PER_S`` x `time_limit_s`, at least 1."""
+    if max_evaluations is not None:
+        return int(max_evaluations)
     return max(1, int(round(EVALUATIONS_PER_S * float(time_limit_s))))
 
 
@@ -249,7 +252,7 @@ def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.
         best.offer(np.asarray(default, dtype=np.int64))
     best.eval_timeout_s = eval_timeout_s
     n = evidence.num_devices
-    asked = evaluation_budget(time_limit_s) if max_evaluations is None else int(max_evaluations)
+    asked = evaluation_budget(time_limit_s, max_evaluations)
     done, cut = 0, ""
     while done < asked:
         if time.perf_counter() - t0 >= time_limit_s:
@@ -304,7 +307,7 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
 
     e_cur = energy(cur_c)
     best.eval_timeout_s = eval_timeout_s
-    asked = evaluation_budget(time_limit_s) if max_evaluations is None else int(max_evaluations)
+    asked = evaluation_budget(time_limit_s, max_evaluations)
     it, cuts = 0, []
     while n >= 2 and it < asked:
         if time.perf_counter() - t0 > 0.9 * time_limit_s:
