@@ -747,7 +747,7 @@ def _anneal_best(best: Candidate, network: Network, deadline: float, placement_t
             limited.append(f"{name}: not run, {max(left, 0.0):.1f} s left")
             break
         sa = annealing(ev, network, time_limit_s=min(limit, left), seed=seed, starts=starts,
-                       max_evaluations=evaluation_budget(limit), eval_timeout_s=0.5)
+                       max_evaluations=evaluation_budget(limit))
         d = sa.certificate.detail
         if d.get("cut"):
             limited.append(f"{name}: cut at the {min(limit, left):.1f} s left ({d['cut']})")

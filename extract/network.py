@@ -26,8 +26,13 @@ Model
   ring exists and the compiler's reordering is modelled as the tour of fewest hops (exhaustive
   for up to 7 chips, else nearest neighbour from the smallest chip id), every step routed by
   dimension order. The cycle / path is found by a deterministic depth-first search (neighbours in
-  chip-id order, starting at the smallest chip id); for full boxes it is constructed directly.
-  The ring depends only on the *set* of chips, never on the logical order.
+  chip-id order; the cycle from the smallest chip id, a path from each possible start in id
+  order), all of one set's searches at most ``_DFS_NODE_LIMIT`` nodes together (what they have
+  not found by then counts as absent), so pricing a set is bounded work, the same on every
+  machine; necessary conditions (connected; at most two chips of degree 1; on a bipartite
+  grid, colour classes equal for a cycle, within one for a path) skip the searches that cannot
+  succeed. For full boxes the ring is constructed directly. The ring depends only on the *set*
+  of chips, never on the logical order.
 """
 
 from __future__ import annotations
@@ -55,7 +60,10 @@ class Ring:
     kind: str
 
 
-# Search budget for the Hamiltonian cycle / path DFS on sets that are not full boxes.
+# Node budget of the Hamiltonian cycle / path searches of one chip set that is not a full box
+# (all its searches together: a 128-chip set of v5e-256 whose path starts at one chip tried 63
+# starts for 5.6 s with this budget each). Sets of up to 16 chips need at most 633 (every
+# subset of 4x4 enumerated), so their rings do not depend on it.
 _DFS_NODE_LIMIT = 200_000
 
 
@@ -291,12 +299,17 @@ class Network:
             return box
         mset = set(members)
         adj = {a: [b for b in self.adjacency[a] if b in mset] for a in members}
-        cyc = _ham_search(members, adj, cycle=True)
-        if cyc is not None:
-            return Ring(tuple(cyc), "ring")
-        # path: try every start in id order
-        for s in members:
-            p = _ham_search(members, adj, cycle=False, start=s)
+        can_cycle, starts = _hamiltonian_candidates(members, adj)
+        budget = [_DFS_NODE_LIMIT]                     # shared by every search of this set
+        if can_cycle:
+            cyc = _ham_search(members, adj, budget, cycle=True)
+            if cyc is not None:
+                return Ring(tuple(cyc), "ring")
+        # path: try every start that can begin one, in id order
+        for s in starts:
+            if budget[0] <= 0:
+                break
+            p = _ham_search(members, adj, budget, cycle=False, start=s)
             if p is not None:
                 return Ring(tuple(p), "line")
         return None
@@ -356,14 +369,53 @@ class Network:
         return None
 
 
-def _ham_search(members: list[int], adj: dict[int, list[int]], cycle: bool,
+def _hamiltonian_candidates(members: list[int], adj: dict[int, list[int]]
+                            ) -> tuple[bool, list[int]]:
+    """Whether the induced graph can have a Hamiltonian cycle, and the members a Hamiltonian
+    path can start from (in id order), by necessary conditions only: connected; at most two
+    members of degree 1 (a path's ends: with two, it starts at one of them; with any, no
+    cycle); when the graph is bipartite (every grid without an odd wrapped axis) with classes
+    of sizes a and b, a cycle needs a == b and a path |a - b| <= 1, its ends both in the larger
+    class when they differ, one in each when they do not (so with one member of degree 1, a
+    start in its class is that member). A start or cycle ruled out here is one the search could
+    not find, so the ring found is the one the search would find without these checks."""
+    color = {members[0]: 0}
+    queue, bipartite = [members[0]], True
+    for a in queue:
+        for b in adj[a]:
+            if b not in color:
+                color[b] = 1 - color[a]
+                queue.append(b)
+            elif color[b] == color[a]:
+                bipartite = False
+    if len(color) < len(members):                     # not connected
+        return False, []
+    ends = [m for m in members if len(adj[m]) == 1]
+    if len(ends) > 2:
+        return False, []
+    can_cycle = not ends
+    starts = ends if len(ends) == 2 else list(members)  # two ends: the path runs between them
+    if bipartite:
+        ones = sum(color.values())
+        diff = (len(members) - ones) - ones             # class 0 minus class 1
+        can_cycle = can_cycle and diff == 0
+        if abs(diff) > 1:
+            return False, []
+        if diff:                                        # both ends in the larger class
+            starts = [m for m in starts if color[m] == (0 if diff > 0 else 1)]
+        elif len(ends) == 1:                            # the other end in the other class
+            starts = [m for m in starts if m == ends[0] or color[m] != color[ends[0]]]
+    return can_cycle, starts
+
+
+def _ham_search(members: list[int], adj: dict[int, list[int]], budget: list[int], cycle: bool,
                 start: int | None = None) -> list[int] | None:
-    """Deterministic DFS for a Hamiltonian cycle (or path from `start`) in a small graph."""
+    """Deterministic DFS for a Hamiltonian cycle (or path from `start`) in a small graph; each
+    node visited takes one from ``budget[0]``, and the search fails when it runs out."""
     n = len(members)
     s = members[0] if start is None else start
     path = [s]
     seen = {s}
-    budget = [_DFS_NODE_LIMIT]
 
     def dfs() -> bool:
         budget[0] -= 1
@@ -371,7 +423,6 @@ def _ham_search(members: list[int], adj: dict[int, list[int]], cycle: bool,
             return False
         if len(path) == n:
             return (not cycle) or s in adj[path[-1]]
-        # prune: an unvisited vertex with no unvisited / endpoint neighbour left
         for b in adj[path[-1]]:
             if b in seen:
                 continue

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import signal
-import threading
 import time
 from typing import Callable, Sequence
 
@@ -67,61 +65,17 @@ class HeuristicError(ValueError):
     """A search that cannot run on this instance (e.g. exhaustive on too many devices)."""
 
 
-class EvaluationTimeout(Exception):
-    """Pricing one placement took longer than the evaluation cap."""
-
-
-def guarded_cost(tm: TrafficModel, p, timeout_s: float | None) -> tuple | None:
-    """``tm.cost(p)``, or None when it takes longer than `timeout_s` (a ring group whose chips
-    send ``Network.ring_through`` into a long Hamiltonian search: seconds each on 128-chip
-    groups of v5e-256). Uses SIGALRM, so only in the main thread; elsewhere unguarded.
-    Interrupting is safe: the caches fill only when a computation completes."""
-    if (not timeout_s or not hasattr(signal, "setitimer")
-            or threading.current_thread() is not threading.main_thread()):
-        return tm.cost(p)
-
-    armed = [True]
-
-    def _raise(signum, frame):
-        # raises once, and never after the pricing ended (a late alarm does nothing); an alarm
-        # that lands in a callback that swallows exceptions (a gc callback) leaves this
-        # evaluation unguarded, nothing worse
-        if armed[0]:
-            armed[0] = False
-            raise EvaluationTimeout()
-
-    old = signal.signal(signal.SIGALRM, _raise)
-    c = None
-    try:
-        signal.setitimer(signal.ITIMER_REAL, float(timeout_s))
-        try:
-            c = tm.cost(p)
-        finally:
-            armed[0] = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except EvaluationTimeout:
-        c = None
-    finally:
-        signal.signal(signal.SIGALRM, old)
-    return c
-
-
 class _Best:
-    def __init__(self, tm: TrafficModel, t0: float, eval_timeout_s: float | None = None):
+    def __init__(self, tm: TrafficModel, t0: float):
         self.tm, self.t0 = tm, t0
         self.cost: tuple | None = None
         self.placement: np.ndarray | None = None
         self.trace: list[tuple[float, float]] = []
         self.evaluated = 0
-        self.eval_timeout_s = eval_timeout_s
-        self.timed_out = 0
 
     def offer(self, p: np.ndarray, cost: tuple | None = None) -> tuple:
-        c = cost if cost is not None else guarded_cost(self.tm, p, self.eval_timeout_s)
+        c = cost if cost is not None else self.tm.cost(p)
         self.evaluated += 1
-        if c is None:                      # pricing timed out: treated as worse than anything
-            self.timed_out += 1
-            return (math.inf, math.inf, math.inf)
         if self.cost is None or c < self.cost:
             self.cost = c
             self.placement = np.array(p, dtype=np.int64)
@@ -215,9 +169,8 @@ def exhaustive(evidence: Evidence, network: Network, time_limit_s: float = 60.0)
 
 # ---------------------------------------------------------------------------------------------
 def axis_orders(evidence: Evidence, network: Network, time_limit_s: float = 60.0,
-                default: Sequence[int] | None = None,
-                eval_timeout_s: float | None = None) -> PlacementResult:
-    """`eval_timeout_s`: skip a candidate whose pricing takes longer (``guarded_cost``)."""
+                default: Sequence[int] | None = None) -> PlacementResult:
+    """JAX's order `default` when given, then every axis-order placement until `time_limit_s`."""
     t0 = time.perf_counter()
     tm = TrafficModel(evidence, network)
     best = _Best(tm, t0)
@@ -225,7 +178,6 @@ def axis_orders(evidence: Evidence, network: Network, time_limit_s: float = 60.0
                                   deadline=t0 + time_limit_s)
     if default is not None:
         best.offer(np.asarray(default, dtype=np.int64))
-    best.eval_timeout_s = eval_timeout_s
     done = 0
     for p in cands:
         if time.perf_counter() - t0 > time_limit_s:
@@ -233,15 +185,13 @@ def axis_orders(evidence: Evidence, network: Network, time_limit_s: float = 60.0
         best.offer(p)
         done += 1
     return _result("axis orders", best, evidence, network, t0, time_limit_s, None,
-                   detail={"candidates": len(cands), "evaluated_candidates": done,
-                           "timed_out_evaluations": best.timed_out})
+                   detail={"candidates": len(cands), "evaluated_candidates": done})
 
 
 # ---------------------------------------------------------------------------------------------
 def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.0,
                   seed: int = 0, default: Sequence[int] | None = None,
-                  max_evaluations: int | None = None,
-                  eval_timeout_s: float | None = None) -> PlacementResult:
+                  max_evaluations: int | None = None) -> PlacementResult:
     """`max_evaluations` random placements (``evaluation_budget(time_limit_s)`` when None) after
     `default`, or fewer where `time_limit_s` passes first (``detail["cut"]``)."""
     t0 = time.perf_counter()
@@ -250,7 +200,6 @@ def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.
     rng = np.random.default_rng(seed)
     if default is not None:
         best.offer(np.asarray(default, dtype=np.int64))
-    best.eval_timeout_s = eval_timeout_s
     n = evidence.num_devices
     asked = evaluation_budget(time_limit_s, max_evaluations)
     done, cut = 0, ""
@@ -261,8 +210,7 @@ def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.
         best.offer(rng.permutation(n))
         done += 1
     return _result("random search", best, evidence, network, t0, time_limit_s, seed,
-                   detail={"evaluations_asked": asked, "cut": cut or None,
-                           "timed_out_evaluations": best.timed_out})
+                   detail={"evaluations_asked": asked, "cut": cut or None})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,13 +229,11 @@ def annealing_starts(network: Network, mesh_shape: Sequence[int],
 
 def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, seed: int = 0,
               starts: Sequence[Sequence[int]] | None = None, t_start: float = 0.05,
-              t_end: float = 1e-4, max_evaluations: int | None = None,
-              eval_timeout_s: float | None = None) -> PlacementResult:
+              t_end: float = 1e-4, max_evaluations: int | None = None) -> PlacementResult:
     """Simulated annealing over swaps: `max_evaluations` swaps (``evaluation_budget(time_limit_s)``
     when None) from the best of `starts`, temperatures relative to that start's objective, then
     the greedy pass over all swaps; the clock cuts the swaps at 90% of `time_limit_s` and the
-    pass at `time_limit_s` (``detail["cut"]``). `eval_timeout_s`: a swap whose pricing takes
-    longer is rejected (``guarded_cost``); starts are always priced in full."""
+    pass at `time_limit_s` (``detail["cut"]``)."""
     t0 = time.perf_counter()
     tm = TrafficModel(evidence, network)
     best = _Best(tm, t0)
@@ -306,7 +252,6 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
         return c[0] / scale + 1e-6 * c[1] / bscale
 
     e_cur = energy(cur_c)
-    best.eval_timeout_s = eval_timeout_s
     asked = evaluation_budget(time_limit_s, max_evaluations)
     it, cuts = 0, []
     while n >= 2 and it < asked:
@@ -329,8 +274,7 @@ def annealing(evidence: Evidence, network: Network, time_limit_s: float = 5.0, s
         cuts.append(f"greedy pass: {polish_cut}")
     return _result("annealing", best, evidence, network, t0, time_limit_s, seed,
                    detail={"iterations": it, "evaluations_asked": asked,
-                           "cut": "; ".join(cuts) or None,
-                           "timed_out_evaluations": best.timed_out})
+                           "cut": "; ".join(cuts) or None})
 
 
 HEURISTICS: dict[str, Callable[..., PlacementResult]] = {

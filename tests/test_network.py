@@ -1,8 +1,11 @@
 """The physical network: links, wraparound, dimension-order routes and rings, checked by hand."""
 
+import itertools
+
 import numpy as np
 import pytest
 
+from aoizora.extract import network as network_module
 from aoizora.extract.network import Network, NetworkError, default_device_order
 from aoizora.extract.targets import get_target
 
@@ -123,6 +126,47 @@ def test_rings_lines_and_scattered():
     assert t.ring_through([cid(t, x, 3) for x in range(8)]).kind == "line"
     with pytest.raises(NetworkError):
         net.ring_through([99])
+
+
+def _brute_force_kind(net, chips):
+    """"ring" / "line" / "scattered" by trying every order of the chips."""
+    first, rest = chips[0], chips[1:]
+    kind = "scattered"
+    for perm in itertools.permutations(chips):
+        if all(net.is_adjacent(perm[i], perm[i + 1]) for i in range(len(perm) - 1)):
+            if perm[0] == first and net.is_adjacent(perm[-1], first):
+                return "ring"
+            kind = "line"
+    return kind
+
+
+@pytest.mark.parametrize("shape,wrap,max_chips", [
+    ((2, 4), (False, False), 8),       # bipartite: the colour-class conditions apply
+    ((3, 3), (True, True), 7),         # odd wrapped axes: not bipartite
+])
+def test_ring_kind_is_whether_a_cycle_or_path_exists(shape, wrap, max_chips):
+    """The necessary conditions that skip searches never skip one that would succeed: on every
+    chip set of a small grid the ring kind is what trying every order says."""
+    net = Network(shape, wrap, 1e9, 1e-6)
+    for k in range(3, max_chips + 1):
+        for chips in itertools.combinations(range(net.num_chips), k):
+            assert net.ring_through(chips).kind == _brute_force_kind(net, list(chips)), chips
+
+
+def test_ring_search_budget_is_per_chip_set(monkeypatch):
+    """All searches of one chip set share one node budget; what they have not found by then is
+    absent (pricing a set is bounded work)."""
+    net = net_of("v5e:4x4")
+    ell = [cid(net, 0, 0), cid(net, 1, 0), cid(net, 2, 0), cid(net, 2, 1), cid(net, 1, 1)]
+    assert net.ring_through(ell).kind == "line"
+    monkeypatch.setattr(network_module, "_DFS_NODE_LIMIT", 3)
+    assert net_of("v5e:4x4").ring_through(ell).kind == "scattered"
+    monkeypatch.undo()
+    # v5e-256: a 16x8 box less one chip, plus the chip across the wrap from column 10; its only
+    # paths start at that chip, which 63 starts in id order come before
+    t = net_of("v5e:16x16")
+    box = [cid(t, x, y) for y in range(8) for x in range(16) if (x, y) != (5, 4)]
+    assert t.ring_through(box + [cid(t, 10, 15)]).kind == "scattered"
 
 
 def test_v4_two_devices_per_chip():
