@@ -60,9 +60,9 @@ class Ring:
     kind: str
 
 
-# Node budget of the Hamiltonian cycle / path searches of one chip set that is not a full box
-# (all its searches together: a 128-chip set of v5e-256 whose path starts at one chip tried 63
-# starts for 5.6 s with this budget each). Sets of up to 16 chips need at most 633 (every
+# Node budget of the Hamiltonian cycle / path searches of one chip set that is not a full box,
+# all its searches together (when each search had it, a 128-chip set of v5e-256 whose paths all
+# start at one chip tried 127 starts: 13 s). Sets of up to 16 chips need at most 633 (every
 # subset of 4x4 enumerated), so their rings do not depend on it.
 _DFS_NODE_LIMIT = 200_000
 
@@ -378,7 +378,7 @@ def _hamiltonian_candidates(members: list[int], adj: dict[int, list[int]]
     of sizes a and b, a cycle needs a == b and a path |a - b| <= 1, its ends both in the larger
     class when they differ, one in each when they do not (so with one member of degree 1, a
     start in its class is that member). A start or cycle ruled out here is one the search could
-    not find, so the ring found is the one the search would find without these checks."""
+    not find; skipping it leaves the set's node budget to the others."""
     color = {members[0]: 0}
     queue, bipartite = [members[0]], True
     for a in queue:

@@ -129,8 +129,8 @@ def test_rings_lines_and_scattered():
 
 
 def _brute_force_kind(net, chips):
-    """"ring" / "line" / "scattered" by trying every order of the chips."""
-    first, rest = chips[0], chips[1:]
+    """The ring kind ("ring", "line" or "scattered") by trying every order of the chips."""
+    first = chips[0]
     kind = "scattered"
     for perm in itertools.permutations(chips):
         if all(net.is_adjacent(perm[i], perm[i + 1]) for i in range(len(perm) - 1)):
