@@ -20,6 +20,7 @@ from pathlib import Path
 import aoizora  # noqa: F401  (libtpu environment first)
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network, default_device_order
+from aoizora.solvers.placement_heuristics import EVALUATIONS_PER_S
 
 from benchmarks.machine import git_state, machine_info
 
@@ -384,8 +385,9 @@ def markdown(out: dict) -> str:
          f"CP-SAT: {out['cpsat']}. Heuristics (``solvers.placement_heuristics``) price with the "
          "same cost function; axis orders and random search do not depend on the budget and ran "
          "once at the largest budget (their figure at a budget is what they had reached by "
-         "then; random search makes 250 placements per second of that budget, the clock capping "
-         "it); annealing ran once per budget (its cooling follows a count of swaps, 250 per "
+         f"then; random search makes {EVALUATIONS_PER_S} placements per second of that budget, "
+         "the clock capping it); annealing ran once per budget (its cooling follows a count of "
+         f"swaps, {EVALUATIONS_PER_S} per "
          "second of budget, so it can end before its budget; the clock caps it: "
          "``placement_heuristics.evaluation_budget``). 'annealing from "
          "axis orders' runs the axis-order search for half the budget, then anneals from its "
@@ -475,7 +477,7 @@ def markdown(out: dict) -> str:
                      f"{lp['bound_scope']}).")
     if out.get("plot"):
         L += ["", f"![objective against time]({out['plot']})", "",
-              f"Plot: objective (ms) against wall-clock time, runs at the largest budget; "
+              "Plot: objective (ms) against wall-clock time, runs at the largest budget; "
               "dashed line: the lower bound valid for every placement; triangles: larger "
               "bounds valid over the circuit scope only."]
     elif out.get("plot_error"):

@@ -330,7 +330,7 @@ class TrafficModel:
         `kind`) on `chips`: ``group_link_bytes`` and ``latency_hops``, which depend only on the
         kind, the bytes and the group's multiset of chips. Memoized by those (cleared when it
         would pass ``GROUP_MEMO_BYTES``); the unit loads and latencies under it by flow class and
-        chips, shared across byte sizes. Interrupt-safe: entries are stored once computed."""
+        chips, shared across byte sizes."""
         key_chips = tuple(sorted(chips.tolist()))
         mk = (kind, c.bytes, key_chips)
         hit = self._group_memo.get(mk)
