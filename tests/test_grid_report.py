@@ -1,7 +1,7 @@
 """The grid report's 60 s section: each short cell says where its planner started (the defaults,
 or another cell's calibration), and the target is judged per start."""
 
-from benchmarks.grid_report import short_budget_table, summarize, targets_text
+from benchmarks.grid_report import budget_table, summarize, targets_text
 
 
 def _cell(name, sim_s, speedup, planning_s, src=None):
@@ -20,7 +20,7 @@ def test_short_cells_say_where_they_started_and_are_judged_per_start():
     full["budget_s"] = 240
     cold = _cell("a_21f", 0.078, 1.0, 58.0)
     warm = _cell("a_21f", 0.063, 1.19, 57.0, src="a_41f")
-    lines = short_budget_table([full], [cold, warm])
+    lines = budget_table([full], [cold, warm])
     assert "| cold |" in lines[2] and "calibration of a_41f (240 s)" in lines[3]
     s = summarize([full])
     s["short"] = [(c["cell"], c["planning_time_s"], 60, c["speedup_over_best_expert"],
