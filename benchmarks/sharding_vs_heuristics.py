@@ -235,6 +235,7 @@ def main(argv=None) -> None:
                 sp.setdefault(name, {})[str(sd)] = {k: r[k] for k in ("status", "objective_s", "time_s",
                                                                       "evaluated", "loadavg",
                                                                       "full_trace_match_s")}
+            doc["machine"] = machine_info()          # the report's "machine of the last run"
             with open(path, "w") as f:
                 json.dump(doc, f, indent=1)
     finish(doc)
