@@ -89,14 +89,17 @@ def _tree_shardings(mesh: Any, tree: Any) -> Any:
 
 def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | Target",
                      in_shardings: Any = None, out_shardings: Any = None,
-                     static_argnums: Sequence[int] = (), donate_argnums: Sequence[int] = ()
-                     ) -> Evidence:
+                     static_argnums: Sequence[int] = (), donate_argnums: Sequence[int] = (),
+                     compiler_options: "dict[str, Any] | None" = None) -> Evidence:
     """Compile `fn(*args)` on `mesh` for `target` and return its Evidence.
 
     `args`: positional arguments as pytrees of `jax.ShapeDtypeStruct` (with or without a
     NamedSharding) or arrays. `in_shardings` / `out_shardings`: as for `jax.jit`; a bare
     `PartitionSpec` is taken on `mesh`. Raises CompileError when tracing, lowering or compiling
-    fails for any reason other than running out of HBM (which is recorded, see module doc)."""
+    fails for any reason other than running out of HBM (which is recorded, see module doc).
+    `compiler_options`: XLA / libtpu options for this compile only, as for
+    `jax.stages.Lowered.compile` (e.g. ``{"xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call":
+    True}``); the evidence is then of the program compiled with them."""
     import jax
 
     tgt = get_target(target)
@@ -117,7 +120,7 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | 
                            f"{_first_line(e)}") from e
     t0 = time.perf_counter()
     try:
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=compiler_options)
     except Exception as e:
         msg = str(e)
         if "RESOURCE_EXHAUSTED" in msg:

@@ -232,6 +232,18 @@ def attention_kernel_flops(ins: Instruction) -> float:
     return 4.0 * lead * q[-2] * k[-2] * q[-1]
 
 
+def _cost_estimate(ins: Instruction) -> dict:
+    """A kernel's own cost estimate (flops, bytes_accessed) from its backend config, if any."""
+    cfg = ins.backend_config
+    ccc = cfg.get("custom_call_config") if isinstance(cfg.get("custom_call_config"), dict) else {}
+    return cfg.get("cost_estimate") or ccc.get("cost_estimate") or {}
+
+
+def _kernel_flops(ins: Instruction) -> float:
+    """FLOPs of a custom-call kernel: its own cost estimate, else the splash attention count."""
+    return float(_cost_estimate(ins).get("flops", 0) or 0) or attention_kernel_flops(ins)
+
+
 class _Walker:
     def __init__(self, module: HloModule, num_devices: int):
         self.m = module
@@ -264,6 +276,10 @@ class _Walker:
         return self._coll_cache[comp_name]
 
     def _fused_flops(self, comp_name: str) -> float:
+        """FLOPs of a fused computation: its dots and convolutions, and the kernels fused into it
+        (libtpu fuses a Pallas kernel with a collective into an async collective fusion when
+        ``xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call`` is set; such a
+        fusion carries no cycle estimate, so the kernel's flops must be counted here)."""
         if comp_name not in self._flops_cache:
             comp = self.m.computation(comp_name)
             f = 0.0
@@ -271,6 +287,8 @@ class _Walker:
                 f += _conv_flops(ins, comp)
                 if ins.opcode == "fusion":
                     f += sum(self._fused_flops(c) for c in ins.called("calls"))
+                elif ins.opcode == "custom-call":
+                    f += _kernel_flops(ins)
             self._flops_cache[comp_name] = f
         return self._flops_cache[comp_name]
 
@@ -409,8 +427,8 @@ class _Walker:
         """A kernel (e.g. Pallas): cycles or the kernel's own cost estimate, else bytes only."""
         cfg = ins.backend_config
         ccc = cfg.get("custom_call_config") if isinstance(cfg.get("custom_call_config"), dict) else {}
-        est = cfg.get("cost_estimate") or ccc.get("cost_estimate") or {}
-        flops = float(est.get("flops", 0) or 0) or attention_kernel_flops(ins)
+        est = _cost_estimate(ins)
+        flops = _kernel_flops(ins)
         self._add_compute(ins, comp, count, flops)
         op = self.compute[-1]
         if est.get("bytes_accessed"):

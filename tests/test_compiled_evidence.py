@@ -565,6 +565,44 @@ def test_small_wan_model_two_device_orders():
     assert kernels and all(op.estimated_cycles is None and op.flops > 0 for op in kernels)
 
 
+@pytest.mark.tpu_compiler
+def test_kernel_fused_with_a_collective_keeps_its_flops():
+    """With ``xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call`` libtpu fuses a
+    splash kernel with the next head chunk's key/value all-gather: the fusion has no cycle
+    estimate, and the kernel's flops (4 h Sq Skv d) must still be counted, as they are unfused."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from aoizora.extract.aot_compile import compile_evidence, target_mesh
+    from aoizora.formulation.layout import AttentionLayout
+    from aoizora.models.attention_kernels import sharded_attention
+
+    b, h, s, d = 1, 4, 2048, 128
+    mesh = target_mesh("v5e-8", {"context": 8})
+    layout = AttentionLayout(seq=("context",))
+
+    def head_chunks(q, k, v):     # keys/values gathered two heads at a time
+        return jnp.concatenate([
+            sharded_attention(q[:, c:c + 2], k[:, c:c + 2], v[:, c:c + 2], layout=layout,
+                              mesh=mesh, scale=d ** -0.5, impl="splash")
+            for c in range(0, h, 2)], axis=1)
+
+    arg = jax.ShapeDtypeStruct((b, h, s, d), jnp.bfloat16,
+                               sharding=NamedSharding(mesh, P(None, None, "context", None)))
+    flops = {}
+    for fused in (False, True):
+        opts = {"xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call": True} if fused else None
+        ev = compile_evidence(head_chunks, [arg] * 3, mesh=mesh, target="v5e-8",
+                              compiler_options=opts)
+        kernels = [op for op in ev.compute if op.flops]
+        flops[fused] = sum(op.flops for op in kernels)
+        if fused:   # the compiler did fuse a kernel: otherwise this test tests nothing
+            assert any(op.kind == "fusion" for op in kernels), summarize_evidence(ev)
+    # per device: two kernels of 2 heads, each attending s / 8 queries to all s keys
+    assert flops[False] == flops[True] == 2 * 4.0 * 2 * (s // 8) * s * d
+
+
 CALLS = """\
 HloModule calls, is_scheduled=true, num_partitions=4
 
