@@ -345,6 +345,19 @@ class _Walker:
         op.coll.done_index = self.pos
         self.collectives.append(op.coll)
 
+    def _kernel_bytes(self, comp_name: str) -> float:
+        """HBM bytes of the kernels fused into a computation (each kernel's own estimate, else
+        its operands and results); 0 when none is."""
+        comp = self.m.computation(comp_name)
+        total = 0.0
+        for ins in comp.instructions:
+            if ins.opcode == "custom-call" and _kernel_flops(ins):
+                est = _cost_estimate(ins).get("bytes_accessed")
+                total += float(est) if est else float(_operand_bytes(ins, comp) + ins.shape.bytes)
+            elif ins.opcode == "fusion":
+                total += sum(self._kernel_bytes(c) for c in ins.called("calls"))
+        return total
+
     def _add_compute(self, ins: Instruction, comp: Computation, count: int,
                      flops: float = 0.0) -> None:
         cyc = ins.estimated_cycles
@@ -353,7 +366,11 @@ class _Walker:
                        f"cycle estimate is unknown")
         by = 0.0
         if cyc is None:
-            by = float(_operand_bytes(ins, comp) + ins.shape.bytes)
+            # a fusion holding a kernel and a collective: the kernel's bytes, not the fusion's
+            # operands (they include the collective's buffers, moved over ICI, not by the kernel)
+            kb = (sum(self._kernel_bytes(c) for c in ins.called("calls"))
+                  if ins.opcode == "fusion" else 0.0)
+            by = kb or float(_operand_bytes(ins, comp) + ins.shape.bytes)
         self.compute.append(ComputeOp(
             name=ins.name, kind=ins.opcode, estimated_cycles=cyc,
             flops=float(flops) if cyc is None else 0.0, bytes=by, count=count,

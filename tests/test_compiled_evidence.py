@@ -590,17 +590,20 @@ def test_kernel_fused_with_a_collective_keeps_its_flops():
 
     arg = jax.ShapeDtypeStruct((b, h, s, d), jnp.bfloat16,
                                sharding=NamedSharding(mesh, P(None, None, "context", None)))
-    flops = {}
+    flops, kernel_bytes = {}, {}
     for fused in (False, True):
         opts = {"xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call": True} if fused else None
         ev = compile_evidence(head_chunks, [arg] * 3, mesh=mesh, target="v5e-8",
                               compiler_options=opts)
         kernels = [op for op in ev.compute if op.flops]
         flops[fused] = sum(op.flops for op in kernels)
+        kernel_bytes[fused] = sorted(op.bytes for op in kernels)
         if fused:   # the compiler did fuse a kernel: otherwise this test tests nothing
             assert any(op.kind == "fusion" for op in kernels), summarize_evidence(ev)
     # per device: two kernels of 2 heads, each attending s / 8 queries to all s keys
     assert flops[False] == flops[True] == 2 * 4.0 * 2 * (s // 8) * s * d
+    # and its HBM bytes are the kernel's, not the fusion's (which hold the gather's buffers)
+    assert kernel_bytes[False] == kernel_bytes[True]
 
 
 CALLS = """\
