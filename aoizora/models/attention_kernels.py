@@ -134,14 +134,19 @@ def _splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool
                               save_residuals=save_residuals, interpret=interpret)
 
 
-def _splash_partial(q, k, v, kv_valid, scale, bq, bkv, interpret):
+def _scaled(q, scale):
+    """q times the softmax scale, in q's dtype (what the splash kernel takes)."""
+    return (q.astype(jnp.float32) * scale).astype(q.dtype)
+
+
+def _splash_partial(qs, k, v, kv_valid, bq, bkv, interpret):
+    """Splash on already scaled queries ``qs`` (a ring scales them once, outside its loop)."""
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
-    b, h, lq, _ = q.shape
+    b, h, lq, _ = qs.shape
     lkv = k.shape[2]
     kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True)
     seg = sa.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=(~kv_valid).astype(jnp.int32))
-    qs = (q.astype(jnp.float32) * scale).astype(q.dtype)
     o, (lse,) = jax.vmap(lambda a, b_, c: kernel(a, b_, c, segment_ids=seg))(qs, k, v)
     return o.astype(jnp.float32), lse
 
@@ -152,7 +157,7 @@ def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret):
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
     kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False)
-    qs = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    qs = _scaled(q, scale)
     if kv_valid is None:
         return jax.vmap(lambda a, b_, c: kernel(a, b_, c))(qs, k, v)
     seg = sa.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=(~kv_valid).astype(jnp.int32))
@@ -220,11 +225,14 @@ def _ring_body(q, k, v, *, impl, scale, skv, n, axes, bq, bkv, interpret):
     lkv = k.shape[2]
     me = jax.lax.axis_index(axes)
     perm = [(i, (i + 1) % n) for i in range(n)]
+    # scaled here, not in every step: the compiler does not hoist it out of the loop (one pass
+    # over q per step, 0.14 ms of a 1.18 ms step at Wan 2.1 14B's sizes on v5e-16)
+    qs = _scaled(q, scale) if impl == "splash" else None
 
     def partial_(kc, vc, src):
         kv_valid = src * lkv + jnp.arange(lkv) < skv
         if impl == "splash":
-            return _splash_partial(q, kc, vc, kv_valid, scale, bq, bkv, interpret)
+            return _splash_partial(qs, kc, vc, kv_valid, bq, bkv, interpret)
         return _reference_partial(q, kc, vc, kv_valid, scale)
 
     def combine(o_acc, lse_acc, kc, vc, src):
