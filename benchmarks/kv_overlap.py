@@ -99,7 +99,8 @@ def _row(ev, **kw) -> dict[str, Any]:
                 exposed_ms=round(r.communication_s * 1e3, 3),
                 all_gathers_sync=sum(c.count for c in gathers if not c.is_async),
                 all_gathers_async=sum(c.count for c in gathers if c.is_async),
-                kernels_fused=sum(o.count for o in ev.compute if o.kind == "fusion" and "splash" in o.name),
+                kernels_fused=sum(o.count for o in ev.compute
+                                  if o.kind == "fusion" and "splash" in o.name),
                 compile_s=round(ev.compile_s, 1))
 
 

@@ -98,8 +98,9 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | 
     `PartitionSpec` is taken on `mesh`. Raises CompileError when tracing, lowering or compiling
     fails for any reason other than running out of HBM (which is recorded, see module doc).
     `compiler_options`: XLA / libtpu options for this compile only, as for
-    `jax.stages.Lowered.compile` (e.g. ``{"xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call":
-    True}``); the evidence is then of the program compiled with them."""
+    `jax.stages.Lowered.compile`, e.g.
+    ``{"xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call": True}``; the evidence
+    is then of the program compiled with them."""
     import jax
 
     tgt = get_target(target)
