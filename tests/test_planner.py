@@ -254,6 +254,35 @@ def test_compile_order_takes_each_kv_mode_combination_early():
     assert [r[2].layout.name for r in _diverse(ranked[:2], 2)] == ["r1", "r2"]
 
 
+def test_an_unproven_near_tie_on_another_mesh_is_compiled_too():
+    """After the best layout: every other mesh's best whose ILP stopped at its limit with a bound
+    below the best's Q1 and a Q1 within 1% of it; proven optima, far layouts, bounds above the
+    best and a mesh's second layout are not added."""
+    from types import SimpleNamespace as NS
+
+    from aoizora.planner import _with_unproven_near
+    from aoizora.solvers.certificate import Certificate
+
+    def entry(q1, mesh, status, bound, name):
+        cert = Certificate(solver="HiGHS", status=status, objective=q1, bound=bound, time_s=20.0)
+        return (q1, mesh, NS(certificate=cert, name=name))
+
+    best = entry(0.5815, {"x": 4, "y": 2, "z": 2}, "FEASIBLE", 0.5795, "best")
+    other_kind = entry(0.6188, {"x": 8, "y": 2}, "OPTIMAL", 0.6188, "other kind")
+    untried = [best,
+               entry(0.5818, {"x": 4, "y": 2, "z": 2}, "FEASIBLE", 0.5795, "best's mesh, 2nd"),
+               entry(0.5824, {"x": 2, "y": 4, "z": 2}, "FEASIBLE", 0.5801, "near, unproven"),
+               entry(0.5830, {"x": 2, "y": 8}, "OPTIMAL", 0.5830, "near, proven"),
+               entry(0.5850, {"x": 2, "y": 2, "z": 4}, "FEASIBLE", 0.5820, "bound above best"),
+               entry(0.6000, {"x": 16}, "FEASIBLE", 0.5000, "far"),
+               other_kind]
+    got = _with_unproven_near([best, other_kind], untried)
+    assert [r[2].name for r in got] == ["best", "near, unproven", "other kind"]
+    proven = [entry(q1, m, "OPTIMAL", q1, sol.name) for q1, m, sol in untried]
+    assert _with_unproven_near(proven[:1], proven) == proven[:1]
+    assert _with_unproven_near([], untried) == []
+
+
 def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     """When CP-SAT does not prove its answer (here: forced to return JAX's default order,
     FEASIBLE), the time left after the last compile anneals it twice (from a heuristic's starts
