@@ -183,8 +183,9 @@ def repeat_table(cells: list[dict[str, Any]], repeats: list[dict[str, Any]]) -> 
     lines = ["| cell | run | commit | date | compiles | compile s (median) | planning s | "
              "time limits bound | plan mesh | AoiZora ms (sim) | vs best expert | never slower |",
              "|" + "|".join(["---"] * 12) + "|"]
-    for r in repeats:
-        for run, c in (("repeat", r), ("grid", grid.get(r["cell"]))):
+    for cell in dict.fromkeys(r["cell"] for r in repeats):     # a cell's repeats, then the grid's
+        runs = [("repeat", r) for r in repeats if r["cell"] == cell] + [("grid", grid.get(cell))]
+        for run, c in runs:
             if c is None:
                 continue
             az = _row(c, "aoizora") or {}

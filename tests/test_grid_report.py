@@ -78,3 +78,8 @@ def test_a_repeat_run_is_shown_beside_the_grids_run_of_its_cell():
     assert r1.endswith("| 1.100x | no: alpa-logical |")
     assert r2.startswith("| c | grid | bbbbbbb | d | 3 | 16.0 |") and r2.endswith("| yes |")
     assert repeat_table([grid], []) == []
+    # two repeats of a cell: both, then the grid's run once
+    rep2 = cell("ccccccccc", [30.0], 1.12, [], ["a"])
+    rows = repeat_table([grid], [rep, rep2])[2:]
+    assert [r.split(" | ")[1:3] for r in rows] == [["repeat", "aaaaaaa"], ["repeat", "ccccccc"],
+                                                   ["grid", "bbbbbbb"]]
