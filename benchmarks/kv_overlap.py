@@ -32,7 +32,6 @@ import argparse
 import dataclasses
 import json
 import os
-import time
 from typing import Any
 
 import aoizora  # noqa: F401  (libtpu environment first)
@@ -41,8 +40,6 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from aoizora.extract.aot_compile import compile_evidence, target_mesh
-from aoizora.extract.compiled_evidence import evidence_from_compiled
-from aoizora.extract.targets import get_target
 from aoizora.formulation.layout import AttentionLayout
 from aoizora.models.attention_kernels import sharded_attention
 from aoizora.models.experts import attention_roles, default_mesh, expert_layouts
@@ -126,11 +123,9 @@ def run_model() -> list[dict[str, Any]]:
     for attention, layout, opt in (("gather", e.layout, "default"),
                                    ("gather", e.layout, "mosaic-fusion"),
                                    ("self-attention in a ring", ring, "default")):
-        t0 = time.perf_counter()
-        compiled = realize(e.fn, e.args, layout, mesh).lower().compile(
-            compiler_options=OPTIONS[opt])
-        ev = evidence_from_compiled(compiled, target=get_target(TARGET), mesh=mesh,
-                                    compile_s=time.perf_counter() - t0)
+        realized = realize(e.fn, e.args, layout, mesh)
+        ev = compile_evidence(realized.fn, realized.args, mesh=mesh, target=TARGET,
+                              compiler_options=OPTIONS[opt])
         rows.append(_row(ev, part="model", attention=f"{EXPERT}, {attention}", options=opt))
         print(rows[-1], flush=True)
     return rows

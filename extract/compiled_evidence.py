@@ -255,7 +255,7 @@ class _Walker:
         self.warnings: list[str] = list(module.warnings)
         self.pending: dict[Any, _Open] = {}
         self._coll_cache: dict[str, list[tuple[Instruction, Computation]]] = {}
-        self._flops_cache: dict[str, float] = {}
+        self._fused_cache: dict[str, tuple[float, float]] = {}   # (flops, kernel bytes)
 
     # -- helpers
     def _collectives_in(self, comp_name: str) -> list[tuple[Instruction, Computation]]:
@@ -275,22 +275,34 @@ class _Walker:
             self._coll_cache[comp_name] = out
         return self._coll_cache[comp_name]
 
-    def _fused_flops(self, comp_name: str) -> float:
-        """FLOPs of a fused computation: its dots and convolutions, and the kernels fused into it
-        (libtpu fuses a Pallas kernel with a collective into an async collective fusion when
-        ``xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call`` is set; such a
-        fusion carries no cycle estimate, so the kernel's flops must be counted here)."""
-        if comp_name not in self._flops_cache:
+    def _fused_cost(self, comp_name: str) -> tuple[float, float]:
+        """(FLOPs, kernel HBM bytes) of a fused computation, nested fusions included. FLOPs: its
+        dots and convolutions and the kernels fused into it (libtpu fuses a Pallas kernel with a
+        collective into an async collective fusion when
+        ``xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call`` is set; such a fusion
+        carries no cycle estimate, so the kernel must be counted here). Kernel bytes: each fused
+        kernel's own estimate, else its operands and results; 0 when no kernel is fused."""
+        if comp_name not in self._fused_cache:
             comp = self.m.computation(comp_name)
-            f = 0.0
+            f = by = 0.0
             for ins in comp.instructions:
                 f += _conv_flops(ins, comp)
                 if ins.opcode == "fusion":
-                    f += sum(self._fused_flops(c) for c in ins.called("calls"))
+                    for c in ins.called("calls"):
+                        cf, cb = self._fused_cost(c)
+                        f, by = f + cf, by + cb
                 elif ins.opcode == "custom-call":
-                    f += _kernel_flops(ins)
-            self._flops_cache[comp_name] = f
-        return self._flops_cache[comp_name]
+                    kf = _kernel_flops(ins)
+                    if kf:
+                        est = _cost_estimate(ins).get("bytes_accessed")
+                        f += kf
+                        by += float(est) if est else float(_operand_bytes(ins, comp)
+                                                           + ins.shape.bytes)
+            self._fused_cache[comp_name] = (f, by)
+        return self._fused_cache[comp_name]
+
+    def _fused_flops(self, comp_name: str) -> float:
+        return self._fused_cost(comp_name)[0]
 
     def _new_collective(self, name: str, kind: str, ins: Instruction, comp: Computation,
                         outer: Instruction | None, count: int, is_async: bool,
@@ -345,19 +357,6 @@ class _Walker:
         op.coll.done_index = self.pos
         self.collectives.append(op.coll)
 
-    def _kernel_bytes(self, comp_name: str) -> float:
-        """HBM bytes of the kernels fused into a computation (each kernel's own estimate, else
-        its operands and results); 0 when none is."""
-        comp = self.m.computation(comp_name)
-        total = 0.0
-        for ins in comp.instructions:
-            if ins.opcode == "custom-call" and _kernel_flops(ins):
-                est = _cost_estimate(ins).get("bytes_accessed")
-                total += float(est) if est else float(_operand_bytes(ins, comp) + ins.shape.bytes)
-            elif ins.opcode == "fusion":
-                total += sum(self._kernel_bytes(c) for c in ins.called("calls"))
-        return total
-
     def _add_compute(self, ins: Instruction, comp: Computation, count: int,
                      flops: float = 0.0) -> None:
         cyc = ins.estimated_cycles
@@ -368,7 +367,7 @@ class _Walker:
         if cyc is None:
             # a fusion holding a kernel and a collective: the kernel's bytes, not the fusion's
             # operands (they include the collective's buffers, moved over ICI, not by the kernel)
-            kb = (sum(self._kernel_bytes(c) for c in ins.called("calls"))
+            kb = (sum(self._fused_cost(c)[1] for c in ins.called("calls"))
                   if ins.opcode == "fusion" else 0.0)
             by = kb or float(_operand_bytes(ins, comp) + ins.shape.bytes)
         self.compute.append(ComputeOp(
