@@ -219,6 +219,11 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     tgt = get_target(target)
     if time_budget_s <= 0:
         raise BudgetError(f"time budget {time_budget_s} s: give a positive number of seconds")
+    if int(top_k) != top_k or top_k < 1:
+        raise PlanningError(f"top_k={top_k}: give the number of layouts to compile per "
+                            "iteration, 1 or more (default 2)")
+    if int(max_iterations) != max_iterations or max_iterations < 1:
+        raise PlanningError(f"max_iterations={max_iterations}: give 1 or more (default 4)")
     if isinstance(calibration, Plan):
         if calibration.calibration is None:
             raise PlanningError("that plan records no calibration (made before calibrations were "

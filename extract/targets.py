@@ -222,10 +222,13 @@ def _topology_devices(canonical: str) -> tuple:
     from jax.experimental import topologies
 
     gen, shape = canonical.split(":")
+    dims = [int(x) for x in shape.split("x")] + [1] * (3 - len(shape.split("x")))
+    # a host holds up to 2x2x1 chips; a smaller slice (v5e-1, v5e-2) is one smaller host
+    bounds = tuple(min(d, h) for d, h in zip(dims, (2, 2, 1)))
     try:
         topo = topologies.get_topology_desc(
             platform="tpu", topology_name=canonical, chip_config_name="default",
-            chips_per_host_bounds=(2, 2, 1), num_slices=1)
+            chips_per_host_bounds=bounds, num_slices=1)
     except Exception as e:  # libtpu missing or the shape unknown to it
         raise TargetError(f"libtpu cannot describe {canonical}: {str(e).splitlines()[0]} "
                           f"(install the project: pip install -e .)") from e

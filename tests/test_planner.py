@@ -114,6 +114,22 @@ def test_budget_too_small_for_one_compile(small):
         aoizora.plan(fn, *args, target="v5e-8", time_budget_s=0.02, meshes=MESHES)
 
 
+@pytest.mark.parametrize("kw,what", [({"top_k": 0}, "top_k=0"), ({"max_iterations": 0},
+                                                                     "max_iterations=0")])
+def test_nothing_to_compile_per_iteration_is_refused(small, kw, what):
+    _, _, fn, args, _ = small
+    with pytest.raises(aoizora.PlanningError, match=what):
+        aoizora.plan(fn, *args, target="v5e-8", meshes=MESHES, **kw)
+
+
+def test_cli_top_k_zero_is_one_line_exit_2():
+    r = subprocess.run([sys.executable, "-m", "aoizora", "plan", "--model", "wan2.1-small",
+                        "--resolution", "128p", "--frames", "9", "--top-k", "0", "--quiet"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "top_k=0" in r.stderr
+
+
 def test_a_first_compile_past_the_budget_still_returns_its_plan(small, monkeypatch):
     """A compile cannot be interrupted: when the first one ends past the budget, its priced
     candidate comes back, and the plan says by how much the budget was exceeded."""

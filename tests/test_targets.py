@@ -39,7 +39,7 @@ def test_chip_numbers_from_facts():
 
 
 @pytest.mark.tpu_compiler
-@pytest.mark.parametrize("name", ["v5e-8", "v5e-16", "v5p-8"])
+@pytest.mark.parametrize("name", ["v5e-1", "v5e-8", "v5e-16", "v5p-8"])
 def test_devices_have_the_target_coordinates(name):
     t = T.get_target(name)
     coords = t.device_coords()

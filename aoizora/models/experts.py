@@ -245,7 +245,7 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
     if name in ("ulysses", "context", "fsdp_sp"):
         ax = {"ulysses": "sp", "context": "context", "fsdp_sp": "sp"}[name]
         mesh = {ax: n}
-        seq_deg, seq, bat, hd = n, (ax,), (), ()
+        seq_deg, seq, bat = n, (ax,), ()
         rules = {"seq": (ax,)}
         if name == "ulysses" or (name == "fsdp_sp" and heads % n == 0):
             main = AttentionLayout(heads=(ax,))
