@@ -89,7 +89,8 @@ def block_program(attention: str):
     return step, [jax.ShapeDtypeStruct((b, s, e), jnp.bfloat16, sharding=act), weights], mesh
 
 
-def _row(ev, **kw) -> dict[str, Any]:
+def evidence_row(ev, **kw) -> dict[str, Any]:
+    """``kw`` and the simulated step of ``ev`` (ms) with its all-gathers and fused kernels."""
     r = simulate(ev)
     gathers = [c for c in ev.collectives if c.kind == "all-gather"]
     return dict(kw, step_ms=round(r.step_s * 1e3, 3), compute_ms=round(r.compute_s * 1e3, 3),
@@ -107,7 +108,7 @@ def run_block() -> list[dict[str, Any]]:
         fn, args, mesh = block_program(attention)
         for opt, options in OPTIONS.items():
             ev = compile_evidence(fn, args, mesh=mesh, target=TARGET, compiler_options=options)
-            rows.append(_row(ev, part="block", attention=attention, options=opt))
+            rows.append(evidence_row(ev, part="block", attention=attention, options=opt))
             print(rows[-1], flush=True)
     return rows
 
@@ -126,7 +127,7 @@ def run_model() -> list[dict[str, Any]]:
         realized = realize(e.fn, e.args, layout, mesh)
         ev = compile_evidence(realized.fn, realized.args, mesh=mesh, target=TARGET,
                               compiler_options=OPTIONS[opt])
-        rows.append(_row(ev, part="model", attention=f"{EXPERT}, {attention}", options=opt))
+        rows.append(evidence_row(ev, part="model", attention=f"{EXPERT}, {attention}", options=opt))
         print(rows[-1], flush=True)
     return rows
 

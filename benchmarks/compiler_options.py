@@ -1,0 +1,132 @@
+"""Does a libtpu option hide the communication the best expert leaves exposed? Compiled evidence.
+
+In the Wan 2.1 14B cells the plan ties the best expert (cfg2_context): its exposed
+communication is key/value all-gathers and weight all-gathers that the compiler runs
+synchronously (``benchmarks/kv_overlap.py``). The grid compiles every row with libtpu's default
+options. This benchmark compiles cfg2_context of each cell below, in JAX's default device order,
+once per option set, and prices each program with the reference simulator (predictions: no TPU
+runs here).
+
+Option sets (``OPTION_SETS``; libtpu flags, passed as ``compiler_options`` of
+``jax.jit(...).lower(...).compile``, the same as ``LIBTPU_INIT_ARGS=--flag=true``):
+- ``default``: none;
+- ``mosaic-fusion``: ``xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call``
+  (a Pallas kernel may be fused with a collective);
+- ``ici-ag-pipelining``: ``xla_tpu_enable_ici_ag_pipelining`` (all-gathers of a loop's next
+  iteration started in the current one);
+- ``collective-pipeliner``: ``xla_tpu_enable_collective_pipeliner``;
+- ``async-collective-fusion``: ``xla_tpu_enable_async_collective_fusion`` with its
+  ``_fuse_all_gather``, ``_multiple_steps`` and ``_while_loops`` variants and
+  ``xla_tpu_overlap_compute_collective_tc``.
+
+Run: ``python -m benchmarks.compiler_options`` (about 10 minutes on 2 cores) ->
+``benchmarks/results/compiler_options.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import aoizora  # noqa: F401  (libtpu environment first)
+
+from aoizora.extract.aot_compile import compile_evidence
+from aoizora.models.experts import default_mesh, expert_layouts
+from aoizora.realize import realize
+from benchmarks.kv_overlap import evidence_row
+from benchmarks.machine import git_state, machine_info
+from benchmarks.simulator import LABEL
+
+CELLS = (("wan2.1-14b", "480p-21f", "v5e-8"), ("wan2.1-14b", "480p-41f", "v5e-16"))
+EXPERT = "cfg2_context"
+_ACF = "xla_tpu_enable_async_collective_fusion"
+OPTION_SETS: dict[str, dict[str, bool] | None] = {
+    "default": None,
+    "mosaic-fusion": {f"{_ACF}_with_mosaic_custom_call": True},
+    "ici-ag-pipelining": {"xla_tpu_enable_ici_ag_pipelining": True},
+    "collective-pipeliner": {"xla_tpu_enable_collective_pipeliner": True},
+    "async-collective-fusion": {_ACF: True, f"{_ACF}_fuse_all_gather": True,
+                                f"{_ACF}_multiple_steps": True, f"{_ACF}_while_loops": True,
+                                "xla_tpu_overlap_compute_collective_tc": True},
+}
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def run_cell(model: str, workload: str, target: str) -> list[dict[str, Any]]:
+    e = next(x for x in expert_layouts(model, workload, target) if x.name == EXPERT)
+    mesh = default_mesh(target, e.layout.mesh_axes)
+    realized = realize(e.fn, e.args, e.layout, mesh)
+    rows = []
+    for label, options in OPTION_SETS.items():
+        ev = compile_evidence(realized.fn, realized.args, mesh=mesh, target=target,
+                              compiler_options=options)
+        rows.append(evidence_row(ev, cell=f"{model}_{workload}_{target}", expert=EXPERT,
+                                 options=label))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def findings(rows: list[dict[str, Any]]) -> list[str]:
+    """Per cell: each option set against the default, simulated."""
+    out = []
+    for cell in dict.fromkeys(r["cell"] for r in rows):
+        rs = {r["options"]: r for r in rows if r["cell"] == cell}
+        d = rs.get("default")
+        if not d:
+            continue
+        parts = []
+        for label, r in rs.items():
+            if label == "default":
+                continue
+            pct = 100.0 * (r["step_ms"] / d["step_ms"] - 1.0)
+            parts.append(f"{label} {r['step_ms']:.2f} ms ({pct:+.1f}%; compute "
+                         f"{r['compute_ms'] - d['compute_ms']:+.1f} ms, exposed "
+                         f"{r['exposed_ms'] - d['exposed_ms']:+.1f} ms)")
+        out.append(f"- {cell}, {EXPERT}, default options {d['step_ms']:.2f} ms (compute "
+                   f"{d['compute_ms']:.1f}, exposed {d['exposed_ms']:.1f}); " + "; ".join(parts)
+                   + " (all simulated).")
+    return out
+
+
+def write(doc: dict[str, Any], out_dir: str = RESULTS) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "compiler_options.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    m = doc["machine"]
+    lines = [
+        "# libtpu options against the exposed communication of the best expert (Wan 2.1 14B)", "",
+        f"Step latency in ms, {LABEL}, of programs compiled ahead of time by libtpu (no TPU was "
+        f"run); expert {EXPERT}, JAX's default device order; one compile per option set "
+        f"(`benchmarks/compiler_options.py` lists the flags). Generated by "
+        f"`python -m benchmarks.compiler_options`.", "",
+        f"Machine: {m.get('cpus')} CPUs ({m.get('cpu')}), jax {m.get('jax')}; commit "
+        f"{doc['git'].get('git_commit', '')[:7]}; {m.get('date', '')}.", "",
+        "| cell | options | step ms | compute ms | exposed communication ms | "
+        "all-gathers sync / async | kernels fused with a collective | compile s |",
+        "|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['cell']} | {r['options']} | {r['step_ms']:.2f} | "
+                     f"{r['compute_ms']:.2f} | {r['exposed_ms']:.2f} | {r['all_gathers_sync']} / "
+                     f"{r['all_gathers_async']} | {r['kernels_fused']} | {r['compile_s']} |")
+    lines += [""] + findings(doc["rows"])
+    with open(os.path.join(out_dir, "compiler_options.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=RESULTS, help="directory for compiler_options.json and .md")
+    a = ap.parse_args(argv)
+    doc = {"machine": machine_info(), "git": git_state(), "expert": EXPERT,
+           "option_sets": OPTION_SETS}
+    doc["rows"] = [r for cell in CELLS for r in run_cell(*cell)]
+    doc["machine_end"] = machine_info()
+    write(doc, a.out)
+    print(open(os.path.join(a.out, "compiler_options.md")).read())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
