@@ -75,6 +75,9 @@ def section() -> str:
         ("kv_overlap.md", _tables_and_bullets,
          "Hiding the key/value all-gathers of context parallelism (Wan 2.1 14B sizes, v5e-16)",
          "python -m benchmarks.kv_overlap"),
+        ("compiler_options.md", _tables_and_bullets,
+         "libtpu options against the best expert's exposed communication (Wan 2.1 14B)",
+         "python -m benchmarks.compiler_options"),
         ("evidence_timing.md", _tables_and_bullets, "Trace, compile and parse times",
          "python -m benchmarks.evidence_timing"),
     ]
