@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -56,3 +57,19 @@ def git_state() -> dict[str, Any]:
     except Exception:  # noqa: BLE001
         commit, dirty = "", []
     return {"git_commit": commit, "git_modified_files": dirty}
+
+
+def machine_line(doc: dict[str, Any]) -> str:
+    """``Machine: ...`` for a results file, from ``doc["machine"]`` and ``doc["git"]``."""
+    m = doc["machine"]
+    return (f"Machine: {m.get('cpus')} CPUs ({m.get('cpu')}), jax {m.get('jax')}; commit "
+            f"{doc['git'].get('git_commit', '')[:7]}; {m.get('date', '')}.")
+
+
+def write_results(out_dir: str, name: str, doc: dict[str, Any], md_lines: list[str]) -> None:
+    """``doc`` as ``out_dir/name.json`` and ``md_lines`` as ``out_dir/name.md``."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write("\n".join(md_lines) + "\n")
