@@ -192,6 +192,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     its re-priced prediction has not regressed; 1 when it fails a check; 2 on bad input."""
     from aoizora.extract.network import Network
     from aoizora.formulation.latency import predict_step
+    from aoizora.extract.aot_compile import compiler_differences
     from aoizora.planner import compile_layout
     from aoizora.plans import load_plan, program_key
 
@@ -215,6 +216,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     msg = (f"plan {args.plan}: compiles for {job.target.name} in its device order, fits in HBM "
            f"({ev.memory.total_bytes / 1024**3:.2f} GiB/device); predicted step "
            f"{q.step_s * 1e3:.3f} ms (Q2 model)")
+    changed = compiler_differences(p.compiler)
+    if changed:
+        msg += f"; compiled by another compiler than the plan's ({', '.join(changed)})"
     if limit is not None and q.step_s > limit:
         print(f"FAIL: {msg} exceeds {limit * 1e3:.3f} ms ({what})")
         return 1

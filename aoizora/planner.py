@@ -77,7 +77,8 @@ import numpy as np
 
 from aoizora import time_limits
 from aoizora.compile_queue import CompileQueue, Skipped
-from aoizora.extract.aot_compile import CompileError, compile_evidence, target_mesh
+from aoizora.extract.aot_compile import (CompileError, compile_evidence, compiler_identity,
+                                         target_mesh)
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network, default_device_order
 from aoizora.extract.program_ir import build_ir
@@ -877,4 +878,5 @@ def _finish(fn, args, tgt, network, key, best: Candidate, iterations, stop_reaso
         iterations=iterations, planning_time_s=time.perf_counter() - t0,
         layout_in_words=_named_words(fn, args, best.solution.words), fits_hbm=fits,
         hbm_bytes_per_device=int(mem.total_bytes), status="OPTIMAL" if proven else "NOT PROVEN",
-        notes=notes, program=program, calibration=learned, time_limited=time_limited)
+        notes=notes, program=program, calibration=learned, time_limited=time_limited,
+        compiler=compiler_identity())

@@ -79,6 +79,7 @@ class Plan:
     program: dict[str, Any] = dataclasses.field(default_factory=dict)  # variant, e.g. pad_multiple
     calibration: Calibration | None = None           # what the loop learned (warm start next time)
     time_limited: list[str] = dataclasses.field(default_factory=list)  # aoizora.time_limits
+    compiler: dict[str, str] = dataclasses.field(default_factory=dict)  # extract.aot_compile.compiler_identity
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -178,6 +179,7 @@ class Plan:
             "program": dict(self.program),
             "calibration": self.calibration.to_json() if self.calibration else None,
             "time_limited": list(self.time_limited),
+            "compiler": dict(self.compiler),
         }
 
     @classmethod
@@ -201,6 +203,7 @@ class Plan:
                 calibration=(Calibration.from_json(d["calibration"])
                              if d.get("calibration") is not None else None),
                 time_limited=[str(w) for w in d.get("time_limited", [])],
+                compiler={str(k): str(v) for k, v in d.get("compiler", {}).items()},
             )
         except CalibrationError as e:
             raise PlanError(f"corrupt plan: {e}") from None

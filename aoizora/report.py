@@ -50,6 +50,11 @@ def format_plan(p: Plan) -> str:
         lines.append(f"  {name:<9} {c.solver:<18} {c.status:<9} objective {_ms(c.objective)}  "
                      f"bound {_ms(c.bound)}  gap {gap}  {c.time_s:.2f} s")
     lines.append(f"iterations: {len(p.iterations)}; planning time {p.planning_time_s:.1f} s")
+    if p.compiler:
+        c = p.compiler
+        lines.append(f"compiled by: jax {c.get('jax') or '?'}, libtpu {c.get('libtpu') or '?'}"
+                     + (f", LIBTPU_INIT_ARGS={c['LIBTPU_INIT_ARGS']}"
+                        if c.get("LIBTPU_INIT_ARGS") else ", libtpu's default options"))
     for n in p.notes:
         lines.append(f"note: {n}")
     shown = p.time_limited[:TIME_LIMITED_SHOWN]

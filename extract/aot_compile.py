@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,6 +25,31 @@ from aoizora.extract.targets import Target, get_target, libtpu_available
 
 class CompileError(ValueError):
     """The candidate failed to trace, lower or compile for a reason other than HBM."""
+
+
+COMPILER_PACKAGES = ("jax", "jaxlib", "libtpu")
+
+
+def compiler_identity() -> dict[str, str]:
+    """What compiles here: the versions of ``COMPILER_PACKAGES`` ("" when absent) and the
+    ``LIBTPU_INIT_ARGS`` libtpu reads its options from ("" when unset). Evidence, and so every
+    prediction made from it, depends on them."""
+    out = {}
+    for name in COMPILER_PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = ""
+    out["LIBTPU_INIT_ARGS"] = os.environ.get("LIBTPU_INIT_ARGS", "")
+    return out
+
+
+def compiler_differences(recorded: dict[str, str], current: dict[str, str] | None = None) -> list[str]:
+    """``name recorded -> current`` for each entry of a recorded ``compiler_identity`` that
+    differs from this machine's ([] when the record is empty: plans made before it was kept)."""
+    current = compiler_identity() if current is None else current
+    return [f"{k} {recorded[k] or '(none)'} -> {current.get(k) or '(none)'}"
+            for k in recorded if recorded[k] != current.get(k, "")]
 
 
 def target_mesh(target: "str | Target", axes: "dict[str, int] | Sequence[tuple[str, int]]",

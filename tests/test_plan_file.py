@@ -89,3 +89,30 @@ def test_a_plan_says_where_time_limits_bound(tmp_path):
     text = format_plan(p)
     assert "time limit: compile of mesh 2x4 L4" in text and "L5" not in text
     assert "... and 2 more (plan.time_limited)" in text
+
+
+def test_a_plan_names_the_compiler_that_priced_it(tmp_path, monkeypatch):
+    from aoizora.extract.aot_compile import compiler_differences, compiler_identity
+
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_enable_ici_ag_pipelining=true")
+    here = compiler_identity()
+    assert here["jax"] == jax.__version__ and here["libtpu"]
+    assert here["LIBTPU_INIT_ARGS"] == "--xla_tpu_enable_ici_ag_pipelining=true"
+    p = _plan()
+    p.compiler = dict(here)
+    path = tmp_path / "plan.json"
+    p.save(str(path))
+    q = load_plan(str(path))
+    assert q.compiler == here and compiler_differences(q.compiler) == []
+    assert "LIBTPU_INIT_ARGS=--xla_tpu_enable_ici_ag_pipelining=true" in format_plan(q)
+    monkeypatch.delenv("LIBTPU_INIT_ARGS")
+    older = dict(here, libtpu="0.0.1")
+    assert compiler_differences(older) == [
+        f"libtpu 0.0.1 -> {here['libtpu']}",
+        "LIBTPU_INIT_ARGS --xla_tpu_enable_ici_ag_pipelining=true -> (none)"]
+    # a plan saved before the record was kept loads with an empty one, and nothing differs
+    d = q.to_json()
+    del d["compiler"]
+    old = Plan.from_json(d)
+    assert old.compiler == {} and compiler_differences(old.compiler) == []
+    assert "compiled by" not in format_plan(old)

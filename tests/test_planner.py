@@ -36,6 +36,7 @@ def test_plan_has_mesh_order_prediction_and_certificates(small):
     pr = p.predicted
     assert pr["kind"] == "predicted" and pr["step_s"] > 0
     assert pr["step_s"] == pytest.approx(pr["compute_s"] + pr["communication_s"] + pr["latency_s"])
+    assert p.compiler["jax"] == jax.__version__ and p.compiler["libtpu"]
     # never worse than JAX's default device order under the same model
     assert pr["step_s"] <= pr["default_order_step_s"] + 1e-12
     for name in ("sharding", "placement"):
