@@ -190,9 +190,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the plan still compiles for its target in its own device order, fits in HBM and
     its re-priced prediction has not regressed; 1 when it fails a check; 2 on bad input."""
+    from aoizora.extract.aot_compile import compiler_differences
     from aoizora.extract.network import Network
     from aoizora.formulation.latency import predict_step
-    from aoizora.extract.aot_compile import compiler_differences
     from aoizora.planner import compile_layout
     from aoizora.plans import load_plan, program_key
 
