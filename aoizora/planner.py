@@ -697,11 +697,14 @@ def _mstr(m: dict[str, int]) -> str:
     return "x".join(f"{k}{v}" for k, v in m.items())
 
 
-def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence[int]) -> Evidence:
-    """Realize `layout` on the target's devices in `device_order` and compile it ahead of time."""
+def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence[int],
+                   compiler_options: dict[str, Any] | None = None) -> Evidence:
+    """Realize `layout` on the target's devices in `device_order` and compile it ahead of time
+    (``compiler_options``: libtpu options for this compile only, as ``compile_evidence`` takes)."""
     mesh = target_mesh(tgt, layout.mesh_axes, list(device_order))
     realized = realize(fn, args, layout, mesh)
-    return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt)
+    return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt,
+                            compiler_options=compiler_options)
 
 
 def _place(cand: Candidate, got, tgt: Target, network: Network, deadline: float, seed: int,

@@ -31,9 +31,10 @@ from typing import Any
 
 import aoizora  # noqa: F401  (libtpu environment first)
 
-from aoizora.extract.aot_compile import compile_evidence
-from aoizora.models.experts import default_mesh, expert_layouts
-from aoizora.realize import realize
+from aoizora.extract.network import default_device_order
+from aoizora.extract.targets import get_target
+from aoizora.models.experts import expert_layouts
+from aoizora.planner import compile_layout
 from benchmarks.kv_overlap import evidence_row
 from benchmarks.machine import git_state, machine_info, machine_line, write_results
 from benchmarks.simulator import LABEL
@@ -55,12 +56,11 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 def run_cell(model: str, workload: str, target: str) -> list[dict[str, Any]]:
     e = next(x for x in expert_layouts(model, workload, target) if x.name == EXPERT)
-    mesh = default_mesh(target, e.layout.mesh_axes)
-    realized = realize(e.fn, e.args, e.layout, mesh)
+    tgt = get_target(target)
+    order = default_device_order(tgt, e.layout.mesh_axes)
     rows = []
     for label, options in OPTION_SETS.items():
-        ev = compile_evidence(realized.fn, realized.args, mesh=mesh, target=target,
-                              compiler_options=options)
+        ev = compile_layout(e.fn, e.args, tgt, e.layout, order, compiler_options=options)
         rows.append(evidence_row(ev, cell=f"{model}_{workload}_{target}", expert=EXPERT,
                                  options=label))
         print(rows[-1], flush=True)

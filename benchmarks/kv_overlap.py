@@ -39,11 +39,13 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from aoizora.extract.aot_compile import compile_evidence, target_mesh
+from aoizora.extract.network import default_device_order
+from aoizora.extract.targets import get_target
 from aoizora.formulation.layout import AttentionLayout
 from aoizora.models.attention_kernels import sharded_attention
-from aoizora.models.experts import attention_roles, default_mesh, expert_layouts
+from aoizora.models.experts import attention_roles, expert_layouts
 from aoizora.models.registry import get_model
-from aoizora.realize import realize
+from aoizora.planner import compile_layout
 from benchmarks.machine import git_state, machine_info, machine_line, write_results
 from benchmarks.simulator import LABEL, simulate
 
@@ -114,7 +116,8 @@ def run_block() -> list[dict[str, Any]]:
 
 def run_model() -> list[dict[str, Any]]:
     e = next(x for x in expert_layouts(MODEL, WORKLOAD, TARGET) if x.name == EXPERT)
-    mesh = default_mesh(TARGET, e.layout.mesh_axes)
+    tgt = get_target(TARGET)
+    order = default_device_order(tgt, e.layout.mesh_axes)   # jax.make_mesh's, as default_mesh
     roles = attention_roles(e.fn, e.args)
     ring = dataclasses.replace(e.layout, attention={
         k: dataclasses.replace(a, kv="ring") if roles.get(k) == "self" else a
@@ -123,9 +126,7 @@ def run_model() -> list[dict[str, Any]]:
     for attention, layout, opt in (("gather", e.layout, "default"),
                                    ("gather", e.layout, "mosaic-fusion"),
                                    ("self-attention in a ring", ring, "default")):
-        realized = realize(e.fn, e.args, layout, mesh)
-        ev = compile_evidence(realized.fn, realized.args, mesh=mesh, target=TARGET,
-                              compiler_options=OPTIONS[opt])
+        ev = compile_layout(e.fn, e.args, tgt, layout, order, compiler_options=OPTIONS[opt])
         rows.append(evidence_row(ev, part="model", attention=f"{EXPERT}, {attention}", options=opt))
         print(rows[-1], flush=True)
     return rows

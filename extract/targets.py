@@ -221,9 +221,8 @@ def _topology_devices(canonical: str) -> tuple:
     prepare_libtpu_env()
     from jax.experimental import topologies
 
-    gen, shape = canonical.split(":")
-    dims = [int(x) for x in shape.split("x")] + [1] * (3 - len(shape.split("x")))
-    # a host holds up to 2x2x1 chips; a smaller slice (v5e-1, v5e-2) is one smaller host
+    dims = [int(x) for x in canonical.split(":")[1].split("x")] + [1, 1]
+    # a host holds up to 2x2x1 chips; a smaller slice (v5e-1) is one smaller host
     bounds = tuple(min(d, h) for d, h in zip(dims, (2, 2, 1)))
     try:
         topo = topologies.get_topology_desc(
