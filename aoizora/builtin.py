@@ -77,14 +77,14 @@ def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RES
     return Job(m, wl, tgt, pad, fn, tuple(args))
 
 
-# The built-in seeds that compile first: maxdiffusion's published recipe (the CFG pair on data 2,
-# the sequence on context: ../shared/facts/practice.md), then its default (context over every
-# chip); the other experts follow in ``EXPERTS`` order. The planner compiles seeds in the order
-# given while its first ILPs solve, so a short budget prices the first ones only: with 60 s on
-# v5e-16 (Wan 2.1 1.3B, 41 and 81 frames) one seed fits beside the ILP's layout, and when it was
-# ``context`` the plan was 16% and 10% slower than cfg2_context (simulated). cfg2_context is the
-# best expert in 28 of the grid's 30 cells that have one (benchmarks/results/grid.md); a full
-# budget prices every seed.
+# The built-in seeds in the order they compile: maxdiffusion's published recipe (the CFG pair on
+# data 2, the sequence on context: ../shared/facts/practice.md), then its default (context over
+# every chip); the other experts follow in ``EXPERTS`` order. The planner compiles the first seed
+# while its first ILPs solve, then that seed's refinement, then the ILP's best, then the other
+# seeds (``aoizora.planner._pricing_rank``), so a short budget prices the first seed only: when
+# it was ``context``, with 60 s on v5e-16 (Wan 2.1 1.3B, 41 and 81 frames) the plan was 16% and
+# 10% slower than cfg2_context (simulated). cfg2_context is the best expert in 28 of the grid's
+# 30 cells that have one (benchmarks/results/grid.md); a full budget prices every seed.
 SEEDS_FIRST = ("cfg2_context", "context")
 
 

@@ -8,7 +8,8 @@ ILPs solve, and each layout compiles while the one before it is placed and price
 
 - One compile runs at a time (a compile of a large model holds GiBs of host memory); the next is
   the pending one of least ``priority`` (then first submitted). The planner gives each layout
-  its place in the pricing order, so the ILP's best, queued after the seeds, compiles next.
+  its place in the pricing order, so a layout queued later (the ILP's best, once the ILPs are
+  solved) still compiles before the seeds placed after it.
 - The time budget is checked when a compile *starts*: once a compiled layout fits in HBM (so
   that something will be priced), a compile starts only when ``expected_compile_s`` still fits
   before the deadline less ``reserve_s`` (what the planner keeps for after its last compile);

@@ -13,11 +13,12 @@ One iteration:
      then by Q1; right after the best, every other mesh's best layout that its ILP did not
      prove optimal, whose bound is below the best's Q1 and whose Q1 is within 1% of it
      (``_with_unproven_near``: the solver could not separate them, so a compile does). In the
-     first iteration every seed layout (e.g. today's expert configurations,
-     each possibly with its own program variant) comes right after the ILP's best, then each
-     seed's refinement (``aoizora.seed_refinement``: the ILP with the seed's attention fixed
-     chooses the parameter layout around it; skipped when it keeps the seed's; solved while the
-     ILP's best compiles, so that the seeds still compile beside the ILPs). For each:
+     first iteration the seed layouts (e.g. today's expert configurations, each possibly with
+     its own program variant) and their refinements (``aoizora.seed_refinement``: the ILP with
+     the seed's attention fixed chooses the parameter layout around it; skipped when it keeps
+     the seed's; solved before the meshes' ILPs, each in under a second on Wan 2.1 1.3B) come
+     first: the first seed, its refinement, the ILP's best, then each other seed followed by its
+     refinement, then the ILP's other layouts (``_pricing_rank``, which says why). For each:
      realize it as shardings (``aoizora.realize``) on the target's devices in JAX's default
      order, compile ahead of time with libtpu (``extract.aot_compile``), read the evidence. A
      layout that does not fit in HBM joins ``F[m]``. Else solve the placement CP-SAT
@@ -56,8 +57,8 @@ the best placement so far is proven on every level). When the budget cannot hold
 ``BudgetError``.
 
 Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
-order above: the seed layouts start while the first iteration's ILPs solve (the ILP's best
-then goes next), and each layout compiles while the one before it is placed and priced.
+order above: the first seed starts while the first iteration's ILPs solve, and each layout
+compiles while the one before it is placed and priced.
 Candidates are priced in that order whichever compiled first, so the plan does not depend on
 the overlap when the budget does not bind. ``Plan.time_limited`` lists each place where a time
 limit did bind (``aoizora.time_limits``): where it is empty, the plan is repeatable.
@@ -264,10 +265,11 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                          reserve_s=_anneal_reserve(time_budget_s, placement_time_s))
     seeds = [sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts]
     # the seeds compile (in the background) while the first iteration's ILPs solve
-    # (priority = place in the first iteration's pricing order: after the ILP's best)
+    # (priority = place in the first iteration's pricing order, ``_pricing_rank``)
     seed_compiles = [queue.submit(functools.partial(
         compile_layout, sd.fn or fn, sd.args if sd.args is not None else abstract_args, tgt,
-        sd.layout, default_device_order(tgt, sd.layout.mesh_axes)), priority=i)
+        sd.layout, default_device_order(tgt, sd.layout.mesh_axes)),
+        priority=_pricing_rank("seed", i, len(seeds)))
         for i, sd in enumerate(seeds, 1)]
     try:
         best, stop_reason, over_budget = _iterate(
@@ -341,6 +343,13 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         # with fewer axes (smaller ILPs) go first.
         ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
         queue.contended(True)
+        refined = []
+        if it == 1 and seeds:
+            # the seeds' refinements first (each a small ILP, well under a second on Wan 2.1
+            # 1.3B): the first seed's compiles right after the seed's
+            refined = _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale,
+                                    compute_scale, ilp_deadline, ilp_time_s, seed, progress, rec,
+                                    queue)
         for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
             st = state[mesh_key(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
@@ -408,36 +417,31 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             break
         ranked.sort(key=lambda r: (r[0], _mstr(r[1])))
         untried = [(q1, m, s) for q1, m, s in ranked if _layout_id(m, s.layout) not in seen]
-        fresh = _with_unproven_near(_diverse(untried, top_k), untried)
+        diverse = _diverse(untried, top_k)
+        fresh = _with_unproven_near(diverse, untried)
+        lead = 1 + len(fresh) - len(diverse)   # the best and its unproven near-ties
         if not fresh and not (it == 1 and seeds):
             stop_reason = "the ILP's best layouts repeat: the plan converged"
             rec["changes"].append(stop_reason)
             iterations.append(rec)
             break
-        # (q1, mesh, solution, seed or None, its compile): every compile is queued now and runs
-        # in the background while the ones before it are placed and priced
-        # (priority: the place in the pricing order; the seeds hold 1..len(seeds), their
-        # refinements the next len(seeds))
-        after_seeds = 2 * len(seeds) if it == 1 else 0
-        todo = [(q1, m, sol, None, queue.submit(functools.partial(
-                    compile_layout, fn, abstract_args, tgt, sol.layout,
-                    default_device_order(tgt, m)), priority=0 if k == 0 else k + after_seeds))
+        # (q1, mesh, solution, seed or None, its compile), in the pricing order: every compile
+        # is queued now (priority: its place in that order, ``_pricing_rank``) and runs in the
+        # background while the ones before it are placed and priced
+        n_seeds = len(seeds) if it == 1 else 0
+        ilp_best = ranked[0][2] if ranked else None
+        todo = [(_pricing_rank("ilp", k, n_seeds, lead), q1, m, sol, None, queue.submit(
+                    functools.partial(compile_layout, fn, abstract_args, tgt, sol.layout,
+                                      default_device_order(tgt, m)),
+                    priority=_pricing_rank("ilp", k, n_seeds, lead)))
                 for k, (q1, m, sol) in enumerate(fresh)]
-        if it == 1 and seeds:
-            # the seeds' refinements are solved while the ILP's best compiles; they are priced
-            # after every seed (a short budget keeps its compiles for the seeds)
-            queue.contended(True)
-            refined = _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale,
-                                    compute_scale, ilp_deadline, ilp_time_s, seed, progress, rec,
-                                    queue)
-            queue.contended(False)
-            ilp_best = ranked[0][2] if ranked else None
-            todo = (todo[:1] + [(math.inf, dict(sd.layout.mesh_axes),
-                                 _seed_solution(sd.layout, ilp_best), sd, f)
-                                for sd, f in zip(seeds, seed_compiles)]
-                    + [(math.inf, dict(rsd.layout.mesh_axes), sol, rsd, rf)
-                       for rsd, sol, rf in refined]
-                    + todo[1:])
+        if it == 1:
+            todo += [(_pricing_rank("seed", i, n_seeds), math.inf, dict(sd.layout.mesh_axes),
+                      _seed_solution(sd.layout, ilp_best), sd, f)
+                     for i, (sd, f) in enumerate(zip(seeds, seed_compiles), 1)]
+            todo += [(_pricing_rank("refined", i, n_seeds), math.inf,
+                      dict(rsd.layout.mesh_axes), sol, rsd, rf) for i, rsd, sol, rf in refined]
+        todo = [t[1:] for t in sorted(todo, key=lambda t: t[0])]
         this_iter: list[Candidate] = []
         for k, (q1, m, sol, sd, compiling) in enumerate(todo, 1):
             what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
@@ -621,14 +625,14 @@ def _with_unproven_near(fresh: list, untried: list) -> list:
 
 def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_scale,
                   ilp_deadline, ilp_time_s, seed, progress, rec, queue
-                  ) -> list[tuple[Seed, ShardingSolution, Any]]:
-    """Each seed's refinement (``aoizora.seed_refinement``), queued to compile after every seed
-    (the seeds hold priorities 1..len(seeds)): [(Seed of the refined layout, its solution, its
-    compile)]. A seed that cannot be refined, or that the ILP leaves as it is, is noted in
-    ``rec``; no refinement starts past the ILP deadline."""
+                  ) -> list[tuple[int, Seed, ShardingSolution, Any]]:
+    """Each seed's refinement (``aoizora.seed_refinement``), queued to compile right after its
+    seed (``_pricing_rank``): [(the seed's place, 1-based; Seed of the refined layout, its
+    solution, its compile)]. A seed that cannot be refined, or that the ILP leaves as it is, is
+    noted in ``rec``; no refinement starts past the ILP deadline."""
     out = []
     irs: dict[int, Any] = {}
-    for sd in seeds:
+    for i, sd in enumerate(seeds, 1):
         if time.perf_counter() >= ilp_deadline:
             rec["changes"].append("seed refinement skipped: the time budget is kept for compiles")
             rec["time_limited"].append(f"seed refinement of {sd.layout.name} and the seeds after "
@@ -668,9 +672,32 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_sc
                         f"(its attention kept)"] + list(ref.solution.words))
         f = queue.submit(functools.partial(
             compile_layout, sfn, sargs, tgt, ref.layout,
-            default_device_order(tgt, ref.layout.mesh_axes)), priority=len(seeds) + 1 + len(out))
-        out.append((rsd, sol, f))
+            default_device_order(tgt, ref.layout.mesh_axes)),
+            priority=_pricing_rank("refined", i, len(seeds)))
+        out.append((i, rsd, sol, f))
     return out
+
+
+def _pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1) -> float:
+    """A compile's place in its iteration's pricing order, which is also its compile priority
+    (``CompileQueue``: least first). ``kind`` "seed" or "refined": the i-th seed (1-based) or its
+    refinement; "ilp": the i-th of the iteration's fresh ILP layouts (0-based), of which the first
+    ``lead`` are the ILP's best and its unproven near-ties (``_with_unproven_near``).
+    ``n_seeds``: the seeds in this iteration (the first only).
+
+    With seeds: the first seed, its refinement, the ILP's best (with its near-ties), then each
+    other seed followed by its refinement, then the ILP's other layouts. The first seed is the
+    one expected best (the built-in seeds put maxdiffusion's recipe first,
+    ``aoizora.builtin.SEEDS_FIRST``) and its refinement the one expected to beat it: in the
+    grid's 31 cells (benchmarks/results/grid.md, 240 s budget, before this order) the plan was
+    the first seed in 17, its refinement in 13 and the ILP's best in one, so a short budget
+    compiles those first. Without seeds: the ILP's best (with its near-ties), then the rest."""
+    if kind == "ilp":
+        if i < lead:
+            return (3 if n_seeds else 0) + i / lead
+        return 2 * n_seeds + 1 + i
+    rank = 1 if i == 1 else 2 * i
+    return float(rank + (kind == "refined"))
 
 
 def _seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> ShardingSolution:

@@ -206,8 +206,8 @@ def test_a_seed_layout_with_its_own_program_is_priced_and_recorded(small):
 
 def test_seeds_compile_while_the_ilps_solve(small):
     """The seed layouts are compiled in the background from the start, so the first seed's
-    compile starts before the first iteration's ILPs are done; the candidates are still priced
-    in the order ILP best, seeds, then the rest."""
+    compile starts before the first iteration's ILPs are done; the candidates are priced in the
+    order first seed (its refinement, none here), then the ILP's best."""
     from aoizora.models.experts import expert_layouts
 
     m, wl, fn, args, _ = small
@@ -215,15 +215,15 @@ def test_seeds_compile_while_the_ilps_solve(small):
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
                      max_iterations=1, verify=False, seed_layouts=[ex.layout])
     it = p.iterations[0]
-    ilp, sd = it["candidates"]
+    sd, ilp = it["candidates"]
     assert ilp["layout"] == "ilp" and sd["layout"] == "expert:context"
     assert sd["compile_started_s"] < it["ilps_done_s"] <= ilp["compile_started_s"]
     assert sd["q2_step_s"] > 0 and ilp["q2_step_s"] > 0
 
 
 def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, monkeypatch):
-    """The ILP's best is priced first, but when the budget skips its compile, the seeds that
-    compiled beside the ILPs are still priced and the plan comes from them."""
+    """When the budget skips the ILP's compiles, the seeds that compiled beside the ILPs are
+    still priced and the plan comes from them."""
     from concurrent.futures import Future
 
     import aoizora.planner as planner
@@ -247,6 +247,22 @@ def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, mon
     assert len(p.iterations) == 1 and [c["layout"] for c in p.iterations[0]["candidates"]] == [
         "expert:context"]
     assert any("time budget: 1.0 s left" in n for n in p.notes)
+
+
+def test_the_first_seed_and_its_refinement_compile_before_the_ilps_best():
+    """The first iteration's pricing (and compile) order: first seed, its refinement, the ILP's
+    best with its unproven near-ties, each other seed then its refinement, the ILP's other
+    layouts; without seeds the ILP's layouts alone, in their order; later iterations alike."""
+    from aoizora.planner import _pricing_rank
+
+    order = [("seed", 1), ("refined", 1), ("ilp", 0), ("ilp", 1), ("seed", 2), ("refined", 2),
+             ("seed", 3), ("refined", 3), ("ilp", 2), ("ilp", 3)]
+    ranks = [_pricing_rank(kind, i, 3, lead=2) for kind, i in order]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    alone = [_pricing_rank("ilp", k, 0, lead=2) for k in range(4)]
+    assert alone == sorted(alone) and len(set(alone)) == 4 and alone[0] == 0
+    one = [_pricing_rank(*r, 1) for r in (("seed", 1), ("refined", 1), ("ilp", 0))]
+    assert one == sorted(one) and _pricing_rank("ilp", 1, 1) > one[-1]
 
 
 def test_compile_order_takes_each_kv_mode_combination_early():

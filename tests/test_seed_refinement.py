@@ -143,7 +143,7 @@ def test_a_seed_attention_the_ilp_does_not_offer_is_one_clear_error(cfg2):
 
 
 def test_the_planner_prices_the_refined_seed(cfg2):
-    """The refinements are compiled and priced after every seed, each with its seed's program."""
+    """Each refinement is compiled and priced right after its seed, with its seed's program."""
     ex, _ = cfg2
     from aoizora.planner import Seed
 
@@ -156,7 +156,7 @@ def test_the_planner_prices_the_refined_seed(cfg2):
                      max_iterations=1, verify=False, seed_layouts=seeds)
     it = p.iterations[0]
     names = [c["layout"] for c in it["candidates"]]
-    assert names[:3] == ["expert:cfg2_context", "expert:tp_cfg", "refined:expert:cfg2_context"]
+    assert names[:3] == ["expert:cfg2_context", "refined:expert:cfg2_context", "expert:tp_cfg"]
     assert all(c["q2_step_s"] > 0 for c in it["candidates"])
     assert it["refinements"][0]["changed_params"] > 0
     best = min(it["candidates"], key=lambda c: c["q2_step_s"])
