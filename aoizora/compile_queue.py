@@ -29,8 +29,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-import os
-import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -154,43 +152,3 @@ class CompileQueue:
             self._pending.clear()
             self._cv.notify_all()
         self._worker.join()
-
-
-YIELD_NICE = 10   # how much lower the yielding thread's priority is (Linux nice, 0..19)
-
-
-def run_yielding(fn: Callable[[bool], Any], nice: int = YIELD_NICE) -> Any:
-    """``fn(yielding)`` on a thread of its own whose scheduling priority is lowered by ``nice``,
-    so that a compile running beside it keeps the cores; returns what ``fn`` returns (or raises
-    what it raises). ``yielding`` says whether the priority could be lowered: per-thread nice is
-    Linux's (``os.setpriority`` on the thread's id); elsewhere, or where it is refused, ``fn``
-    runs at the usual priority and ``yielding`` is False. The thread ends with ``fn``, so nothing
-    else runs lowered; only threads and processes ``fn`` starts (a MIP solver's) inherit it.
-
-    Why: the planner's first ILPs run while the first seed compiles, and the compiles are its
-    critical path (the first seed, then its refinement, compile before the ILP's best). On Wan
-    2.1 1.3B 480p-41f for v5e-16 (2 cores), the seed's compile took 29.4 s beside the seven
-    meshes' ILPs at the same priority and 21.2 s beside them at nice 19 (25.1 s alone); the ILPs
-    took 19.7 and 32.0 s (13.3 s alone)."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        yielding = False
-        if sys.platform.startswith("linux"):   # elsewhere a thread id is not a "who"
-            try:
-                tid = threading.get_native_id()
-                os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
-                yielding = True
-            except OSError:
-                pass
-        try:
-            out["value"] = fn(yielding)
-        except BaseException as e:  # noqa: BLE001 -- re-raised in the caller's thread
-            out["error"] = e
-
-    t = threading.Thread(target=run, name="aoizora-yielding", daemon=True)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")

@@ -77,7 +77,7 @@ import jax
 import numpy as np
 
 from aoizora import time_limits
-from aoizora.compile_queue import CompileQueue, Skipped, run_yielding
+from aoizora.compile_queue import CompileQueue, Skipped
 from aoizora.extract.aot_compile import (CompileError, compile_evidence, compiler_identity,
                                          target_mesh)
 from aoizora.extract.evidence import Evidence
@@ -342,78 +342,68 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         # The ILPs may use up to ILP_SHARE of what is left, so that compiles still fit; meshes
         # with fewer axes (smaller ILPs) go first.
         ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
-        refined: list = []
-
-        def ilp_phase(yielding: bool) -> None:
-            # the seeds' compiles run beside the first iteration's ILPs: when the ILPs yield the
-            # cores to them (``run_yielding``) the compile is not slowed, else it is contended
-            queue.contended(not yielding)
-            if it == 1 and seeds:
-                # the seeds' refinements first (each a small ILP, well under a second on Wan 2.1
-                # 1.3B): the first seed's compiles right after the seed's
-                refined.extend(_refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale,
-                                             compute_scale, ilp_deadline, ilp_time_s, seed,
-                                             progress, rec, queue))
-            for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
-                st = state[mesh_key(m)]
-                ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
-                                   attention_scale, compute_scale], sort_keys=True, default=str)
-                expected = ilp_seconds.get(mesh_key(m), 0.0)  # this mesh's ILP, last time
-                if (ckey not in ilp_cache and ranked
-                        and time.perf_counter() + expected > ilp_deadline):
-                    rec["changes"].append(f"mesh {_mstr(m)}: ILP skipped, the time budget is "
-                                          f"kept for compiles")
-                    rec["time_limited"].append(f"sharding ILP on mesh {_mstr(m)}: skipped to "
-                                               f"keep the budget for compiles")
-                    progress.note(f"mesh {_mstr(m)}: ILP skipped (time budget)")
-                    continue
-                limit = max(1.0, min(ilp_time_s, ilp_deadline - time.perf_counter()))
-                try:
-                    if ckey in ilp_cache:  # nothing changed for this mesh: same ILP, same answer
-                        res = ilp_cache[ckey]
-                    else:
-                        t_ilp = time.perf_counter()
-                        res = ilp_cache[ckey] = solve_sharding(
-                            ir, tgt, m, axis_costs=st["costs"], k_best=top_k, distinct="kv",
-                            time_limit_s=limit,
-                            corrections=st["corrections"], forbidden=st["forbidden"] or None,
-                            seed=seed, attention_scale=attention_scale or None,
-                            options=Options(compute_scale=compute_scale))
-                        ilp_seconds[mesh_key(m)] = time.perf_counter() - t_ilp
-                        for k, sol in enumerate(res.all()):
-                            rec["time_limited"] += time_limits.sharding(
-                                f"sharding ILP on mesh {_mstr(m)}"
-                                + (f" (layout {k + 1} of the {top_k} best)" if k else ""),
-                                sol.certificate)
-                except MemoryBudgetError as e:
-                    memory_errors.append(str(e))
-                    progress.note(f"mesh {m}: {e}")
-                    continue
-                except ShardingSolveError as e:
-                    progress.note(f"mesh {m}: {e}")
-                    continue
-                c = res.certificate
-                progress.solver(f"sharding ILP {_mstr(m)}", c.status, c.objective, c.bound)
-                lid = _layout_id(m, res.best.layout)
-                prev = last_best.get(mesh_key(m))
-                if prev is not None and prev[0] != lid:
-                    before, after = set(prev[1]), set(res.best.words)
-                    rec["decisions_changed"].append({
-                        "mesh": dict(m), "why": "feedback: collective costs per axis and kind, "
-                                                "compiled attention compute",
-                        "before": sorted(before - after), "after": sorted(after - before)})
-                    rec["changes"].append(f"mesh {_mstr(m)}: the ILP's best layout changed after "
-                                          f"the feedback ({len(after - before)} op layouts "
-                                          f"differ)")
-                last_best[mesh_key(m)] = (lid, list(res.best.words))
-                for sol in res.all():
-                    ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
-            queue.contended(False)
-
+        queue.contended(True)
+        refined = []
         if it == 1 and seeds:
-            run_yielding(ilp_phase)
-        else:
-            ilp_phase(False)
+            # the seeds' refinements first (each a small ILP, well under a second on Wan 2.1
+            # 1.3B): the first seed's compiles right after the seed's
+            refined = _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale,
+                                    compute_scale, ilp_deadline, ilp_time_s, seed, progress, rec,
+                                    queue)
+        for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
+            st = state[mesh_key(m)]
+            ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
+                               attention_scale, compute_scale], sort_keys=True, default=str)
+            expected = ilp_seconds.get(mesh_key(m), 0.0)  # what this mesh's ILP took last time
+            if (ckey not in ilp_cache and ranked
+                    and time.perf_counter() + expected > ilp_deadline):
+                rec["changes"].append(f"mesh {_mstr(m)}: ILP skipped, the time budget is kept "
+                                      f"for compiles")
+                rec["time_limited"].append(f"sharding ILP on mesh {_mstr(m)}: skipped to keep "
+                                           f"the budget for compiles")
+                progress.note(f"mesh {_mstr(m)}: ILP skipped (time budget)")
+                continue
+            limit = max(1.0, min(ilp_time_s, ilp_deadline - time.perf_counter()))
+            try:
+                if ckey in ilp_cache:  # nothing changed for this mesh: same ILP, same answer
+                    res = ilp_cache[ckey]
+                else:
+                    t_ilp = time.perf_counter()
+                    res = ilp_cache[ckey] = solve_sharding(
+                        ir, tgt, m, axis_costs=st["costs"], k_best=top_k, distinct="kv",
+                        time_limit_s=limit,
+                        corrections=st["corrections"], forbidden=st["forbidden"] or None,
+                        seed=seed, attention_scale=attention_scale or None,
+                        options=Options(compute_scale=compute_scale))
+                    ilp_seconds[mesh_key(m)] = time.perf_counter() - t_ilp
+                    for k, sol in enumerate(res.all()):
+                        rec["time_limited"] += time_limits.sharding(
+                            f"sharding ILP on mesh {_mstr(m)}"
+                            + (f" (layout {k + 1} of the {top_k} best)" if k else ""),
+                            sol.certificate)
+            except MemoryBudgetError as e:
+                memory_errors.append(str(e))
+                progress.note(f"mesh {m}: {e}")
+                continue
+            except ShardingSolveError as e:
+                progress.note(f"mesh {m}: {e}")
+                continue
+            c = res.certificate
+            progress.solver(f"sharding ILP {_mstr(m)}", c.status, c.objective, c.bound)
+            lid = _layout_id(m, res.best.layout)
+            prev = last_best.get(mesh_key(m))
+            if prev is not None and prev[0] != lid:
+                before, after = set(prev[1]), set(res.best.words)
+                rec["decisions_changed"].append({
+                    "mesh": dict(m), "why": "feedback: collective costs per axis and kind, "
+                                            "compiled attention compute",
+                    "before": sorted(before - after), "after": sorted(after - before)})
+                rec["changes"].append(f"mesh {_mstr(m)}: the ILP's best layout changed after the "
+                                      f"feedback ({len(after - before)} op layouts differ)")
+            last_best[mesh_key(m)] = (lid, list(res.best.words))
+            for sol in res.all():
+                ranked.append((float(sol.predicted.get("total_s", math.inf)), m, sol))
+        queue.contended(False)
         rec["ilps_done_s"] = round(time.perf_counter() - t0, 3)
         if not ranked and not (it == 1 and seeds):
             if it == 1 and memory_errors:
