@@ -59,8 +59,9 @@ the best placement so far is proven on every level). When the budget cannot hold
 Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
 order above: the first seed starts while the first iteration's ILPs solve, and each layout
 compiles while the one before it is placed and priced.
-Candidates are priced in that order whichever compiled first, so the plan does not depend on
-the overlap when the budget does not bind. ``Plan.time_limited`` lists each place where a time
+Candidates are priced in that order, and in the first iteration also compiled in it: the seeds
+after the ILP's best are held until the ILPs have queued it (``CompileQueue.hold``), so which
+layouts a budget leaves uncompiled does not depend on how long the ILPs took. ``Plan.time_limited`` lists each place where a time
 limit did bind (``aoizora.time_limits``): where it is empty, the plan is repeatable.
 """
 
@@ -266,6 +267,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     seeds = [sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts]
     # the seeds compile (in the background) while the first iteration's ILPs solve
     # (priority = place in the first iteration's pricing order, ``_pricing_rank``)
+    if seeds and mesh_list:   # the seeds after the ILP's best wait for it (``CompileQueue.hold``)
+        queue.hold(_pricing_rank("ilp", 0, len(seeds)))
     seed_compiles = [queue.submit(functools.partial(
         compile_layout, sd.fn or fn, sd.args if sd.args is not None else abstract_args, tgt,
         sd.layout, default_device_order(tgt, sd.layout.mesh_axes)),
@@ -435,6 +438,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                                       default_device_order(tgt, m)),
                     priority=_pricing_rank("ilp", k, n_seeds, lead)))
                 for k, (q1, m, sol) in enumerate(fresh)]
+        queue.release()   # the ILP's layouts are queued: the seeds held after them may start
         if it == 1:
             todo += [(_pricing_rank("seed", i, n_seeds), math.inf, dict(sd.layout.mesh_axes),
                       _seed_solution(sd.layout, ilp_best), sd, f)

@@ -176,3 +176,32 @@ def test_the_time_a_compile_shared_with_the_ilps_counts_at_half():
     h = half.result()
     q.close()
     assert 0.05 < h.contended_s < h.seconds
+
+
+def test_a_held_queue_starts_nothing_above_the_hold_until_released():
+    """``hold(p)``: compiles at or below ``p`` run, those above wait, even with the worker idle,
+    until ``release()``; a compile submitted meanwhile at or below ``p`` goes first."""
+    t0 = time.perf_counter()
+    q = CompileQueue(t0 + 60, t0, (Boom,))
+    ran: list[int] = []
+
+    def job(i):
+        def run():
+            ran.append(i)
+            return _ev()
+        return run
+
+    q.hold(3)
+    later = q.submit(job(4), priority=4)
+    q.submit(job(1), priority=1).result(timeout=5)
+    time.sleep(0.2)                      # the worker is idle: 4 is held
+    assert ran == [1] and not later.done()
+    q.submit(job(3), priority=3).result(timeout=5)
+    assert ran == [1, 3] and not later.done()
+    q.release()
+    later.result(timeout=5)
+    assert ran == [1, 3, 4]
+    q.hold(0)                            # closing a held queue skips what waits
+    held = q.submit(job(5), priority=5)
+    q.close()
+    assert held.cancelled() or isinstance(held.result(), Skipped)
