@@ -58,11 +58,11 @@ the best placement so far is proven on every level). When the budget cannot hold
 
 Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
 order above: the first seed starts while the first iteration's ILPs solve, and each layout
-compiles while the one before it is placed and priced.
-Candidates are priced in that order, and in the first iteration also compiled in it: the seeds
-after the ILP's best are held until the ILPs have queued it (``CompileQueue.hold``), so which
-layouts a budget leaves uncompiled does not depend on how long the ILPs took. ``Plan.time_limited`` lists each place where a time
-limit did bind (``aoizora.time_limits``): where it is empty, the plan is repeatable.
+compiles while the one before it is placed and priced. Candidates are priced in that order, and
+in the first iteration also compiled in it: the seeds after the ILP's best are held until the
+ILPs have queued it (``CompileQueue.hold``), so which layouts a budget leaves uncompiled does
+not depend on how long the ILPs took. ``Plan.time_limited`` lists each place where a time limit
+did bind (``aoizora.time_limits``): where it is empty, the plan is repeatable.
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         refined = []
         if it == 1 and seeds:
             # the seeds' refinements first (each a small ILP, well under a second on Wan 2.1
-            # 1.3B): the first seed's compiles right after the seed's
+            # 1.3B), so that the first seed's refinement is queued before that seed has compiled
             refined = _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale,
                                     compute_scale, ilp_deadline, ilp_time_s, seed, progress, rec,
                                     queue)
