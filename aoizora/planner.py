@@ -433,11 +433,11 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         # background while the ones before it are placed and priced
         n_seeds = len(seeds) if it == 1 else 0
         ilp_best = ranked[0][2] if ranked else None
-        todo = [(_pricing_rank("ilp", k, n_seeds, lead), q1, m, sol, None, queue.submit(
-                    functools.partial(compile_layout, fn, abstract_args, tgt, sol.layout,
-                                      default_device_order(tgt, m)),
-                    priority=_pricing_rank("ilp", k, n_seeds, lead)))
-                for k, (q1, m, sol) in enumerate(fresh)]
+        ranks = [_pricing_rank("ilp", k, n_seeds, lead) for k in range(len(fresh))]
+        todo = [(r, q1, m, sol, None, queue.submit(functools.partial(
+                    compile_layout, fn, abstract_args, tgt, sol.layout,
+                    default_device_order(tgt, m)), priority=r))
+                for r, (q1, m, sol) in zip(ranks, fresh)]
         queue.release()   # the ILP's layouts are queued: the seeds held after them may start
         if it == 1:
             todo += [(_pricing_rank("seed", i, n_seeds), math.inf, dict(sd.layout.mesh_axes),
