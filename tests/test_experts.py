@@ -23,7 +23,8 @@ FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes"
 
 # Collectives each configuration must show in the compiled program (CPU HLO).
 MUST = {"ulysses": "all-to-all", "context": "all-gather", "cfg2_context": "all-gather",
-        "fsdp_sp": "all-gather", "tp_cfg": "all-reduce"}
+        "fsdp_sp": "all-gather", "tp_cfg": "all-reduce", "cfg2_ulysses": "all-to-all",
+        "usp": "collective-permute"}
 
 # Same structure as wan2.1-small with 6 heads: Ulysses and tensor parallel 4 are invalid on 8
 # devices, the Wan repo's configuration falls back to a ring.
@@ -63,18 +64,29 @@ def _run_all(model, only=EXPERTS):
 @pytest.mark.parametrize("model", ["wan2.1-small", "hunyuanvideo-small"])
 def test_small_models_match_unsharded_under_every_valid_expert(model):
     experts, errors = _run_all(model)
-    assert all(e.valid for e in experts), [(e.name, e.reason) for e in experts if not e.valid]
+    # 8 heads divide 8 devices: xDiT's Ulysses x ring is Ulysses alone there (run on WAN_6H below)
+    invalid = {e.name: e.reason for e in experts if not e.valid}
+    assert set(invalid) == {"usp"}, invalid
+    assert invalid["usp"].startswith("8 heads divide 8 chips: Ulysses over all of them")
+    assert set(errors) == set(EXPERTS) - {"usp"}
     print(model, {k: f"{v:.2e}" for k, v in errors.items()})
 
 
-def test_invalid_experts_carry_the_reason_and_the_ring_fallback_runs():
-    experts, errors = _run_all(WAN_6H, only=("fsdp_sp",))     # the others ran above
+def test_invalid_experts_carry_the_reason_and_the_ring_fallbacks_run():
+    experts, errors = _run_all(WAN_6H, only=("fsdp_sp", "usp"))     # the others ran above
     by = {e.name: e for e in experts}
     assert not by["ulysses"].valid and by["ulysses"].reason.startswith("6 heads do not divide 8 chips")
     assert not by["tp_cfg"].valid and "6 heads do not divide tensor-parallel degree 4" in by["tp_cfg"].reason
+    assert not by["cfg2_ulysses"].valid and "6 heads do not divide context degree 4" in by["cfg2_ulysses"].reason
     assert by["fsdp_sp"].valid and "ring over 8" in by["fsdp_sp"].reason
     assert any(a.kv == "ring" for a in by["fsdp_sp"].layout.attention.values())
-    assert set(errors) == {"fsdp_sp"}
+    # xDiT's Ulysses x ring: the largest Ulysses degree that divides 6 heads and 8 devices is 2
+    usp = by["usp"]
+    assert usp.valid and usp.reason == "Ulysses 2 x ring 4"
+    assert usp.layout.mesh_axes == {"ring": 4, "ulysses": 2}
+    assert any(a.kv == "ring" and a.heads == ("ulysses",) and a.seq == ("ring",)
+               for a in usp.layout.attention.values())
+    assert set(errors) == {"fsdp_sp", "usp"}
     print({k: f"{v:.2e}" for k, v in errors.items()})
 
 
@@ -85,6 +97,11 @@ def test_full_size_configurations_on_v5e_8():
     assert "ring over 8" in by["fsdp_sp"].reason
     assert by["tp_cfg"].valid and by["context"].valid and by["cfg2_context"].valid
     assert by["context"].pad_multiple == 1024 and by["cfg2_context"].layout.mesh_axes == {"data": 2, "context": 4}
+    # maxdiffusion's Ulysses inside context (12 heads / context 4) and xDiT's Ulysses 4 x ring 2
+    assert by["cfg2_ulysses"].valid and by["cfg2_ulysses"].layout.mesh_axes == {"data": 2, "context": 4}
+    assert by["cfg2_ulysses"].layout.in_specs == by["cfg2_context"].layout.in_specs
+    assert by["usp"].valid and by["usp"].layout.mesh_axes == {"ring": 2, "ulysses": 4}
+    assert by["usp"].pad_multiple == 1024
     from aoizora.models.config import WAN_1_3B
     assert [tuple(e)[2] for e in expert_layouts(WAN_1_3B, "480p-81f", "v5e-8")] == \
         [e.reason for e in by.values()]                         # a bare config works too
@@ -93,6 +110,10 @@ def test_full_size_configurations_on_v5e_8():
     assert not by14["ulysses"].valid and "weights need 26.6" in by14["ulysses"].reason
     assert "15.75 GiB of HBM" in by14["ulysses"].reason
     assert by14["fsdp_sp"].valid and by14["fsdp_sp"].reason == "Ulysses"
+    assert by14["cfg2_ulysses"].valid                         # 40 heads / context 4
+    assert not by14["usp"].valid and "40 heads divide 8 chips" in by14["usp"].reason
+    by16 = {e.name: e for e in expert_layouts("wan2.1-14b", "720p-81f", "v5e-16")}
+    assert not by16["usp"].valid and "weights need 26.6" in by16["usp"].reason   # Ulysses 8 x ring 2
     js = by14["fsdp_sp"].to_json()
     assert js["layout"]["name"] == "expert:fsdp_sp" and js["valid"] and js["pad_multiple"] == 1024
 

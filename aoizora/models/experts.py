@@ -17,6 +17,15 @@
 - ``tp_cfg`` (head / MLP tensor parallel x CFG): mesh ``cfg=2 x tp=n/2``; the CFG pair on cfg;
   heads and the MLP hidden split over tp (Megatron: q/k/v/fc1 column-split, o/fc2 row-split).
   Valid when the heads and the MLP width divide n/2.
+- ``cfg2_ulysses`` (maxdiffusion's recipe with Ulysses inside context, "heads divisible by its
+  degree"): mesh ``data=2 x context=n/2`` as ``cfg2_context`` (weights split on their embed dim
+  over context), but the self-attention splits its heads over context (all-to-all in and out)
+  instead of gathering keys/values. Valid when the heads divide n/2.
+- ``usp`` (xDiT's unified sequence parallelism, Ulysses x ring, when the heads do not divide n):
+  mesh ``ring=n/u x ulysses=u`` (xDiT: Ulysses groups the contiguous ranks, ring groups strided),
+  u the largest Ulysses degree below n that divides the heads; activations sequence-split over
+  both axes; self-attention heads over ulysses and keys/values in a ring over ring; weights
+  replicated, as xDiT keeps them. Rejected when the heads divide n (that is ``ulysses``).
 
 Mesh axes in ``jax.make_mesh`` order (``default_mesh``): that is the default device order a user
 gets. Attention layouts are per attention node (keys of ``aoizora.extract.jaxpr_walk``): the
@@ -52,7 +61,7 @@ from aoizora.models import workloads as W
 from aoizora.models.config import HunyuanConfig, WanConfig
 from aoizora.models.primitives import ATTENTION, HINT
 
-EXPERTS = ("ulysses", "context", "cfg2_context", "fsdp_sp", "tp_cfg")
+EXPERTS = ("ulysses", "context", "cfg2_context", "fsdp_sp", "tp_cfg", "cfg2_ulysses", "usp")
 SPLASH_BLOCK = 128
 
 # Layer roles by the param dict key that holds {"w", "b"} (both models' names).
@@ -228,13 +237,23 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
     """(Layout | None, reason, pad_multiple, fn, args)."""
     heads, mlp, width = _model_dims(model)
     batch = 2 * wl.batch                           # the CFG pair runs as one batch
-    if name in ("cfg2_context", "tp_cfg"):
+    if name in ("cfg2_context", "tp_cfg", "cfg2_ulysses"):
         if n % 2:
             return None, f"CFG parallel needs an even number of {unit}, the target has {n}", 1, None, None
         if batch % 2:
             return None, f"CFG parallel needs an even batch, the step runs {batch}", 1, None, None
     if name == "ulysses" and heads % n:
         return None, f"{heads} heads do not divide {n} {unit} (Ulysses splits heads over all {unit})", 1, None, None
+    if name == "cfg2_ulysses" and heads % (n // 2):
+        return None, (f"{heads} heads do not divide context degree {n // 2} (= {n} {unit} / CFG 2; "
+                      f"Ulysses splits heads over context)"), 1, None, None
+    if name == "usp":
+        if heads % n == 0:
+            return None, (f"{heads} heads divide {n} {unit}: Ulysses over all of them (ulysses), "
+                          f"no ring needed"), 1, None, None
+        degrees = [u for u in range(2, n) if n % u == 0 and heads % u == 0]
+        if not degrees:
+            return None, f"no Ulysses degree > 1 divides both {heads} heads and {n} {unit}", 1, None, None
     if name == "tp_cfg":
         tp = n // 2
         if heads % tp:
@@ -272,6 +291,23 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
         rules = {"batch": ("cfg",), "heads": ("tp",), "mlp": ("tp",)}
         main = cross = text = AttentionLayout(batch=bat, heads=("tp",))
         how = f"CFG 2 x tensor parallel {tp} (heads, MLP)"
+    elif name == "cfg2_ulysses":
+        mesh = {"data": 2, "context": n // 2}
+        seq_deg, seq, bat = n // 2, ("context",), ("data",)
+        rules = {"batch": ("data",), "seq": ("context",)}
+        main = AttentionLayout(batch=bat, heads=seq)
+        cross = AttentionLayout(batch=bat, seq=seq)
+        text = AttentionLayout(batch=bat)
+        how = f"CFG 2 x context {n // 2}, Ulysses attention"
+    elif name == "usp":
+        u = max(degrees)
+        mesh = {"ring": n // u, "ulysses": u}
+        seq_deg, seq = n, ("ring", "ulysses")
+        rules = {"seq": seq}
+        main = AttentionLayout(heads=("ulysses",), seq=("ring",), kv="ring")
+        cross = AttentionLayout(seq=seq)
+        text = AttentionLayout()
+        how = f"Ulysses {u} x ring {n // u}"
     else:
         raise ValueError(f"unknown expert configuration {name!r}; known: {list(EXPERTS)}")
 
@@ -290,7 +326,7 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
             in_specs.append(_fsdp_spec(keys[1:], shape, ("sp",), n))
         elif name == "tp_cfg":
             in_specs.append(_tp_spec(keys[1:], shape, "tp", n // 2))
-        elif name == "cfg2_context":
+        elif name in ("cfg2_context", "cfg2_ulysses"):
             in_specs.append(_embed_spec(keys[1:], shape, "context", n // 2, width))
         else:
             in_specs.append(None)
