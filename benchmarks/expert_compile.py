@@ -3,9 +3,11 @@ time for a TPU slice (default v5e-8), with JAX's default device order, and recor
 configuration: valid or the reason it was rejected, compile seconds, HBM per device, whether it
 fits, and the collectives in the compiled program.
 
-Run:  /work/venv/bin/python benchmarks/expert_compile.py [--target v5e-8] [--only MODEL]
-      [--experts a,b] [--frames N (override, to validate quickly)]
-Writes benchmarks/results/expert_compile.json and .md.
+Run:  python -m benchmarks.expert_compile [--target v5e-8] [--only MODEL]
+      [--experts a,b] [--frames N (override, to validate quickly)] [--merge]
+Writes benchmarks/results/expert_compile.json and .md. ``--merge`` keeps the written rows and
+replaces or adds only the ones compiled now (each records its commit), e.g. after a configuration
+joined ``EXPERTS``: ``--merge --experts cfg2_ulysses,usp``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import aoizora  # noqa: F401  (libtpu environment first)
 import jax
 
 from aoizora.extract.targets import get_target
-from aoizora.models.experts import default_mesh, expert_layouts
+from aoizora.models.experts import EXPERTS, default_mesh, expert_layouts
 from aoizora.models.registry import get_model
 from aoizora.models.workloads import Workload
 from aoizora.realize import realize
 
 RUNS = [("wan2.1-small", "tiny-9f"), ("wan2.1-1.3b", "480p-81f"), ("wan2.1-14b", "480p-81f"), ("hunyuanvideo-13b", "544p-129f")]
 HERE = os.path.dirname(os.path.abspath(__file__))
+UNRECORDED = "committed in 2245498 (2026-11-29; rows did not record their commit then)"
 KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 
 
@@ -60,6 +63,13 @@ def compile_expert(e, target: str) -> dict:
     return row
 
 
+def _count(xs) -> dict:
+    out: dict = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
 def write(doc: dict, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "expert_compile.json"), "w") as f:
@@ -72,6 +82,9 @@ def write(doc: dict, out_dir: str) -> None:
              "indicative; the 1-minute load average before each compile is in the JSON). HBM: "
              "argument + output + temp + code - alias bytes per device. Collectives: static count "
              "of each kind in the compiled program (a loop body counted once).", "",
+             "Code: " + "; ".join(
+                 f"commit {k[:7]}: {v} row(s)" if k else f"{UNRECORDED}: {v} row(s)"
+                 for k, v in sorted(_count(r.get("git_commit", "") for r in doc["runs"]).items())) + ".", "",
              "| model | workload | expert | mesh | valid / reason | compile s | HBM/device GiB | fits | collectives |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["runs"]:
@@ -95,9 +108,25 @@ def main(argv=None) -> int:
     ap.add_argument("--experts", default=None, help="comma-separated expert names")
     ap.add_argument("--frames", type=int, default=None, help="override frames (quick validation)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the written rows; replace or add only the ones compiled now")
     a = ap.parse_args(argv)
     tgt = get_target(a.target)
     doc = {"target": tgt.short_name, "jax": jax.__version__, "runs": []}
+    path = os.path.join(a.out, "expert_compile.json")
+    if a.merge and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if old.get("target") != doc["target"]:
+            print(f"error: {path} is for {old.get('target')}, not {doc['target']}; drop --merge",
+                  file=sys.stderr)
+            return 2
+        doc["runs"] = old["runs"]
+    from benchmarks.machine import git_state
+
+    commit = git_state()["git_commit"]
+    order = {(m, e): (i, EXPERTS.index(e) if e in EXPERTS else len(EXPERTS))
+             for i, (m, _) in enumerate(RUNS) for e in EXPERTS}
     for name, wl_name in RUNS:
         if a.only and name != a.only:
             continue
@@ -107,9 +136,13 @@ def main(argv=None) -> int:
         for e in expert_layouts(name, wl, tgt):
             if a.experts and e.name not in a.experts.split(","):
                 continue
-            row = {"model": name, "workload": wl.name, "tokens": wl.tokens, **compile_expert(e, tgt.name)}
+            row = {"model": name, "workload": wl.name, "tokens": wl.tokens,
+                   **compile_expert(e, tgt.name), "git_commit": commit}
             print(json.dumps(row), flush=True)
+            doc["runs"] = [r for r in doc["runs"]
+                           if (r["model"], r["workload"], r["expert"]) != (name, wl.name, e.name)]
             doc["runs"].append(row)
+            doc["runs"].sort(key=lambda r: order.get((r["model"], r["expert"]), (len(RUNS), 0)))
             write(doc, a.out)
     return 0 if all(r.get("ok", True) for r in doc["runs"]) else 1
 

@@ -5,6 +5,9 @@ simulator as the "simulated" column.
     python -m benchmarks.grid --smoke            # one small cell, written to a temp dir (CI)
     python -m benchmarks.grid --cells NAME --budget 60 --out DIR --calibration-from CELL.json
                                                  # warm start from another cell's plan
+    python -m benchmarks.grid --add-experts [--cells NAME,...]
+                                                 # price expert configurations a written cell
+                                                 # lacks, without planning again
 
 A cell is (model, workload, target). In each cell:
 - ``aoizora``: the plan (its layout, its placement), planned within ``--budget`` seconds;
@@ -29,6 +32,10 @@ simulator: the plan's layout under the default order, CP-SAT's placement, each h
 Spearman's rho between Q2 and the simulator over the plan layout's placements (average ranks for
 ties, numpy only); ``rho_all`` over all pairs. ``top1`` is true when the simulator's best pair is
 the planner's choice (within ``TIE_REL`` = 0.01% relative), and ``plan_sim_rank`` its rank (1 = best).
+
+A cell written before an expert configuration joined ``EXPERTS`` gets its row with
+``--add-experts``: compiled and priced like the others, in the default order, and stamped
+``added`` (commit, date, machine), since the cell's plan was made without it as a seed.
 
 Results: one JSON per cell in ``benchmarks/results/grid/`` (a cell whose JSON exists is skipped
 unless ``--force``), with the machine (nproc, CPU model, load average), versions, budget and seed.
@@ -512,6 +519,46 @@ def refresh_cell(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def add_expert_rows(out: dict[str, Any], log: Callable[[str], None] = print) -> list[str]:
+    """Add to a written cell the rows of the expert configurations it lacks (``EXPERTS`` grew after
+    it ran), priced like ``run_cell``'s, each stamped ``added`` with the commit, date and machine
+    it was priced on; speedups and fidelity recomputed. Returns the names added (may be empty).
+    The plan is not made again: it was planned without these configurations as seeds."""
+    have = {r["name"] for r in out.get("rows", [])}
+    job: Job = builtin_job(out["model"], out["resolution"], out["frames"], out["target_arg"])
+    missing = [ex for ex in expert_layouts(job.model, job.workload, job.target)
+               if f"expert:{ex.name}" not in have]
+    if not missing:
+        return []
+    network = Network.from_target(job.target)
+    pricer = _Pricer(job.target, network)
+    stamp = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **machine()}
+    added = []
+    for ex in missing:
+        name = f"expert:{ex.name}"
+        log(f"[{out['cell']}] {name} (added)")
+        if not ex.valid:
+            row = _row(name, valid=False, reason=ex.reason)
+        else:
+            try:
+                row = _baseline_row(name, ex.fn, ex.args, job, ex.layout, network, pricer,
+                                    description=ex.reason)
+            except Exception as e:  # noqa: BLE001
+                out.setdefault("errors", []).append({"row": name, "error": _err(e),
+                                                     "traceback": traceback.format_exc(limit=4)})
+                row = _row(name, valid=False, error=_err(e))
+        row["added"] = stamp
+        out["rows"].append(row)
+        added.append(name)
+    out = refresh_cell(out)
+    if "fidelity" in out:
+        pairs = out["fidelity"]["pairs"]
+        plan_key = next((p["layout"] for p in pairs if p["what"] == "aoizora"), None)
+        out["_pairs"] = pairs + pricer.pairs
+        _finish_cell(out, plan_key)
+    return added
+
+
 # ---------------------------------------------------------------------------------------------
 def write_cell(out: dict[str, Any], directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
@@ -572,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--calibration-from", default=None, metavar="CELL_JSON",
                     help="start the planner from the calibration of this cell's plan (a warm "
                          "start; e.g. the same model at another frame count)")
+    ap.add_argument("--add-experts", action="store_true",
+                    help="price the expert configurations the written cells lack (no planning)")
     ap.add_argument("--refresh", action="store_true",
                     help="recompute speedups and fidelity of the written cells (no compiles)")
     a = ap.parse_args(argv)
@@ -582,6 +631,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.list:
         for c in grid_cells():
             print(c.name)
+        return 0
+    if a.add_experts:
+        want = {w.strip() for w in a.cells.split(",") if w.strip()}
+        for path in sorted((Path(a.out) if a.out else RESULTS).glob("*.json")):
+            out = json.loads(path.read_text())
+            if want and out.get("cell") not in want:
+                continue
+            added = add_expert_rows(out, log)
+            if added:
+                write_cell(out, path.parent)
+            print(f"{path}: added {', '.join(added) or 'nothing'}")
         return 0
     if a.refresh:
         for path in sorted((Path(a.out) if a.out else RESULTS).glob("*.json")):

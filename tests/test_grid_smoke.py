@@ -5,7 +5,9 @@ import math
 
 import pytest
 
-from benchmarks.grid import SIM_LABEL, Q2_LABEL, run_smoke, spearman
+import copy
+
+from benchmarks.grid import SIM_LABEL, Q2_LABEL, add_expert_rows, run_smoke, spearman
 from benchmarks.grid_report import summarize, table
 
 pytestmark = pytest.mark.tpu_compiler
@@ -71,3 +73,24 @@ def test_smoke_cell_fidelity_and_report(cell):
     s = summarize([cell])
     assert "v5e-8" in s["geomean"] and not s["failed"]
     assert any(line.startswith(f"| {cell['cell']} |") for line in table([cell]))
+
+
+def test_add_experts_prices_the_rows_a_written_cell_lacks(cell):
+    """A cell written before two configurations joined the expert list gets their rows back,
+    priced as the full run priced them and stamped with when they were added."""
+    gone = ("expert:cfg2_ulysses", "expert:usp")     # valid (8 heads / 4) and invalid (8 / 8)
+    old = copy.deepcopy(cell)
+    old["rows"] = [r for r in old["rows"] if r["name"] not in gone]
+    old["fidelity"]["pairs"] = [p for p in old["fidelity"]["pairs"] if p["program"] not in gone]
+    assert add_expert_rows(old, log=lambda s: None) == list(gone)
+    by = {r["name"]: r for r in old["rows"]}
+    full = {r["name"]: r for r in cell["rows"]}
+    assert by["expert:cfg2_ulysses"]["sim_step_s"] == pytest.approx(
+        full["expert:cfg2_ulysses"]["sim_step_s"], rel=1e-9)
+    assert not by["expert:usp"]["valid"] and by["expert:usp"]["reason"] == full["expert:usp"]["reason"]
+    for name in gone:
+        assert by[name]["added"]["git_commit"] is not None and by[name]["added"]["date"]
+    assert old["best_expert"] == cell["best_expert"]
+    assert any(p["program"] == "expert:cfg2_ulysses" for p in old["fidelity"]["pairs"])
+    assert old["fidelity"]["pairs_evaluated"] == cell["fidelity"]["pairs_evaluated"]
+    assert add_expert_rows(old, log=lambda s: None) == []                # nothing left to add
