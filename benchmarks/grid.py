@@ -560,9 +560,10 @@ def add_expert_rows(out: dict[str, Any], log: Callable[[str], None] = print) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-def write_cell(out: dict[str, Any], directory: Path) -> Path:
+def write_cell(out: dict[str, Any], directory: Path, path: Path | None = None) -> Path:
+    """Write ``out`` to ``directory/<cell>.json`` (or to ``path``, e.g. a repeat run's file)."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{out['cell']}.json"
+    path = path or directory / f"{out['cell']}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
     os.replace(tmp, path)
@@ -640,12 +641,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             added = add_expert_rows(out, log)
             if added:
-                write_cell(out, path.parent)
+                write_cell(out, path.parent, path)
             print(f"{path}: added {', '.join(added) or 'nothing'}")
         return 0
     if a.refresh:
         for path in sorted((Path(a.out) if a.out else RESULTS).glob("*.json")):
-            write_cell(refresh_cell(json.loads(path.read_text())), path.parent)
+            write_cell(refresh_cell(json.loads(path.read_text())), path.parent, path)
             print(f"refreshed {path}")
         return 0
     if a.smoke:
