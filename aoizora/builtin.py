@@ -83,8 +83,9 @@ def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RES
 # while its first ILPs solve, then that seed's refinement, then the ILP's best, then the other
 # seeds (``aoizora.planner._pricing_rank``), so a short budget prices the first seed only: when
 # it was ``context``, with 60 s on v5e-16 (Wan 2.1 1.3B, 41 and 81 frames) the plan was 16% and
-# 10% slower than cfg2_context (simulated). cfg2_context is the best expert in 28 of the grid's
-# 30 cells that have one (benchmarks/results/grid.md); a full budget prices every seed.
+# 10% slower than cfg2_context (simulated). cfg2_context is the best expert in 26 of the grid's
+# 30 cells that have one, xDiT's Ulysses x ring (usp) and cfg2_ulysses in two each
+# (benchmarks/results/grid.md); a full budget prices every seed.
 SEEDS_FIRST = ("cfg2_context", "context")
 
 
