@@ -506,13 +506,23 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
     return paths
 
 
+def _added_note(cells) -> str:
+    """A sentence on the cells whose plans predate some of their expert rows, or ''."""
+    late = [c["cell"] for c in cells if any(r.get("added") for r in c.get("rows", []))]
+    if not late:
+        return ""
+    return (f" In {len(late)} of the {len(cells)} cells the plan predates expert configurations "
+            "whose rows were added later (`python -m benchmarks.grid --add-experts`, marked in "
+            "`grid.md`): those plans did not have them as seeds.")
+
+
 def readme_snippet(cells, s) -> list[str]:
     lines = ["## Results: the workload grid", "",
              f"Step latency per cell, in ms, {SIM_LABEL} (each program compiled ahead of time by "
              "libtpu for the target; no TPU was run). Speedup = baseline / AoiZora. Full table, "
              "every row and the machine: `benchmarks/results/grid.md`; regenerate with "
              "`python -m benchmarks.grid` (resumes a cell at a time) and "
-             "`python -m benchmarks.grid_report`.", "",
+             "`python -m benchmarks.grid_report`." + _added_note(cells), "",
              "| cell | AoiZora ms | best expert (ms) | vs best expert | vs alpa-logical | vs own layout, default order | vs heuristic | rho | top-1 | planning s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
