@@ -13,6 +13,7 @@ joined ``EXPERTS``: ``--merge --experts cfg2_ulysses,usp``.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from aoizora.models.experts import EXPERTS, default_mesh, expert_layouts
 from aoizora.models.registry import get_model
 from aoizora.models.workloads import Workload
 from aoizora.realize import realize
+from benchmarks.machine import git_state
 
 RUNS = [("wan2.1-small", "tiny-9f"), ("wan2.1-1.3b", "480p-81f"), ("wan2.1-14b", "480p-81f"), ("hunyuanvideo-13b", "544p-129f")]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,13 +65,6 @@ def compile_expert(e, target: str) -> dict:
     return row
 
 
-def _count(xs) -> dict:
-    out: dict = {}
-    for x in xs:
-        out[x] = out.get(x, 0) + 1
-    return out
-
-
 def write(doc: dict, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "expert_compile.json"), "w") as f:
@@ -84,7 +79,7 @@ def write(doc: dict, out_dir: str) -> None:
              "of each kind in the compiled program (a loop body counted once).", "",
              "Code: " + "; ".join(
                  f"commit {k[:7]}: {v} row(s)" if k else f"{UNRECORDED}: {v} row(s)"
-                 for k, v in sorted(_count(r.get("git_commit", "") for r in doc["runs"]).items())) + ".", "",
+                 for k, v in sorted(Counter(r.get("git_commit", "") for r in doc["runs"]).items())) + ".", "",
              "| model | workload | expert | mesh | valid / reason | compile s | HBM/device GiB | fits | collectives |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["runs"]:
@@ -122,11 +117,12 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         doc["runs"] = old["runs"]
-    from benchmarks.machine import git_state
-
     commit = git_state()["git_commit"]
-    order = {(m, e): (i, EXPERTS.index(e) if e in EXPERTS else len(EXPERTS))
-             for i, (m, _) in enumerate(RUNS) for e in EXPERTS}
+    models = [m for m, _ in RUNS]
+
+    def order(r):              # RUNS order, then EXPERTS order
+        return (models.index(r["model"]) if r["model"] in models else len(models),
+                EXPERTS.index(r["expert"]) if r["expert"] in EXPERTS else len(EXPERTS))
     for name, wl_name in RUNS:
         if a.only and name != a.only:
             continue
@@ -142,7 +138,7 @@ def main(argv=None) -> int:
             doc["runs"] = [r for r in doc["runs"]
                            if (r["model"], r["workload"], r["expert"]) != (name, wl.name, e.name)]
             doc["runs"].append(row)
-            doc["runs"].sort(key=lambda r: order.get((r["model"], r["expert"]), (len(RUNS), 0)))
+            doc["runs"].sort(key=order)
             write(doc, a.out)
     return 0 if all(r.get("ok", True) for r in doc["runs"]) else 1
 

@@ -408,18 +408,8 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
             out["errors"].append({"row": "expert:*", "error": _err(e),
                                   "traceback": traceback.format_exc(limit=4)})
         for ex in exs:
-            name = f"expert:{ex.name}"
-            log(f"[{cell.name}] {name}")
-            if not ex.valid:
-                rows.append(_row(name, valid=False, reason=ex.reason))
-                continue
-            try:
-                rows.append(_baseline_row(name, ex.fn, ex.args, job, ex.layout, network, pricer,
-                                          description=ex.reason))
-            except Exception as e:  # noqa: BLE001
-                out["errors"].append({"row": name, "error": _err(e),
-                                      "traceback": traceback.format_exc(limit=4)})
-                rows.append(_row(name, valid=False, error=_err(e)))
+            log(f"[{cell.name}] expert:{ex.name}")
+            rows.append(_expert_row(ex, job, network, pricer, out["errors"]))
 
     out["_pairs"] = pricer.pairs
     _finish_cell(out, plan_key)
@@ -437,6 +427,20 @@ def _baseline_row(name, fn, args, job: Job, layout, network, pricer: _Pricer, **
     return _priced_row(name, pricer, ev, d["device_order"], _layout_key(layout.mesh_axes, layout),
                        program="job" if fn is job.fn else name, fits_hbm=True,
                        compile_s=d.get("compile_s"), **kw)
+
+
+def _expert_row(ex, job: Job, network, pricer: _Pricer, errors: list) -> dict[str, Any]:
+    """The row of one expert configuration: invalid with its reason, or compiled in the default
+    order and priced; a failure is recorded in ``errors`` and the row says so."""
+    name = f"expert:{ex.name}"
+    if not ex.valid:
+        return _row(name, valid=False, reason=ex.reason)
+    try:
+        return _baseline_row(name, ex.fn, ex.args, job, ex.layout, network, pricer,
+                             description=ex.reason)
+    except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
+        errors.append({"row": name, "error": _err(e), "traceback": traceback.format_exc(limit=4)})
+        return _row(name, valid=False, error=_err(e))
 
 
 def _finish_cell(out: dict[str, Any], plan_key: str | None) -> None:
@@ -535,21 +539,11 @@ def add_expert_rows(out: dict[str, Any], log: Callable[[str], None] = print) -> 
     stamp = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **machine()}
     added = []
     for ex in missing:
-        name = f"expert:{ex.name}"
-        log(f"[{out['cell']}] {name} (added)")
-        if not ex.valid:
-            row = _row(name, valid=False, reason=ex.reason)
-        else:
-            try:
-                row = _baseline_row(name, ex.fn, ex.args, job, ex.layout, network, pricer,
-                                    description=ex.reason)
-            except Exception as e:  # noqa: BLE001
-                out.setdefault("errors", []).append({"row": name, "error": _err(e),
-                                                     "traceback": traceback.format_exc(limit=4)})
-                row = _row(name, valid=False, error=_err(e))
+        log(f"[{out['cell']}] expert:{ex.name} (added)")
+        row = _expert_row(ex, job, network, pricer, out.setdefault("errors", []))
         row["added"] = stamp
         out["rows"].append(row)
-        added.append(name)
+        added.append(row["name"])
     out = refresh_cell(out)
     if "fidelity" in out:
         pairs = out["fidelity"]["pairs"]

@@ -376,15 +376,11 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
     loads = [c.get("machine_start", {}).get("load_average", [None])[0] for c in cells]
     loads = [l for l in loads if l is not None]
     commits = _counts(cells + short + long, lambda m: m.get("git_commit") or "unrecorded")
-    added: dict[str, list[str]] = {}            # rows priced after their cell (--add-experts)
-    for c in cells:
-        for r in c.get("rows", []):
-            if r.get("added"):
-                added.setdefault((r["added"].get("git_commit") or "?")[:7], []).append(r["name"])
+    added = _added_rows(cells)
     added_line = ("Expert rows added to cells planned before those configurations were seeds "
                   "(`python -m benchmarks.grid --add-experts`; their plans did not have them as "
                   "seeds): " + "; ".join(f"at commit {k}: {len(v)} row(s) "
-                                         f"({', '.join(sorted(set(v)))})"
+                                         f"({', '.join(sorted({n for _, n in v}))})"
                                          for k, v in sorted(added.items())) + "."
                   if added else "")
     md = ["# The workload grid: AoiZora against every baseline",
@@ -506,9 +502,20 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
     return paths
 
 
+def _added_rows(cells) -> dict[str, list[tuple[str, str]]]:
+    """Rows priced after their cell's plan (``--add-experts``): commit -> [(cell, row name)]."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for c in cells:
+        for r in c.get("rows", []):
+            if r.get("added"):
+                out.setdefault((r["added"].get("git_commit") or "?")[:7], []).append(
+                    (c["cell"], r["name"]))
+    return out
+
+
 def _added_note(cells) -> str:
     """A sentence on the cells whose plans predate some of their expert rows, or ''."""
-    late = [c["cell"] for c in cells if any(r.get("added") for r in c.get("rows", []))]
+    late = {cell for rows in _added_rows(cells).values() for cell, _ in rows}
     if not late:
         return ""
     return (f" In {len(late)} of the {len(cells)} cells the plan predates expert configurations "

@@ -1,11 +1,10 @@
 """The grid's smoke cell (the small Wan DiT on v5e-8, small budget): every row is there, priced by
 both Q2 and the simulator on real XLA:TPU output, and fidelity is computed."""
 
+import copy
 import math
 
 import pytest
-
-import copy
 
 from benchmarks.grid import SIM_LABEL, Q2_LABEL, add_expert_rows, run_smoke, spearman
 from benchmarks.grid_report import summarize, table
