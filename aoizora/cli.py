@@ -4,11 +4,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 
 class UsageError(Exception):
     """An error the user can fix; printed as one line, exit code 2."""
+
+
+def _number(kind: str, low: float, strict: bool):
+    """An argparse type: a finite number (int or float) above `low` (at or above unless strict)."""
+    def parse(text: str):
+        try:
+            v = int(text) if kind == "int" else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a {'whole ' if kind == 'int' else ''}number") from None
+        if not math.isfinite(v) or v < low or (strict and v == low):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give a {'whole' if kind == 'int' else 'finite'} number "
+                f"{'above' if strict else 'of at least'} {low:g}")
+        return v
+    parse.__name__ = kind       # argparse names the type in its messages
+    return parse
+
+
+_SECONDS = _number("float", 0, strict=True)     # a time budget
+_COUNT = _number("int", 1, strict=False)        # --top-k
+_FRACTION = _number("float", 0, strict=False)   # --tolerance
+_MS = _number("float", 0, strict=True)          # --max-step-ms
 
 
 def _fmt_bytes(n: float) -> str:
@@ -235,8 +259,16 @@ def _add_job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=B.DEFAULT_TARGET, help=f"TPU slice (default {B.DEFAULT_TARGET}; see aoizora targets)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (and where to read the usage) instead of the
+    whole usage text; exit code 2 as argparse's. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="aoizora", description=__doc__)
+    p = _Parser(prog="aoizora", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("targets", help="list TPU targets (or show one) with chips, shape, wraparound, links, HBM")
     t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8")
@@ -249,9 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="plan a built-in model (default: Wan 2.1 1.3B, 480p, 81 frames, v5e-8)")
     _add_job_args(pl)
-    pl.add_argument("--time-budget", type=float, default=300.0, help="seconds for the whole call, compiles included (default 300)")
+    pl.add_argument("--time-budget", type=_SECONDS, default=300.0, help="seconds for the whole call, compiles included (default 300)")
     pl.add_argument("--seed", type=int, default=0, help="solver seed (default 0)")
-    pl.add_argument("--top-k", type=int, default=2, help="layouts compiled per iteration (default 2)")
+    pl.add_argument("--top-k", type=_COUNT, default=2, help="layouts compiled per iteration (default 2)")
     pl.add_argument("--no-seeds", action="store_true",
                     help="do not price today's expert configurations alongside the ILP's layouts")
     pl.add_argument("--calibration", metavar="PLAN",
@@ -279,14 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("plan", help="a plan file from aoizora plan --out")
     _add_job_args(ck)
     ck.add_argument("--baseline", help="a reference plan file; fail when the prediction exceeds its own by --tolerance")
-    ck.add_argument("--tolerance", type=float, default=0.10, help="allowed regression over the baseline (default 0.10)")
-    ck.add_argument("--max-step-ms", type=float, help="fail when the predicted step exceeds this many ms")
+    ck.add_argument("--tolerance", type=_FRACTION, default=0.10, help="allowed regression over the baseline (default 0.10)")
+    ck.add_argument("--max-step-ms", type=_MS, help="fail when the predicted step exceeds this many ms")
     ck.set_defaults(func=cmd_check)
 
     cp = sub.add_parser("compare", help="the plan against expert configurations, Alpa-style search, default order")
     _add_job_args(cp)
     cp.add_argument("--plan", help="a saved plan (else plan now)")
-    cp.add_argument("--time-budget", type=float, default=120.0, help="planning budget when no --plan (default 120)")
+    cp.add_argument("--time-budget", type=_SECONDS, default=120.0, help="planning budget when no --plan (default 120)")
     cp.add_argument("--seed", type=int, default=0)
     cp.add_argument("--json", action="store_true")
     cp.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -217,11 +217,12 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     the plan itself): the ILP starts from its collective costs and attention scales instead of
     the defaults (``formulation.calibration``); a calibration from another target is refused."""
     t0 = time.perf_counter()
+    if not math.isfinite(float(time_budget_s)) or time_budget_s <= 0:
+        raise BudgetError(f"time budget {time_budget_s} s: give a positive, finite number of "
+                          "seconds")
     deadline = t0 + float(time_budget_s)
     progress = progress or Progress()
     tgt = get_target(target)
-    if time_budget_s <= 0:
-        raise BudgetError(f"time budget {time_budget_s} s: give a positive number of seconds")
     if int(top_k) != top_k or top_k < 1:
         raise PlanningError(f"top_k={top_k}: give the number of layouts to compile per "
                             "iteration, 1 or more (default 2)")

@@ -123,12 +123,19 @@ def test_nothing_to_compile_per_iteration_is_refused(small, kw, what):
         aoizora.plan(fn, *args, target="v5e-8", meshes=MESHES, **kw)
 
 
+@pytest.mark.parametrize("budget", [0, -1.0, float("nan"), float("inf")])
+def test_a_budget_that_is_not_a_positive_finite_number_is_refused(small, budget):
+    _, _, fn, args, _ = small
+    with pytest.raises(aoizora.BudgetError, match="positive, finite number of seconds"):
+        aoizora.plan(fn, *args, target="v5e-8", time_budget_s=budget, meshes=MESHES)
+
+
 def test_cli_top_k_zero_is_one_line_exit_2():
     r = subprocess.run([sys.executable, "-m", "aoizora", "plan", "--model", "wan2.1-small",
                         "--resolution", "128p", "--frames", "9", "--top-k", "0", "--quiet"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().count("\n") == 0 and "top_k=0" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "--top-k" in r.stderr
 
 
 def test_a_first_compile_past_the_budget_still_returns_its_plan(small, monkeypatch):
@@ -164,6 +171,14 @@ def _cli(*a):
     (["plan", "--frames", "17"], "no workload"),
     (["plan", "--model", "sd3"], "sd3"),
     (["show", "/nonexistent.json"], "no plan file"),
+    (["plan", "--time-budget", "nan"], "--time-budget: 'nan': give a finite number above 0"),
+    (["plan", "--time-budget", "-1"], "give a finite number above 0"),
+    (["compare", "--time-budget", "inf"], "give a finite number above 0"),
+    (["plan", "--top-k", "1.5"], "'1.5' is not a whole number"),
+    (["plan", "--frames", "x"], "--frames"),
+    (["check", "plan.json", "--tolerance", "-0.1"], "give a finite number of at least 0"),
+    (["check", "plan.json", "--max-step-ms", "0"], "give a finite number above 0"),
+    (["plan", "--no-such-flag"], "unrecognized arguments"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(argv, match):
     r = _cli(*argv)
