@@ -197,6 +197,26 @@ def _link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
     return out
 
 
+def _check_plan_args(abstract_args, seed, workers, placement_time_s, ilp_time_s) -> None:
+    """Refuse, in one line that says what to pass, what ``plan`` cannot use."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise PlanningError(f"seed={seed!r}: give a whole number (the solvers' seed, default 0)")
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise PlanningError(f"workers={workers!r}: give a whole number of solver threads, 1 or "
+                            "more (default 1)")
+    for name, v in (("placement_time_s", placement_time_s), ("ilp_time_s", ilp_time_s)):
+        if not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or v <= 0:
+            raise PlanningError(f"{name}={v!r}: give a positive, finite number of seconds")
+    for i, a in enumerate(abstract_args):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(a)[0]:
+            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+                where = f"argument {i}{jax.tree_util.keystr(path)}"
+                raise PlanningError(
+                    f"{where} is of type {type(leaf).__name__}, which has no shape and dtype: pass "
+                    "jax.ShapeDtypeStruct or arrays (bind static values into fn, e.g. with "
+                    "functools.partial)")
+
+
 def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          time_budget_s: float = 300.0, seed: int = 0, top_k: int = 2,
          meshes: Sequence[dict[str, int]] | None = None, max_iterations: int = 4,
@@ -228,6 +248,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                             "iteration, 1 or more (default 2)")
     if int(max_iterations) != max_iterations or max_iterations < 1:
         raise PlanningError(f"max_iterations={max_iterations}: give 1 or more (default 4)")
+    _check_plan_args(abstract_args, seed, workers, placement_time_s, ilp_time_s)
     if isinstance(calibration, Plan):
         if calibration.calibration is None:
             raise PlanningError("that plan records no calibration (made before calibrations were "

@@ -130,6 +130,28 @@ def test_a_budget_that_is_not_a_positive_finite_number_is_refused(small, budget)
         aoizora.plan(fn, *args, target="v5e-8", time_budget_s=budget, meshes=MESHES)
 
 
+@pytest.mark.parametrize("kw,what", [
+    ({"seed": 1.5}, "seed=1.5: give a whole number"),
+    ({"workers": 0}, "workers=0"),
+    ({"placement_time_s": float("nan")}, "placement_time_s=nan"),
+    ({"ilp_time_s": -1}, "ilp_time_s=-1"),
+])
+def test_solver_settings_that_cannot_work_are_refused(small, kw, what):
+    _, _, fn, args, _ = small
+    with pytest.raises(aoizora.PlanningError, match=what):
+        aoizora.plan(fn, *args, target="v5e-8", meshes=MESHES, **kw)
+
+
+def test_an_argument_without_shape_and_dtype_is_named():
+    def f(x, n):
+        return x * n
+
+    x = jax.ShapeDtypeStruct((64, 128), jnp.float32)
+    with pytest.raises(aoizora.PlanningError, match=r"argument 1\['n'\] is of type int.*"
+                                                    "functools.partial"):
+        aoizora.plan(f, x, {"n": 3}, target="v5e-8", meshes=MESHES)
+
+
 def test_cli_top_k_zero_is_one_line_exit_2():
     r = subprocess.run([sys.executable, "-m", "aoizora", "plan", "--model", "wan2.1-small",
                         "--resolution", "128p", "--frames", "9", "--top-k", "0", "--quiet"],
