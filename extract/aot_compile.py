@@ -3,7 +3,8 @@
 `compile_evidence(fn, args, mesh=..., target=...)` lowers and compiles `fn` on `mesh` (built from
 `target_mesh`, i.e. from libtpu's devices for the target in some order) and returns `Evidence`:
 - a compile-time ``RESOURCE_EXHAUSTED`` (the program does not fit in HBM) is a recorded outcome:
-  ``memory.fits=False`` with the compiler's message, no collectives;
+  ``memory.fits=False`` with the compiler's message, no collectives; one about a core's scratch
+  memory (SMEM, VMEM: a kernel's blocks, not the layout's HBM use) is a ``CompileError``;
 - ``compile_s`` is the wall time of ``.compile()`` (seconds; lowering excluded);
 - on a mesh of CPU devices (the fallback when libtpu is unavailable, see `target_mesh`) the
   evidence is marked ``fidelity="cpu-low"``.
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
@@ -151,6 +153,12 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | 
         compiled = lowered.compile(compiler_options=compiler_options)
     except Exception as e:
         msg = str(e)
+        space = _scratch_space(msg)
+        if space:
+            raise CompileError(
+                f"XLA cannot compile {getattr(fn, '__name__', fn)} for {tgt.name}: a kernel's "
+                f"on-chip {space} overflows (not HBM; e.g. a Pallas kernel's block sizes): "
+                f"{_oom_text(msg)[:300]}") from e
         if "RESOURCE_EXHAUSTED" in msg:
             dt = time.perf_counter() - t0
             platform = str(getattr(next(iter(mesh.devices.flat)), "platform", "tpu"))
@@ -171,6 +179,14 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | 
 def _first_line(e: BaseException) -> str:
     s = str(e).strip()
     return s.splitlines()[0] if s else type(e).__name__
+
+
+def _scratch_space(msg: str) -> str:
+    """"SMEM" or "VMEM" when a RESOURCE_EXHAUSTED is about a core's scratch memory, not HBM
+    ("Ran out of memory in memory space smem", "Allocation ... space=smem"), else ""."""
+    line = _oom_text(msg) if "RESOURCE_EXHAUSTED" in msg else ""
+    m = re.search(r"memory space ([sv]mem)\b|space=([sv]mem)\b", line, re.IGNORECASE)
+    return (m.group(1) or m.group(2)).upper() if m and "HBM" not in line else ""
 
 
 def _oom_text(msg: str) -> str:

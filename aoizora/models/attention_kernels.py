@@ -18,7 +18,8 @@ Mesh axes the layout does not name replicate the computation.
 
 Padding. Splash needs per-shard key lengths that are multiples of its block (128: key blocks are
 lane-sized) and per-shard query lengths that are multiples of its query block (128, or one block
-of the whole shard rounded up to 8 when a shard is shorter than 128). The wrapper pads the query
+of the whole shard rounded up to 8 when a shard is shorter than 128; longer blocks where the
+kernel's mask metadata would not fit in SMEM, ``splash_blocks``). The wrapper pads the query
 sequence to ``seq degree x block_q`` multiples and the keys to block multiples (ring: to
 ``seq degree x block``), and masks the padded keys with segment ids (queries 0; real keys 0,
 padded keys 1), so padded keys get no weight; padded query rows are sliced off. The reference
@@ -67,18 +68,46 @@ def splash_block(local_len: int, block: int = SPLASH_BLOCK) -> int:
     return block if local_len >= block else _round_up(max(local_len, 1), 8)
 
 
+# The splash kernel's mask metadata (``block_mask`` int8 and ``data_next``, the next key block
+# to load, int8/int16/int32 by its largest value) is scalar-prefetched into SMEM, one entry per
+# (query block, key block), the key-block axis padded to 128: libtpu 0.0.42.1 on v5e reports
+# "Used 1.08M of 1.00M smem" for 592 x 592 blocks (75,776 tokens per shard at block 128: Wan 2.1
+# 14B 720p-81f with heads split) and compiles 544 x 544. Past the budget the block doubles.
+SPLASH_SMEM_BYTES = 1 << 20
+SPLASH_SMEM_BUDGET = SPLASH_SMEM_BYTES - (64 << 10)     # room for the kernel's other scalars
+
+
+def splash_metadata_bytes(lq: int, lkv: int, bq: int, bkv: int) -> int:
+    """Bytes of SMEM the splash kernel's mask metadata takes for per-shard lengths lq x lkv."""
+    q_blocks, kv_blocks = -(-lq // bq), -(-lkv // bkv)
+    index_bytes = 1 if kv_blocks <= 128 else 2 if kv_blocks <= 1 << 15 else 4
+    return q_blocks * _round_up(kv_blocks, 128) * (1 + index_bytes)
+
+
+def splash_blocks(lq: int, lkv: int, block: int = SPLASH_BLOCK) -> tuple[int, int]:
+    """(block_q, block_kv) for per-shard query and key lengths: ``block`` (``splash_block`` for
+    short query shards), doubled until the mask metadata fits ``SPLASH_SMEM_BUDGET``."""
+    b = block
+    while True:
+        bq = splash_block(lq, b)
+        if splash_metadata_bytes(lq, lkv, bq, b) <= SPLASH_SMEM_BUDGET or b >= max(lq, lkv):
+            return bq, b
+        b *= 2
+
+
 def padded_lengths(sq: int, skv: int, n_seq: int, *, kv: str, impl: str,
                    block: int = SPLASH_BLOCK) -> tuple[int, int, int, int]:
     """(Sq padded, Skv padded, block_q, block_kv) for ``impl`` ("splash" | "reference").
 
-    Splash: the key block is always ``block`` (the kernel wants key blocks in multiples of 128
-    lanes), the query block may be smaller for short shards (multiples of 8 sublanes)."""
+    Splash: the key block is ``block`` (the kernel wants key blocks in multiples of 128 lanes),
+    the query block may be smaller for short shards (multiples of 8 sublanes); for long shards
+    both double until the kernel's mask metadata fits in SMEM (``splash_blocks``)."""
     kv_split = n_seq if kv == "ring" else 1
     if impl == "splash":
         if block % 128:
             raise AttentionLayoutError(f"splash block {block} must be a multiple of 128")
-        bq = splash_block(-(-sq // n_seq), block)
-        return _round_up(sq, n_seq * bq), _round_up(skv, kv_split * block), bq, block
+        bq, bkv = splash_blocks(-(-sq // n_seq), -(-skv // kv_split), block)
+        return _round_up(sq, n_seq * bq), _round_up(skv, kv_split * bkv), bq, bkv
     return _round_up(sq, n_seq), _round_up(skv, kv_split), 1, 1
 
 
