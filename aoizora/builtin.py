@@ -77,28 +77,32 @@ def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RES
     return Job(m, wl, tgt, pad, fn, tuple(args))
 
 
-# The built-in seeds in the order they compile: maxdiffusion's published recipe (the CFG pair on
-# data 2, the sequence on context: ../shared/facts/practice.md), then its default (context over
-# every chip); the other experts follow in ``EXPERTS`` order. The planner compiles the first seed
-# while its first ILPs solve, then that seed's refinement, then the ILP's best, then the other
-# seeds (``aoizora.planner._pricing_rank``), so a short budget prices the first seed only: when
-# it was ``context``, with 60 s on v5e-16 (Wan 2.1 1.3B, 41 and 81 frames) the plan was 16% and
-# 10% slower than cfg2_context (simulated). cfg2_context is the best expert in 26 of the grid's
-# 30 cells that have one, xDiT's Ulysses x ring (usp) and cfg2_ulysses in two each
-# (benchmarks/results/grid.md); a full budget prices every seed.
-SEEDS_FIRST = ("cfg2_context", "context")
+# The built-in seeds in the order they compile, the expert expected fastest first. The planner
+# compiles the first seed while its first ILPs solve, then that seed's refinement, then the ILP's
+# best, then the other seeds in this order, each followed by its refinement
+# (``aoizora.planner._pricing_rank``), so a short budget prices the first seeds only. The order
+# is the experts' mean rank among the valid experts of each cell in the grid
+# (benchmarks/results/grid.md, simulated): cfg2_context (maxdiffusion's published recipe, the
+# CFG pair on data 2 and the sequence on context: ../shared/facts/practice.md) best in 25 of the
+# 30 cells with a valid expert; cfg2_ulysses best in 3 and second in 18 of its 25; xDiT's
+# Ulysses x ring (usp) best in 2 of its 9; context (maxdiffusion's default); Ulysses over every
+# chip; tensor parallel; FSDP with the sequence split, last in most cells. Before, the second
+# seed was context and then the ``EXPERTS`` order (fsdp_sp, tp_cfg, cfg2_ulysses): in the Wan
+# 14B and HunyuanVideo cells, where 4-7 compiles fit in 240 s, cfg2_ulysses was rarely compiled,
+# and in HunyuanVideo 720p-129f on v5e-16 it is the fastest expert (simulated).
+SEED_ORDER = ("cfg2_context", "cfg2_ulysses", "usp", "context", "ulysses", "tp_cfg", "fsdp_sp")
 
 
 def expert_seed_layouts(job: Job) -> list:
     """Today's valid expert configurations as seeds for the planner (``plan(..., seed_layouts=
-    ...)``), ``SEEDS_FIRST`` first: each with its own program, padded only as much as its own split
+    ...)``) in ``SEED_ORDER``: each with its own program, padded only as much as its own split
     needs, and the padding recorded (``program={"pad_multiple": ...}``) so that a plan can
     rebuild it."""
     from aoizora.models.experts import expert_layouts
     from aoizora.planner import Seed
 
     valid = [ex for ex in expert_layouts(job.model, job.workload, job.target) if ex.valid]
-    valid.sort(key=lambda ex: SEEDS_FIRST.index(ex.name) if ex.name in SEEDS_FIRST
-               else len(SEEDS_FIRST))        # stable: the rest keep the expert list's order
+    valid.sort(key=lambda ex: SEED_ORDER.index(ex.name) if ex.name in SEED_ORDER
+               else len(SEED_ORDER))         # stable: any other keeps the expert list's order
     return [Seed(ex.layout, ex.fn, tuple(ex.args), {"pad_multiple": ex.pad_multiple})
             for ex in valid]

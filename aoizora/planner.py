@@ -714,7 +714,7 @@ def _pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1) -> float:
     With seeds: the first seed, its refinement, the ILP's best (with its near-ties), then each
     other seed followed by its refinement, then the ILP's other layouts. The first seed is the
     one expected best (the built-in seeds put maxdiffusion's recipe first,
-    ``aoizora.builtin.SEEDS_FIRST``) and its refinement the one expected to beat it: in the
+    ``aoizora.builtin.SEED_ORDER``) and its refinement the one expected to beat it: in the
     grid's 31 cells (benchmarks/results/grid.md, 240 s budget, before this order) the plan was
     the first seed in 17, its refinement in 13 and the ILP's best in one, so a short budget
     compiles those first. Without seeds: the ILP's best (with its near-ties), then the rest."""

@@ -134,12 +134,16 @@ def test_small_wan_compiles_for_v5e_8_with_splash():
 def test_built_in_seeds_compile_in_seed_order():
     """The planner compiles seeds in the order given, and a short budget prices the first ones
     only: the built-in seeds put maxdiffusion's published recipe (cfg2_context) first, then
-    context; every valid expert is a seed, each once."""
-    from aoizora.builtin import SEEDS_FIRST, builtin_job, expert_seed_layouts
+    cfg2_ulysses, the second best in most grid cells; every valid expert is a seed, each once."""
+    from aoizora.builtin import SEED_ORDER, builtin_job, expert_seed_layouts
 
-    job = builtin_job("wan2.1-1.3b", "480p", 41, "v5e-16")
-    names = [s.layout.name.split(":", 1)[1] for s in expert_seed_layouts(job)]
-    valid = [ex.name for ex in expert_layouts(job.model, job.workload, job.target) if ex.valid]
-    assert names[:2] == ["cfg2_context", "context"]
-    assert sorted(names) == sorted(valid)
-    assert names == list(SEEDS_FIRST) + [n for n in EXPERTS if n in valid and n not in SEEDS_FIRST]
+    assert sorted(SEED_ORDER) == sorted(EXPERTS)
+    for model, res, frames, target in (("wan2.1-1.3b", "480p", 41, "v5e-16"),
+                                       ("wan2.1-14b", "720p", 81, "v5e-16")):
+        job = builtin_job(model, res, frames, target)
+        names = [s.layout.name.split(":", 1)[1] for s in expert_seed_layouts(job)]
+        valid = [ex.name for ex in expert_layouts(job.model, job.workload, job.target) if ex.valid]
+        assert names[0] == "cfg2_context"
+        assert sorted(names) == sorted(valid)
+        assert names == [n for n in SEED_ORDER if n in valid]
+    assert names[:2] == ["cfg2_context", "cfg2_ulysses"]
