@@ -17,8 +17,9 @@ One iteration:
      its own program variant) and their refinements (``aoizora.seed_refinement``: the ILP with
      the seed's attention fixed chooses the parameter layout around it; skipped when it keeps
      the seed's; solved before the meshes' ILPs, each in under a second on Wan 2.1 1.3B) come
-     first: the first seed, its refinement, the ILP's best, then each other seed followed by its
-     refinement, then the ILP's other layouts (``_pricing_rank``, which says why). For each:
+     first: the first seed, its refinement, the second seed, the ILP's best, the second seed's
+     refinement, then each other seed followed by its refinement, then the ILP's other layouts
+     (``_pricing_rank``, which says why). For each:
      realize it as shardings (``aoizora.realize``) on the target's devices in JAX's default
      order, compile ahead of time with libtpu (``extract.aot_compile``), read the evidence. A
      layout that does not fit in HBM joins ``F[m]``. Else solve the placement CP-SAT
@@ -711,19 +712,24 @@ def _pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1) -> float:
     ``lead`` are the ILP's best and its unproven near-ties (``_with_unproven_near``).
     ``n_seeds``: the seeds in this iteration (the first only).
 
-    With seeds: the first seed, its refinement, the ILP's best (with its near-ties), then each
-    other seed followed by its refinement, then the ILP's other layouts. The first seed is the
-    one expected best (the built-in seeds put maxdiffusion's recipe first,
-    ``aoizora.builtin.SEED_ORDER``) and its refinement the one expected to beat it: in the
-    grid's 31 cells (benchmarks/results/grid.md, 240 s budget, before this order) the plan was
-    the first seed in 17, its refinement in 13 and the ILP's best in one, so a short budget
-    compiles those first. Without seeds: the ILP's best (with its near-ties), then the rest."""
+    With seeds: the first seed, its refinement, the second seed, the ILP's best (with its
+    near-ties), the second seed's refinement, then each other seed followed by its refinement,
+    then the ILP's other layouts. The seeds come in the order expected fastest first (the
+    built-in ones: ``aoizora.builtin.SEED_ORDER``). In the grid's 31 cells (benchmarks/results/
+    grid.md, 240 s budget) the plan was the first seed in 17, its refinement in 13 and the ILP's
+    best in one (at cafe50a, the order first seed, refinement, ILP's best, other seeds), and
+    where a compile takes 50 s (HunyuanVideo 720p-129f on v5e-16) three compiles fit: the second
+    seed (cfg2_ulysses, there the fastest expert, simulated) goes before the ILP's best. Without
+    seeds: the ILP's best (with its near-ties), then the rest."""
     if kind == "ilp":
         if i < lead:
-            return (3 if n_seeds else 0) + i / lead
+            return (4 if n_seeds >= 2 else 3 if n_seeds else 0) + i / lead
         return 2 * n_seeds + 1 + i
-    rank = 1 if i == 1 else 2 * i
-    return float(rank + (kind == "refined"))
+    if i == 1:
+        return 1.0 + (kind == "refined")
+    if i == 2:
+        return 3.0 if kind == "seed" else 5.0
+    return float(2 * i + (kind == "refined"))
 
 
 def _seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> ShardingSolution:

@@ -286,16 +286,20 @@ def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, mon
     assert any("time budget: 1.0 s left" in n for n in p.notes)
 
 
-def test_the_first_seed_and_its_refinement_compile_before_the_ilps_best():
-    """The first iteration's pricing (and compile) order: first seed, its refinement, the ILP's
-    best with its unproven near-ties, each other seed then its refinement, the ILP's other
-    layouts; without seeds the ILP's layouts alone, in their order; later iterations alike."""
+def test_the_first_two_seeds_compile_before_the_ilps_best():
+    """The first iteration's pricing (and compile) order: first seed, its refinement, the second
+    seed, the ILP's best with its unproven near-ties, the second seed's refinement, each other
+    seed then its refinement, the ILP's other layouts; with one seed: seed, refinement, the ILP's
+    best; without seeds the ILP's layouts alone, in their order; later iterations alike."""
     from aoizora.planner import _pricing_rank
 
-    order = [("seed", 1), ("refined", 1), ("ilp", 0), ("ilp", 1), ("seed", 2), ("refined", 2),
-             ("seed", 3), ("refined", 3), ("ilp", 2), ("ilp", 3)]
-    ranks = [_pricing_rank(kind, i, 3, lead=2) for kind, i in order]
+    order = [("seed", 1), ("refined", 1), ("seed", 2), ("ilp", 0), ("ilp", 1), ("refined", 2),
+             ("seed", 3), ("refined", 3), ("seed", 4), ("refined", 4), ("ilp", 2), ("ilp", 3)]
+    ranks = [_pricing_rank(kind, i, 4, lead=2) for kind, i in order]
     assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    one = [_pricing_rank(kind, i, 1) for kind, i in (("seed", 1), ("refined", 1), ("ilp", 0),
+                                                      ("ilp", 1))]
+    assert one == sorted(one) and len(set(one)) == 4
     alone = [_pricing_rank("ilp", k, 0, lead=2) for k in range(4)]
     assert alone == sorted(alone) and len(set(alone)) == 4 and alone[0] == 0
     one = [_pricing_rank(*r, 1) for r in (("seed", 1), ("refined", 1), ("ilp", 0))]
