@@ -102,7 +102,6 @@ def expert_seed_layouts(job: Job) -> list:
     from aoizora.planner import Seed
 
     valid = [ex for ex in expert_layouts(job.model, job.workload, job.target) if ex.valid]
-    valid.sort(key=lambda ex: SEED_ORDER.index(ex.name) if ex.name in SEED_ORDER
-               else len(SEED_ORDER))         # stable: any other keeps the expert list's order
+    valid.sort(key=lambda ex: SEED_ORDER.index(ex.name))     # SEED_ORDER names every expert
     return [Seed(ex.layout, ex.fn, tuple(ex.args), {"pad_multiple": ex.pad_multiple})
             for ex in valid]

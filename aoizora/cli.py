@@ -29,10 +29,9 @@ def _number(kind: str, low: float, strict: bool):
     return parse
 
 
-_SECONDS = _number("float", 0, strict=True)     # a time budget
+_POSITIVE = _number("float", 0, strict=True)    # --time-budget, --max-step-ms
 _COUNT = _number("int", 1, strict=False)        # --top-k
 _FRACTION = _number("float", 0, strict=False)   # --tolerance
-_MS = _number("float", 0, strict=True)          # --max-step-ms
 
 
 def _fmt_bytes(n: float) -> str:
@@ -281,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="plan a built-in model (default: Wan 2.1 1.3B, 480p, 81 frames, v5e-8)")
     _add_job_args(pl)
-    pl.add_argument("--time-budget", type=_SECONDS, default=300.0, help="seconds for the whole call, compiles included (default 300)")
+    pl.add_argument("--time-budget", type=_POSITIVE, default=300.0, help="seconds for the whole call, compiles included (default 300)")
     pl.add_argument("--seed", type=int, default=0, help="solver seed (default 0)")
     pl.add_argument("--top-k", type=_COUNT, default=2, help="layouts compiled per iteration (default 2)")
     pl.add_argument("--no-seeds", action="store_true",
@@ -312,13 +311,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_args(ck)
     ck.add_argument("--baseline", help="a reference plan file; fail when the prediction exceeds its own by --tolerance")
     ck.add_argument("--tolerance", type=_FRACTION, default=0.10, help="allowed regression over the baseline (default 0.10)")
-    ck.add_argument("--max-step-ms", type=_MS, help="fail when the predicted step exceeds this many ms")
+    ck.add_argument("--max-step-ms", type=_POSITIVE, help="fail when the predicted step exceeds this many ms")
     ck.set_defaults(func=cmd_check)
 
     cp = sub.add_parser("compare", help="the plan against expert configurations, Alpa-style search, default order")
     _add_job_args(cp)
     cp.add_argument("--plan", help="a saved plan (else plan now)")
-    cp.add_argument("--time-budget", type=_SECONDS, default=120.0, help="planning budget when no --plan (default 120)")
+    cp.add_argument("--time-budget", type=_POSITIVE, default=120.0, help="planning budget when no --plan (default 120)")
     cp.add_argument("--seed", type=int, default=0)
     cp.add_argument("--json", action="store_true")
     cp.add_argument("--quiet", action="store_true", help="no progress on stderr")
