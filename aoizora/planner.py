@@ -488,7 +488,8 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             cand = _place(Candidate(it, dict(m), sol, seed=sd), got, tgt, network, deadline,
                           seed, workers, placement_time_s, progress)
             rec["time_limited"] += time_limits.placement(
-                f"placement of mesh {_mstr(m)} {sol.layout.name}", cand.placement_cert)
+                f"placement of mesh {_mstr(m)} {sol.layout.name}", cand.placement_cert,
+                placement_time_s)
             if on_candidate is not None:
                 on_candidate(cand)
             if not priced and time.perf_counter() > deadline:

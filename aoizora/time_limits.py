@@ -8,9 +8,11 @@ budget can plan otherwise. The planner records, in words, each place where one b
 - a sharding ILP, or a seed's refinement, answered without a proof (certificate status not
   OPTIMAL: its solver was stopped by its limit), or found fewer of the k best layouts asked;
 - an ILP or a seed refinement skipped, or a compile not started, to keep the budget;
-- a placement not proven on every level of CP-SAT's objective (link load, link bytes, flow hops:
-  ``solvers.placement.solve_placement``), or its swap descent cut by its time limit
-  (``solvers.placement_step.choose_by_step``);
+- a placement whose CP-SAT solves the clock's guard stopped before their work budget (CP-SAT's
+  deterministic time, ``solvers.work_budget``: a placement left unproven by its work budget is
+  repeatable, one the guard stopped is not), whose limit the time left cut below
+  ``placement_time_s``, found by a heuristic (no CP-SAT model: its annealing is capped by the
+  clock), or whose swap descent its time limit cut (``solvers.placement_step.choose_by_step``);
 - the final annealing of the plan's placement cut by the time left, or not run for want of it
   (its schedule follows a count of swaps, ``placement_heuristics.evaluation_budget``; the clock
   only caps it), or the swap descent after it cut.
@@ -43,24 +45,36 @@ def sharding(what: str, cert: Certificate | None) -> list[str]:
     return out
 
 
-def placement(what: str, cert: Certificate | None) -> list[str]:
-    """``what`` (e.g. "placement of mesh 2x4 layout L") if CP-SAT or the swap descent after it
-    was stopped by its time limit: the link-load level not proven (a heuristic's answer too:
-    no level recorded), or a tie-break level solved but stopped short of a proof. Tie-break
-    levels that were not attempted (the incumbent met the analytic bound, or only the first
-    level was asked) are not a time limit."""
+def placement(what: str, cert: Certificate | None, asked_s: float | None = None) -> list[str]:
+    """``what`` (e.g. "placement of mesh 2x4 layout L") where the clock decided the placement:
+    its limit below `asked_s` (the planner's ``placement_time_s``: the time left cut it); with a
+    work budget (``detail["work"]``), each solve the clock's guard stopped before its work;
+    without one (a heuristic's answer, or a certificate from before the work budget), every
+    level not proven (the link-load level, or a tie-break level solved but stopped short of a
+    proof; tie-break levels not attempted, e.g. when the incumbent met the analytic bound, are
+    not a time limit); and the swap descent after it, stopped by its time limit."""
     if cert is None:
         return []
     detail = cert.detail or {}
     levels = detail.get("levels") or {}
     out = []
-    open_levels = [f"{name} {(levels.get(name) or {}).get('status', 'not proven')}"
-                   for name in LEVELS
-                   if (levels.get(name) or {}).get("status") != "OPTIMAL"
-                   and (name == "comm" or name in levels)]
-    if open_levels:
-        out.append(f"{what}: {cert.solver} not proven on every level in its "
-                   f"{_seconds(cert.time_limit_s)} limit ({', '.join(open_levels)})")
+    if (asked_s is not None and cert.time_limit_s is not None
+            and cert.time_limit_s < float(asked_s) * (1 - 1e-9)):
+        out.append(f"{what}: its limit cut to {_seconds(cert.time_limit_s)} of "
+                   f"{_seconds(float(asked_s))} by the time budget left")
+    work = detail.get("work")
+    if work is not None:
+        if work.get("wall_cut"):
+            out.append(f"{what}: the clock stopped {', '.join(work['wall_cut'])} before its "
+                       f"work budget ({_seconds(cert.time_limit_s)} limit)")
+    else:
+        open_levels = [f"{name} {(levels.get(name) or {}).get('status', 'not proven')}"
+                       for name in LEVELS
+                       if (levels.get(name) or {}).get("status") != "OPTIMAL"
+                       and (name == "comm" or name in levels)]
+        if open_levels:
+            out.append(f"{what}: {cert.solver} not proven on every level in its "
+                       f"{_seconds(cert.time_limit_s)} limit ({', '.join(open_levels)})")
     if (detail.get("step_choice") or {}).get("descent_cut") == "time limit":
         out.append(f"{what}: the swap descent stopped at its time limit")
     return out

@@ -3,12 +3,18 @@
 Deterministic: fixed ``num_workers`` (default 1: measured fastest here, and deterministic as
 it is), ``random_seed``, and ``interleave_search`` when several workers run (OR-Tools'
 deterministic multi-worker mode). No LP relaxation by default (``linearization=0``): the LP of
-max link loads is weak and slowed every instance measured. A run that ends OPTIMAL gives the same answer every time; a run
-cut by the wall-clock limit returns its incumbent, status FEASIBLE, with the proven bound.
+max link loads is weak and slowed every instance measured. The time limit is spent as a work
+budget in CP-SAT's deterministic time (``solvers.work_budget``: ``time_limit_s * WORK_PER_S``;
+the split proof, the decomposition bound and the joint model each take their share of it, and
+the Python steps are charged at their estimated cost), so a run gives the same answer, proven
+or not, whatever the machine's load; the clock (``WALL_CAP`` times the limit) only guards it,
+and ``detail["work"]["wall_cut"]`` names what the guard stopped. A run stopped by its budget
+returns its incumbent, status FEASIBLE, with the proven bound. Measured here on an idle machine
+with a 10 s limit: 10.8 s (Wan 2.1 1.3B, v5e-16) and 9.1 s (Wan 2.1 14B 720p-41f, v5e-16).
 
 Lexicographic objectives: (1) exposed communication seconds, (2) link bytes, (3) flow hops. Level
-1 gets the whole time limit; levels 2 and 3 run only after level 1 is proven, each with the
-earlier levels fixed at their optimum and the remaining time.
+1 gets the whole work left; levels 2 and 3 run only after level 1 is proven, each with the
+earlier levels fixed at their optimum and the work left.
 
 The certificate's objective is Q2's ``communication_s`` recomputed by ``formulation.traffic`` for
 the returned placement (seconds). ``detail`` holds the model's own objective, units, sizes, notes.
@@ -28,7 +34,7 @@ and any lower bound of each phase's own minimum gives a bound of the whole:
     model when its scope contains the joint model's) and
     dec_s = sum_p count_p * max(0, lbM[p] * unit_bytes / W - O_p). Phases run alone only where
     the incumbent loads them above lb[p] and they are exposed, in order of that excess, within
-    ``decomposition_share`` of the limit;
+    ``decomposition_share`` of the work budget;
   - ``joint_s``: CP-SAT's best bound of level 1 on the whole model (minus the overlap rounding),
     valid over the model's scope (every placement for "sets"; rings on cycles / paths of links
     for "circuit");
@@ -39,7 +45,8 @@ and any lower bound of each phase's own minimum gives a bound of the whole:
     g* and its complement, cut bounds) when LB(S) >= the incumbent's model cost U, else by the
     exact pinned "sets" model with MC <= U - 1 (INFEASIBLE, or a better placement);
     split_s = min(U, bounds of the open classes) in seconds minus the overlap rounding. It runs
-    first, within ``split_share`` of the time left; it is also a constraint comm >= it of the
+    first, within ``split_share`` of the work left (each open class gets a part of it in
+    proportion to its room below the incumbent, U - LB(S)); it is also a constraint comm >= it of the
     joint model. When no class is left open the incumbent is proven optimal over every
     placement (status OPTIMAL, bound source "split"); without ``lexicographic`` the joint model
     is then not solved.
@@ -79,6 +86,7 @@ from aoizora.formulation.traffic import TrafficModel
 from aoizora.formulation.placement_split import model_cost_units, split_sets_count
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement_split import split_proof
+from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 
 try:
     from ortools import __version__ as _ORTOOLS_VERSION
@@ -106,9 +114,10 @@ MIN_SOLVE_S = 0.5
 # orders stopped before the one a bare axis-order search found at 3.9 s of 5 s.
 FALLBACK_WARM_START_SHARE = 0.95
 DECOMPOSITION_SHARE = 0.1
-# The split proof (``solvers.placement_split``): share of the time left after the joint model is
+# The split proof (``solvers.placement_split``): share of the work left after the joint model is
 # built, and its lower-bound pass's time per chip set (measured: v5e-16's 12,870 sets of 8 in
-# 1.5 s here); with less time left than that pass plus MIN_SOLVE_S it is not started.
+# 1.5-2.5 s here; charged to the work budget at this estimate); with less work left than that
+# pass plus MIN_SOLVE_S it is not started. Model builds are charged at BUILD_S_PER_VARIABLE.
 SPLIT_SHARE = 0.8
 SPLIT_S_PER_SET = 1.5e-4
 MODEL_VARIABLES_CAP = 1_000_000
@@ -251,15 +260,16 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     limit ends before the search reports a solution, the hint is returned as the incumbent.
     `warm_start`: also price the axis-order placements (``axis_order_placements``) and hint the
     best of those and `hint` (the incumbent: the answer is never worse than it).
-    `decomposition`: spend up to `decomposition_share` of the limit solving phases alone for a
+    `decomposition`: spend up to `decomposition_share` of the work budget solving phases alone for a
     stronger bound (module docstring). `split`: first try the split proof over every placement
-    (``solvers.placement_split``) within `split_share` of the time left (module docstring).
+    (``solvers.placement_split``) within `split_share` of the work left (module docstring).
     When the model would have more than
     `max_model_variables` variables (e.g. v5e-256), no CP-SAT model is built: the incumbent is
     improved by ``placement_heuristics.annealing`` for the rest of the limit (detail["method"]
     says so) and the bound is the analytic one."""
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit_s)
+    budget = WorkBudget.for_limit(time_limit_s, start=t0)
     tm = TrafficModel(evidence, network)
     bw = float(network.link_bandwidth_Bps)
     detail: dict = {"notes": [], "levels": {}, "model_objective_s": None}
@@ -302,6 +312,9 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                 if not warm_trace or c[0] < warm_trace[-1][1]:
                     warm_trace.append((time.perf_counter() - t0, c[0]))
         detail["axis_orders"] = {"enumerated": len(axs), "priced": priced}
+        if time.perf_counter() > ax_deadline and not (fallback or no_time):
+            # the enumeration or the pricing stopped at the clock: the incumbent can differ
+            budget.wall_cut.append("axis-order warm start")
     inc = cands[0] if cands else None
     inc_cost = tm.cost(inc) if inc is not None else None
     if inc is not None:
@@ -313,6 +326,8 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
 
     def cert_of(placement, status, bound_s, bound_source, scope, q2=None) -> PlacementResult:
         q2 = q2 or predict_step(evidence, placement, network, tm)
+        if detail.get("method", "").startswith(("CP-SAT", "incumbent")):
+            detail["work"] = budget.to_json()
         detail.update(bound_source=bound_source, bound_scope=scope)
         detail.setdefault("bound_every_placement_s",
                           bound_s if scope == SCOPE_SETS and bound_s is not None else analytic_s)
@@ -366,16 +381,20 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
             res.certificate.status = "OPTIMAL"
         return res
     # -- the warm start left no time to build the model: the incumbent ---------------------------
-    if inc is not None and deadline - time.perf_counter() < est_build + MIN_SOLVE_S:
+    # (the work budget is untouched so far; the clock's guard decides only on a slow machine)
+    if inc is not None and budget.wall_left() < est_build + MIN_SOLVE_S:
+        budget.wall_cut.append("the CP-SAT model not built")
+        detail["work"] = budget.to_json()
         detail["method"] = "incumbent (no time for the CP-SAT model)"
         detail["notes"].append(
-            f"{deadline - time.perf_counter():.2f} s left, building the CP-SAT model (~{nvars:,} "
+            f"{budget.wall_left():.2f} s left, building the CP-SAT model (~{nvars:,} "
             f"variables) takes ~{est_build:.1f} s: the incumbent ({incumbent_from}) returned")
         ok = inc_cost[0] <= analytic_s * (1 + 1e-12) + 1e-15
         return cert_of(inc, "OPTIMAL" if ok else "FEASIBLE", analytic_s, "analytic", SCOPE_SETS)
     # -- the CP-SAT model -------------------------------------------------------------------------
     pm = PlacementModel(evidence, network, formulation=formulation,
                         symmetry_breaking=symmetry_breaking)
+    budget.charge_seconds(est_build)
     detail.update(method=f"CP-SAT ({pm.formulation})", formulation=pm.formulation,
                   scope=pm.scope, unit_bytes=pm.unit_bytes, build_s=time.perf_counter() - t0)
     detail["notes"] += list(pm.notes)
@@ -386,9 +405,10 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     slack_s = pm.comm_seconds(pm.rounding_units)       # overlap rounding, < 1 unit per run
     if split and hint_chips is not None and one_per_chip and pm.formulation != "sets":
         n_sets = split_sets_count(pm)
-        left = deadline - time.perf_counter()
-        if n_sets and left > n_sets * SPLIT_S_PER_SET + MIN_SOLVE_S:
-            sp = split_proof(pm, hint_chips, time.perf_counter() + split_share * left, seed, log)
+        if n_sets and budget.affords_seconds(n_sets * SPLIT_S_PER_SET + MIN_SOLVE_S):
+            budget.charge_seconds(n_sets * SPLIT_S_PER_SET)      # its lower-bound pass
+            sp = split_proof(pm, hint_chips, budget.child(split_share * budget.left()), seed,
+                             log)
     if sp is not None:
         split_s = max(0.0, pm.comm_seconds(sp.bound_units) - slack_s)
         detail["split"] = dict(sp.rows, bound_s=split_s, proven=sp.proven,
@@ -433,9 +453,8 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     dec_s, dec_scope = analytic_s, SCOPE_SETS
     if decomposition and hint_chips is not None and one_per_chip:
         dec_s, dec_scope, drows = _decomposition(
-            pm, evidence, network, hint_chips, seed, min(deadline, time.perf_counter()
-                                                         + decomposition_share * time_limit_s),
-            symmetry_breaking, log)
+            pm, evidence, network, hint_chips, seed,
+            budget.child(decomposition_share * budget.work), symmetry_breaking, log)
         detail["decomposition"] = {"bound_s": dec_s, "scope": dec_scope, "phases": drows}
     if hint_chips is not None:
         cp_hint = hint_chips
@@ -452,9 +471,10 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     m = pm.model
     m.Minimize(pm.obj_comm)
     solver = cp_model.CpSolver()
-    remaining = deadline - time.perf_counter()
-    _params(solver, remaining, seed, workers, deterministic, log, linearization)
+    _params(solver, budget.wall_left(), seed, workers, deterministic, log, linearization)
+    budget.limit(solver)
     st = solver.Solve(m, _Trace(pm, t0, trace))
+    budget.account(solver, st, "the joint model")
     status = _STATUS.get(st, "UNKNOWN")
     detail.update(variables=len(m.Proto().variables), constraints=len(m.Proto().constraints))
     detail["overlap_rounding_s"] = slack_s
@@ -497,8 +517,9 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     if lexicographic and status == "OPTIMAL":
         fixed = [(pm.obj_comm, int(round(solver.ObjectiveValue())))]
         for name, expr in pm.objectives[1:]:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0.05:
+            if budget.left() <= 0.05 * WORK_PER_S or budget.wall_left() <= 0.05:
+                if budget.left() > 0.05 * WORK_PER_S:
+                    budget.wall_cut.append(f"the {name} level not started")
                 detail["levels"][name] = {"status": "skipped: no time left"}
                 break
             m2 = pm.model.Clone()
@@ -510,8 +531,10 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                     m2.AddHint(pm.x[r][c], best[r] == c)
             m2.Minimize(expr)
             s2 = cp_model.CpSolver()
-            _params(s2, remaining, seed, workers, deterministic, log, linearization)
+            _params(s2, budget.wall_left(), seed, workers, deterministic, log, linearization)
+            budget.limit(s2)
             st2 = s2.Solve(m2)
+            budget.account(s2, st2, f"the {name} level")
             stn = _STATUS.get(st2, "UNKNOWN")
             detail["levels"][name] = {"status": stn, "done_at_s": time.perf_counter() - t0}
             if stn in ("OPTIMAL", "FEASIBLE"):
@@ -552,15 +575,15 @@ def decomposition_bound(evidence: Evidence, network: Network, time_limit_s: floa
     (seconds of exposed communication that no placement in `scope` beats, scope, per-phase rows).
     Phases are solved alone only where `hint` (default: device order 0..n-1) loads them above
     their analytic bound; the others keep the analytic bound."""
-    t0 = time.perf_counter()
+    budget = WorkBudget.for_limit(time_limit_s)
     pm = PlacementModel(evidence, network, formulation=formulation)
     p = np.arange(network.num_devices) if hint is None else np.asarray(hint, dtype=np.int64)
-    return _decomposition(pm, evidence, network, network.device_chip[p], seed,
-                          t0 + time_limit_s, True, False)
+    return _decomposition(pm, evidence, network, network.device_chip[p], seed, budget, True,
+                          False)
 
 
 def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hint_chips,
-                   seed: int, deadline: float, symmetry_breaking: bool, log: bool):
+                   seed: int, budget: WorkBudget, symmetry_breaking: bool, log: bool):
     """Phase-by-phase bound (module docstring): solve min M_p for phase p alone, where the
     incumbent loads phase p above its analytic bound and the phase is exposed; add each proven
     bound to the joint model (M[p] >= it) when its scope contains the joint model's. Returns
@@ -580,19 +603,21 @@ def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hin
     rows = []
     scope = SCOPE_SETS
     for i, (gain, p) in enumerate(todo):
-        left = deadline - time.perf_counter()
-        if left < 0.2:
+        if not budget.affords_seconds(0.2):
+            if budget.left() >= 0.2 * WORK_PER_S:      # work left, the clock's guard out
+                budget.root().wall_cut.append("the decomposition bound")
             rows.append({"phase": tm.phases[p].phase, "skipped": "decomposition time used up"})
             continue
-        limit = left / (len(todo) - i)
         key = tm.phases[p]
         sub_ev = dataclasses.replace(
             evidence, collectives=list(tm.phase_collectives[p]))
         _, sub_vars = estimated_variables(sub_ev, network, "auto")
-        if sub_vars * BUILD_S_PER_VARIABLE + MIN_SOLVE_S > left:
+        if not budget.affords_seconds(sub_vars * BUILD_S_PER_VARIABLE + MIN_SOLVE_S):
             rows.append({"phase": key.phase, "skipped": f"~{sub_vars:,} variables: no time to "
                                                         "build the phase's model"})
             continue
+        budget.charge_seconds(sub_vars * BUILD_S_PER_VARIABLE)
+        work = budget.left() / (len(todo) - i)
         t1 = time.perf_counter()
         try:
             sub = PlacementModel(sub_ev, network, formulation="auto",
@@ -603,9 +628,10 @@ def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hin
         sub.model.Minimize(sub.M[0])
         sub.add_hint(hint_chips)
         s = cp_model.CpSolver()
-        _params(s, max(0.05, deadline - time.perf_counter()) if i == len(todo) - 1
-                else max(0.05, limit - (time.perf_counter() - t1)), seed, 1, True, log)
+        _params(s, budget.wall_left(), seed, 1, True, log)
+        budget.limit(s, work)
         st = s.Solve(sub.model)
+        budget.account(s, st, f"the decomposition bound's phase {key.phase}")
         if st in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             b_bytes = Fraction(int(round(s.BestObjectiveBound()))) * sub.unit_bytes
             row = {"phase": key.phase, "count": key.count, "status": _STATUS.get(st),

@@ -13,7 +13,9 @@ placement P0 (rank -> chip) with model cost U = MC(P0) (units):
      M[p] >= phase_lb[S][p] and the extra constraint MC <= U - 1, minimising MC: INFEASIBLE
      closes the class; a solution is a strictly better placement (U drops to its cost; OPTIMAL
      closes the class at the new U; classes closed before stay closed, their bounds were >= the
-     old U); a time-out leaves it open with the solver's bound
+     old U); the open classes share the work budget left (``solvers.work_budget``: CP-SAT's
+     deterministic time) in proportion to their room U - LB(S), at least ``MIN_CLASS_WORK``
+     each; a time-out leaves it open with the solver's bound
      (FEASIBLE) or LB(S) (UNKNOWN). A class whose pinned model would have more than
      ``PINNED_SETS_CAP`` set variables stays open with LB(S); with more than
      ``MAX_PINNED_CLASSES`` classes below U, every one stays open with LB(S).
@@ -36,6 +38,7 @@ from ortools.sat.python import cp_model
 from aoizora.formulation.placement_cpsat import SETS_CAP, PlacementModel
 from aoizora.formulation.placement_split import (model_cost_units, set_lower_bounds,
                                                  split_group)
+from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 
 # Set variables a pinned model may have (its "sets" formulation over the classes' k-subsets).
 PINNED_SETS_CAP = SETS_CAP
@@ -43,6 +46,9 @@ PINNED_SETS_CAP = SETS_CAP
 # at its lower bounds (min LB(S), valid) and leaves the time to the joint model. v5e-16 with
 # Wan 2.1 evidence: 6.
 MAX_PINNED_CLASSES = 64
+# The least work (CP-SAT deterministic seconds) a pinned class gets: a class just below the
+# incumbent closes in about 0.07 (v5e-16, Wan 2.1 14B evidence).
+MIN_CLASS_WORK = 0.1
 
 
 @dataclasses.dataclass
@@ -55,10 +61,11 @@ class SplitResult:
     rows: dict                       # counts and per-class records for the certificate's detail
 
 
-def split_proof(pm: PlacementModel, incumbent: Sequence[int], deadline: float, seed: int = 0,
-                log: bool = False) -> SplitResult | None:
-    """Steps 1-3 of the module docstring until `deadline` (``time.perf_counter()``); None when
-    no group qualifies for the split (``formulation.placement_split.split_group``)."""
+def split_proof(pm: PlacementModel, incumbent: Sequence[int], budget: WorkBudget,
+                seed: int = 0, log: bool = False) -> SplitResult | None:
+    """Steps 1-3 of the module docstring within `budget` (``solvers.work_budget``: CP-SAT's
+    deterministic time, the clock only a guard); None when no group qualifies for the split
+    (``formulation.placement_split.split_group``)."""
     from aoizora.solvers.placement import _params      # solver parameters, shared
 
     t0 = time.perf_counter()
@@ -85,8 +92,9 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], deadline: float, s
         if lbS >= U:                              # U dropped below this class's bound
             row["status"] = "closed by its bound"
             continue
-        left = deadline - time.perf_counter()
-        if left < 0.05:
+        if not budget.affords_seconds(0.05):
+            if budget.left() >= 0.05 * WORK_PER_S:      # work left, the clock's guard out
+                budget.root().wall_cut.append("the split proof")
             row["status"] = "open: no time left"
             open_bounds.append(lbS)
             continue
@@ -105,11 +113,14 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], deadline: float, s
         sub.model.Add(sub.obj_comm <= U - 1)
         sub.model.Minimize(sub.obj_comm)
         solver = cp_model.CpSolver()
-        # the remaining classes share what is left
-        limit = max(0.05, (deadline - time.perf_counter()) / max(1, len(order) - n) * 2)
-        _params(solver, min(limit, deadline - time.perf_counter()), seed, 1, True, log)
+        # the open classes share what is left by their room below the incumbent, U - LB(S)
+        room = [U - int(sb.lb_units[j]) for j in order[n:] if int(sb.lb_units[j]) < U]
+        _params(solver, budget.wall_left(), seed, 1, True, log)
+        budget.limit(solver, max(MIN_CLASS_WORK, budget.left() * (U - lbS) / sum(room)))
         st = solver.Solve(sub.model)
+        budget.account(solver, st, f"the split proof's class {n + 1}")
         row["time_s"] = round(solver.WallTime(), 3)
+        row["work"] = round(solver.deterministic_time, 3)
         if st == cp_model.INFEASIBLE:
             row["status"] = "closed: no placement below the incumbent"
         elif st in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -5,7 +5,6 @@ the optimum over every placement."""
 
 import itertools
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from aoizora.formulation.traffic import TrafficModel
 from aoizora.solvers import placement_heuristics as H
 from aoizora.solvers.placement import _params, solve_placement
 from aoizora.solvers.placement_split import split_proof
+from aoizora.solvers.work_budget import WorkBudget
 
 from tests.test_placement import layer_evidence
 
@@ -159,7 +159,7 @@ def test_split_proof_finds_and_proves_the_enumerated_optimum(net24, permute):
     worst = max(H.axis_order_placements(net24, (2, 4)), key=lambda q: tm.cost(q))
     assert tm.cost(worst)[0] > ex.certificate.objective * (1 + 1e-6)
     pm = PlacementModel(ev, net24, formulation="circuit")
-    sp = split_proof(pm, net24.device_chip[worst], time.perf_counter() + 120)
+    sp = split_proof(pm, net24.device_chip[worst], WorkBudget.for_limit(120))
     assert sp is not None and sp.proven and sp.bound_units == sp.cost_units
     slack = pm.comm_seconds(pm.rounding_units)
     opt = ex.certificate.objective
@@ -251,7 +251,7 @@ def test_split_without_pinned_solves_is_a_valid_bound(net24, monkeypatch):
     ex = H.exhaustive(ev, net24, time_limit_s=120)
     pm = PlacementModel(ev, net24, formulation="circuit")
     d = default_device_order(get_target("v5e:2x4"), ev.mesh_axes)
-    sp = split_proof(pm, net24.device_chip[d], time.perf_counter() + 60)
+    sp = split_proof(pm, net24.device_chip[d], WorkBudget.for_limit(60))
     assert not sp.proven and sp.rows["classes"] == [] and sp.rows["classes_below_incumbent"] > 0
     assert pm.comm_seconds(sp.bound_units) <= ex.certificate.objective * (1 + 1e-12)
     assert sp.bound_units == int(set_lower_bounds(pm, split_group(pm)).lb_units.min())

@@ -1,0 +1,124 @@
+"""A deterministic work budget for the CP-SAT solves of one placement (``solvers.placement``).
+
+A wall-clock limit makes what CP-SAT finds depend on the machine's speed and load. Measured on
+Wan 2.1 14B 720p-41f, ``cfg2_context`` with the ILP's parameter layout, v5e-16, a 10 s limit,
+an idle machine, the same seed: the split's lower-bound pass took 1.7 s in one run and 2.5 s in
+the next, so its first pinned class had 1.9 s or 1.5 s of the clock; the first found the
+placement of 157.2 ms exposed communication, the second timed out and the answer stayed at
+209.4 ms (Q2; the planner's grid cell lost 2.5% of its step to that).
+
+So the budget is counted in CP-SAT's deterministic time (``CpSolver.deterministic_time``: a
+count of work, in "deterministic seconds"; with one worker, or with ``interleave_search``, the
+same model, parameters and seed stop at the same point on any machine), and the clock only
+guards it. Names as in the code:
+
+    work        = time_limit_s * WORK_PER_S        the placement's whole budget
+    used        = sum of deterministic_time over the solves
+                  + sum of charge_seconds(est_s) * WORK_PER_S over the Python steps,
+                    each charged at its *estimated* cost (a function of the model's size,
+                    not of the clock)
+    left        = max(0, work - used)
+    a solve     : max_deterministic_time = min(asked, left),
+                  max_time_in_seconds    = wall_deadline - now   (the guard)
+    wall_deadline = start + time_limit_s * WALL_CAP
+
+``WORK_PER_S``: CP-SAT's deterministic seconds per second of one core here (measured on the
+instance above: 0.57-0.65 on the solves of a second or more; the pinned and phase models of a
+tenth of a second 0.2-0.3), so that on an idle machine the solves and the Python steps together
+take about the limit. A share of the budget (the split proof, the decomposition bound) is a
+child budget (``child``): its work is a part of what is left, and what it uses is charged to
+its parent too.
+
+Where the guard stops a solve before its work (a machine several times slower, or loaded),
+``wall_cut`` records it, on the root budget: the result may then depend on the clock, and the
+planner lists it in ``Plan.time_limited``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from ortools.sat.python import cp_model
+
+# CP-SAT deterministic seconds per second of the limit (module docstring).
+WORK_PER_S = 0.4
+# The clock's guard, as a multiple of the limit.
+WALL_CAP = 1.5
+_DONE = (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+
+
+@dataclasses.dataclass
+class WorkBudget:
+    work: float                                  # deterministic seconds this budget may spend
+    wall_deadline: float                         # time.perf_counter() value: the guard
+    used: float = 0.0
+    wall_cut: list[str] = dataclasses.field(default_factory=list)   # what the guard stopped
+    parent: "WorkBudget | None" = dataclasses.field(default=None, repr=False)
+
+    @classmethod
+    def for_limit(cls, time_limit_s: float, start: float | None = None,
+                  work_per_s: float = WORK_PER_S, wall_cap: float = WALL_CAP) -> "WorkBudget":
+        """The budget of a placement with `time_limit_s` seconds, starting at `start`
+        (``time.perf_counter()``; default now)."""
+        start = time.perf_counter() if start is None else float(start)
+        return cls(work=float(time_limit_s) * work_per_s,
+                   wall_deadline=start + float(time_limit_s) * wall_cap)
+
+    def root(self) -> "WorkBudget":
+        b = self
+        while b.parent is not None:
+            b = b.parent
+        return b
+
+    def left(self) -> float:
+        return max(0.0, self.work - self.used)
+
+    def wall_left(self) -> float:
+        return self.wall_deadline - time.perf_counter()
+
+    def child(self, work: float) -> "WorkBudget":
+        """A share of what is left (at most `work`), charged to this budget as it is used."""
+        return WorkBudget(work=max(0.0, min(float(work), self.left())),
+                          wall_deadline=self.wall_deadline, parent=self)
+
+    def charge(self, work: float) -> None:
+        b = self
+        while b is not None:
+            b.used += float(work)
+            b = b.parent
+
+    def charge_seconds(self, est_s: float) -> None:
+        """A Python step, at its estimated cost (seconds of the limit)."""
+        self.charge(float(est_s) * WORK_PER_S)
+
+    def affords_seconds(self, est_s: float) -> bool:
+        """Whether `est_s` estimated seconds of the limit fit in what is left (and the guard
+        has that much of the clock left)."""
+        return self.left() >= float(est_s) * WORK_PER_S and self.wall_left() >= 0.0
+
+    def limit(self, solver: cp_model.CpSolver, work: float | None = None) -> float:
+        """Set `solver`'s limits for a solve of `work` (default: all that is left); returns the
+        deterministic limit set."""
+        w = self.left() if work is None else max(0.0, min(float(work), self.left()))
+        w = max(w, 1e-3)
+        solver.parameters.max_deterministic_time = w
+        solver.parameters.max_time_in_seconds = max(0.01, self.wall_left())
+        return w
+
+    def account(self, solver: cp_model.CpSolver, status: int, what: str) -> None:
+        """Charge a finished solve; record `what` when the clock's guard, not the work,
+        stopped it."""
+        d = float(solver.deterministic_time)
+        self.charge(d)
+        p = solver.parameters
+        # CP-SAT stops a hair below its deterministic limit (1.0 of 1.0004 seen), and can pass
+        # its wall limit in presolve: the guard stopped it when the work was well short and
+        # the clock was out
+        if (status not in _DONE and d < p.max_deterministic_time * 0.99
+                and solver.wall_time >= p.max_time_in_seconds * 0.95):
+            self.root().wall_cut.append(what)
+
+    def to_json(self) -> dict:
+        return {"work": self.work, "used": self.used, "work_per_s": WORK_PER_S,
+                "wall_cap": WALL_CAP, "wall_cut": list(self.wall_cut)}
