@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from aoizora.extract.targets import Target, get_target
 from aoizora.models import registry
-from aoizora.models.experts import SPLASH_BLOCK
+from aoizora.models.attention_kernels import SPLASH_BLOCK
 
 DEFAULT_MODEL = "wan2.1-1.3b"
 DEFAULT_RESOLUTION = "480p"

@@ -314,7 +314,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
         detail["axis_orders"] = {"enumerated": len(axs), "priced": priced}
         if time.perf_counter() > ax_deadline and not (fallback or no_time):
             # the enumeration or the pricing stopped at the clock: the incumbent can differ
-            budget.wall_cut.append("axis-order warm start")
+            budget.note_wall_cut("axis-order warm start")
     inc = cands[0] if cands else None
     inc_cost = tm.cost(inc) if inc is not None else None
     if inc is not None:
@@ -383,7 +383,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     # -- the warm start left no time to build the model: the incumbent ---------------------------
     # (the work budget is untouched so far; the clock's guard decides only on a slow machine)
     if inc is not None and budget.wall_left() < est_build + MIN_SOLVE_S:
-        budget.wall_cut.append("the CP-SAT model not built")
+        budget.note_wall_cut("the CP-SAT model not built")
         detail["work"] = budget.to_json()
         detail["method"] = "incumbent (no time for the CP-SAT model)"
         detail["notes"].append(
@@ -519,7 +519,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
         for name, expr in pm.objectives[1:]:
             if budget.left() <= 0.05 * WORK_PER_S or budget.wall_left() <= 0.05:
                 if budget.left() > 0.05 * WORK_PER_S:
-                    budget.wall_cut.append(f"the {name} level not started")
+                    budget.note_wall_cut(f"the {name} level not started")
                 detail["levels"][name] = {"status": "skipped: no time left"}
                 break
             m2 = pm.model.Clone()
@@ -605,7 +605,7 @@ def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hin
     for i, (gain, p) in enumerate(todo):
         if not budget.affords_seconds(0.2):
             if budget.left() >= 0.2 * WORK_PER_S:      # work left, the clock's guard out
-                budget.root().wall_cut.append("the decomposition bound")
+                budget.note_wall_cut("the decomposition bound")
             rows.append({"phase": tm.phases[p].phase, "skipped": "decomposition time used up"})
             continue
         key = tm.phases[p]
@@ -631,7 +631,7 @@ def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hin
         _params(s, budget.wall_left(), seed, 1, True, log)
         budget.limit(s, work)
         st = s.Solve(sub.model)
-        budget.account(s, st, f"the decomposition bound's phase {key.phase}")
+        budget.account(s, st, "the decomposition bound")
         if st in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             b_bytes = Fraction(int(round(s.BestObjectiveBound()))) * sub.unit_bytes
             row = {"phase": key.phase, "count": key.count, "status": _STATUS.get(st),

@@ -94,7 +94,7 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], budget: WorkBudget
             continue
         if not budget.affords_seconds(0.05):
             if budget.left() >= 0.05 * WORK_PER_S:      # work left, the clock's guard out
-                budget.root().wall_cut.append("the split proof")
+                budget.note_wall_cut("the split proof")
             row["status"] = "open: no time left"
             open_bounds.append(lbS)
             continue
@@ -118,7 +118,7 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], budget: WorkBudget
         _params(solver, budget.wall_left(), seed, 1, True, log)
         budget.limit(solver, max(MIN_CLASS_WORK, budget.left() * (U - lbS) / sum(room)))
         st = solver.Solve(sub.model)
-        budget.account(solver, st, f"the split proof's class {n + 1}")
+        budget.account(solver, st, "the split proof")
         row["time_s"] = round(solver.WallTime(), 3)
         row["work"] = round(solver.deterministic_time, 3)
         if st == cp_model.INFEASIBLE:

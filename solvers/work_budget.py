@@ -106,6 +106,12 @@ class WorkBudget:
         solver.parameters.max_time_in_seconds = max(0.01, self.wall_left())
         return w
 
+    def note_wall_cut(self, what: str) -> None:
+        """Record, once, on the root budget, that the clock's guard stopped `what`."""
+        cut = self.root().wall_cut
+        if what not in cut:
+            cut.append(what)
+
     def account(self, solver: cp_model.CpSolver, status: int, what: str) -> None:
         """Charge a finished solve; record `what` when the clock's guard, not the work,
         stopped it."""
@@ -117,7 +123,7 @@ class WorkBudget:
         # the clock was out
         if (status not in _DONE and d < p.max_deterministic_time * 0.99
                 and solver.wall_time >= p.max_time_in_seconds * 0.95):
-            self.root().wall_cut.append(what)
+            self.note_wall_cut(what)
 
     def to_json(self) -> dict:
         return {"work": self.work, "used": self.used, "work_per_s": WORK_PER_S,

@@ -55,6 +55,8 @@ def test_the_guard_is_recorded_only_when_it_stops_a_solve(inst):
     child.account(s, st, "the joint model")
     assert st not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
     assert root.wall_cut == ["the joint model"]
+    child.account(s, st, "the joint model")            # once per part, however often
+    assert root.wall_cut == ["the joint model"]
 
 
 def test_a_placement_does_not_depend_on_the_clock(inst, monkeypatch):
@@ -86,9 +88,9 @@ def test_what_the_plan_says_about_a_placement_the_clock_decided():
     def cert(work, limit=10.0):
         return P.Certificate("CP-SAT 9.15", "FEASIBLE", 1e-3, 5e-4, 10.0, time_limit_s=limit,
                              detail={"levels": {"comm": {"status": "FEASIBLE"}}, "work": work})
-    w = {"work": 4.0, "used": 2.0, "wall_cut": ["the split proof's class 1"]}
+    w = {"work": 4.0, "used": 2.0, "wall_cut": ["the split proof"]}
     assert time_limits.placement("placement of L", cert(w)) == [
-        "placement of L: the clock stopped the split proof's class 1 before its work budget "
+        "placement of L: the clock stopped the split proof before its work budget "
         "(10.0 s limit)"]
     # the time left cut its limit below the planner's placement_time_s
     assert time_limits.placement("placement of L", cert(dict(w, wall_cut=[]), 4.0),

@@ -58,11 +58,11 @@ from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry
 from aoizora.models import workloads as W
+from aoizora.models.attention_kernels import SPLASH_BLOCK
 from aoizora.models.config import HunyuanConfig, WanConfig
 from aoizora.models.primitives import ATTENTION, HINT
 
 EXPERTS = ("ulysses", "context", "cfg2_context", "fsdp_sp", "tp_cfg", "cfg2_ulysses", "usp")
-SPLASH_BLOCK = 128
 
 # Layer roles by the param dict key that holds {"w", "b"} (both models' names).
 _COLUMN = frozenset({"q", "k", "v", "qkv", "fc1", "linear1"})      # output dim = heads / mlp
