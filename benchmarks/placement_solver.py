@@ -289,9 +289,15 @@ def run(targets, budgets, recompile=False, out_dir=RESULTS, log=print,
     def note_kept():
         if old is not None:
             left = [t for t in kept if t not in done]
-            out["earlier_runs"] = old.get("earlier_runs", []) + (
-                [{"targets": left, "machine": old["machine"],
-                  "machine_end": old.get("machine_end")}] if left else [])
+            # an earlier run's note keeps only the targets this run has not replaced
+            earlier = [dict(r, targets=[t for t in r["targets"] if t not in done])
+                       for r in old.get("earlier_runs", [])]
+            earlier = [r for r in earlier if r["targets"]]
+            claimed = {t for r in earlier for t in r["targets"]}
+            mine = [t for t in left if t not in claimed]
+            out["earlier_runs"] = earlier + (
+                [{"targets": mine, "machine": old["machine"],
+                  "machine_end": old.get("machine_end")}] if mine else [])
     done: list[str] = []
     for t in targets:
         inst = run_instance(t, budgets, recompile, log)
