@@ -224,10 +224,11 @@ class _Trace(cp_model.CpSolverSolutionCallback):
             self.trace.append((time.perf_counter() - self.t0, o))
 
 
-def _params(solver: cp_model.CpSolver, limit: float, seed: int, workers: int,
-            deterministic: bool, log: bool, linearization: int = 0) -> None:
+def _params(solver: cp_model.CpSolver, seed: int, workers: int, deterministic: bool, log: bool,
+            linearization: int = 0) -> None:
+    """The search settings every placement solve shares; its limits come from its work budget
+    (``WorkBudget.limit``)."""
     p = solver.parameters
-    p.max_time_in_seconds = max(0.01, float(limit))
     p.num_workers = int(workers)
     p.random_seed = int(seed)
     # One worker is deterministic as it is; several need OR-Tools' interleaved search.
@@ -384,7 +385,6 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     # (the work budget is untouched so far; the clock's guard decides only on a slow machine)
     if inc is not None and budget.wall_left() < est_build + MIN_SOLVE_S:
         budget.note_wall_cut("the CP-SAT model not built")
-        detail["work"] = budget.to_json()
         detail["method"] = "incumbent (no time for the CP-SAT model)"
         detail["notes"].append(
             f"{budget.wall_left():.2f} s left, building the CP-SAT model (~{nvars:,} "
@@ -471,7 +471,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     m = pm.model
     m.Minimize(pm.obj_comm)
     solver = cp_model.CpSolver()
-    _params(solver, budget.wall_left(), seed, workers, deterministic, log, linearization)
+    _params(solver, seed, workers, deterministic, log, linearization)
     budget.limit(solver)
     st = solver.Solve(m, _Trace(pm, t0, trace))
     budget.account(solver, st, "the joint model")
@@ -531,7 +531,7 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
                     m2.AddHint(pm.x[r][c], best[r] == c)
             m2.Minimize(expr)
             s2 = cp_model.CpSolver()
-            _params(s2, budget.wall_left(), seed, workers, deterministic, log, linearization)
+            _params(s2, seed, workers, deterministic, log, linearization)
             budget.limit(s2)
             st2 = s2.Solve(m2)
             budget.account(s2, st2, f"the {name} level")
@@ -628,7 +628,7 @@ def _decomposition(pm: PlacementModel, evidence: Evidence, network: Network, hin
         sub.model.Minimize(sub.M[0])
         sub.add_hint(hint_chips)
         s = cp_model.CpSolver()
-        _params(s, budget.wall_left(), seed, 1, True, log)
+        _params(s, seed, 1, True, log)
         budget.limit(s, work)
         st = s.Solve(sub.model)
         budget.account(s, st, "the decomposition bound")

@@ -115,7 +115,7 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], budget: WorkBudget
         solver = cp_model.CpSolver()
         # the open classes share what is left by their room below the incumbent, U - LB(S)
         room = [U - int(sb.lb_units[j]) for j in order[n:] if int(sb.lb_units[j]) < U]
-        _params(solver, budget.wall_left(), seed, 1, True, log)
+        _params(solver, seed, 1, True, log)
         budget.limit(solver, max(MIN_CLASS_WORK, budget.left() * (U - lbS) / sum(room)))
         st = solver.Solve(sub.model)
         budget.account(solver, st, "the split proof")

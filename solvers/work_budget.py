@@ -57,13 +57,12 @@ class WorkBudget:
     parent: "WorkBudget | None" = dataclasses.field(default=None, repr=False)
 
     @classmethod
-    def for_limit(cls, time_limit_s: float, start: float | None = None,
-                  work_per_s: float = WORK_PER_S, wall_cap: float = WALL_CAP) -> "WorkBudget":
+    def for_limit(cls, time_limit_s: float, start: float | None = None) -> "WorkBudget":
         """The budget of a placement with `time_limit_s` seconds, starting at `start`
         (``time.perf_counter()``; default now)."""
         start = time.perf_counter() if start is None else float(start)
-        return cls(work=float(time_limit_s) * work_per_s,
-                   wall_deadline=start + float(time_limit_s) * wall_cap)
+        return cls(work=float(time_limit_s) * WORK_PER_S,
+                   wall_deadline=start + float(time_limit_s) * WALL_CAP)
 
     def root(self) -> "WorkBudget":
         b = self

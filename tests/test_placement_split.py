@@ -131,7 +131,8 @@ def test_pinned_model_is_exact_in_its_class(net24):
                             pin=(ranks, S))
         pm.model.Minimize(pm.obj_comm)
         solver = cp_model.CpSolver()
-        _params(solver, 60, 0, 1, True, False)
+        _params(solver, 0, 1, True, False)
+        solver.parameters.max_time_in_seconds = 60
         assert solver.Solve(pm.model) == cp_model.OPTIMAL
         slack = pm.comm_seconds(pm.rounding_units)
         assert brute - 1e-12 <= pm.comm_seconds(solver.ObjectiveValue()) <= brute + slack + 1e-12
