@@ -4,7 +4,8 @@ A compile (``realize`` + libtpu's ahead-of-time compile) is the slowest step of 
 runs mostly in XLA's native code, while the planner's other steps run elsewhere: the sharding
 ILPs in a solver process (HiGHS or CBC), the placement CP-SAT in OR-Tools' native code. So the
 planner queues compiles here and goes on: the seed layouts compile while the first iteration's
-ILPs solve, and each layout compiles while the one before it is placed and priced.
+ILPs solve (the first seed alone: the planner waits for it to know what a compile costs,
+``compiles_left``), and each layout compiles while the one before it is placed and priced.
 
 - One compile runs at a time (a compile of a large model holds GiBs of host memory); the next is
   the pending one of least ``priority`` (then first submitted). The planner gives each layout
@@ -85,6 +86,16 @@ class CompileQueue:
         """What the next compile is expected to take alone (module docstring), seconds."""
         return max((c.seconds - c.contended_s / 2 for c in self.done), default=0.0)
 
+    def compiles_left(self) -> int:
+        """How many more compiles of ``expected_compile_s`` fit before the deadline less
+        ``reserve_s``, each with the margin ``1.2 x + 1 s`` the start check uses (module doc);
+        a large number before the first compile has finished (nothing is known yet)."""
+        left = self.deadline - time.perf_counter() - self.reserve_s
+        per = 1.2 * self.expected_compile_s + 1.0
+        if not self.done:
+            return 1 << 30
+        return max(0, int(left // per))
+
     def contended(self, on: bool) -> None:
         """The planner starts (``on``) or stops work that competes with compiles for the cores."""
         now = time.perf_counter()
@@ -142,7 +153,7 @@ class CompileQueue:
         if self._closed:
             return Skipped("the planner stopped")
         expected = self.expected_compile_s
-        if self.fitting and left - self.reserve_s < 1.2 * expected + 1.0:
+        if self.fitting and self.compiles_left() < 1:
             kept = f" ({self.reserve_s:.1f} s of it kept for after)" if self.reserve_s else ""
             return Skipped(f"time budget: {left:.1f} s left{kept}, a compile takes about "
                            f"{expected:.1f} s")

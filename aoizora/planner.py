@@ -6,7 +6,10 @@ One iteration:
      ``top_k`` best distinct layouts under the current axis costs ``A[m]``, corrections ``C[m]``
      and forbidden combinations ``F[m]``. Rank every (m, layout) by Q1 (placement-oblivious).
      The ILPs of one iteration may use ``ILP_SHARE`` of the remaining budget (smaller meshes
-     first; a mesh whose last solve would not fit is skipped and the skip recorded).
+     first; a mesh whose last solve would not fit is skipped and the skip recorded). With seed
+     layouts, the first iteration's ILPs start once the first seed has compiled alone, and only
+     if the budget still holds the ILP's best after the compiles ranked before it
+     (``_first_compile_alone``).
   2. Take the ``top_k`` best layouts not compiled before: the best, then the best of the other
      kind (some attention's keys/values in a ring, or none; the ILP's second best is asked to
      run them the other way, ``distinct="kv"``: Q1 prices a ring's overlap least reliably),
@@ -58,8 +61,9 @@ the best placement so far is proven on every level). When the budget cannot hold
 ``BudgetError``.
 
 Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
-order above: the first seed starts while the first iteration's ILPs solve, and each layout
-compiles while the one before it is placed and priced. Candidates are priced in that order, and
+order above: the first seed compiles alone (while the seeds' refinements solve), its
+refinement then while the ILPs solve, and each layout while the one before it is placed and
+priced. Candidates are priced in that order, and
 in the first iteration also compiled in it: the seeds after the ILP's best are held until the
 ILPs have queued it (``CompileQueue.hold``), so which layouts a budget leaves uncompiled does
 not depend on how long the ILPs took. ``Plan.time_limited`` lists each place where a time limit
@@ -68,6 +72,7 @@ did bind (``aoizora.time_limits``): where it is empty, the plan is repeatable.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import json
@@ -376,7 +381,18 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
             refined = _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale,
                                     compute_scale, ilp_deadline, ilp_time_s, seed, progress, rec,
                                     queue)
-        for m in sorted(mesh_list, key=lambda m: (len(m), list(m.values()))):
+        skip_ilps = ""
+        if it == 1 and seeds and mesh_list:
+            queue.contended(False)
+            skip_ilps = _first_compile_alone(seed_compiles, refined, len(seeds), queue, progress)
+            rec["ilps_started_s"] = round(time.perf_counter() - t0, 3)
+            ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
+            queue.contended(True)
+            if skip_ilps:
+                rec["changes"].append(f"sharding ILPs skipped: {skip_ilps}")
+                rec["time_limited"].append(f"sharding ILPs of iteration 1: skipped ({skip_ilps})")
+                progress.note(f"sharding ILPs skipped ({skip_ilps})")
+        for m in ([] if skip_ilps else sorted(mesh_list, key=lambda m: (len(m), list(m.values())))):
             st = state[mesh_key(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
                                attention_scale, compute_scale], sort_keys=True, default=str)
@@ -704,6 +720,34 @@ def _refine_seeds(seeds, fn, abstract_args, ir, tgt, attention_scale, compute_sc
             priority=_pricing_rank("refined", i, len(seeds)))
         out.append((i, rsd, sol, f))
     return out
+
+
+def _first_compile_alone(seed_compiles, refined, n_seeds: int, queue: CompileQueue,
+                         progress: Progress) -> str:
+    """Wait for the first seed's compile, which so has the cores to itself, then say whether the
+    first iteration's sharding ILPs are worth solving: "" when the budget still holds the
+    compiles ranked before the ILP's best (``_pricing_rank``: the first seed's refinement and
+    the second seed) and the ILP's best itself, else why not.
+
+    Until the first compile the planner cannot know what a compile costs. Solved beside it, the
+    ILPs took one of the 2 cores: Wan 2.1 1.3B 480p-41f for v5e-16 compiled in 31.9 s beside
+    25 s of ILPs against 17.6 s alone, and with a 60 s budget its refinement's compile no longer
+    fitted, while the ILP's best, fourth in line, never could. With a long budget the ILPs lose
+    nothing by starting later: their layouts are not compiled before the seeds ranked ahead of
+    them anyway (``CompileQueue.hold``), and they get ``ILP_SHARE`` of what is left when they
+    start."""
+    progress.stage("iteration 1: compiling the first seed before the sharding ILPs")
+    concurrent.futures.wait([seed_compiles[0]])
+    ilp_rank = _pricing_rank("ilp", 0, n_seeds)
+    ahead = [f for i, f in enumerate(seed_compiles, 1) if _pricing_rank("seed", i, n_seeds) < ilp_rank]
+    ahead += [f for i, _, _, f in refined if _pricing_rank("refined", i, n_seeds) < ilp_rank]
+    waiting = sum(1 for f in ahead if not f.done())
+    room = queue.compiles_left()
+    if room >= waiting + 1:
+        return ""
+    return (f"the time budget holds {room} more compile(s) of about "
+            f"{queue.expected_compile_s:.1f} s and the ILP's best would be compile "
+            f"{waiting + 1} after the first seed's")
 
 
 def _pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1) -> float:

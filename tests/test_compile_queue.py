@@ -205,3 +205,19 @@ def test_a_held_queue_starts_nothing_above_the_hold_until_released():
     held = q.submit(job(5), priority=5)
     q.close()
     assert held.cancelled() or isinstance(held.result(), Skipped)
+
+
+def test_compiles_left_counts_what_the_budget_holds_with_the_start_margin():
+    """Before any compile nothing is known (a large count); after one of 0.5 s alone, 10.5 s
+    left less a 2 s reserve hold floor(8.5 / (1.2 x 0.5 + 1)) = 5, the same margin the start
+    check uses."""
+    t0 = time.perf_counter()
+    q = CompileQueue(t0 + 10.5, t0, (Boom,), reserve_s=2.0)
+    assert q.compiles_left() > 1000
+    q.done.append(Compiled(seconds=0.5))
+    assert q.compiles_left() == 5
+    q.done.append(Compiled(seconds=3.0, contended_s=2.0))     # 2 s alone: floor(8.5 / 3.4) = 2
+    assert q.compiles_left() == 2
+    q.deadline = time.perf_counter() + 1.0
+    assert q.compiles_left() == 0
+    q.close()

@@ -241,10 +241,10 @@ def test_a_seed_layout_with_its_own_program_is_priced_and_recorded(small):
             p.check_key(program_key(fn, args, "v5e:2x4"))
 
 
-def test_seeds_compile_while_the_ilps_solve(small):
-    """The seed layouts are compiled in the background from the start, so the first seed's
-    compile starts before the first iteration's ILPs are done; the candidates are priced in the
-    order first seed (its refinement, none here), then the ILP's best."""
+def test_the_first_seed_compiles_alone_then_the_ilps_solve(small):
+    """The first seed compiles from the start with the cores to itself; the first iteration's
+    ILPs start once it is done (the budget then known to hold the ILP's best); the candidates
+    are priced in the order first seed (its refinement, none here), then the ILP's best."""
     from aoizora.models.experts import expert_layouts
 
     m, wl, fn, args, _ = small
@@ -254,8 +254,35 @@ def test_seeds_compile_while_the_ilps_solve(small):
     it = p.iterations[0]
     sd, ilp = it["candidates"]
     assert ilp["layout"] == "ilp" and sd["layout"] == "expert:context"
-    assert sd["compile_started_s"] < it["ilps_done_s"] <= ilp["compile_started_s"]
+    assert sd["compile_started_s"] + sd["compile_s"] <= it["ilps_started_s"]
+    assert it["ilps_started_s"] <= it["ilps_done_s"] <= ilp["compile_started_s"]
     assert sd["q2_step_s"] > 0 and ilp["q2_step_s"] > 0
+    assert not any("ILPs skipped" in c for c in it["changes"])
+
+
+def test_the_ilps_are_skipped_when_the_budget_cannot_compile_their_best(small, monkeypatch):
+    """When, after the first seed's compile, the budget holds fewer compiles than the ILP's best
+    needs (its place in line and itself), the first iteration solves no ILP, prices the seed, and
+    the plan lists the skip among its time limits."""
+    import aoizora.planner as planner
+    from aoizora.compile_queue import CompileQueue
+    from aoizora.models.experts import expert_layouts
+
+    class NoRoomLeft(CompileQueue):
+        def compiles_left(self):
+            return 0 if self.done else super().compiles_left()
+
+    monkeypatch.setattr(planner, "CompileQueue", NoRoomLeft)
+    m, wl, fn, args, _ = small
+    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32) if e.name == "context")
+    p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
+                     max_iterations=2, verify=False, seed_layouts=[ex.layout])
+    it = p.iterations[0]
+    assert [c["layout"] for c in it["candidates"]] == ["expert:context"]
+    assert p.layout.name == "expert:context" and p.predicted["step_s"] > 0
+    assert any(c.startswith("sharding ILPs skipped: the time budget holds 0 more compile(s)")
+               for c in it["changes"])
+    assert any(w.startswith("sharding ILPs of iteration 1: skipped") for w in p.time_limited)
 
 
 def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, monkeypatch):
