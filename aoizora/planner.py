@@ -384,9 +384,10 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
         skip_ilps = ""
         if it == 1 and seeds and mesh_list:
             queue.contended(False)
+            waited = time.perf_counter()
             skip_ilps = _first_compile_alone(seed_compiles, refined, len(seeds), queue, progress)
             rec["ilps_started_s"] = round(time.perf_counter() - t0, 3)
-            ilp_deadline = time.perf_counter() + ILP_SHARE * (deadline - time.perf_counter())
+            ilp_deadline += time.perf_counter() - waited   # the ILPs' share, shifted by the wait
             queue.contended(True)
             if skip_ilps:
                 rec["changes"].append(f"sharding ILPs skipped: {skip_ilps}")
@@ -734,8 +735,12 @@ def _first_compile_alone(seed_compiles, refined, n_seeds: int, queue: CompileQue
     25 s of ILPs against 17.6 s alone, and with a 60 s budget its refinement's compile no longer
     fitted, while the ILP's best, fourth in line, never could. With a long budget the ILPs lose
     nothing by starting later: their layouts are not compiled before the seeds ranked ahead of
-    them anyway (``CompileQueue.hold``), and they get ``ILP_SHARE`` of what is left when they
-    start."""
+    them anyway (``CompileQueue.hold``), and their deadline (``ILP_SHARE`` of the budget left
+    when the iteration started) moves by the time they waited. Where the seeds' refinements
+    (small ILPs, solved before) outlast the first compile, nothing waits and nothing moves:
+    on Wan 2.1 14B each refinement may take its 20 s limit. (At ec95126 the ILPs took
+    ``ILP_SHARE`` of what was left when they started, 72 s instead of 37 s after 59 s of
+    refinements on Wan 14B 720p-21f for v5e-16, and the ILP's best no longer fitted.)"""
     progress.stage("iteration 1: compiling the first seed before the sharding ILPs")
     concurrent.futures.wait([seed_compiles[0]])
     ilp_rank = _pricing_rank("ilp", 0, n_seeds)
