@@ -90,11 +90,10 @@ class CompileQueue:
         """How many more compiles of ``expected_compile_s`` fit before the deadline less
         ``reserve_s``, each with the margin ``1.2 x + 1 s`` the start check uses (module doc);
         a large number before the first compile has finished (nothing is known yet)."""
-        left = self.deadline - time.perf_counter() - self.reserve_s
-        per = 1.2 * self.expected_compile_s + 1.0
         if not self.done:
             return 1 << 30
-        return max(0, int(left // per))
+        left = self.deadline - time.perf_counter() - self.reserve_s
+        return max(0, int(left // (1.2 * self.expected_compile_s + 1.0)))
 
     def contended(self, on: bool) -> None:
         """The planner starts (``on``) or stops work that competes with compiles for the cores."""

@@ -393,7 +393,8 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                 rec["changes"].append(f"sharding ILPs skipped: {skip_ilps}")
                 rec["time_limited"].append(f"sharding ILPs of iteration 1: skipped ({skip_ilps})")
                 progress.note(f"sharding ILPs skipped ({skip_ilps})")
-        for m in ([] if skip_ilps else sorted(mesh_list, key=lambda m: (len(m), list(m.values())))):
+        meshes_now = [] if skip_ilps else sorted(mesh_list, key=lambda m: (len(m), list(m.values())))
+        for m in meshes_now:
             st = state[mesh_key(m)]
             ckey = json.dumps([m, st["costs"].to_json(), st["corrections"], st["forbidden"],
                                attention_scale, compute_scale], sort_keys=True, default=str)
@@ -744,7 +745,8 @@ def _first_compile_alone(seed_compiles, refined, n_seeds: int, queue: CompileQue
     progress.stage("iteration 1: compiling the first seed before the sharding ILPs")
     concurrent.futures.wait([seed_compiles[0]])
     ilp_rank = _pricing_rank("ilp", 0, n_seeds)
-    ahead = [f for i, f in enumerate(seed_compiles, 1) if _pricing_rank("seed", i, n_seeds) < ilp_rank]
+    ahead = [f for i, f in enumerate(seed_compiles, 1)
+             if _pricing_rank("seed", i, n_seeds) < ilp_rank]
     ahead += [f for i, _, _, f in refined if _pricing_rank("refined", i, n_seeds) < ilp_rank]
     waiting = sum(1 for f in ahead if not f.done())
     room = queue.compiles_left()
