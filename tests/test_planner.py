@@ -254,7 +254,8 @@ def test_the_first_seed_compiles_alone_then_the_ilps_solve(small):
     it = p.iterations[0]
     sd, ilp = it["candidates"]
     assert ilp["layout"] == "ilp" and sd["layout"] == "expert:context"
-    assert sd["compile_started_s"] + sd["compile_s"] <= it["ilps_started_s"]
+    # each of the three is rounded to 1 ms, and the ILPs may start within a millisecond
+    assert sd["compile_started_s"] + sd["compile_s"] <= it["ilps_started_s"] + 0.002
     assert it["ilps_started_s"] <= it["ilps_done_s"] <= ilp["compile_started_s"]
     assert sd["q2_step_s"] > 0 and ilp["q2_step_s"] > 0
     assert not any("ILPs skipped" in c for c in it["changes"])
