@@ -324,6 +324,10 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
     else:
         out.append(f"- Planning <= {PLANNING_TARGET_S:g} s on v5e-16 for Wan 2.1 1.3B: not measured "
                    "yet (no v5e-16 Wan 1.3B cell has run).")
+    missed_geo = any(g is None or g < GEOMEAN_TARGET for g, _ in s["geomean"].values())
+    if missed_geo or s["low_rho"]:
+        out.append("- Why the targets marked MISSED are missed, with the figures behind it: README.md, "
+                   "\"Why targets are missed\".")
     out += repeatability_text(s.get("time_limited", []))
     if s.get("unseeded"):
         out.append(f"- Planned by an earlier planner that did not price the expert configurations "
