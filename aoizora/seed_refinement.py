@@ -74,7 +74,7 @@ def attention_pins(graph, layout: Layout) -> tuple[dict[str, str], list[dict[str
     no strategy for the seed's layout of some attention node."""
     kept: dict[str, str] = {}
     forbidden: list[dict[str, str]] = []
-    for gid, G in sorted(graph.groups.items()):
+    for gid, G in ((g, graph.groups[g]) for g in graph.order()):
         if G.kind != "attention":
             continue
         a = layout.attention_for(G.anchor)

@@ -22,7 +22,11 @@ what it is:
 - ``slice`` / ``concat`` / ``pad`` / ``cumulative`` / ``sort``: ``aligned``, and ``sliced`` (a dim whose
   size or order changes: the operand and result labels differ);
 - ``stack``: ``aligned``, ``new`` (the stacked dim);
-- ``hint``: ``aligned``; ``Node.params["names"]`` are the logical names.
+
+A ``hint`` (``aoizora_hint``, an identity that names dims) is not a node: its result *is* its
+operand's tensor, and the names go on that tensor (``Tensor.names``, the first hint wins). So a
+program with hints and the same program without them have the same nodes, tensors, strategies and
+costs; only ``Tensor.names`` differ (a layout's ``rules`` read the hint eqns in the realizer).
 
 A ``lax.scan`` body appears once; its nodes carry ``repeat`` = the product of enclosing lengths and
 ``scope`` = the scan's key. Its body inputs are tensors of their own with ``kind`` ``scan_const``,
@@ -53,7 +57,7 @@ import numpy as np
 
 from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, sub_jaxpr, walk
 
-IR_VERSION = 1
+IR_VERSION = 2   # 2: hints are names on tensors, not nodes
 
 
 class IRError(ValueError):
@@ -81,6 +85,7 @@ class Tensor:
     value: float | None = None     # literal scalars
     repeat: int = 1                # scan body inputs: times bound per call (as the body's nodes)
     trip: int = 1                  # scan body inputs: the scan's length (1 for while: unknown)
+    names: list[str | None] | None = None  # logical dim names from an ``aoizora_hint``, if any
 
 
 @dataclasses.dataclass
@@ -88,7 +93,7 @@ class Node:
     key: str
     primitive: str
     kind: str                      # dot, conv, elementwise, reduce, reshape, transpose, broadcast,
-                                   # attention, hint, slice, concat, pad, gather, scatter,
+                                   # attention, slice, concat, pad, gather, scatter,
                                    # cumulative, sort, source, opaque, unknown
     operands: list[str]            # tensor ids (literals included)
     results: list[str]
@@ -334,7 +339,7 @@ def _labels(node: Node, eqn, op_shapes: list[list[int]], res_shapes: list[list[i
         ol = [["b", "h", "s", "d"], ["b", "h", "t", "d"], ["b", "h", "t", "d"]]
         rl = [["b", "h", "s", "d"]]
         roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
-    elif kind in ("elementwise", "hint"):
+    elif kind == "elementwise":
         out = [f"e{i}" for i in range(len(res_shapes[0]))]
         for i in out:
             roles[i] = "aligned"
@@ -464,8 +469,6 @@ def _kind(name: str) -> str:
         return "conv"
     if name == ATTENTION_NAME:
         return "attention"
-    if name == HINT_NAME:
-        return "hint"
     if name in ELEMENTWISE:
         return "elementwise"
     if name in REDUCE:
@@ -657,8 +660,18 @@ class _Builder:
         for k, ov in enumerate(eqn.outvars):
             env[ov] = self.new(ov.aval, "scan_carry_out", scope, inner=bouts[k])
 
+    def _hint(self, eqn, env, scope):
+        """An identity that names dims: its result is its operand's tensor (module docstring)."""
+        (tid,) = [self.operand(env, v, scope) for v in eqn.invars]
+        t = self.tensors[tid]
+        if t.names is None and t.kind != "literal":
+            t.names = list(eqn.params["names"])
+        env[eqn.outvars[0]] = tid
+
     def _leaf(self, eqn, env, key, repeat, scope):
         name = eqn.primitive.name
+        if name == HINT_NAME:
+            return self._hint(eqn, env, scope)
         kind = _kind(name)
         ops = [self.operand(env, v, scope) for v in eqn.invars]
         node = Node(key=key, primitive=name, kind=kind, operands=ops, results=[], flops=0.0,
@@ -669,9 +682,7 @@ class _Builder:
             node.results.append(tid)
         op_shapes = [self.tensors[t].shape for t in ops]
         res_shapes = [self.tensors[t].shape for t in node.results]
-        if kind == "hint":
-            node.params["names"] = list(eqn.params["names"])
-        elif kind == "attention":
+        if kind == "attention":
             node.params["scale"] = float(eqn.params["scale"])
         else:
             for k, v in eqn.params.items():
@@ -739,8 +750,8 @@ def build_ir(fn, *abstract_args) -> ProgramIR:
     for tid, pth in zip(outputs, out_paths):
         if not b.tensors[tid].path:
             b.tensors[tid].path = pth
-    # the keys must be exactly the shared walk's keys (the realizer relies on them)
-    walk_keys = [w.key for w in walk(closed.jaxpr)]
+    # the keys must be exactly the shared walk's keys, hints aside (the realizer relies on them)
+    walk_keys = [w.key for w in walk(closed.jaxpr) if w.eqn.primitive.name != HINT_NAME]
     ir_keys = [n.key for n in b.nodes]
     if walk_keys != ir_keys:
         raise IRError("internal: IR node keys differ from the shared walk's keys")

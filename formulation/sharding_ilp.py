@@ -208,7 +208,7 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
     memory row instead (to tell how much is missing when nothing fits)."""
     prob = pulp.LpProblem("sharding", pulp.LpMinimize)
     s: dict[str, list[Any]] = {}
-    gids = sorted(graph.groups)
+    gids = graph.order()
     for gi, gid in enumerate(gids):
         G = graph.groups[gid]
         if len(G.strategies) == 1:
@@ -342,7 +342,7 @@ def add_no_good(prob, graph: StrategyGraph, s, combo: dict[str, str], name: str)
 
 def ring_groups(graph: StrategyGraph) -> list[str]:
     """The attention groups that offer keys/values both gathered and in a ring."""
-    return [gid for gid in sorted(graph.groups)
+    return [gid for gid in graph.order()
             if len({st.kv for st in graph.groups[gid].strategies}) > 1]
 
 

@@ -29,7 +29,7 @@ attention accept only dividing specs; pad the program instead (the models' ``pad
 *Groups* (Alpa's shrinking): anchors -- dot, conv, attention, program inputs, scan carries,
 sources (iota, broadcast literals), and ops the IR cannot split (unknown, opaque, gather, scatter:
 replicated only) -- own a strategy variable. Every other op (elementwise, reduce, reshape,
-transpose, broadcast, hint, slice, concat, ...) *follows* its largest operand and joins that
+transpose, broadcast, slice, concat, ...) *follows* its largest operand and joins that
 operand's group (among equals, one not made by a broadcast): its output spec is derived from
 the operand's spec, and the costs of the edges
 inside a group (reshards to other operands, gathers a reshape or slice cannot avoid, all-reduces of
@@ -56,8 +56,8 @@ Spec = tuple[tuple[str, ...], ...]
 
 ANCHOR_KINDS = frozenset({"dot", "conv", "attention"})
 REPLICATED_KINDS = frozenset({"unknown", "opaque", "gather", "scatter"})
-FOLLOW_KINDS = frozenset({"elementwise", "reduce", "reshape", "transpose", "broadcast", "hint",
-                          "slice", "pad", "concat", "cumulative", "sort", "squeeze", "stack"})
+FOLLOW_KINDS = frozenset({"elementwise", "reduce", "reshape", "transpose", "broadcast", "slice",
+                          "pad", "concat", "cumulative", "sort", "squeeze", "stack"})
 RING_BLOCK = 128   # splash attention's key block: a ring shard must hold whole blocks
 SHARDABLE_ROLES = {"dot": ("batch", "lhs_free", "rhs_free", "contracting"),
                    "conv": ("batch", "rhs_free", "contracting"),
@@ -128,6 +128,13 @@ class StrategyGraph:
 
     def num_strategies(self) -> int:
         return sum(len(g.strategies) for g in self.groups.values())
+
+    def order(self) -> list[str]:
+        """Group ids in the order the IR made them (inputs and nodes in program order): the
+        order of the ILP's variables and of every search over groups. It does not depend on how
+        node keys are spelled, so two programs that differ only in identity eqns (``hint``s,
+        which shift the walk's keys) give the same model and break ties the same way."""
+        return list(self.groups)
 
 
 # ---------------------------------------------------------------------------------------------

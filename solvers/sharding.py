@@ -392,14 +392,15 @@ def tensor_spec(ir, graph: StrategyGraph, choice: dict[str, int], tid: str) -> t
 
 
 def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp") -> Layout:
-    """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs and hints."""
+    """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs. No rules: the
+    program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims)."""
 
     def spec(tid):
         return tensor_spec(ir, graph, choice, tid)
 
     node_specs, attention = {}, {}
     for n in ir.nodes:
-        if n.kind in ("dot", "conv", "attention", "hint") and n.results:
+        if n.kind in ("dot", "conv", "attention") and n.results:
             node_specs[n.key] = spec(n.results[0])
         if n.kind == "attention":
             st = graph.groups[n.key].strategies[choice[n.key]]
@@ -422,7 +423,7 @@ def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
         if t.kind == "node":
             n = nodes[t.producer]
             ops = [o for o in n.operands if ir.tensors[o].kind != "literal"]
-            if n.kind in ("elementwise", "hint", "reshape", "transpose") and len(ops) == 1:
+            if n.kind in ("elementwise", "reshape", "transpose") and len(ops) == 1:
                 t = ir.tensors[ops[0]]
                 continue
         return ""
@@ -432,7 +433,7 @@ def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
 def _words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
     out = []
     nodes = {n.key: n for n in ir.nodes}
-    for gid in sorted(graph.groups, key=lambda g: (graph.groups[g].kind not in ("attention", "dot", "conv"), g)):
+    for gid in sorted(graph.order(), key=lambda g: graph.groups[g].kind not in ("attention", "dot", "conv")):
         G = graph.groups[gid]
         st = G.strategies[choice[gid]]
         if G.kind in ("dot", "conv", "attention"):

@@ -74,7 +74,7 @@ class ShardingInstance:
 
     def __post_init__(self):
         g = self.graph
-        self.gids: list[str] = sorted(g.groups)            # the ILP's group order
+        self.gids: list[str] = g.order()            # the ILP's group order
         self.index = {gid: i for i, gid in enumerate(self.gids)}
         self.K = np.array([len(g.groups[x].strategies) for x in self.gids], dtype=np.int64)
         self.off = np.concatenate([[0], np.cumsum(self.K)[:-1]]).astype(np.int64)
