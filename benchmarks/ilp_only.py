@@ -1,0 +1,152 @@
+"""What the sharding ILP is worth on its own: each grid cell planned with no seed layouts.
+
+    python -m benchmarks.ilp_only [--cells NAME,...] [--budget S] [--seed N] [--force] [--tag T]
+    python -m benchmarks.ilp_only --report        # the table, from the JSON written so far
+
+For each cell of ``benchmarks.grid.grid_cells()``: ``aoizora.plan`` with ``seed_layouts=[]`` (as
+``aoizora plan --no-seeds``), so every layout it compiles is one of the ILP's; its plan priced like
+the grid's rows -- Q2 (``formulation.latency.predict_step``) and the reference simulator
+(``benchmarks.simulator``) on the plan's compiled evidence under the plan's device order. It is
+set against the cell's committed grid JSON (``benchmarks/results/grid/<cell>.json``): the best
+expert configuration by simulated step, and the plan (which had the experts as seeds).
+
+``speedup_over_best_expert`` = best expert's simulated step / ILP-only simulated step (> 1: the ILP's
+own layout is faster); ``speedup_over_plan`` = plan's simulated step / ILP-only's. A cell
+"wins or ties" when ``speedup_over_best_expert >= 0.99`` (within 1%).
+
+Every latency is a prediction (Q2 or the simulator on the compiled XLA:TPU program); nothing runs
+on a TPU. Results: ``benchmarks/results/ilp_only/<tag>/<cell>.json`` (``--tag``: e.g. the code
+version, "after-hint-fix") and ``benchmarks/results/ilp_only.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import aoizora
+from aoizora.builtin import builtin_job
+from aoizora.extract.network import Network
+from aoizora.formulation.latency import predict_step
+from aoizora.planner import Candidate
+from benchmarks.grid import RESULTS as GRID_RESULTS, grid_cells
+from benchmarks.machine import git_state, machine_info
+from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
+
+RESULTS = Path(__file__).resolve().parent / "results" / "ilp_only"
+REPORT = Path(__file__).resolve().parent / "results" / "ilp_only.md"
+TIE = 0.99          # within 1% of the best expert counts as a tie
+
+
+def _grid_reference(cell_name: str) -> dict[str, Any]:
+    """The committed grid cell's best expert and plan, simulated and Q2 steps (seconds)."""
+    g = json.loads((GRID_RESULTS / f"{cell_name}.json").read_text())
+    rows = {r["name"]: r for r in g["rows"]}
+    experts = [r for r in g["rows"] if r["name"].startswith("expert:") and r.get("sim_step_s")]
+    best = min(experts, key=lambda r: r["sim_step_s"])
+    plan = rows.get("aoizora", {})
+    return {"best_expert": best["name"][len("expert:"):], "best_expert_sim_s": best["sim_step_s"],
+            "best_expert_q2_s": best["q2_step_s"], "plan_sim_s": plan.get("sim_step_s"),
+            "plan_q2_s": plan.get("q2_step_s"),
+            "grid_commit": g.get("machine_start", {}).get("git_commit", "")[:12]}
+
+
+def run_cell(cell, budget_s: float, seed: int) -> dict[str, Any]:
+    """Plan one cell with no seeds and price the plan; never raises for a failing plan."""
+    job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
+    out: dict[str, Any] = {"cell": cell.name, "budget_s": budget_s, "seed": seed,
+                           "machine": machine_info(), "git": git_state(),
+                           "labels": {"sim": SIM_LABEL, "q2": "predicted (Q2)"}, "unit": "seconds",
+                           "reference": _grid_reference(cell.name)}
+    cands: list[Candidate] = []
+    t0 = time.perf_counter()
+    try:
+        p = aoizora.plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
+                         seed_layouts=[], on_candidate=cands.append)
+    except Exception as e:  # noqa: BLE001 -- recorded
+        out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        return out
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    best = next((c for c in cands if c.solution.layout is p.layout and c.evidence is not None), None)
+    out["plan"] = {"mesh": p.mesh, "device_order": p.device_order, "status": p.status,
+                   "layout_in_words": p.layout_in_words, "planning_time_s": p.planning_time_s,
+                   "q2_planner_step_s": p.predicted["step_s"], "candidates": len(cands)}
+    if best is None:
+        out["error"] = "the plan's compiled evidence was not among the candidates"
+        return out
+    net = Network.from_target(job.target)
+    q = predict_step(best.evidence, p.device_order, net)
+    s = Simulator(job.target, net).run(best.evidence, p.device_order)
+    ref = out["reference"]
+    out.update(q2_step_s=q.step_s, sim_step_s=s.step_s, sim_compute_s=s.compute_s,
+               speedup_over_best_expert=ref["best_expert_sim_s"] / s.step_s,
+               speedup_over_plan=(ref["plan_sim_s"] / s.step_s) if ref["plan_sim_s"] else None)
+    return out
+
+
+def report(tags: Sequence[str]) -> str:
+    """The markdown table over every tag's cells (one row per cell and tag)."""
+    lines = ["# The sharding ILP's own layouts (no seed layouts) against the grid", "",
+             "Each cell planned by `aoizora.plan(..., seed_layouts=[])` "
+             "(`python -m benchmarks.ilp_only`), priced on its compiled XLA:TPU program under its "
+             f"device order: **{SIM_LABEL}** (sim) and Q2. Best expert and plan: the committed grid "
+             "cell (`benchmarks/results/grid/`), simulated. Nothing ran on a TPU.", "",
+             "| cell | code | ILP-only mesh | ILP-only sim (ms) | Q2 (ms) | best expert | its sim (ms) "
+             "| x best expert | plan sim (ms) | x plan | budget (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    summary = []
+    for tag in tags:
+        n = wins = 0
+        for f in sorted((RESULTS / tag).glob("*.json")):
+            d = json.loads(f.read_text())
+            ref = d["reference"]
+            if "sim_step_s" not in d:
+                lines.append(f"| {d['cell']} | {tag} | - | {d.get('error', '?')} | | "
+                             f"{ref['best_expert']} | {ref['best_expert_sim_s'] * 1e3:.2f} | | | | "
+                             f"{d['budget_s']:g} |")
+                continue
+            n += 1
+            wins += d["speedup_over_best_expert"] >= TIE
+            mesh = "x".join(str(v) for v in d["plan"]["mesh"].values())
+            xp = f"{d['speedup_over_plan']:.3f}" if d["speedup_over_plan"] else "-"
+            lines.append(f"| {d['cell']} | {tag} | {mesh} | {d['sim_step_s'] * 1e3:.2f} | "
+                         f"{d['q2_step_s'] * 1e3:.2f} | {ref['best_expert']} | "
+                         f"{ref['best_expert_sim_s'] * 1e3:.2f} | "
+                         f"{d['speedup_over_best_expert']:.3f} | "
+                         f"{(ref['plan_sim_s'] or 0) * 1e3:.2f} | {xp} | {d['budget_s']:g} |")
+        summary.append(f"- `{tag}`: {n} cells priced; the ILP's own layout is within 1% of the "
+                       f"best expert or faster in **{wins} of {n}** (simulated).")
+    return "\n".join(lines[:5] + summary + [""] + lines[5:]) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
+    ap.add_argument("--budget", type=float, default=240.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default="after-hint-fix")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--report", action="store_true")
+    a = ap.parse_args(argv)
+    if not a.report:
+        want = set(filter(None, a.cells.split(",")))
+        d = RESULTS / a.tag
+        d.mkdir(parents=True, exist_ok=True)
+        for cell in grid_cells():
+            if (want and cell.name not in want) or ((d / f"{cell.name}.json").exists() and not a.force):
+                continue
+            print(f"[{cell.name}] planning with no seeds, budget {a.budget:g} s", flush=True)
+            out = run_cell(cell, a.budget, a.seed)
+            (d / f"{cell.name}.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
+            print(f"[{cell.name}] {out.get('sim_step_s', out.get('error'))}", flush=True)
+    tags = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.exists() else []
+    REPORT.write_text(report(tags))
+    print(REPORT.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
