@@ -327,7 +327,8 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
         out.append(f"- Planning <= {PLANNING_TARGET_S:g} s on v5e-16 for Wan 2.1 1.3B: not measured "
                    "yet (no v5e-16 Wan 1.3B cell has run).")
     if missed_geo or s["low_rho"]:
-        out.append("- Why the targets marked MISSED are missed, with the figures behind it: README.md, "
+        out.append("- Why the targets marked MISSED are missed, with the figures behind it: "
+                   "`benchmarks/results/grid_notes.md`, "
                    "\"Why targets are missed\".")
     out += repeatability_text(s.get("time_limited", []))
     if s.get("unseeded"):
