@@ -3,7 +3,7 @@
     python -m benchmarks.grid_report [--dir benchmarks/results/grid]
 
 Writes ``benchmarks/results/grid.md`` (the table, geometric means per target, the targets met or
-missed), ``benchmarks/results/grid_readme.md`` (the README's results section) and
+missed), ``benchmarks/results/grid_readme.md`` (per cell, one line, with the targets) and
 ``benchmarks/results/grid_speedup.png`` (speedup per cell). Every latency is in milliseconds and
 labelled "simulated (AoiZora reference simulator)" or "predicted (Q2)".
 
