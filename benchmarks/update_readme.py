@@ -55,7 +55,8 @@ OTHER_RESULTS = (
      "python -m benchmarks.kv_overlap"),
     ("compiler_options.md", "libtpu options against the best expert's exposed communication",
      "python -m benchmarks.compiler_options"),
-    ("evidence_timing.md", "trace, compile and parse times", "python -m benchmarks.evidence_timing"),
+    ("evidence_timing.md", "trace, compile and parse times",
+     "python -m benchmarks.evidence_timing"),
 )
 
 
@@ -158,7 +159,8 @@ def other_results() -> list[str]:
 
 def section() -> str:
     cells = load_cells()
-    body = grid_table(cells) if cells else ["No grid cell has run yet (`python -m benchmarks.grid`)."]
+    body = (grid_table(cells) if cells
+            else ["No grid cell has run yet (`python -m benchmarks.grid`)."])
     return "\n".join(body + [""] + other_results())
 
 
@@ -181,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     new = splice(text, section())
     if args.check:
         if new != text:
-            print("README.md's results section is out of date: run python -m benchmarks.update_readme")
+            print("README.md's results section is out of date: "
+                  "run python -m benchmarks.update_readme")
             return 1
         print("README.md's results section is up to date")
         return 0
