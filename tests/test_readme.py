@@ -63,9 +63,9 @@ def test_readme_at_most_300_lines():
 
 
 def test_commit_hashes_are_found():
-    commits = sorted(["1cc4a79" + "a" * 33, "90b6910" + "b" * 33])
-    text = "at 1cc4a79, not deadbee; 90B6910 and 90b6910bbbb; 1cc4a7 is too short"
-    assert commit_hashes(text, commits) == ["1cc4a79", "90B6910", "90b6910bbbb"]
+    commits = sorted(["abc1234" + "a" * 33, "fedcba9" + "b" * 33])
+    text = "at abc1234, not deadbee; FEDCBA9 and fedcba9bbbb; abc123 is too short"
+    assert commit_hashes(text, commits) == ["abc1234", "FEDCBA9", "fedcba9bbbb"]
 
 
 def test_no_commit_hash_in_readme(commits):
