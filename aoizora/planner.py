@@ -649,7 +649,7 @@ def _with_unproven_near(fresh: list, untried: list) -> list:
     compiled programs (tens of percent) dwarfs the difference, so one more compile decides.
     Where every ILP proves its optimum, nothing is added. Without it, Wan 2.1 14B 480p-21f on
     v5e-16 planned 3.6% slower than the Alpa-style baseline in two runs on a slow machine
-    (88e259d, dc203c1): the 2x4x2 ILP stopped 0.39% from its bound with a layout 0.1% behind
+    (grid.md, "The same cell run again"): the 2x4x2 ILP stopped 0.39% from its bound with a layout 0.1% behind
     4x2x2's by Q1, and was never compiled."""
     if not fresh:
         return fresh
@@ -739,7 +739,7 @@ def _first_compile_alone(seed_compiles, refined, n_seeds: int, queue: CompileQue
     them anyway (``CompileQueue.hold``), and their deadline (``ILP_SHARE`` of the budget left
     when the iteration started) moves by the time they waited. Where the seeds' refinements
     (small ILPs, solved before) outlast the first compile, nothing waits and nothing moves:
-    on Wan 2.1 14B each refinement may take its 20 s limit. (At ec95126 the ILPs took
+    on Wan 2.1 14B each refinement may take its 20 s limit. (When the ILPs took
     ``ILP_SHARE`` of what was left when they started, 72 s instead of 37 s after 59 s of
     refinements on Wan 14B 720p-21f for v5e-16, and the ILP's best no longer fitted.)"""
     progress.stage("iteration 1: compiling the first seed before the sharding ILPs")
@@ -769,7 +769,7 @@ def _pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1) -> float:
     then the ILP's other layouts. The seeds come in the order expected fastest first (the
     built-in ones: ``aoizora.builtin.SEED_ORDER``). In the grid's 31 cells (benchmarks/results/
     grid.md, 240 s budget) the plan was the first seed in 17, its refinement in 13 and the ILP's
-    best in one (at cafe50a, the order first seed, refinement, ILP's best, other seeds), and
+    best in one (under the earlier order first seed, refinement, ILP's best, other seeds), and
     where a compile takes 50 s (HunyuanVideo 720p-129f on v5e-16) three compiles fit: the second
     seed (cfg2_ulysses, there the fastest expert, simulated) goes before the ILP's best. Without
     seeds: the ILP's best (with its near-ties), then the rest."""

@@ -30,13 +30,10 @@ with the specs of the parameter leaves (``param_leaves``) taken from the ILP's s
 one more candidate: compiled, placed and priced by Q2 like the others, and kept only when Q2
 prices it lower. When the ILP keeps every parameter spec of the seed, there is no refinement.
 
-Measured (``python -m benchmarks.grid``, cell Wan 2.1 1.3B 480p-41f on v5e-16, commit 7d818d1):
-around cfg2_context's attention the ILP replicates the 2.6 GB of weights instead of splitting
-them over the context axis (no weight all-gathers); the refined layout is the plan, 114.29 ms
-against cfg2_context's 134.10 ms per step (both simulated by the AoiZora reference simulator).
-On Wan 14B (26.6 GiB of weights, which cannot be replicated) the ILP's parameter split priced
-slower than the seed's (ad-hoc compile of 480p-41f on v5e-16: 948.8 against 767.4 ms,
-simulated), and Q2 keeps the seed.
+Why it pays: around cfg2_context's attention on Wan 2.1 1.3B the ILP replicates the 2.6 GB of
+weights instead of splitting them over the context axis, so no layer all-gathers its weights;
+on Wan 2.1 14B (26.6 GiB of weights, which cannot be replicated) its parameter split prices
+slower than the seed's and Q2 keeps the seed (figures: benchmarks/results/grid.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python -m benchmarks.grid_report [--dir benchmarks/results/grid]
 
 Writes ``benchmarks/results/grid.md`` (the table, geometric means per target, the targets met or
-missed), ``benchmarks/results/grid_readme.md`` (the README's results section) and
+missed), ``benchmarks/results/grid_readme.md`` (per cell, one line, with the targets) and
 ``benchmarks/results/grid_speedup.png`` (speedup per cell). Every latency is in milliseconds and
 labelled "simulated (AoiZora reference simulator)" or "predicted (Q2)".
 
@@ -327,7 +327,8 @@ def targets_text(s: dict[str, Any], n_cells: int) -> list[str]:
         out.append(f"- Planning <= {PLANNING_TARGET_S:g} s on v5e-16 for Wan 2.1 1.3B: not measured "
                    "yet (no v5e-16 Wan 1.3B cell has run).")
     if missed_geo or s["low_rho"]:
-        out.append("- Why the targets marked MISSED are missed, with the figures behind it: README.md, "
+        out.append("- Why the targets marked MISSED are missed, with the figures behind it: "
+                   "`benchmarks/results/grid_notes.md`, "
                    "\"Why targets are missed\".")
     out += repeatability_text(s.get("time_limited", []))
     if s.get("unseeded"):

@@ -1,106 +1,195 @@
-"""Regenerate README.md's benchmark section from the committed results in benchmarks/results/.
+"""Regenerate README.md's results section from the committed results in benchmarks/results/.
 
-    python -m benchmarks.update_readme
+    python -m benchmarks.update_readme            # rewrite the section
+    python -m benchmarks.update_readme --check    # exit 1 if README.md is not up to date
 
 Everything between the README's `<!-- benchmarks-start -->` and `<!-- benchmarks-end -->` markers
-is replaced. Each block names the script that produced it.
+is replaced by ``section()``: one short table of the workload grid, read from the cell JSON files
+of ``benchmarks/results/grid/`` (``python -m benchmarks.grid``), and the list of the other result
+files with the command that writes each. Per group of cells (a target, a model, all of them):
+
+  vs X        = geometric mean over the group's cells of  step(X) / step(AoiZora's plan),
+                with its least and largest value (> 1: the plan is faster);
+  placement   = the largest over the group of  step(plan's layout, jax.make_mesh order) /
+                step(plan) - 1, and in how many cells it is under 0.5%;
+  never slower, top-1: counts of cells (the cell JSON's ``never_slower`` and
+                ``fidelity.top1``).
+
+Every step is the row's ``sim_step_s`` (the AoiZora reference simulator) as the cell JSON holds it.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
 from pathlib import Path
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RES = ROOT / "benchmarks" / "results"
+GRID = RES / "grid"
 START, END = "<!-- benchmarks-start -->", "<!-- benchmarks-end -->"
+TARGET_ORDER = ("v5e-4", "v5e-8", "v5e-16", "v6e-8")
+MODEL_NAMES = {"wan2.1-1.3b": "Wan 2.1 1.3B", "wan2.1-14b": "Wan 2.1 14B",
+               "hunyuanvideo-13b": "HunyuanVideo 13B"}
+PLACEMENT_SMALL = 0.005   # a placement gain under this counts as small (0.5%)
+
+# the other result files: (file, what it holds, the command that writes it)
+OTHER_RESULTS = (
+    ("plan_wan2.1-1.3b_480p-81f_v5e-8.md", "the default `aoizora plan`, its summary and iterations",
+     "python -m benchmarks.plan_default"),
+    ("ilp_only_wan2.1-1.3b_480p-81f_v5e-8.md", "the same without the expert seeds",
+     "python -m benchmarks.plan_default --no-seeds"),
+    ("placement_solver.md", "placement CP-SAT against heuristics on v5e-16, v5e-64, v5e-256",
+     "python -m benchmarks.placement_solver"),
+    ("sharding_vs_heuristics.md", "sharding ILP against heuristic searches (Q1)",
+     "python -m benchmarks.sharding_vs_heuristics"),
+    ("sharding_solvers.md", "HiGHS against CBC at the planner's per-mesh limit",
+     "python -m benchmarks.sharding_solvers --force"),
+    ("simulator_validation.md", "the reference simulator against the scaling book's collectives",
+     "python -m benchmarks.simulator_validation"),
+    ("expert_compile.md", "the expert configurations compiled for v5e-8",
+     "python -m benchmarks.expert_compile"),
+    ("kv_overlap.md", "hiding context parallelism's key/value all-gathers",
+     "python -m benchmarks.kv_overlap"),
+    ("compiler_options.md", "libtpu options against the best expert's exposed communication",
+     "python -m benchmarks.compiler_options"),
+    ("evidence_timing.md", "trace, compile and parse times",
+     "python -m benchmarks.evidence_timing"),
+)
 
 
-def _tables(md: str) -> str:
-    """The markdown tables of a results file (lines starting with '|')."""
-    return "\n".join(l for l in md.splitlines() if l.startswith("|"))
+def load_cells(directory: Path = GRID) -> list[dict[str, Any]]:
+    """The grid's cell JSON files that hold a plan, in file-name order."""
+    cells = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
+    return [c for c in cells if not c.get("error") and row(c, "aoizora")]
 
 
-def _first(md: str, prefix: str) -> list[str]:
-    return [l for l in md.splitlines() if l.startswith(prefix)]
+def row(cell: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The row ``name`` of a cell with a simulated step, or None."""
+    r = next((r for r in cell.get("rows", []) if r.get("name") == name), None)
+    return r if r and r.get("sim_step_s") else None
 
 
-def _section(heading: str):
-    """The part of a result file under `heading`, with its links made relative to the README."""
-    def part(md: str) -> str:
-        text = md.split(heading, 1)[-1].split("\n## ", 1)[0].strip() if heading in md else ""
-        return text.replace("](", "](benchmarks/results/").replace(
-            "](benchmarks/results/benchmarks/results/", "](benchmarks/results/")
-    return part
+def speedups(cells: Sequence[dict[str, Any]], name: str) -> list[float]:
+    """step(row ``name``) / step(plan) per cell that has the row; "best-expert": the cell's best
+    expert configuration (``speedup_over_best_expert``)."""
+    if name == "best-expert":
+        return [c["speedup_over_best_expert"] for c in cells if c.get("speedup_over_best_expert")]
+    out = []
+    for c in cells:
+        r, az = row(c, name), row(c, "aoizora")
+        if r and az:
+            out.append(r["sim_step_s"] / az["sim_step_s"])
+    return out
 
 
-def _tables_and_bullets(md: str) -> str:
-    return f"{_tables(md)}\n\n" + "\n".join(_first(md, "- "))
+def geomean(v: Sequence[float]) -> float:
+    return math.exp(sum(math.log(x) for x in v) / len(v))
+
+
+def _ratio(v: Sequence[float]) -> str:
+    if not v:
+        return "-"
+    if len(v) == 1:
+        return f"{v[0]:.3f}x"
+    return f"{geomean(v):.3f}x ({min(v):.3f}-{max(v):.3f}x)"
+
+
+def _placement(v: Sequence[float]) -> str:
+    if not v:
+        return "-"
+    small = sum(1 for x in v if x - 1.0 < PLACEMENT_SMALL)
+    return f"{(max(v) - 1.0) * 100:.1f}% ({small} of {len(v)} under {PLACEMENT_SMALL:.1%})"
+
+
+def groups(cells: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(label, cells) per target, per model, then all cells."""
+    by_target: dict[str, list] = {}
+    by_model: dict[str, list] = {}
+    for c in cells:
+        by_target.setdefault(c.get("target_arg", "?"), []).append(c)
+        by_model.setdefault(c.get("model", "?"), []).append(c)
+    rank = {t: i for i, t in enumerate(TARGET_ORDER)}
+    out = [(t, by_target[t]) for t in sorted(by_target, key=lambda t: (rank.get(t, 99), t))]
+    rank = {m: i for i, m in enumerate(MODEL_NAMES)}
+    out += [(MODEL_NAMES.get(m, m), by_model[m])
+            for m in sorted(by_model, key=lambda m: (rank.get(m, 99), m))]
+    return out + [("all cells", list(cells))]
+
+
+def grid_table(cells: Sequence[dict[str, Any]]) -> list[str]:
+    budgets = sorted({f"{c.get('budget_s', 0):g} s" for c in cells})
+    lines = [
+        f"The workload grid: {len(cells)} cells (model x workload x target), planning budget "
+        f"{', '.join(budgets)}, seed 0. Every step latency is **simulated by the AoiZora reference "
+        "simulator** (`benchmarks/simulator.py`) on the program libtpu compiled for the target "
+        "ahead of time; no TPU ran. Speedup = baseline step / the plan's step: geometric mean "
+        "over the cells (least-largest). Baselines: the best of seven expert configurations "
+        "(`aoizora/models/experts.py`) in JAX's default order; Alpa-style search (the sharding "
+        "ILP with fixed alpha-beta costs, default order); the plan's own layout in "
+        "`jax.make_mesh`'s order (what placement alone gains).", "",
+        "| cells | n | vs best expert | vs Alpa-style search | placement vs `jax.make_mesh` order, "
+        "largest | never slower | top-1 |",
+        "|---|---|---|---|---|---|---|"]
+    for label, cs in groups(cells):
+        never = sum(1 for c in cs if c.get("never_slower"))
+        top1 = sum(1 for c in cs if (c.get("fidelity") or {}).get("top1"))
+        lines.append(f"| {label} | {len(cs)} | {_ratio(speedups(cs, 'best-expert'))} | "
+                     f"{_ratio(speedups(cs, 'alpa-logical'))} | "
+                     f"{_placement(speedups(cs, 'aoizora-layout/default-order'))} | "
+                     f"{never} of {len(cs)} | {top1} of {len(cs)} |")
+    lines += ["", "never slower: the plan is no slower than any baseline in the cell (differences "
+              "under 0.01% are ties); top-1: the simulator's fastest (layout, placement) pair of "
+              "the cell is the plan. Every cell, every row: `benchmarks/results/grid.md`. "
+              "Reproduce: `python -m benchmarks.grid` (a cell at a time, about 5-9 minutes each "
+              "on 2 cores), `python -m benchmarks.grid_report`, "
+              "`python -m benchmarks.update_readme`."]
+    return lines
+
+
+def other_results() -> list[str]:
+    lines = ["Other results (each file states its machine and how it ran):", ""]
+    for fname, what, cmd in OTHER_RESULTS:
+        if (RES / fname).exists():
+            lines.append(f"- `benchmarks/results/{fname}`: {what} (`{cmd}`)")
+    return lines
 
 
 def section() -> str:
-    out = []
-    grid = RES / "grid_readme.md"
-    if grid.exists():
-        out.append(grid.read_text().strip())
-    plan = sorted(RES.glob("plan_*.md")) + sorted(RES.glob("ilp_only_*.md"))
-    for p in plan:
-        md = p.read_text()
-        lines = md.splitlines()
-        title = lines[0].lstrip("# ").strip()
-        body = md.split("```")[1].strip() if "```" in md else ""
-        gains = md.split("## What the feedback changed", 1)[-1].strip() if "## What the feedback" in md else ""
-        out.append(f"### {title}\n\n{lines[2] if len(lines) > 2 else ''} {lines[3] if len(lines) > 3 else ''}\n\n"
-                   f"```\n{body}\n```\n\nWhat the feedback changed:\n\n{gains}\n\n"
-                   f"Reproduce: `python -m benchmarks.plan_default"
-                   f"{' --no-seeds' if p.name.startswith('ilp_only') else ''}` "
-                   f"(file `{p.relative_to(ROOT)}`).")
-    # what of each result file goes into the README: a named section of a long file (the file
-    # has every table), else its tables and bullets
-    results = [
-        ("placement_solver.md", _section("## Targets (issue 5)"),
-         "Placement: CP-SAT against heuristics on real Wan 2.1 evidence (v5e-16, v5e-64, v5e-256)",
-         "python -m benchmarks.placement_solver"),
-        ("sharding_vs_heuristics.md", _section("## Summary"), "Sharding ILP against heuristics",
-         "python -m benchmarks.sharding_vs_heuristics"),
-        ("sharding_ilp.md", _tables_and_bullets, "Sharding ILP: CBC and HiGHS",
-         "python -m benchmarks.sharding_ilp"),
-        ("sharding_solvers.md", _tables_and_bullets,
-         "Sharding ILP: CBC against HiGHS at the planner's per-mesh limit (Wan 2.1 14B and 1.3B)",
-         "python -m benchmarks.sharding_solvers --force"),
-        ("simulator_validation.md", _tables_and_bullets,
-         "Reference simulator against the scaling book", "python -m benchmarks.simulator_validation"),
-        ("expert_compile.md", _tables_and_bullets,
-         "Expert configurations of the full-size models compiled for v5e-8",
-         "python -m benchmarks.expert_compile"),
-        ("kv_overlap.md", _tables_and_bullets,
-         "Hiding the key/value all-gathers of context parallelism (Wan 2.1 14B sizes, v5e-16)",
-         "python -m benchmarks.kv_overlap"),
-        ("compiler_options.md", _tables_and_bullets,
-         "libtpu options against the best expert's exposed communication (Wan 2.1 14B)",
-         "python -m benchmarks.compiler_options"),
-        ("evidence_timing.md", _tables_and_bullets, "Trace, compile and parse times",
-         "python -m benchmarks.evidence_timing"),
-    ]
-    for fname, extract, title, cmd in results:
-        f = RES / fname
-        if not f.exists():
-            continue
-        md = f.read_text()
-        machine = next((l for l in md.splitlines() if l.lower().startswith("machine")), "")
-        out.append(f"### {title}\n\n{machine}\n\n{extract(md)}\n\n"
-                   f"Reproduce: `{cmd}` (full results: `benchmarks/results/{fname}`).")
-    return "\n\n".join(out)
+    cells = load_cells()
+    body = (grid_table(cells) if cells
+            else ["No grid cell has run yet (`python -m benchmarks.grid`)."])
+    return "\n".join(body + [""] + other_results())
 
 
-def main() -> int:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+def splice(text: str, body: str) -> str:
+    """``text`` with everything between the markers replaced by ``body``."""
     if START not in text or END not in text:
         raise SystemExit("README.md lacks the benchmark markers")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{section()}\n{END}{tail}")
-    print("README.md benchmark section regenerated")
+    return f"{head}{START}\n{body}\n{END}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 if README.md's results section is not what the results give")
+    args = ap.parse_args(argv)
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    new = splice(text, section())
+    if args.check:
+        if new != text:
+            print("README.md's results section is out of date: "
+                  "run python -m benchmarks.update_readme")
+            return 1
+        print("README.md's results section is up to date")
+        return 0
+    readme.write_text(new)
+    print("README.md results section regenerated")
     return 0
 
 
