@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
-from aoizora.extract.targets import ACCEPTED_FORMS, Target, TargetError, get_target
+from aoizora.extract.targets import Target, TargetError, get_target
 
 PLAN_FORMAT = "aoizora-plan/1"
 
@@ -40,9 +40,8 @@ class PlanError(ValueError):
 
 def plan_error(field: str, problem: str, source: str | None = None) -> PlanError:
     """The one-line error ``<field>: <problem>; <what to do>`` for a plan read from `source`."""
-    out = source or "plan.json"
-    fix = (f"fix it in {source} or make the plan again with: aoizora plan --out {out}"
-           if source else f"make the plan again with: aoizora plan --out {out}")
+    fix = (f"fix it in {source} or plan again: aoizora plan --out {source}" if source
+           else "plan again: aoizora plan --out FILE")
     return PlanError(f"{field}: {problem}; {fix}")
 
 
@@ -159,7 +158,9 @@ class PlanModel(_Strict):
 
 # -- checking ------------------------------------------------------------------------------------
 def field_path(loc: tuple) -> str:
-    """pydantic's error location as a path: ('layout', 'in_specs', 3) -> layout.in_specs[3]."""
+    """pydantic's error location as a path: ('layout', 'in_specs', 3) -> layout.in_specs[3];
+    a key that is not a Python name in brackets: ('layout', 'node_specs', '97.113') ->
+    layout.node_specs['97.113'] (others, field or key, after a dot: layout.rules.seq)."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -182,8 +183,9 @@ def validate_plan_json(d: Any, source: str | None = None) -> PlanModel:
         m = PlanModel.model_validate(d)
     except ValidationError as e:
         err = e.errors()[0]
-        what = err["msg"][:1].lower() + err["msg"][1:]
-        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r:.60})"
+        what = err["msg"].removeprefix("Value error, ")     # a message of ours: says the value
+        what = what[:1].lower() + what[1:]
+        got = "" if err["type"] in ("missing", "value_error") else f" (got {err.get('input')!r:.60})"
         raise plan_error(field_path(err["loc"]), what + got, source) from None
     tgt = _target(m, source)
     _check_mesh(m, tgt, source)
@@ -201,8 +203,8 @@ def _target(m: PlanModel, source: str | None) -> Target:
         try:
             return get_target(name)
         except TargetError:
-            raise plan_error(field, f"unknown target {name!r} (accepted forms: {ACCEPTED_FORMS})",
-                             source) from None
+            raise plan_error(field, f"unknown target {name!r}, not a slice that aoizora "
+                             f"targets lists (spelled e.g. v5e:2x4 or v5e-8)", source) from None
 
     tgt = get("target", m.target)
     key_tgt = get("key.target", m.key.target)
@@ -278,12 +280,12 @@ def _specs(layout: LayoutModel):
     for i, s in enumerate(layout.out_specs or []):
         yield f"layout.out_specs[{i}]", s or []
     for k, s in layout.node_specs.items():
-        yield f"layout.node_specs[{k!r}]", s
+        yield field_path(("layout", "node_specs", k)), s
     for k, a in layout.attention.items():
         for part in ("batch", "heads", "seq"):
-            yield f"layout.attention[{k!r}].{part}", [getattr(a, part)]
+            yield field_path(("layout", "attention", k, part)), [getattr(a, part)]
     for k, r in layout.rules.items():
-        yield f"layout.rules[{k!r}]", [r]
+        yield field_path(("layout", "rules", k)), [r]
 
 
 def _check_axes(field: str, spec: list, mesh: dict[str, int], source: str | None) -> None:
