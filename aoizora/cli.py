@@ -1,4 +1,10 @@
-"""The `aoizora` command line. Bad input: one line on stderr, exit code 2, no traceback."""
+"""The aoizora command line.
+
+Exit codes: 0 done; 1 only from check, when the plan fails a check (a real regression); 2 bad
+input, one line on stderr (aoizora: error: <field>: <what is wrong>; <what to do>) and no
+traceback. Input is checked before any work: a file to write (--out, --png) first, then every
+plan file read (aoizora.plan_schema; check reads its --baseline too), then the job is built,
+planned or compiled."""
 
 from __future__ import annotations
 
