@@ -2,7 +2,7 @@
 
 Exit codes: 0 done; 1 only from check, when the plan fails a check (a real regression); 2 bad
 input, one line on stderr (aoizora: error: <field>: <what is wrong>; <what to do>) and no
-traceback. Input is checked before any work: a file to write (--out, --png) first, then every
+traceback; 3 a fault of aoizora's own (with its traceback). Input is checked before any work: a file to write (--out, --png) first, then every
 plan file read (aoizora.plan_schema; check reads its --baseline too), then the job is built,
 planned or compiled."""
 
@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+import traceback
 
 
 class UsageError(Exception):
@@ -241,7 +242,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the plan still compiles for its target in its own device order, fits in HBM and
     its re-priced prediction has not regressed; 1 when it fails a check; 2 on bad input."""
-    from aoizora.extract.aot_compile import compiler_differences
+    from aoizora.extract.aot_compile import CompileError, compiler_differences
     from aoizora.extract.network import Network
     from aoizora.formulation.latency import predict_step
     from aoizora.planner import compile_layout
@@ -251,7 +252,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     base = load_plan(args.baseline) if args.baseline else None   # both read before compiling
     job = _job(args, p)
     p.check_key(program_key(job.fn, job.args, job.target.name), ignore_target=False)
-    ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
+    try:
+        ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
+    except CompileError as e:
+        print(f"FAIL: the plan no longer compiles for {job.target.name} in its device order: "
+              f"{str(e).splitlines()[0][:160]}")
+        return 1
     if not ev.memory.fits:
         print(f"FAIL: the plan no longer fits in HBM on {job.target.name}: {ev.memory.oom_message[:160]}")
         return 1
@@ -376,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("aoizora: interrupted", file=sys.stderr)
         return 130
+    except Exception:   # a fault of aoizora's, not the input's: 3, so that 1 stays a regression
+        traceback.print_exc()
+        print("aoizora: internal error (the traceback above); please report it", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

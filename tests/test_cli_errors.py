@@ -231,11 +231,35 @@ def test_out_is_checked_before_the_calibration_plan(tmp_path, capsys):
 
 def test_the_write_check_leaves_files_as_they_were(tmp_path, capsys):
     """Checking --out truncates nothing and leaves no empty file behind: with a valid path the
-    command goes on to build its job (refused here by no_jobs)."""
+    command goes on to build its job, which fails here (no_jobs): a fault that is not the
+    input's is exit 3 with its traceback, never 1."""
     kept = tmp_path / "kept.json"
     kept.write_text("earlier plan")
     new = tmp_path / "new.json"
     for out in (kept, new):
-        with pytest.raises(AssertionError, match="a job was built"):
-            main(["plan", "--quiet", "--out", str(out)])
+        assert main(["plan", "--quiet", "--out", str(out)]) == 3
+        err = capsys.readouterr().err
+        assert "AssertionError: a job was built" in err and "aoizora: internal error" in err
     assert kept.read_text() == "earlier plan" and not new.exists()
+
+
+def test_check_says_fail_when_the_plan_no_longer_compiles(tmp_path, capsys, monkeypatch):
+    """A compile error of the plan's own program is the regression check exists to catch:
+    exit 1 with a FAIL line (the job is the plan's program; the compile is made to fail)."""
+    import types
+
+    from aoizora import planner
+    from aoizora.extract.aot_compile import CompileError
+    from aoizora.extract.targets import get_target
+
+    job = types.SimpleNamespace(fn=_f, args=ARGS, target=get_target("v5e:2x4"))
+    monkeypatch.setattr(builtin, "builtin_job", lambda *a, **k: job)
+
+    def fail(*a, **k):
+        raise CompileError("RESOURCE_EXHAUSTED: a made-up compiler failure\nsecond line")
+    monkeypatch.setattr(planner, "compile_layout", fail)
+    code = main(["check", _write(tmp_path, _plan_json()), "--target", "v5e-8"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.startswith("FAIL: the plan no longer compiles for v5e:2x4 in its device order: "
+                          "RESOURCE_EXHAUSTED: a made-up compiler failure\n")
