@@ -175,7 +175,8 @@ def field_path(loc: tuple) -> str:
 def validate_plan_json(d: Any, source: str | None = None) -> PlanModel:
     """Check a plan's JSON (see the module docstring); a PlanError naming the first bad field."""
     if not isinstance(d, dict):
-        raise plan_error("(the plan)", f"a JSON object is expected, not a {type(d).__name__}", source)
+        raise plan_error("(the plan)", f"a JSON object is expected, not a {type(d).__name__}",
+                         source)
     if d.get("format") != PLAN_FORMAT:
         raise plan_error("format", f"{d.get('format')!r} is not an AoiZora plan "
                          f"(expected {PLAN_FORMAT!r})", source)
@@ -185,7 +186,8 @@ def validate_plan_json(d: Any, source: str | None = None) -> PlanModel:
         err = e.errors()[0]
         what = err["msg"].removeprefix("Value error, ")     # a message of ours: says the value
         what = what[:1].lower() + what[1:]
-        got = "" if err["type"] in ("missing", "value_error") else f" (got {err.get('input')!r:.60})"
+        said = err["type"] in ("missing", "value_error")
+        got = "" if said else f" (got {err.get('input')!r:.60})"
         raise plan_error(field_path(err["loc"]), what + got, source) from None
     tgt = _target(m, source)
     _check_mesh(m, tgt, source)
@@ -219,8 +221,8 @@ def _check_mesh(m: PlanModel, tgt: Target, source: str | None) -> None:
     n = math.prod(axes.values())
     if n != tgt.num_devices:
         raise plan_error("layout.mesh_axes", f"{axes} has {n} ranks but {tgt.name} has "
-                         f"{tgt.num_devices} devices; the sizes must multiply to "
-                         f"{tgt.num_devices}", source)
+                         f"{tgt.num_devices} devices (the sizes must multiply to "
+                         f"{tgt.num_devices})", source)
     if m.mesh is not None and list(m.mesh.items()) != list(axes.items()):
         raise plan_error("mesh", f"{m.mesh} is not the layout's mesh {axes} "
                          f"(layout.mesh_axes)", source)
@@ -230,7 +232,7 @@ def _check_device_order(order: list[int], tgt: Target, source: str | None) -> No
     n = tgt.num_devices
     if len(order) != n:
         raise plan_error("device_order", f"{len(order)} entries for the {n} devices of "
-                         f"{tgt.name}; it must be a permutation of 0..{n - 1}", source)
+                         f"{tgt.name} (a permutation of 0..{n - 1} is needed)", source)
     for i, d in enumerate(order):
         if d >= n:
             raise plan_error(f"device_order[{i}]", f"device {d} is not one of {tgt.name}'s "
@@ -238,7 +240,7 @@ def _check_device_order(order: list[int], tgt: Target, source: str | None) -> No
     dup = [d for d, k in Counter(order).items() if k > 1]
     if dup:
         raise plan_error("device_order", f"device {dup[0]} appears {Counter(order)[dup[0]]} "
-                         f"times; it must be a permutation of 0..{n - 1}", source)
+                         f"times (a permutation of 0..{n - 1} is needed)", source)
 
 
 def _check_device_coords(coords: list[list[int]], tgt: Target, source: str | None) -> None:

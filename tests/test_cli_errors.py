@@ -155,7 +155,8 @@ def test_a_tampered_plan_is_one_line_and_exit_2(tmp_path, capsys, command, case,
     assert code == 2
     assert len(err) == 1, err
     assert err[0].startswith(f"aoizora: error: {field}: "), err[0]
-    assert f"fix it in {path}" in err[0]
+    assert err[0].count("; ") == 1 and err[0].endswith(f"; fix it in {path} or plan again: "
+                                                       f"aoizora plan --out {path}"), err[0]
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))

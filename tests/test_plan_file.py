@@ -126,7 +126,8 @@ def test_loading_checks_the_plan_and_names_the_field(tmp_path):
     d["device_order"][3] = 1
     with pytest.raises(PlanError) as e:
         Plan.from_json(d)
-    assert str(e.value).startswith("device_order: device 1 appears 2 times; ")
+    assert str(e.value).startswith("device_order: device 1 appears 2 times (a permutation of 0..7 "
+                                   "is needed); ")
     path = tmp_path / "p.json"
     path.write_text(json.dumps(d))
     with pytest.raises(PlanError) as e:
