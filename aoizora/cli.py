@@ -1,11 +1,19 @@
-"""The `aoizora` command line. Bad input: one line on stderr, exit code 2, no traceback."""
+"""The aoizora command line.
+
+Exit codes: 0 done; 1 only from check, when the plan fails a check (a real regression); 2 bad
+input, one line on stderr (aoizora: error: <field>: <what is wrong>; <what to do>) and no
+traceback; 3 a fault of aoizora's own (with its traceback). Input is checked before any work: a file to write (--out, --png) first, then every
+plan file read (aoizora.plan_schema; check reads its --baseline too), then the job is built,
+planned or compiled."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import sys
+import traceback
 
 
 class UsageError(Exception):
@@ -32,6 +40,29 @@ def _number(kind: str, low: float, strict: bool):
 _POSITIVE = _number("float", 0, strict=True)    # --time-budget, --max-step-ms
 _COUNT = _number("int", 1, strict=False)        # --top-k
 _FRACTION = _number("float", 0, strict=False)   # --tolerance
+
+
+def check_writable(flag: str, path: str) -> None:
+    """A UsageError unless `path` can be written as a file: not a directory, in a directory that
+    exists, writable. Tried by opening it for append (nothing truncated; a file this check
+    created is removed again), so permissions, read-only file systems and root are all judged by
+    the system itself."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag}: {path!r} is a directory; give a file path, e.g. "
+                         f"{os.path.join(path, 'plan.json')}")
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise UsageError(f"{flag}: {parent!r} (where {path!r} would go) is not an existing "
+                         f"directory; create it or give another path")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{flag}: {path!r} cannot be written ({e.strerror}); give a "
+                         f"writable path") from None
+    if not existed:
+        os.remove(path)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -100,6 +131,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from aoizora.progress import ConsoleProgress, Progress
     from aoizora.report import format_plan
 
+    if args.out:
+        check_writable("--out", args.out)
     calibration = None
     if args.calibration:
         from aoizora.plans import load_plan
@@ -131,6 +164,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     from aoizora.plans import load_plan
     from aoizora.report import format_plan
 
+    if args.png:
+        check_writable("--png", args.png)
     p = load_plan(args.plan)
     if args.json:
         print(json.dumps(_plan_json(p), indent=1))
@@ -149,16 +184,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from aoizora.extract.network import default_device_order
     from aoizora.models.experts import expert_layouts
     from aoizora.planner import compile_layout
+    from aoizora.plans import load_plan, program_key
 
-    job = _job(args)
-    if args.plan:
-        from aoizora.plans import load_plan
-
-        p = load_plan(args.plan)
-        job = _job(args, p)
+    p = load_plan(args.plan) if args.plan else None     # checked before anything is built
+    job = _job(args, p)
+    if p is not None:
         fn, fargs, layout, order = job.fn, job.args, p.layout, p.device_order
-        from aoizora.plans import program_key
-
         p.check_key(program_key(fn, fargs, job.target.name), ignore_target=False)
         what = f"plan {args.plan}"
     else:
@@ -182,14 +213,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from aoizora.compare import compare
+    from aoizora.plans import load_plan, program_key
     from aoizora.progress import ConsoleProgress, Progress
 
+    plan = load_plan(args.plan) if args.plan else None  # checked before anything is built
     job = _job(args)
-    plan = None
-    if args.plan:
-        from aoizora.plans import load_plan, program_key
-
-        plan = load_plan(args.plan)
+    if plan is not None:
         pjob = _job(args, plan)
         plan.check_key(program_key(pjob.fn, pjob.args, pjob.target.name), ignore_target=False)
     prog = Progress() if args.quiet else ConsoleProgress()
@@ -213,23 +242,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 when the plan still compiles for its target in its own device order, fits in HBM and
     its re-priced prediction has not regressed; 1 when it fails a check; 2 on bad input."""
-    from aoizora.extract.aot_compile import compiler_differences
+    from aoizora.extract.aot_compile import CompileError, compiler_differences
     from aoizora.extract.network import Network
     from aoizora.formulation.latency import predict_step
     from aoizora.planner import compile_layout
     from aoizora.plans import load_plan, program_key
 
     p = load_plan(args.plan)
+    base = load_plan(args.baseline) if args.baseline else None   # both read before compiling
     job = _job(args, p)
     p.check_key(program_key(job.fn, job.args, job.target.name), ignore_target=False)
-    ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
+    try:
+        ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
+    except CompileError as e:
+        print(f"FAIL: the plan no longer compiles for {job.target.name} in its device order: "
+              f"{str(e).splitlines()[0][:160]}")
+        return 1
     if not ev.memory.fits:
         print(f"FAIL: the plan no longer fits in HBM on {job.target.name}: {ev.memory.oom_message[:160]}")
         return 1
     q = predict_step(ev, p.device_order, Network.from_target(job.target))
     limit, what = None, ""
-    if args.baseline:
-        base = load_plan(args.baseline)
+    if base is not None:
         limit = base.predicted["step_s"] * (1 + args.tolerance)
         what = f"baseline {base.predicted['step_s'] * 1e3:.3f} ms + {100 * args.tolerance:g}%"
     if args.max_step_ms is not None:
@@ -348,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("aoizora: interrupted", file=sys.stderr)
         return 130
+    except Exception:   # a fault of aoizora's, not the input's: 3, so that 1 stays a regression
+        traceback.print_exc()
+        print("aoizora: internal error (the traceback above); please report it", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

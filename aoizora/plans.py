@@ -15,13 +15,10 @@ from typing import Any, Callable
 
 from aoizora.formulation.calibration import Calibration, CalibrationError
 from aoizora.formulation.layout import Layout, Spec
+from aoizora.plan_schema import PLAN_FORMAT, PlanError, plan_error, validate_plan_json
 from aoizora.solvers.certificate import Certificate
 
-PLAN_FORMAT = "aoizora-plan/1"
-
-
-class PlanError(ValueError):
-    """A plan file that cannot be read, or a plan applied to the wrong program or target."""
+__all__ = ["PLAN_FORMAT", "Plan", "PlanError", "PlanKey", "load_plan", "program_key"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,32 +180,31 @@ class Plan:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Plan":
-        if not isinstance(d, dict) or d.get("format") != PLAN_FORMAT:
-            raise PlanError(f"not an AoiZora plan (expected format {PLAN_FORMAT!r})")
+    def from_json(cls, d: Any, source: str | None = None) -> "Plan":
+        """The plan of a JSON object, checked first (``plan_schema.validate_plan_json``): a
+        PlanError naming the first bad field; `source` (the file) goes into its advice."""
+        validate_plan_json(d, source)
         try:
-            return cls(
-                key=PlanKey.from_json(d["key"]), target=d["target"],
-                layout=Layout.from_json(d["layout"]),
-                device_order=[int(v) for v in d["device_order"]],
-                device_coords=[tuple(int(x) for x in c) for c in d["device_coords"]],
-                predicted=dict(d["predicted"]),
-                certificates={k: Certificate.from_json(v) for k, v in d["certificates"].items()},
-                iterations=list(d.get("iterations", [])),
-                planning_time_s=float(d.get("planning_time_s", 0.0)),
-                layout_in_words=list(d.get("layout_in_words", [])),
-                fits_hbm=d.get("fits_hbm"), hbm_bytes_per_device=d.get("hbm_bytes_per_device"),
-                status=d.get("status", ""), notes=list(d.get("notes", [])),
-                program=dict(d.get("program", {})),
-                calibration=(Calibration.from_json(d["calibration"])
-                             if d.get("calibration") is not None else None),
-                time_limited=[str(w) for w in d.get("time_limited", [])],
-                compiler={str(k): str(v) for k, v in d.get("compiler", {}).items()},
-            )
+            calibration = (Calibration.from_json(d["calibration"])
+                           if d.get("calibration") is not None else None)
         except CalibrationError as e:
-            raise PlanError(f"corrupt plan: {e}") from None
-        except (KeyError, TypeError, ValueError) as e:
-            raise PlanError(f"corrupt plan: missing or malformed field {e}; re-run aoizora plan") from e
+            raise plan_error("calibration", str(e).split(";")[0], source) from None
+        return cls(
+            key=PlanKey.from_json(d["key"]), target=d["target"],
+            layout=Layout.from_json(d["layout"]),
+            device_order=[int(v) for v in d["device_order"]],
+            device_coords=[tuple(int(x) for x in c) for c in d["device_coords"]],
+            predicted=dict(d["predicted"]),
+            certificates={k: Certificate.from_json(v) for k, v in d["certificates"].items()},
+            iterations=list(d.get("iterations", [])),
+            planning_time_s=float(d.get("planning_time_s", 0.0)),
+            layout_in_words=list(d.get("layout_in_words", [])),
+            fits_hbm=d.get("fits_hbm"), hbm_bytes_per_device=d.get("hbm_bytes_per_device"),
+            status=d.get("status", ""), notes=list(d.get("notes", [])),
+            program=dict(d.get("program", {})), calibration=calibration,
+            time_limited=[str(w) for w in d.get("time_limited", [])],
+            compiler={str(k): str(v) for k, v in d.get("compiler", {}).items()},
+        )
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -216,16 +212,25 @@ class Plan:
 
 
 def load_plan(path: str) -> Plan:
-    """Read a plan saved by Plan.save; a clear PlanError for a missing, corrupt or foreign file."""
+    """Read and check a plan saved by Plan.save; a one-line PlanError for a missing, unreadable,
+    non-JSON or invalid file (``<field>: <what is wrong>; <what to do>``)."""
+    redo = f"make one with: aoizora plan --out {path}"
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             d = json.load(f)
     except FileNotFoundError:
-        raise PlanError(f"no plan file at {path!r}; make one with: aoizora plan --out {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PlanError(f"corrupt plan file {path!r}: not JSON ({e.__class__.__name__} at "
-                        f"{getattr(e, 'pos', '?')}); re-run aoizora plan --out {path}") from None
-    return Plan.from_json(d)
+        raise PlanError(f"{path}: no plan file there; {redo}") from None
+    except IsADirectoryError:
+        raise PlanError(f"{path}: a directory, not a plan file; give a file from aoizora "
+                        f"plan --out") from None
+    except OSError as e:
+        raise PlanError(f"{path}: cannot be read ({e.strerror}); check its permissions") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                        f"{redo}") from None
+    except UnicodeDecodeError as e:
+        raise PlanError(f"{path}: not JSON (not UTF-8 text at byte {e.start}); {redo}") from None
+    return Plan.from_json(d, source=path)
 
 
 def _pspec(spec: Spec | None):

@@ -54,12 +54,12 @@ def test_a_plan_file_with_a_corrupt_calibration_is_a_plan_error(tmp_path):
     d = {"format": "aoizora-plan/1", "key": {"fingerprint": "f", "input_shapes": [],
                                              "target": "v5e:2x4"},
          "target": "v5e:2x4", "layout": {"mesh_axes": {"x": 8}, "in_specs": []},
-         "device_order": list(range(8)), "device_coords": [[i, 0] for i in range(8)],
-         "predicted": {}, "certificates": {}, "calibration": {"target": "v5e:2x4",
-                                                             "kind_pool": {"x": "y"}}}
+         "device_order": list(range(8)), "device_coords": [[i % 2, i // 2] for i in range(8)],
+         "predicted": {"step_s": 1e-3, "compute_s": 1e-3, "communication_s": 0.0},
+         "certificates": {}, "calibration": {"target": "v5e:2x4", "kind_pool": {"x": "y"}}}
     f = tmp_path / "plan.json"
     f.write_text(json.dumps(d))
-    with pytest.raises(PlanError, match="corrupt plan: malformed calibration"):
+    with pytest.raises(PlanError, match="^calibration: malformed calibration"):
         load_plan(str(f))
     d["calibration"] = None
     f.write_text(json.dumps(d))

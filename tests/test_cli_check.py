@@ -45,4 +45,4 @@ def test_check_says_when_the_compiler_is_not_the_plans(plan_file):
 def test_check_refuses_a_corrupt_plan(plan_file):
     (plan_file / "bad.json").write_text('{"format": "aoizora-plan/1", "key": ')
     r = _cli("check", "bad.json", *JOB, cwd=plan_file)
-    assert r.returncode == 2 and "corrupt plan file" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "bad.json: not JSON" in r.stderr and "Traceback" not in r.stderr

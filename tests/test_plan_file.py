@@ -8,6 +8,7 @@ import pytest
 
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora import time_limits
+from aoizora.plan_schema import field_path, validate_plan_json
 from aoizora.plans import Plan, PlanError, load_plan, program_key
 from aoizora.report import format_plan
 from aoizora.solvers.certificate import Certificate
@@ -52,7 +53,7 @@ def test_make_mesh_keeps_the_permutation_on_cpu_devices():
 @pytest.mark.parametrize("content,match", [
     ("{not json", "not JSON"),
     (json.dumps({"format": "something-else"}), "not an AoiZora plan"),
-    (json.dumps({"format": "aoizora-plan/1", "target": "v5e:2x4"}), "corrupt plan"),
+    (json.dumps({"format": "aoizora-plan/1", "target": "v5e:2x4"}), "^key: field required"),
 ])
 def test_corrupt_files_are_clear_errors(tmp_path, content, match):
     path = tmp_path / "bad.json"
@@ -62,7 +63,7 @@ def test_corrupt_files_are_clear_errors(tmp_path, content, match):
 
 
 def test_missing_file():
-    with pytest.raises(PlanError, match="no plan file"):
+    with pytest.raises(PlanError, match="^/nonexistent/plan.json: no plan file"):
         load_plan("/nonexistent/plan.json")
 
 
@@ -116,3 +117,53 @@ def test_a_plan_names_the_compiler_that_priced_it(tmp_path, monkeypatch):
     old = Plan.from_json(d)
     assert old.compiler == {} and compiler_differences(old.compiler) == []
     assert "compiled by" not in format_plan(old)
+
+
+def test_loading_checks_the_plan_and_names_the_field(tmp_path):
+    """Plan.from_json and load_plan both check; the error is one line naming the field and the
+    file, and the plan's other fields are not needed to say so."""
+    d = _plan().to_json()
+    d["device_order"][3] = 1
+    with pytest.raises(PlanError) as e:
+        Plan.from_json(d)
+    assert str(e.value).startswith("device_order: device 1 appears 2 times (a permutation of 0..7 "
+                                   "is needed); ")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(PlanError) as e:
+        load_plan(str(path))
+    msg = str(e.value)
+    assert "\n" not in msg and f"fix it in {path}" in msg
+
+
+def test_a_plan_as_saved_by_the_planner_passes():
+    """The committed plan of the default job (the planner's own output) is valid as it is."""
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "benchmarks/results/plan_wan2.1-1.3b_480p-81f_v5e-8.json"
+    p = load_plan(str(path))
+    assert p.target == "v5e:2x4" and sorted(p.device_order) == list(range(8))
+
+
+def test_v4_counts_devices_not_chips():
+    """v4 shows two devices per chip: the order covers 16 devices of the 8-chip 2x2x2 slice and
+    each chip's coordinates appear twice; a mesh of 8 (the chip count) is refused."""
+    d = _plan().to_json()
+    chips = [(i % 2, (i // 2) % 2, i // 4) for i in range(8)]
+    d["target"] = d["key"]["target"] = "v4:2x2x2"
+    d["mesh"] = d["layout"]["mesh_axes"] = {"x": 4, "y": 4}
+    d["device_order"] = list(range(16))
+    d["device_coords"] = [list(chips[r // 2]) for r in range(16)]
+    validate_plan_json(d)
+    d["device_coords"][1] = list(chips[1])
+    with pytest.raises(PlanError, match=r"^device_coords: chip \[0, 0, 0\] is given for 1 entries, v4:2x2x2 has 2"):
+        validate_plan_json(d)
+    d["mesh"] = d["layout"]["mesh_axes"] = {"x": 2, "y": 4}
+    with pytest.raises(PlanError, match="^layout.mesh_axes: .* 8 ranks but v4:2x2x2 has 16 devices"):
+        validate_plan_json(d)
+
+
+def test_field_paths():
+    assert field_path(("layout", "in_specs", 3, 0)) == "layout.in_specs[3][0]"
+    assert field_path(("layout", "node_specs", "97.113")) == "layout.node_specs['97.113']"
+    assert field_path(()) == "(the plan)"

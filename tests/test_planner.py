@@ -213,7 +213,7 @@ def test_cli_corrupt_plan_file(tmp_path):
     bad = tmp_path / "plan.json"
     bad.write_text('{"format": "aoizora-plan/1", "key": ')
     r = _cli("show", str(bad))
-    assert r.returncode == 2 and "corrupt plan file" in r.stderr
+    assert r.returncode == 2 and f"{bad}: not JSON" in r.stderr
 
 
 def test_a_seed_layout_with_its_own_program_is_priced_and_recorded(small):
