@@ -1,6 +1,6 @@
 """A ``hint`` only names dims: the same program with and without hints gives the same IR (but for
 the names), the same ILP layouts and Q1, and -- compiled for a TPU slice -- the same collectives.
-The program is a joint text+video DiT (``tests/joint_dit.py``) whose concatenations and slices
+The program is a joint text+video DiT (``benchmarks/joint_dit.py``) whose concatenations and slices
 along the hinted sequence dim once made hinted plans compile to different programs."""
 
 import collections
@@ -12,7 +12,7 @@ from aoizora.extract.program_ir import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.solvers.sharding import solve_sharding
 
-from joint_dit import make
+from benchmarks.joint_dit import make
 
 MESHES = ({"x": 8}, {"x": 2, "y": 4}, {"x": 2, "y": 2, "z": 2})
 
