@@ -2,7 +2,7 @@
 
 ``solve_placement`` runs named stages in a fixed order, each returning what it found with its
 bound (``StageBound``: seconds, source, scope); the certificate is assembled in one place
-(``_certify``) from the answer the last stage run gives (``_Answer``):
+(``_certify``) from the answer the last stage run gives (``StageAnswer``):
 
   1. ``analytic_stage``: the bound that needs no solver (``formulation.placement_bounds``);
   2. ``incumbent_stage``: the hint and the axis orders (``solvers.axis_orders``) priced by Q2's
@@ -189,7 +189,7 @@ class StageBound(NamedTuple):
 
 
 @dataclasses.dataclass
-class _Answer:
+class StageAnswer:
     """What a stage answers: the placement (None: no solution), its status, the bound reported,
     and Q2 of the placement when the stage computed it."""
     placement: Sequence[int] | None
@@ -204,7 +204,7 @@ def _meets(objective_s: float, bound_s: float) -> bool:
 
 
 @dataclasses.dataclass
-class _Run:
+class PlacementRun:
     """One call of ``solve_placement``: its inputs, clock start, work budget, traffic model,
     the certificate's ``detail`` being filled, and the trace (seconds since start, best
     objective in seconds)."""
@@ -222,7 +222,7 @@ class _Run:
 
     @classmethod
     def start(cls, evidence: Evidence, network: Network, time_limit_s: float, seed: int,
-              workers: int, options: PlacementOptions) -> "_Run":
+              workers: int, options: PlacementOptions) -> "PlacementRun":
         t0 = time.perf_counter()
         return cls(evidence, network, time_limit_s, seed, workers, options, t0,
                    WorkBudget.for_limit(time_limit_s, start=t0), TrafficModel(evidence, network),
@@ -242,7 +242,7 @@ class _Run:
 
 
 @dataclasses.dataclass(frozen=True)
-class _ModelPlan:
+class ModelPlan:
     """Whether the CP-SAT model is built: ``variables`` its estimated size; ``fallback`` over
     ``max_model_variables``; ``no_time`` its build and least solve do not fit in what the warm
     start leaves of the limit."""
@@ -260,7 +260,10 @@ class _ModelPlan:
         return self.fallback or self.no_time
 
 
-def _model_plan(run: _Run) -> _ModelPlan:
+def model_plan(run: PlacementRun) -> ModelPlan:
+    """The model's estimated size (``estimated_variables``; 0 with several devices per chip),
+    fallback = size > max_model_variables, no_time = (1 - WARM_START_SHARE) time_limit_s <
+    size BUILD_S_PER_VARIABLE + MIN_SOLVE_S."""
     one_per_chip = run.network.num_devices == run.network.num_chips
     o = run.options
     nvars = (estimated_variables(run.evidence, run.network, o.formulation)[1] if one_per_chip
@@ -270,7 +273,7 @@ def _model_plan(run: _Run) -> _ModelPlan:
     # no time to build and solve the model after the warm start: the same heuristic path
     no_time = (one_per_chip and not fallback and (1 - WARM_START_SHARE) * run.time_limit_s
                < nvars * BUILD_S_PER_VARIABLE + MIN_SOLVE_S)
-    return _ModelPlan(one_per_chip, nvars, fallback, no_time)
+    return ModelPlan(one_per_chip, nvars, fallback, no_time)
 
 
 @dataclasses.dataclass
@@ -295,7 +298,7 @@ class Incumbent:
 
 
 # -- stages -------------------------------------------------------------------------------------
-def analytic_stage(run: _Run) -> StageBound:
+def analytic_stage(run: PlacementRun) -> StageBound:
     """Stage 1: sum_p count_p max(0, lb[p] / W - O_p) (``formulation.placement_bounds``), valid
     over every placement."""
     pbs = placement_bounds.phase_link_lower_bounds(run.evidence, run.network, run.tm)
@@ -305,7 +308,7 @@ def analytic_stage(run: _Run) -> StageBound:
     return StageBound(analytic_s, "analytic", SCOPE_SETS)
 
 
-def incumbent_stage(run: _Run, hint: Sequence[int] | None, plan: _ModelPlan) -> Incumbent:
+def incumbent_stage(run: PlacementRun, hint: Sequence[int] | None, plan: ModelPlan) -> Incumbent:
     """Stage 2: the hint, then the axis orders until their clock share (WARM_START_SHARE of the
     limit, FALLBACK_WARM_START_SHARE on the heuristic path) ends; the least cost is the
     incumbent (the hint on ties)."""
@@ -346,8 +349,8 @@ def incumbent_stage(run: _Run, hint: Sequence[int] | None, plan: _ModelPlan) -> 
     return inc
 
 
-def heuristic_stage(run: _Run, inc: Incumbent, plan: _ModelPlan,
-                    analytic: StageBound) -> _Answer:
+def heuristic_stage(run: PlacementRun, inc: Incumbent, plan: ModelPlan,
+                    analytic: StageBound) -> StageAnswer:
     """Stage 3 (no CP-SAT model: too large, or no time to build it): annealing over swaps from
     the incumbent for the rest of the limit; the bound is the analytic one."""
     detail, o = run.detail, run.options
@@ -379,11 +382,11 @@ def heuristic_stage(run: _Run, inc: Incumbent, plan: _ModelPlan,
             best = np.asarray(sa.placement, dtype=np.int64)
     q2 = predict_step(run.evidence, best, run.network, run.tm)
     status = "OPTIMAL" if _meets(q2.communication_s, analytic.seconds) else "FEASIBLE"
-    return _Answer(best, status, analytic, q2)
+    return StageAnswer(best, status, analytic, q2)
 
 
 @dataclasses.dataclass
-class _SplitOutcome:
+class SplitOutcome:
     """Stage 4's result: the split proof (None: not run), its bound, and, when it proved the
     incumbent optimal over every placement, level 1's record (``done``)."""
     proof: SplitResult | None
@@ -396,7 +399,8 @@ class _SplitOutcome:
                 and model_cost_units(pm, chips) <= self.proof.bound_units)
 
 
-def split_stage(run: _Run, pm: PlacementModel, inc: Incumbent, slack_s: float) -> _SplitOutcome:
+def split_stage(run: PlacementRun, pm: PlacementModel, inc: Incumbent,
+                slack_s: float) -> SplitOutcome:
     """Stage 4: the split proof over every placement (``solvers.placement_split``) within
     ``split_share`` of the work left, when the joint model is not "sets". A better placement it
     finds becomes the incumbent; its bound is a constraint comm >= it of the joint model."""
@@ -411,7 +415,7 @@ def split_stage(run: _Run, pm: PlacementModel, inc: Incumbent, slack_s: float) -
             sp = split_proof(pm, hint_chips, run.budget.child(o.split_share * run.budget.left()),
                              run.seed, o.log)
     if sp is None:
-        return _SplitOutcome(None, None, None)
+        return SplitOutcome(None, None, None)
     split_s = max(0.0, pm.comm_seconds(sp.bound_units) - slack_s)
     detail["split"] = dict(sp.rows, bound_s=split_s, proven=sp.proven,
                            objective_s=pm.comm_seconds(sp.cost_units))
@@ -430,7 +434,7 @@ def split_stage(run: _Run, pm: PlacementModel, inc: Incumbent, slack_s: float) -
             f"split on the chip set of ranks {list(sp.group)}: every class of placements "
             "closed by its bound or its pinned model: the incumbent is optimal over every "
             "placement")
-    out = _SplitOutcome(sp, StageBound(split_s, "split", SCOPE_SETS), None)
+    out = SplitOutcome(sp, StageBound(split_s, "split", SCOPE_SETS), None)
     if sp.proven and out.optimal(pm, inc.chips(net)):
         out.done = {"status": "OPTIMAL", "objective_units": sp.cost_units,
                     "bound_units": sp.bound_units, "by": "split", "done_at_s": run.elapsed()}
@@ -438,7 +442,7 @@ def split_stage(run: _Run, pm: PlacementModel, inc: Incumbent, slack_s: float) -
     return out
 
 
-def decomposition_stage(run: _Run, pm: PlacementModel, inc: Incumbent,
+def decomposition_stage(run: PlacementRun, pm: PlacementModel, inc: Incumbent,
                         analytic: StageBound) -> StageBound:
     """Stage 5: the decomposition bound (``solvers.placement_decomposition``) within
     ``decomposition_share`` of the work budget; the analytic bound when it does not run."""
@@ -453,7 +457,7 @@ def decomposition_stage(run: _Run, pm: PlacementModel, inc: Incumbent,
     return StageBound(dec_s, "decomposition", dec_scope)
 
 
-def _hint_joint_model(run: _Run, pm: PlacementModel, inc: Incumbent) -> None:
+def _hint_joint_model(run: PlacementRun, pm: PlacementModel, inc: Incumbent) -> None:
     """Hint the joint model with the incumbent, or, when the model cannot represent it (a ring
     group off any cycle / path), with the cheapest priced placement it can represent."""
     hint_chips = inc.chips(run.network)
@@ -485,7 +489,7 @@ class _Trace(cp_model.CpSolverSolutionCallback):
 
 
 @dataclasses.dataclass
-class _JointOutcome:
+class JointOutcome:
     """Stage 6's result: CP-SAT's status code and name, its level-1 bound (None when it proved
     nothing), the chip per rank of its last solution (None: none) and each level's value."""
     code: int
@@ -495,7 +499,8 @@ class _JointOutcome:
     level_values: dict
 
 
-def joint_stage(run: _Run, pm: PlacementModel, inc: Incumbent, slack_s: float) -> _JointOutcome:
+def joint_stage(run: PlacementRun, pm: PlacementModel, inc: Incumbent,
+                slack_s: float) -> JointOutcome:
     """Stage 6: the joint model minimising level 1 with the work left, hinted
     (``_hint_joint_model``); then, when level 1 is proven and ``lexicographic``, the
     tie-break levels (``tie_break_levels``)."""
@@ -514,7 +519,7 @@ def joint_stage(run: _Run, pm: PlacementModel, inc: Incumbent, slack_s: float) -
     detail["joint_bound_s"] = joint_s
     bound = StageBound(joint_s, "joint CP-SAT", pm.scope) if joint_s is not None else None
     if status not in ("OPTIMAL", "FEASIBLE"):
-        return _JointOutcome(st, status, bound, None, {})
+        return JointOutcome(st, status, bound, None, {})
     best = [int(v) for v in solution_chips(solver, pm)]
     level_values = {"comm": solver.ObjectiveValue()}
     detail["levels"]["comm"] = {"status": status, "objective_units": solver.ObjectiveValue(),
@@ -522,10 +527,10 @@ def joint_stage(run: _Run, pm: PlacementModel, inc: Incumbent, slack_s: float) -
                                 "done_at_s": run.elapsed()}
     if run.options.lexicographic and status == "OPTIMAL":
         best = tie_break_levels(run, pm, best, level_values)
-    return _JointOutcome(st, status, bound, best, level_values)
+    return JointOutcome(st, status, bound, best, level_values)
 
 
-def tie_break_levels(run: _Run, pm: PlacementModel, best: list[int],
+def tie_break_levels(run: PlacementRun, pm: PlacementModel, best: list[int],
                      level_values: dict) -> list[int]:
     """Levels 2 and 3 (``LEVELS``) in turn, each with the earlier levels fixed at their values
     (<=) and the work left, hinted with the last solution `best`; stops at the first level not
@@ -562,7 +567,8 @@ def tie_break_levels(run: _Run, pm: PlacementModel, best: list[int],
     return best
 
 
-def _best_bound(run: _Run, pm: PlacementModel, bounds: list[StageBound | None]) -> StageBound:
+def _best_bound(run: PlacementRun, pm: PlacementModel,
+                bounds: list[StageBound | None]) -> StageBound:
     """The largest bound valid over the joint model's scope (ties: the one over every
     placement); records the largest over every placement as ``bound_every_placement_s``.
     `bounds`: analytic first; None where a stage gave none."""
@@ -572,8 +578,8 @@ def _best_bound(run: _Run, pm: PlacementModel, bounds: list[StageBound | None]) 
     return best
 
 
-def _joint_answer(run: _Run, pm: PlacementModel, inc: Incumbent, joint: _JointOutcome,
-                  split: _SplitOutcome, bound: StageBound) -> _Answer:
+def _joint_answer(run: PlacementRun, pm: PlacementModel, inc: Incumbent, joint: JointOutcome,
+                  split: SplitOutcome, bound: StageBound) -> StageAnswer:
     """The answer from the joint model's solution, the incumbent and the bound: the incumbent
     when CP-SAT reported no solution or when it is better by Q2; OPTIMAL when the split proved
     the answer optimal or its objective meets `bound`; FEASIBLE when the model's objective and
@@ -584,11 +590,11 @@ def _joint_answer(run: _Run, pm: PlacementModel, inc: Incumbent, joint: _JointOu
             detail["notes"].append("the CP-SAT model is infeasible (a modelling error: every "
                                    "placement is feasible)")
         if inc.placement is None:
-            return _Answer(None, joint.status, bound)
+            return StageAnswer(None, joint.status, bound)
         detail["notes"].append("no solution reported in the time limit: the incumbent "
                                f"({inc.source}) returned")
         detail["model_objective_s"] = None
-        return _Answer(inc.placement, "OPTIMAL" if split.optimal(pm, inc.chips(net))
+        return StageAnswer(inc.placement, "OPTIMAL" if split.optimal(pm, inc.chips(net))
                        else "FEASIBLE", bound)
     if split.done is not None:
         # proven by the split before the joint solve (which then gives the tie-break levels a
@@ -612,14 +618,15 @@ def _joint_answer(run: _Run, pm: PlacementModel, inc: Incumbent, joint: _JointOu
         detail["notes"].append(f"the incumbent ({inc.source}) is better by Q2: returned")
         st_inc = ("OPTIMAL" if split.optimal(pm, inc.chips(net))
                   else "FEASIBLE" if inc.cost[0] > bound.seconds * (1 + MEETS_REL) else status)
-        return _Answer(inc.placement, st_inc, bound)
+        return StageAnswer(inc.placement, st_inc, bound)
     if status == "FEASIBLE" and (_meets(q2.communication_s, bound.seconds)
                                  or split.optimal(pm, joint.chips)):
         status = "OPTIMAL"           # the incumbent meets a proven bound (decomposition / analytic)
-    return _Answer(placement, status, bound, q2)
+    return StageAnswer(placement, status, bound, q2)
 
 
-def _certify(run: _Run, inc: Incumbent, answer: _Answer, analytic: StageBound) -> PlacementResult:
+def _certify(run: PlacementRun, inc: Incumbent, answer: StageAnswer,
+             analytic: StageBound) -> PlacementResult:
     """The certificate of `answer`, in one place: objective = Q2's ``communication_s`` of the
     placement, bound = min(the answer's bound, the objective), ``detail`` with the bound's
     source and scope and the work budget's record (CP-SAT runs), the solver named by the method
@@ -656,16 +663,16 @@ def solve_placement(evidence: Evidence, network: Network, time_limit_s: float = 
     `options` (``PlacementOptions``; default: its defaults): warm start, split, decomposition,
     tie-break levels, formulation, variable cap. The answer is never worse by Q2's cost than the
     incumbent (the hint and the axis orders priced)."""
-    run = _Run.start(evidence, network, time_limit_s, seed, workers,
+    run = PlacementRun.start(evidence, network, time_limit_s, seed, workers,
                      options if options is not None else PlacementOptions())
     analytic = analytic_stage(run)
-    plan = _model_plan(run)
+    plan = model_plan(run)
     inc = incumbent_stage(run, hint, plan)
     return _certify(run, inc, _solve_stages(run, inc, plan, analytic), analytic)
 
 
-def _solve_stages(run: _Run, inc: Incumbent, plan: _ModelPlan,
-                  analytic: StageBound) -> _Answer:
+def _solve_stages(run: PlacementRun, inc: Incumbent, plan: ModelPlan,
+                  analytic: StageBound) -> StageAnswer:
     """Stages 2 (its early answer) to 6 in order; the answer of the first that settles it."""
     detail, o = run.detail, run.options
     if inc.placement is not None and _meets(inc.cost[0], analytic.seconds):
@@ -674,7 +681,7 @@ def _solve_stages(run: _Run, inc: Incumbent, plan: _ModelPlan,
                                "placement")
         detail["levels"]["comm"] = {"status": "OPTIMAL", "by": "analytic bound",
                                     "done_at_s": run.elapsed()}
-        return _Answer(inc.placement, "OPTIMAL", analytic)
+        return StageAnswer(inc.placement, "OPTIMAL", analytic)
     detail["estimated_build_s"] = plan.build_s
     if plan.heuristic and inc.placement is not None:
         return heuristic_stage(run, inc, plan, analytic)
@@ -687,7 +694,7 @@ def _solve_stages(run: _Run, inc: Incumbent, plan: _ModelPlan,
             f"{run.budget.wall_left():.2f} s left, building the CP-SAT model "
             f"(~{plan.variables:,} variables) takes ~{plan.build_s:.1f} s: the incumbent "
             f"({inc.source}) returned")
-        return _Answer(inc.placement, "OPTIMAL" if _meets(inc.cost[0], analytic.seconds)
+        return StageAnswer(inc.placement, "OPTIMAL" if _meets(inc.cost[0], analytic.seconds)
                        else "FEASIBLE", analytic)
     pm = PlacementModel(run.evidence, run.network, formulation=o.formulation,
                         symmetry_breaking=o.symmetry_breaking)
@@ -702,7 +709,7 @@ def _solve_stages(run: _Run, inc: Incumbent, plan: _ModelPlan,
         detail["method"] = f"CP-SAT (split; {pm.formulation} model not solved)"
         detail["model_objective_s"] = pm.comm_seconds(split.proof.cost_units)
         detail["bound_every_placement_s"] = split.bound.seconds
-        return _Answer(inc.placement, "OPTIMAL", split.bound)
+        return StageAnswer(inc.placement, "OPTIMAL", split.bound)
     dec = (decomposition_stage(run, pm, inc, analytic)
            if o.decomposition and not (split.proof is not None and split.proof.proven)
            else StageBound(analytic.seconds, "decomposition", SCOPE_SETS))
