@@ -331,3 +331,9 @@ def test_an_incumbent_at_the_analytic_bound_records_the_link_load_level_proven(n
     assert c.detail["levels"]["comm"]["status"] == "OPTIMAL"
     assert set(c.detail["levels"]) < set(LEVELS)
     assert time_limits.placement("p", c) == []
+
+
+def test_placement_options_reject_a_share_outside_0_1():
+    with pytest.raises(ValueError, match="split_share must be in"):
+        PlacementOptions(split_share=1.5)
+    assert PlacementOptions().decomposition_share == 0.1 and PlacementOptions().split_share == 0.8
