@@ -222,7 +222,7 @@ def level1_proof(target: str, limit_s: float = 60.0) -> dict:
     import os
 
     from aoizora.extract.targets import get_target
-    from aoizora.solvers.placement import solve_placement
+    from aoizora.solvers.placement import PlacementOptions, solve_placement
 
     _, ev = load_instance(target)
     t = get_target(target)
@@ -231,7 +231,7 @@ def level1_proof(target: str, limit_s: float = 60.0) -> dict:
     la0 = list(os.getloadavg())
     c0 = time.process_time()
     res = solve_placement(ev, net, time_limit_s=limit_s, seed=0, workers=1, hint=d,
-                          lexicographic=False)
+                          options=PlacementOptions(lexicographic=False))
     cpu = time.process_time() - c0
     c = res.certificate
     return {"limit_s": limit_s, "status": c.status, "objective_s": c.objective,

@@ -31,8 +31,8 @@ slices with several devices per chip every lb[p] is 0):
         middle 2 each way; a scattered tour sends >= 2 units), coef_c for a pair, (n - 1) coef_c
         for an all-to-all, V per permute pair with source r;  lb >= max_r egress[r] / deg_max.
 
-The decomposition bound (``solvers.placement``) replaces lb[p] by CP-SAT's proven bound of
-phase p solved alone when that is larger; this module is the part that costs nothing.
+The decomposition bound (``solvers.placement_decomposition``) replaces lb[p] by CP-SAT's proven
+bound of phase p solved alone when that is larger; this module is the part that costs nothing.
 No jax import (formulation layer).
 """
 
@@ -46,8 +46,8 @@ import numpy as np
 
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
-from aoizora.formulation.traffic import (PhaseKey, TrafficModel, base_kind, class_coefficient,
-                                         flow_class)
+from aoizora.formulation.traffic import (PermuteFlows, PhaseKey, TrafficModel,
+                                         collective_flows)
 
 
 @dataclasses.dataclass
@@ -80,32 +80,24 @@ def phase_link_lower_bounds(evidence: Evidence, network: Network,
         per_group: dict[tuple[frozenset, str], Fraction] = {}
         egress: dict[int, Fraction] = {}
         cut = Fraction(0)
-        for c in cs:
-            kind = base_kind(c.kind)
-            if kind == "collective-permute":
-                pairs = [(int(s), int(t)) for s, t in (c.source_target_pairs or []) if s != t]
-                V = Fraction(int(c.bytes))
-                if pairs:
-                    cut = max(cut, V)
-                for s, _ in pairs:
-                    egress[s] = egress.get(s, Fraction(0)) + V
+        for f in collective_flows(cs):
+            if isinstance(f, PermuteFlows):
+                if f.pairs:
+                    cut = max(cut, f.nbytes)
+                for s, _ in f.pairs:
+                    egress[s] = egress.get(s, Fraction(0)) + f.nbytes
                 continue
-            for grp in c.replica_groups:
-                g = frozenset(int(r) for r in grp)
-                cls = flow_class(kind, len(g))
-                if cls == "none":
-                    continue
-                coef = class_coefficient(kind, c.bytes, len(g))
-                if cls == "a2a":
-                    n = len(g)
-                    per_group[(g, cls)] = per_group.get((g, cls), Fraction(0)) + \
-                        math.ceil((n - 1) / deg) * coef
-                    e = (n - 1) * coef
-                else:
-                    per_group[(g, cls)] = per_group.get((g, cls), Fraction(0)) + coef
-                    e = 2 * coef if cls == "ring" else coef
-                for r in g:
-                    egress[r] = egress.get(r, Fraction(0)) + e
+            g, cls, coef = f.group, f.cls, f.coef
+            if cls == "a2a":
+                n = len(g)
+                per_group[(g, cls)] = per_group.get((g, cls), Fraction(0)) + \
+                    math.ceil((n - 1) / deg) * coef
+                e = (n - 1) * coef
+            else:
+                per_group[(g, cls)] = per_group.get((g, cls), Fraction(0)) + coef
+                e = 2 * coef if cls == "ring" else coef
+            for r in g:
+                egress[r] = egress.get(r, Fraction(0)) + e
         if per_group:
             cut = max(cut, max(per_group.values()))
         inj = max(egress.values(), default=Fraction(0)) / deg

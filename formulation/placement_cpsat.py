@@ -107,7 +107,7 @@ from ortools.sat.python import cp_model
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation import placement_bounds, symmetry
-from aoizora.formulation.traffic import (TrafficModel, base_kind, class_coefficient, flow_class,
+from aoizora.formulation.traffic import (PermuteFlows, TrafficModel, collective_flows,
                                          unit_loads)
 
 SCOPE_SETS = "every placement"
@@ -199,24 +199,16 @@ class PlacementModel:
         fr: list[Fraction] = []
         for cs in tm.phase_collectives:
             its, perms = [], []
-            for c in cs:
-                kind = base_kind(c.kind)
-                if kind == "collective-permute":
-                    pairs = [(int(s), int(t)) for s, t in (c.source_target_pairs or []) if s != t]
-                    perms.append((pairs, Fraction(int(c.bytes))))
-                    fr.append(Fraction(int(c.bytes)))
+            for f in collective_flows(cs):
+                if isinstance(f, PermuteFlows):
+                    perms.append((list(f.pairs), f.nbytes))
+                    fr.append(f.nbytes)
                     continue
-                for grp in c.replica_groups:
-                    g = frozenset(int(r) for r in grp)
-                    cls = flow_class(kind, len(g))
-                    if cls == "none":
-                        continue
-                    if g not in gid:
-                        gid[g] = len(self.groups)
-                        self.groups.append(g)
-                    coef = class_coefficient(kind, c.bytes, len(g))
-                    its.append((cls, gid[g], coef))
-                    fr.append(coef)
+                if f.group not in gid:
+                    gid[f.group] = len(self.groups)
+                    self.groups.append(f.group)
+                its.append((f.cls, gid[f.group], f.coef))
+                fr.append(f.coef)
             self.items.append(its)
             self.permutes.append(perms)
         self._gid = gid
@@ -890,17 +882,11 @@ def estimated_variables(evidence: Evidence, network: Network,
     classes: dict[frozenset, set] = {}
     perm_pairs: set = set()
     for cs in tm.phase_collectives:
-        for c in cs:
-            kind = base_kind(c.kind)
-            if kind == "collective-permute":
-                perm_pairs.update((int(s), int(t)) for s, t in (c.source_target_pairs or [])
-                                  if s != t)
-                continue
-            for grp in c.replica_groups:
-                g = frozenset(int(r) for r in grp)
-                cls = flow_class(kind, len(g))
-                if cls != "none":
-                    classes.setdefault(g, set()).add(cls)
+        for f in collective_flows(cs):
+            if isinstance(f, PermuteFlows):
+                perm_pairs.update(f.pairs)
+            else:
+                classes.setdefault(f.group, set()).add(f.cls)
     if formulation == "auto":
         n_sets = sum(math.comb(C, len(g)) for g, k in classes.items() if "ring" in k)
         formulation = "sets" if n_sets <= SETS_CAP else "circuit"

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -155,6 +155,42 @@ def class_coefficient(kind: str, nbytes: int, k: int) -> Fraction:
     if cls == "a2a":
         return V / k
     return Fraction(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupFlows:
+    """The flows of one collective on one replica group ``group`` (ranks, k = |group| >= 2):
+    flow class ``cls`` ("pair", "ring" or "a2a", ``flow_class``) and ``coef`` bytes per unit of
+    ``unit_loads`` (``class_coefficient``, exact)."""
+    cls: str
+    group: frozenset
+    coef: Fraction
+
+
+@dataclasses.dataclass(frozen=True)
+class PermuteFlows:
+    """The flows of one collective-permute: its (source, target) rank pairs with source !=
+    target, each a flow of ``nbytes`` = V bytes (exact)."""
+    pairs: tuple[tuple[int, int], ...]
+    nbytes: Fraction
+
+
+def collective_flows(collectives: Sequence[Collective]) -> Iterator[GroupFlows | PermuteFlows]:
+    """The placement-independent flows of `collectives`, in their order: per collective-permute
+    one ``PermuteFlows`` (also when no pair moves data), per other collective one ``GroupFlows``
+    for each replica group whose flow class is not "none" (k >= 2), in the groups' order. What
+    the placement bounds, the CP-SAT model and its size estimate read of a phase."""
+    for c in collectives:
+        kind = base_kind(c.kind)
+        if kind == "collective-permute":
+            yield PermuteFlows(tuple((int(s), int(t)) for s, t in (c.source_target_pairs or [])
+                                     if s != t), Fraction(int(c.bytes)))
+            continue
+        for grp in c.replica_groups:
+            g = frozenset(int(r) for r in grp)
+            cls = flow_class(kind, len(g))
+            if cls != "none":
+                yield GroupFlows(cls, g, class_coefficient(kind, c.bytes, len(g)))
 
 
 def unit_loads(cls: str, chips: Sequence[int], network: Network) -> tuple[np.ndarray, int]:

@@ -42,7 +42,8 @@ from aoizora.formulation import symmetry
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.traffic import TrafficModel
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.placement import PlacementResult, axis_order_placements  # noqa: F401
+from aoizora.solvers.axis_orders import axis_order_placements
+from aoizora.solvers.placement_result import PlacementResult
 
 EXHAUSTIVE_MAX_DEVICES = 8
 # Evaluations per second of time limit (module docstring). Wan 2.1 14B on v5e-16 prices ~500

@@ -38,6 +38,7 @@ from ortools.sat.python import cp_model
 from aoizora.formulation.placement_cpsat import SETS_CAP, PlacementModel
 from aoizora.formulation.placement_split import (model_cost_units, set_lower_bounds,
                                                  split_group)
+from aoizora.solvers.cpsat_params import set_search_params, solution_chips
 from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 
 # Set variables a pinned model may have (its "sets" formulation over the classes' k-subsets).
@@ -66,8 +67,6 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], budget: WorkBudget
     """Steps 1-3 of the module docstring within `budget` (``solvers.work_budget``: CP-SAT's
     deterministic time, the clock only a guard); None when no group qualifies for the split
     (``formulation.placement_split.split_group``)."""
-    from aoizora.solvers.placement import _params      # solver parameters, shared
-
     t0 = time.perf_counter()
     g = split_group(pm)
     if g is None:
@@ -115,7 +114,7 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], budget: WorkBudget
         solver = cp_model.CpSolver()
         # the open classes share what is left by their room below the incumbent, U - LB(S)
         room = [U - int(sb.lb_units[j]) for j in order[n:] if int(sb.lb_units[j]) < U]
-        _params(solver, seed, 1, True, log)
+        set_search_params(solver, seed, 1, True, log)
         budget.limit(solver, max(MIN_CLASS_WORK, budget.left() * (U - lbS) / sum(room)))
         st = solver.Solve(sub.model)
         budget.account(solver, st, "the split proof")
@@ -124,8 +123,7 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], budget: WorkBudget
         if st == cp_model.INFEASIBLE:
             row["status"] = "closed: no placement below the incumbent"
         elif st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            chips = [next(c for c in range(sub.C) if solver.BooleanValue(sub.x[r][c]))
-                     for r in range(sub.R)]
+            chips = solution_chips(solver, sub)
             U_new = model_cost_units(pm, chips)
             if U_new >= U:                        # the pinned model and MC disagree: not used
                 row["status"] = "open: the pinned model's solution is not below the incumbent"

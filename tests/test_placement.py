@@ -14,7 +14,7 @@ from aoizora.formulation.latency import predict_step
 from aoizora.formulation.placement_cpsat import PlacementModel
 from aoizora.formulation.traffic import TrafficModel, mesh_axis_groups
 from aoizora.solvers import placement_heuristics as H
-from aoizora.solvers.placement import solve_placement
+from aoizora.solvers.placement import PlacementOptions, solve_placement
 
 CLOCK = 1.5e9
 
@@ -126,7 +126,8 @@ def test_time_out_returns_the_incumbent_not_proven(nets):
     net = Network.from_target(get_target("v5e:8x8"))
     ev = layer_evidence((8, 8), "v5e:8x8", permute=True)
     d = default_device_order(get_target("v5e:8x8"), ev.mesh_axes)
-    res = solve_placement(ev, net, time_limit_s=2.0, hint=d, warm_start=False)
+    res = solve_placement(ev, net, time_limit_s=2.0, hint=d,
+                          options=PlacementOptions(warm_start=False))
     c = res.certificate
     assert c.status == "FEASIBLE" and not c.proven_optimal
     assert res.placement is not None and c.bound is not None and c.bound < c.objective
@@ -214,7 +215,7 @@ def test_q2_overlap_and_compute(nets):
 
 # -- lower bounds: analytic (every placement) and decomposition (phases solved alone) ----------
 from aoizora.formulation.placement_bounds import comm_lower_bound, phase_link_lower_bounds  # noqa: E402
-from aoizora.solvers.placement import decomposition_bound  # noqa: E402
+from aoizora.solvers.placement_decomposition import decomposition_bound  # noqa: E402
 
 
 @pytest.mark.parametrize("name,shape,permute", [("v5e:2x4", (2, 4), True),
@@ -301,7 +302,8 @@ def test_too_large_model_falls_back_to_a_labelled_heuristic(nets):
     net = nets["v5e:4x4"]
     ev = layer_evidence((4, 4), "v5e:4x4", permute=True)
     d = default_device_order(get_target("v5e:4x4"), ev.mesh_axes)
-    res = solve_placement(ev, net, time_limit_s=2.0, hint=d, max_model_variables=100)
+    res = solve_placement(ev, net, time_limit_s=2.0, hint=d,
+                          options=PlacementOptions(max_model_variables=100))
     c = res.certificate
     assert c.detail["method"] == "axis orders + annealing (heuristic fallback)"
     assert c.status in ("FEASIBLE", "OPTIMAL") and "heuristic fallback" in c.solver
@@ -329,3 +331,9 @@ def test_an_incumbent_at_the_analytic_bound_records_the_link_load_level_proven(n
     assert c.detail["levels"]["comm"]["status"] == "OPTIMAL"
     assert set(c.detail["levels"]) < set(LEVELS)
     assert time_limits.placement("p", c) == []
+
+
+def test_placement_options_reject_a_share_outside_0_1():
+    with pytest.raises(ValueError, match="split_share must be in"):
+        PlacementOptions(split_share=1.5)
+    assert PlacementOptions().decomposition_share == 0.1 and PlacementOptions().split_share == 0.8

@@ -19,7 +19,8 @@ from aoizora.formulation.placement_split import (model_cost_units, phase_maxima,
                                                  set_lower_bounds, split_group)
 from aoizora.formulation.traffic import TrafficModel
 from aoizora.solvers import placement_heuristics as H
-from aoizora.solvers.placement import _params, solve_placement
+from aoizora.solvers.cpsat_params import set_search_params
+from aoizora.solvers.placement import PlacementOptions, solve_placement
 from aoizora.solvers.placement_split import split_proof
 from aoizora.solvers.work_budget import WorkBudget
 
@@ -131,7 +132,7 @@ def test_pinned_model_is_exact_in_its_class(net24):
                             pin=(ranks, S))
         pm.model.Minimize(pm.obj_comm)
         solver = cp_model.CpSolver()
-        _params(solver, 0, 1, True, False)
+        set_search_params(solver, 0, 1, True, False)
         solver.parameters.max_time_in_seconds = 60
         assert solver.Solve(pm.model) == cp_model.OPTIMAL
         slack = pm.comm_seconds(pm.rounding_units)
@@ -176,7 +177,8 @@ def test_wan21_v5e16_proven_over_every_placement():
     t = get_target("v5e-16")
     net = Network.from_target(t)
     res = solve_placement(ev, net, time_limit_s=60, seed=0, workers=1,
-                          hint=default_device_order(t, ev.mesh_axes), lexicographic=False)
+                          hint=default_device_order(t, ev.mesh_axes),
+                          options=PlacementOptions(lexicographic=False))
     c = res.certificate
     assert c.status == "OPTIMAL"
     assert c.detail["bound_scope"] == SCOPE_SETS and c.detail["split"]["proven"]
@@ -266,8 +268,9 @@ def test_solve_placement_takes_the_split_placement(net24, lexicographic):
     ex = H.exhaustive(ev, net24, time_limit_s=120)
     tm = TrafficModel(ev, net24)
     worst = max(H.axis_order_placements(net24, (2, 4)), key=lambda q: tm.cost(q))
-    res = solve_placement(ev, net24, time_limit_s=60, seed=0, hint=worst, warm_start=False,
-                          formulation="circuit", lexicographic=lexicographic)
+    res = solve_placement(ev, net24, time_limit_s=60, seed=0, hint=worst,
+                          options=PlacementOptions(warm_start=False, formulation="circuit",
+                                                   lexicographic=lexicographic))
     c = res.certificate
     assert c.status == "OPTIMAL" and c.detail["split"]["proven"]
     assert c.detail["bound_scope"] == SCOPE_SETS and c.detail["bound_source"] == "split"

@@ -11,6 +11,7 @@ from aoizora.extract.network import Network, default_device_order
 from aoizora.extract.targets import get_target
 from aoizora.formulation.placement_cpsat import PlacementModel
 from aoizora.solvers import placement as P
+from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 from test_placement import layer_evidence
 
@@ -86,7 +87,7 @@ def test_a_placement_does_not_depend_on_the_clock(inst, monkeypatch):
 
 def test_what_the_plan_says_about_a_placement_the_clock_decided():
     def cert(work, limit=10.0):
-        return P.Certificate("CP-SAT 9.15", "FEASIBLE", 1e-3, 5e-4, 10.0, time_limit_s=limit,
+        return Certificate("CP-SAT 9.15", "FEASIBLE", 1e-3, 5e-4, 10.0, time_limit_s=limit,
                              detail={"levels": {"comm": {"status": "FEASIBLE"}}, "work": work})
     w = {"work": 4.0, "used": 2.0, "wall_cut": ["the split proof"]}
     assert time_limits.placement("placement of L", cert(w)) == [

@@ -221,7 +221,7 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
     qspec, kvspec = _specs(layout)
     if layout.kv == "ring" and n_seq > 1:
         body = functools.partial(_ring_body, impl=impl, scale=scale, skv=skv, n=n_seq,
-                                 axes=tuple(layout.seq), bq=bq, bkv=bkv, interpret=interpret)
+                                 axes=tuple(layout.seq), blocks=(bq, bkv), interpret=interpret)
     else:
         body = functools.partial(_gather_body, impl=impl, scale=scale, skv=skv, bq=bq, bkv=bkv,
                                  interpret=interpret)
@@ -248,9 +248,11 @@ def _gather_body(q, k, v, *, impl, scale, skv, bq, bkv, interpret):
     return o.astype(q.dtype)
 
 
-def _ring_body(q, k, v, *, impl, scale, skv, n, axes, bq, bkv, interpret):
+def _ring_body(q, k, v, *, impl, scale, skv, n, axes, blocks, interpret):
     """Ring attention over the ``axes`` (size n): at step t this shard holds the kv chunk of shard
-    (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all."""
+    (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all.
+    ``blocks``: the splash kernel's (q block, kv block) sizes."""
+    bq, bkv = blocks
     lkv = k.shape[2]
     me = jax.lax.axis_index(axes)
     perm = [(i, (i + 1) % n) for i in range(n)]
