@@ -108,11 +108,13 @@ from aoizora.plans import Plan, program_key
 from aoizora.seed_refinement import RefinementError, refine_seed
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
+from aoizora.solvers.budget import Budget
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement import LEVELS, PlacementResult, solve_placement
 from aoizora.solvers.placement_heuristics import annealing, annealing_starts, evaluation_budget
 from aoizora.solvers.placement_step import choose_by_step
-from aoizora.solvers.sharding import MemoryBudgetError, ShardingSolution, ShardingSolveError, solve_sharding
+from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolution,
+                                     ShardingSolveError, solve_sharding)
 
 
 ILP_SHARE = 0.4   # of the remaining budget, per iteration, for the sharding ILPs
@@ -290,7 +292,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     iterations: list[dict[str, Any]] = []
     best: Candidate | None = None
     stop_reason = ""
-    queue = CompileQueue(deadline, t0, (CompileError, RealizeError),
+    queue = CompileQueue(Budget.until(deadline, t0), (CompileError, RealizeError),
                          reserve_s=_anneal_reserve(time_budget_s, placement_time_s))
     seeds = [sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts]
     # the seeds compile (in the background) while the first iteration's ILPs solve
@@ -414,11 +416,12 @@ def _iterate(fn, abstract_args, tgt, network, mesh_list, state, learned, seeds, 
                 else:
                     t_ilp = time.perf_counter()
                     res = ilp_cache[ckey] = solve_sharding(
-                        ir, tgt, m, axis_costs=st["costs"], k_best=top_k, distinct="kv",
-                        time_limit_s=limit,
-                        corrections=st["corrections"], forbidden=st["forbidden"] or None,
-                        seed=seed, attention_scale=attention_scale or None,
-                        options=Options(compute_scale=compute_scale))
+                        ir, tgt, m, ShardingProblem(
+                            axis_costs=st["costs"], corrections=st["corrections"],
+                            forbidden=st["forbidden"] or None,
+                            attention_scale=attention_scale or None,
+                            options=Options(compute_scale=compute_scale)),
+                        k_best=top_k, distinct="kv", time_limit_s=limit, seed=seed)
                     ilp_seconds[mesh_key(m)] = time.perf_counter() - t_ilp
                     for k, sol in enumerate(res.all()):
                         rec["time_limited"] += time_limits.sharding(
