@@ -175,7 +175,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     _check_plan_args(abstract_args, seed, workers, placement_time_s, ilp_time_s, top_k,
                      max_iterations)
     calibration = _calibration_of(calibration, tgt)
-    progress.stage(f"tracing the program for {tgt.short_name} ({tgt.name}, {tgt.num_devices} devices)")
+    progress.stage(f"tracing the program for {tgt.short_name} ({tgt.name}, "
+                   f"{tgt.num_devices} devices)")
     key = program_key(fn, abstract_args, tgt.name)
     ir = _trace(fn, abstract_args)
     mesh_list = [dict(m) for m in (meshes if meshes is not None

@@ -12,8 +12,8 @@ budget can plan otherwise. The planner records, in words, each place where one b
   deterministic time, ``solvers.work_budget``: a placement left unproven by its work budget is
   repeatable, one the guard stopped is not), whose limit the time left cut below
   ``placement_time_s`` and which is not proven optimal (a proof under a cut limit is the
-  answer a longer limit would give on its link-load level), found by a heuristic (no CP-SAT model: its annealing is capped by the
-  clock), or whose swap descent its time limit cut (``solvers.placement_step.choose_by_step``);
+  answer a longer limit would give on its link-load level), found by a heuristic (no CP-SAT
+  model: its annealing is capped by the clock), or whose swap descent its time limit cut (``solvers.placement_step.choose_by_step``);
 - the final annealing of the plan's placement cut by the time left, or not run for want of it
   (its schedule follows a count of swaps, ``placement_heuristics.evaluation_budget``; the clock
   only caps it), or the swap descent after it cut.

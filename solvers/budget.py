@@ -34,10 +34,14 @@ order (``fits``).
 
 What the solvers count in other units derives from a share's seconds:
   - CP-SAT's work (``solvers.work_budget``): ``work = seconds * WORK_PER_S`` deterministic
-    seconds, the clock guarding it at ``start + seconds * WALL_CAP`` (``Budget.work``; the
-    placement solver makes it from the float limit it is given, the same way);
+    seconds, the clock guarding it at ``start + seconds * WALL_CAP`` (``WorkBudget.of(budget)``;
+    the placement solver makes it from the float limit it is given, ``WorkBudget.for_limit``);
   - a placement heuristic's evaluations (``solvers.placement_heuristics.evaluation_budget``):
     ``EVALUATIONS_PER_S * seconds`` of the share asked, so that the clock only caps it.
+
+One clock: every deadline in the planner and its solvers is a ``clock()`` value. The exception
+is the HiGHS worker process (``solvers.mip_run``), which is handed its deadline on the epoch
+clock (``time.time()``): ``perf_counter``'s reference point is undefined across processes.
 """
 
 from __future__ import annotations
@@ -46,9 +50,11 @@ import dataclasses
 import math
 import time
 
-from aoizora.solvers.work_budget import WorkBudget
 
-clock = time.perf_counter
+def clock() -> float:
+    """The planner's one clock: ``time.perf_counter()``, seconds (looked up at each call, so a
+    test that slows ``time.perf_counter`` slows every budget)."""
+    return time.perf_counter()
 
 
 class BudgetShareError(KeyError):
@@ -170,10 +176,6 @@ class Budget:
         """Whether one step of ``expected_s`` with ``MARGINS[margin]`` fits before the deadline
         (strictly)."""
         return self.left() > MARGINS[margin].need_s(expected_s)
-
-    def work(self) -> WorkBudget:
-        """CP-SAT's deterministic work budget of these seconds (``solvers.work_budget``)."""
-        return WorkBudget.for_limit(self.total_s, start=self.start)
 
     def __repr__(self) -> str:
         return f"Budget({self.name}: {self.total_s:.3f} s, {self.left():.3f} s left)"

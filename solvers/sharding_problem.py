@@ -11,7 +11,8 @@ chip's numbers and no feedback):
   ``1 - hbm_reserve`` (the reserve is kept for what the ILP's memory model does not see: the
   compiler's temporaries, kernel scratch, collective buffers -- on Wan 2.1 1.3B, 4x4, the
   compiler reported 3.17 GiB where the model counted 2.82 GiB);
-- ``corrections`` / ``forbidden``: the planner's feedback (``formulation.sharding_ilp.build_model``);
+- ``corrections`` / ``forbidden``: the planner's feedback
+  (``formulation.sharding_ilp.build_model``);
 - ``attention_scale``: kv mode -> factor on Q1's attention compute
   (``formulation.attention_calibration``);
 - ``prefer``: group id -> strategy name to take among tied optima of the best layout

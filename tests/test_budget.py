@@ -6,7 +6,7 @@ import math
 import pytest
 
 import aoizora.solvers.budget as B
-from aoizora.solvers.work_budget import WALL_CAP, WORK_PER_S
+from aoizora.solvers.work_budget import WALL_CAP, WORK_PER_S, WorkBudget
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_compile_margins_count_what_fits(fake_clock):
 
 
 def test_cp_sat_work_derives_from_the_seconds(fake_clock):
-    w = B.Budget(10.0).work()
+    w = WorkBudget.of(B.Budget(10.0))
     assert w.work == pytest.approx(10.0 * WORK_PER_S)
     assert w.wall_deadline == pytest.approx(fake_clock[0] + 10.0 * WALL_CAP)
 

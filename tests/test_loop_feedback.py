@@ -18,7 +18,8 @@ MESHES = [{"x": 8}, {"x": 2, "y": 4}]
 
 def _state(calibration=None):
     cal = calibration or Calibration(TGT.name)
-    return LoopState(program=NS(target=TGT, network=None), settings=Settings(0, 2, 4, 20.0, 10.0, 1),
+    return LoopState(program=NS(target=TGT, network=None),
+                     settings=Settings(0, 2, 4, 20.0, 10.0, 1),
                      budget=None, queue=NS(reserve_s=2.0), meshes=[dict(m) for m in MESHES],
                      mesh_state=mesh_states(TGT, MESHES, cal), learned=cal, progress=None)
 
