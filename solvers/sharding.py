@@ -26,7 +26,9 @@ mesh 2x2x4: neither proved, CBC's answer 13% above HiGHS's); on Wan 2.1 1.3B the
 is integral and proves the optimum before either MIP runs. The solver runs themselves (CBC or
 HiGHS on a PuLP model within a deadline: ``run_solver``, ``_run_cbc``, ``_run_highs``,
 ``available_solvers`` and the measured cost constants) live in ``aoizora.solvers.mip_run`` and
-are re-exported here.
+are re-exported here; the instance's knobs and its build (``ShardingProblem``,
+``build_problem``) in ``aoizora.solvers.sharding_problem``; a choice as a Layout and in words
+(``to_layout``, ``tensor_spec``, ``layout_words``) in ``aoizora.solvers.sharding_layout``.
 
 When no layout fits in HBM it raises ``MemoryBudgetError`` saying how much is missing: the
 smallest per-device peak over all layouts (a second ILP that minimises it) against the budget.
@@ -39,11 +41,11 @@ from typing import Any
 
 import pulp
 
-from aoizora.formulation.layout import AttentionLayout, Layout
+from aoizora.formulation.layout import Layout
 from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, add_kv_mode_cut,
                                               add_no_good, build_model, chosen, evaluate,
                                               peak_memory)
-from aoizora.formulation.strategies import StrategyGraph, spec_str
+from aoizora.formulation.strategies import StrategyGraph
 from aoizora.solvers.budget import SHARES, clock
 from aoizora.solvers.certificate import Certificate
 # the solver runs (re-exported: they were defined here); solve_model reads CBC_MIN_S_PER_NONZERO,
@@ -54,6 +56,7 @@ from aoizora.solvers.mip_run import (CBC_MIN_S_PER_NONZERO, CBC_STOP_S, HIGHS_LP
                                      ShardingSolveError, _run_cbc, _run_highs, available_solvers,
                                      run_solver)
 from aoizora.solvers.sharding_heuristics import ShardingInstance, coordinate_descent
+from aoizora.solvers.sharding_layout import layout_words, tensor_spec, to_layout
 from aoizora.solvers.sharding_problem import GiB, ShardingProblem, build_problem
 
 __all__ = ["ShardingSolveError", "MemoryBudgetError", "ShardingSolution", "ShardingResult",
@@ -405,87 +408,6 @@ def _why_not_solver(stages: dict[str, Any], mip: dict[str, Any] | None) -> str:
     return "; ".join(why)
 
 
-# ---------------------------------------------------------------------------------------------
-# layout
-
-def _axes_entry(axes: tuple[str, ...]):
-    if not axes:
-        return None
-    return axes[0] if len(axes) == 1 else tuple(axes)
-
-
-def _layout_spec(spec) -> tuple:
-    return tuple(_axes_entry(a) for a in spec)
-
-
-def tensor_spec(ir, graph: StrategyGraph, choice: dict[str, int], tid: str) -> tuple:
-    """The PartitionSpec entries of tensor ``tid`` under a choice (replicated where no group lays
-    it out); only the choice of the group that lays it out is read."""
-    o = graph.origin.get(tid)
-    if o is None:
-        return tuple(None for _ in ir.tensors[tid].shape)
-    gid, base, tr = o
-    sp = graph.groups[gid].strategies[choice[gid]].specs[base]
-    for x in tr:
-        sp = sp[1:] if x == "drop0" else ((),) + sp
-    return _layout_spec(sp)
-
-
-def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp") -> Layout:
-    """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs and hints."""
-
-    def spec(tid):
-        return tensor_spec(ir, graph, choice, tid)
-
-    node_specs, attention = {}, {}
-    for n in ir.nodes:
-        if n.kind in ("dot", "conv", "attention", "hint") and n.results:
-            node_specs[n.key] = spec(n.results[0])
-        if n.kind == "attention":
-            st = graph.groups[n.key].strategies[choice[n.key]]
-            attention[n.key] = AttentionLayout(batch=st.labels.get("b", ()), heads=st.labels.get("h", ()),
-                                               seq=st.labels.get("s", ()), kv=st.kv)
-    return Layout(mesh_axes=dict(graph.mesh_axes), in_specs=[spec(t) for t in ir.inputs],
-                  out_specs=[spec(t) for t in ir.outputs], node_specs=node_specs,
-                  attention=attention, name=name)
-
-
-def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
-    """The input path a tensor comes from (through scan slices and converts), or ""."""
-    t = ir.tensors[tid]
-    for _ in range(depth):
-        if t.kind == "input":
-            return t.path
-        if t.kind in ("scan_xs", "scan_const") and t.outer:
-            t = ir.tensors[t.outer]
-            continue
-        if t.kind == "node":
-            n = nodes[t.producer]
-            ops = [o for o in n.operands if ir.tensors[o].kind != "literal"]
-            if n.kind in ("elementwise", "hint", "reshape", "transpose") and len(ops) == 1:
-                t = ir.tensors[ops[0]]
-                continue
-        return ""
-    return ""
-
-
-def _words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
-    out = []
-    nodes = {n.key: n for n in ir.nodes}
-    for gid in sorted(graph.groups, key=lambda g: (graph.groups[g].kind not in ("attention", "dot", "conv"), g)):
-        G = graph.groups[gid]
-        st = G.strategies[choice[gid]]
-        if G.kind in ("dot", "conv", "attention"):
-            n = nodes[G.anchor]
-            w = next((p for p in (_weight_path(ir, nodes, o) for o in n.operands[1:2]) if p), "")
-            text = st.words if not w else st.words.replace("dot:", f"dot {w}:", 1)
-            out.append(f"{text} [{gid}{' ' + n.source if n.source else ''}]")
-        elif G.kind == "input":
-            t = ir.tensors[G.anchor]
-            out.append(f"input {t.path or G.anchor} {list(t.shape)}: {spec_str(st.specs[G.anchor])}")
-    return out
-
-
 def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], run: _Run,
               rank: int) -> ShardingSolution:
     pred = evaluate(graph, choice, run.corrections)
@@ -502,7 +424,7 @@ def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], run
         layout=to_layout(ir, graph, choice, name="ilp" if rank == 0 else f"ilp#{rank + 1}"),
         certificate=cert,
         choice={g: graph.groups[g].strategies[k].name for g, k in choice.items()},
-        words=_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice),
+        words=layout_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice),
         attention={g: {"kv": graph.groups[g].strategies[k].kv,
                        "compute_s": graph.groups[g].strategies[k].compute}
                    for g, k in choice.items() if graph.groups[g].kind == "attention"})
