@@ -80,7 +80,7 @@ def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RES
 # The built-in seeds in the order they compile, the expert expected fastest first. The planner
 # compiles the first seed while its first ILPs solve, then that seed's refinement, the second
 # seed, the ILP's best, then the other seeds in this order, each followed by its refinement
-# (``aoizora.planner._pricing_rank``), so a short budget prices the first seeds only. The order
+# (``aoizora.pricing_order.pricing_rank``), so a short budget prices the first seeds only. The order
 # is the experts' mean rank among the valid experts of each cell in the grid
 # (benchmarks/results/grid.md, simulated): cfg2_context (maxdiffusion's published recipe, the
 # CFG pair on data 2 and the sequence on context: ../shared/facts/practice.md) best in 25 of the

@@ -18,8 +18,9 @@ ILPs solve (the first seed alone: the planner waits for it to know what a compil
   ILPs beside 25-40 s compiles).
 - The time budget is checked when a compile *starts*: once a compiled layout fits in HBM (so
   that something will be priced), a compile starts only when ``expected_compile_s`` still fits
-  before the deadline less ``reserve_s`` (what the planner keeps for after its last compile);
-  the ones that do not come back as ``Skipped``.
+  before the budget's deadline less ``reserve_s`` (what the planner keeps for after its last
+  compile), with the margin ``MARGINS["compile"]`` of ``solvers.budget``; the ones that do not
+  come back as ``Skipped``.
 - ``expected_compile_s`` is the longest a compile took *alone*: its wall-clock, with the part
   that ran while the planner said the cores were ``contended`` (the ILPs: the MIP solver and
   PuLP's model building) counted at half, the share of two cores the compile had then. Neither
@@ -36,9 +37,10 @@ import dataclasses
 import heapq
 import itertools
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any, Callable
+
+from aoizora.solvers.budget import Budget, clock
 
 
 @dataclasses.dataclass
@@ -49,7 +51,7 @@ class Compiled:
     error: str = ""
     seconds: float = 0.0             # wall-clock
     contended_s: float = 0.0         # of which the planner said the cores were contended
-    started_s: float = 0.0           # when it started, in seconds since the queue's t0
+    started_s: float = 0.0           # when it started, in seconds since the budget's start
 
 
 @dataclasses.dataclass
@@ -64,11 +66,11 @@ class CompileQueue:
     """``submit(compile_fn, priority)`` -> a Future of ``Compiled`` or ``Skipped``.
     ``compile_fn()`` returns the evidence (anything with ``.memory.fits``) or raises one of
     ``errors``, whose first line becomes ``Compiled.error``; any other exception propagates to
-    ``result()``. Call ``close()`` when done."""
+    ``result()``. ``budget``: the planning run's (``solvers.budget.Budget``; its start is the
+    queue's t0). Call ``close()`` when done."""
 
-    def __init__(self, deadline: float, t0: float, errors: tuple[type, ...] = (),
-                 reserve_s: float = 0.0):
-        self.deadline, self.t0, self.errors, self.reserve_s = deadline, t0, errors, reserve_s
+    def __init__(self, budget: Budget, errors: tuple[type, ...] = (), reserve_s: float = 0.0):
+        self.budget, self.errors, self.reserve_s = budget, errors, reserve_s
         self.done: list[Compiled] = []  # every compile that ran, in order
         self.fitting = False         # some compiled layout fits in HBM
         self._contended_s = 0.0      # contended seconds up to _since (or up to now, if on)
@@ -92,12 +94,11 @@ class CompileQueue:
         a large number before the first compile has finished (nothing is known yet)."""
         if not self.done:
             return 1 << 30
-        left = self.deadline - time.perf_counter() - self.reserve_s
-        return max(0, int(left // (1.2 * self.expected_compile_s + 1.0)))
+        return self.budget.count("compile", self.expected_compile_s, self.reserve_s)
 
     def contended(self, on: bool) -> None:
         """The planner starts (``on``) or stops work that competes with compiles for the cores."""
-        now = time.perf_counter()
+        now = clock()
         if on and self._since is None:
             self._since = now
         elif not on and self._since is not None:
@@ -148,7 +149,7 @@ class CompileQueue:
                 f.set_exception(e)
 
     def _run(self, compile_fn: Callable[[], Any]):
-        left = self.deadline - time.perf_counter()
+        left = self.budget.left()
         if self._closed:
             return Skipped("the planner stopped")
         expected = self.expected_compile_s
@@ -158,14 +159,14 @@ class CompileQueue:
                            f"{expected:.1f} s")
         if not self.done and left <= 0:
             return Skipped("the time budget ran out before the first compile", True)
-        t = time.perf_counter()
+        t = clock()
         c0 = self._contended_until(t)
-        out = Compiled(started_s=t - self.t0)
+        out = Compiled(started_s=t - self.budget.start)
         try:
             out.evidence = compile_fn()
         except self.errors as e:
             out.error = str(e).splitlines()[0]
-        end = time.perf_counter()
+        end = clock()
         out.seconds = end - t
         out.contended_s = min(out.seconds, self._contended_until(end) - c0)
         self.done.append(out)

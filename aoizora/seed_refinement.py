@@ -44,8 +44,8 @@ from typing import Any, Sequence
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.strategies import Hardware, Options, build_strategies
 from aoizora.formulation.collective_cost import default_axis_costs
-from aoizora.solvers.sharding import (ShardingSolution, ShardingSolveError, solve_sharding,
-                                     tensor_spec)
+from aoizora.solvers.sharding import (ShardingProblem, ShardingSolution, ShardingSolveError,
+                                     solve_sharding, tensor_spec)
 
 
 class RefinementError(ValueError):
@@ -123,10 +123,10 @@ def refine_seed(ir, target, layout: Layout, param_leaves: Sequence[int], *,
         raise RefinementError(f"{layout.name or 'the seed'} lays out no attention the ILP can keep")
     prefer = seed_strategies(ir, graph, layout, param_leaves)
     try:
-        res = solve_sharding(ir, target, mesh, axis_costs=costs, time_limit_s=time_limit_s,
-                             forbidden=forbidden or None, seed=seed,
-                             attention_scale=attention_scale, options=options, prefer=prefer,
-                             hardware=hardware, graph=graph)
+        res = solve_sharding(ir, target, mesh, ShardingProblem(
+            axis_costs=costs, forbidden=forbidden or None, attention_scale=attention_scale,
+            options=options, prefer=prefer, hardware=hardware, graph=graph),
+            time_limit_s=time_limit_s, seed=seed)
     except ShardingSolveError as e:
         raise RefinementError(str(e).splitlines()[0]) from None
     sol = res.best

@@ -11,8 +11,9 @@ budget can plan otherwise. The planner records, in words, each place where one b
 - a placement whose CP-SAT solves the clock's guard stopped before their work budget (CP-SAT's
   deterministic time, ``solvers.work_budget``: a placement left unproven by its work budget is
   repeatable, one the guard stopped is not), whose limit the time left cut below
-  ``placement_time_s``, found by a heuristic (no CP-SAT model: its annealing is capped by the
-  clock), or whose swap descent its time limit cut (``solvers.placement_step.choose_by_step``);
+  ``placement_time_s`` and which is not proven optimal (a proof under a cut limit is the
+  answer a longer limit would give on its link-load level), found by a heuristic (no CP-SAT
+  model: its annealing is capped by the clock), or whose swap descent its time limit cut (``solvers.placement_step.choose_by_step``);
 - the final annealing of the plan's placement cut by the time left, or not run for want of it
   (its schedule follows a count of swaps, ``placement_heuristics.evaluation_budget``; the clock
   only caps it), or the swap descent after it cut.
@@ -47,7 +48,8 @@ def sharding(what: str, cert: Certificate | None) -> list[str]:
 
 def placement(what: str, cert: Certificate | None, asked_s: float | None = None) -> list[str]:
     """``what`` (e.g. "placement of mesh 2x4 layout L") where the clock decided the placement:
-    its limit below `asked_s` (the planner's ``placement_time_s``: the time left cut it); with a
+    its limit below `asked_s` (the planner's ``placement_time_s``: the time left cut it) and its
+    status not OPTIMAL (a cut limit did not change a proven answer); with a
     work budget (``detail["work"]``), each solve the clock's guard stopped before its work;
     without one (a heuristic's answer, or a certificate from before the work budget), every
     level not proven (the link-load level, or a tie-break level solved but stopped short of a
@@ -58,7 +60,7 @@ def placement(what: str, cert: Certificate | None, asked_s: float | None = None)
     detail = cert.detail or {}
     levels = detail.get("levels") or {}
     out = []
-    if (asked_s is not None and cert.time_limit_s is not None
+    if (asked_s is not None and cert.time_limit_s is not None and cert.status != "OPTIMAL"
             and cert.time_limit_s < float(asked_s) * (1 - 1e-9)):
         out.append(f"{what}: its limit cut to {_seconds(cert.time_limit_s)} of "
                    f"{_seconds(float(asked_s))} by the time budget left")

@@ -48,6 +48,7 @@ from typing import Any
 
 import pulp
 
+from aoizora.solvers.budget import clock
 from aoizora.solvers.certificate import Certificate
 
 
@@ -121,11 +122,11 @@ def _objective_offset(prob: pulp.LpProblem) -> float:
 
 
 def _run_until(args: list[str], deadline: float, **streams) -> tuple[int, bool]:
-    """Run a solver process until `deadline` (a ``time.perf_counter()`` value); kill it if it is
-    still running then. Returns (return code, killed)."""
+    """Run a solver process until `deadline` (a ``solvers.budget.clock()`` value); kill it if
+    it is still running then. Returns (return code, killed)."""
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, **streams)
     try:
-        return proc.wait(timeout=max(0.0, deadline - time.perf_counter())), False
+        return proc.wait(timeout=max(0.0, deadline - clock())), False
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(), True
@@ -133,8 +134,8 @@ def _run_until(args: list[str], deadline: float, **streams) -> tuple[int, bool]:
 
 def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> dict[str, Any]:
     """CBC on `prob` (through PuLP's MPS writer, CBC binary and solution reader) so that the run
-    ends by `deadline` (a ``time.perf_counter()`` value): CBC's -sec is the time left after the
-    MPS file is written, less the reading back; if CBC is still running when only the reading
+    ends by `deadline` (a ``solvers.budget.clock()`` value): CBC's -sec is the time left after
+    the MPS file is written, less the reading back; if CBC is still running when only the reading
     back is left (its file read and root LP cannot be cut), the process is killed and the answer
     is UNKNOWN (detail ``killed``)."""
     with warnings.catch_warnings():   # PuLP 3.3 marks its bundled CBC for removal in 4.0
@@ -149,21 +150,21 @@ def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> 
     try:
         with tempfile.TemporaryDirectory() as d:
             mps, sol, log = (os.path.join(d, f) for f in ("model.mps", "model.sol", "cbc.log"))
-            t = time.perf_counter()
+            t = clock()
             vs, vnames, cnames, _ = prob.writeMPS(mps, rename=1)
-            detail["mps_write_s"] = round(time.perf_counter() - t, 4)
+            detail["mps_write_s"] = round(clock() - t, 4)
             readback = READBACK_S + READBACK_S_PER_COLUMN * len(vs)
-            sec = max(MIN_CBC_SEC, deadline - time.perf_counter() - readback - CBC_STOP_S)
+            sec = max(MIN_CBC_SEC, deadline - clock() - readback - CBC_STOP_S)
             detail["cbc_sec"] = round(sec, 4)
             args = [cmd.path, mps] + (["-max"] if prob.sense == pulp.LpMaximize else []) + [
                 "-sec", f"{sec:.4f}", "-randomSeed", str(seed + 1), "-randomCbcSeed", str(seed + 1),
                 "-threads", str(threads), "-timeMode", "elapsed", "-solve",
                 "-printingOptions", "normal", "-solution", sol]
-            t = time.perf_counter()
+            t = clock()
             with open(log, "w") as f:
                 rc, killed = _run_until(args, deadline - readback, stdout=f,
                                         stderr=subprocess.STDOUT)
-            detail["cbc_process_s"] = round(time.perf_counter() - t, 4)
+            detail["cbc_process_s"] = round(clock() - t, 4)
             text = open(log).read() if os.path.exists(log) else ""
             lb, result = _cbc_bound(text)
             detail["cbc_result"] = result
@@ -212,12 +213,12 @@ def _run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *
     was_none, dummy = prob.fixObjective()
     try:
         with _quiet_stdout():   # highspy prints its banner before pulp turns its output off
-            t = time.perf_counter()
+            t = clock()
             cmd.createAndConfigureSolver(prob)
             cmd.buildSolverModel(prob)
-            build_s = time.perf_counter() - t
+            build_s = clock() - t
             readback = READBACK_S + READBACK_S_PER_COLUMN * len(prob.variables())
-            limit = max(MIN_CBC_SEC, deadline - time.perf_counter() - readback)
+            limit = max(MIN_CBC_SEC, deadline - clock() - readback)
             prob.solverModel.setOptionValue("time_limit", float(limit))
             cmd.callSolver(prob)
             status, sol_status = cmd.findSolutionValues(prob)
@@ -255,20 +256,21 @@ def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads
         with tempfile.TemporaryDirectory() as d:
             mps, out, err_path = (os.path.join(d, f) for f in ("model.mps", "result.json",
                                                                 "worker.err"))
-            t = time.perf_counter()
+            t = clock()
             vs, vnames, _, _ = prob.writeMPS(mps, rename=1)
-            detail["mps_write_s"] = round(time.perf_counter() - t, 4)
+            detail["mps_write_s"] = round(clock() - t, 4)
             readback = READBACK_S + READBACK_S_PER_COLUMN * len(vs)
-            left = deadline - time.perf_counter() - readback
+            left = deadline - clock() - readback
             detail["highs_time_left_s"] = round(left, 4)
-            # the worker's deadline on the wall clock: it sets HiGHS's limit once the file is read
+            # the worker's deadline on the epoch clock (another process: ``clock``'s reference
+            # point is this process's): it sets HiGHS's limit once the file is read
             args = [sys.executable, worker, mps, out, f"{time.time() + left:.4f}", str(seed),
                     str(threads)]
-            t = time.perf_counter()
+            t = clock()
             with open(err_path, "w") as f:
                 rc, killed = _run_until(args, deadline - readback, stdout=subprocess.DEVNULL,
                                         stderr=f)
-            detail["highs_process_s"] = round(time.perf_counter() - t, 4)
+            detail["highs_process_s"] = round(clock() - t, 4)
             if killed or rc != 0 or not os.path.exists(out):
                 if killed:
                     detail["killed"] = ("HiGHS was still running when the wall-clock budget ran "
@@ -315,7 +317,7 @@ def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int
     objective, bound (model units, from the solver: CBC's log "Lower bound", HiGHS's
     mip_dual_bound), time_s (wall clock), solver, detail}. What may pass the limit: the MPS write
     or HiGHS build themselves (they are not cut), and the reading back after a kill."""
-    t0 = time.perf_counter()
+    t0 = clock()
     deadline = t0 + time_limit_s
     if solver == "cbc":
         r = _run_cbc(prob, deadline, seed, threads)
@@ -323,5 +325,5 @@ def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int
         r = _run_highs(prob, deadline, seed, threads)
     else:
         raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
-    r["time_s"] = time.perf_counter() - t0
+    r["time_s"] = clock() - t0
     return r

@@ -26,7 +26,9 @@ mesh 2x2x4: neither proved, CBC's answer 13% above HiGHS's); on Wan 2.1 1.3B the
 is integral and proves the optimum before either MIP runs. The solver runs themselves (CBC or
 HiGHS on a PuLP model within a deadline: ``run_solver``, ``_run_cbc``, ``_run_highs``,
 ``available_solvers`` and the measured cost constants) live in ``aoizora.solvers.mip_run`` and
-are re-exported here.
+are re-exported here; the instance's knobs and its build (``ShardingProblem``,
+``build_problem``) in ``aoizora.solvers.sharding_problem``; a choice as a Layout and in words
+(``to_layout``, ``tensor_spec``, ``layout_words``) in ``aoizora.solvers.sharding_layout``.
 
 When no layout fits in HBM it raises ``MemoryBudgetError`` saying how much is missing: the
 smallest per-device peak over all layouts (a second ILP that minimises it) against the budget.
@@ -35,18 +37,16 @@ smallest per-device peak over all layouts (a second ILP that minimises it) again
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 import pulp
 
-from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
-from aoizora.formulation.layout import AttentionLayout, Layout
+from aoizora.formulation.layout import Layout
 from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, add_kv_mode_cut,
                                               add_no_good, build_model, chosen, evaluate,
                                               peak_memory)
-from aoizora.formulation.strategies import (Hardware, Options, StrategyGraph, build_strategies,
-                                            spec_str)
+from aoizora.formulation.strategies import StrategyGraph
+from aoizora.solvers.budget import SHARES, clock
 from aoizora.solvers.certificate import Certificate
 # the solver runs (re-exported: they were defined here); solve_model reads CBC_MIN_S_PER_NONZERO,
 # HIGHS_LP_MIN_S_PER_NONZERO, _run_cbc and _run_highs through this module's names, so patching
@@ -55,16 +55,17 @@ from aoizora.solvers.mip_run import (CBC_MIN_S_PER_NONZERO, CBC_STOP_S, HIGHS_LP
                                      MIN_CBC_SEC, READBACK_S, READBACK_S_PER_COLUMN,
                                      ShardingSolveError, _run_cbc, _run_highs, available_solvers,
                                      run_solver)
+from aoizora.solvers.sharding_heuristics import ShardingInstance, coordinate_descent
+from aoizora.solvers.sharding_layout import layout_words, tensor_spec, to_layout
+from aoizora.solvers.sharding_problem import GiB, ShardingProblem, build_problem
 
 __all__ = ["ShardingSolveError", "MemoryBudgetError", "ShardingSolution", "ShardingResult",
            "available_solvers", "run_solver", "solve_model", "settle_ties", "tensor_spec",
            "to_layout", "min_peak_bytes",
-           "build_problem", "solve_sharding", "solve_program", "GiB", "INCUMBENT_SHARE",
+           "ShardingProblem", "build_problem", "solve_sharding", "solve_program", "GiB", "INCUMBENT_SHARE",
            "CBC_COMFORT", "INTEGRAL_TOL", "PROOF_REL_TOL", "CBC_MIN_S_PER_NONZERO",
            "HIGHS_LP_MIN_S_PER_NONZERO", "READBACK_S", "READBACK_S_PER_COLUMN", "CBC_STOP_S",
            "MIN_CBC_SEC"]
-
-GiB = 1024 ** 3
 
 
 class MemoryBudgetError(ShardingSolveError):
@@ -121,7 +122,7 @@ class ShardingResult:
 # ---------------------------------------------------------------------------------------------
 # the budgeted solve: incumbent, then the MIP solver or the LP relaxation, then the better answer
 
-INCUMBENT_SHARE = 0.1        # of the budget, at most, for the coordinate-descent incumbent
+INCUMBENT_SHARE = SHARES["incumbent"].fraction   # of the budget, at most, for the incumbent
 CBC_COMFORT = 2.0            # below this x CBC's minimum: the LP relaxation first (short budget)
 INTEGRAL_TOL = 1e-6          # an LP value this close to 0 or 1 counts as integral
 PROOF_REL_TOL = 1e-9         # objective within this (relative) of a bound: proven optimal
@@ -239,101 +240,139 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
     near the thresholds takes, depend on the machine's speed and load."""
     if solver not in ("cbc", "highs"):
         raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
-    t0 = time.perf_counter()
-    deadline = t0 + time_limit_s
-    prob = model.prob
-    stages: dict[str, Any] = {}
-    cands: list[tuple[float, int, str, dict[str, int]]] = []   # (objective, rank, source, choice)
-    bounds: list[float] = []
-    names: list[str] = []
-    infeasible = False
-
+    t0 = clock()
+    run = _ModelSolve(graph, model, solver, seed, threads, corrections, deadline=t0 + time_limit_s)
     if incumbent:
-        from aoizora.solvers.sharding_heuristics import ShardingInstance, coordinate_descent
-        t = time.perf_counter()
-        inst = ShardingInstance(graph, model, corrections)
-        h = coordinate_descent(inst, time_limit_s=INCUMBENT_SHARE * time_limit_s, seed=seed,
-                               max_restarts=1)
-        stages["incumbent_s"] = round(time.perf_counter() - t, 4)
-        if h.choice is not None and _rows_hold(model, h.choice):
-            cands.append((h.objective * TIME_SCALE, 2, "incumbent", h.choice))
-            stages["incumbent_objective_s"] = h.objective
-        else:
-            stages["incumbent_note"] = ("no incumbent: the descent found no layout that keeps "
+        _incumbent_stage(run, INCUMBENT_SHARE * time_limit_s)
+    nnz = _nonzeros(model.prob)
+    cbc_need = CBC_MIN_S_PER_NONZERO * nnz
+    left = run.deadline - clock()
+    if left < CBC_COMFORT * cbc_need:
+        run.stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the "
+                                      f"{cbc_need:.3f} s the MIP solver needs before it can stop "
+                                      f"({nnz} nonzeros)")
+    _lp_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, left)
+    mip = _mip_stage(run, cbc_need)
+    return _answer(run, mip, clock() - t0)
+
+
+@dataclasses.dataclass
+class _ModelSolve:
+    """One ``solve_model`` call: its inputs and what its stages found so far."""
+
+    graph: StrategyGraph
+    model: ILPModel
+    solver: str
+    seed: int
+    threads: int
+    corrections: dict[str, Any] | None
+    deadline: float                                   # a ``clock()`` value
+    stages: dict[str, Any] = dataclasses.field(default_factory=dict)
+    cands: list = dataclasses.field(default_factory=list)   # (objective, rank, source, choice)
+    bounds: list[float] = dataclasses.field(default_factory=list)
+    names: list[str] = dataclasses.field(default_factory=list)
+    infeasible: bool = False
+    proven: tuple | None = None                       # the candidate a solver proved optimal
+
+
+def _incumbent_stage(run: _ModelSolve, limit_s: float) -> None:
+    """Step 1 of ``solve_model``: the coordinate-descent incumbent, kept if it keeps every row."""
+    t = clock()
+    inst = ShardingInstance(run.graph, run.model, run.corrections)
+    h = coordinate_descent(inst, time_limit_s=limit_s, seed=run.seed, max_restarts=1)
+    run.stages["incumbent_s"] = round(clock() - t, 4)
+    if h.choice is not None and _rows_hold(run.model, h.choice):
+        run.cands.append((h.objective * TIME_SCALE, 2, "incumbent", h.choice))
+        run.stages["incumbent_objective_s"] = h.objective
+    else:
+        run.stages["incumbent_note"] = ("no incumbent: the descent found no layout that keeps "
                                         "every row" if h.choice is not None else
                                         "no incumbent: the descent found no feasible layout")
 
-    nnz = _nonzeros(prob)
-    cbc_need = CBC_MIN_S_PER_NONZERO * nnz
-    lp_need = HIGHS_LP_MIN_S_PER_NONZERO * nnz
-    left = deadline - time.perf_counter()
-    proven = None                      # the candidate a solver proved optimal
-    if left < CBC_COMFORT * cbc_need:
-        stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the "
-                                  f"{cbc_need:.3f} s the MIP solver needs before it can stop "
-                                  f"({nnz} nonzeros)")
+
+def _lp_stage(run: _ModelSolve, lp_need: float, left: float) -> None:
+    """Step 2's LP relaxation (HiGHS in process): a bound, and a candidate (proven when the
+    relaxation is integral) if its rounding keeps the rows. ``left``: seconds left before it."""
+    stages, model = run.stages, run.model
     if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
-        if solver == "highs":
+        if run.solver == "highs":
             raise ShardingSolveError("HiGHS is not available: pip install highspy (or use "
                                      "solver='cbc')")
         stages["lp_skipped"] = "HiGHS (highspy) is not installed"
-    elif left < lp_need:
+        return
+    if left < lp_need:
         stages["lp_skipped"] = f"{left:.3f} s left, the LP relaxation needs about {lp_need:.3f} s"
-    else:
-        t = time.perf_counter()
-        r = _run_highs(prob, deadline, seed, threads, mip=False)
-        stages["lp_relaxation_s"] = round(time.perf_counter() - t, 4)
-        stages["lp_relaxation"] = r["detail"]
-        names.append(r["solver"])
-        if r["status"] == "INFEASIBLE":
-            infeasible = True
-        elif r["status"] == "OPTIMAL":
-            bounds.append(r["bound"])
-            ch = _integral_choice(model)
-            stages["lp_integral"] = ch is not None
-            if ch is None:
-                ch = chosen(model)       # rounding: each group's largest value
-            if _rows_hold(model, ch):
-                obj = evaluate(graph, ch, corrections)["total_s"] * TIME_SCALE
-                cands.append((obj, 1, "lp-relaxation", ch))
-                if stages["lp_integral"] and obj - r["bound"] <= PROOF_REL_TOL * max(abs(obj), 1.0):
-                    proven = cands[-1]
-    left = deadline - time.perf_counter()
+        return
+    t = clock()
+    r = _run_highs(model.prob, run.deadline, run.seed, run.threads, mip=False)
+    stages["lp_relaxation_s"] = round(clock() - t, 4)
+    stages["lp_relaxation"] = r["detail"]
+    run.names.append(r["solver"])
+    if r["status"] == "INFEASIBLE":
+        run.infeasible = True
+    elif r["status"] == "OPTIMAL":
+        run.bounds.append(r["bound"])
+        ch = _integral_choice(model)
+        stages["lp_integral"] = ch is not None
+        if ch is None:
+            ch = chosen(model)       # rounding: each group's largest value
+        if _rows_hold(model, ch):
+            obj = evaluate(run.graph, ch, run.corrections)["total_s"] * TIME_SCALE
+            run.cands.append((obj, 1, "lp-relaxation", ch))
+            if stages["lp_integral"] and obj - r["bound"] <= PROOF_REL_TOL * max(abs(obj), 1.0):
+                run.proven = run.cands[-1]
+
+
+def _mip_stage(run: _ModelSolve, cbc_need: float) -> dict[str, Any] | None:
+    """Step 2's MIP (HiGHS or CBC as a process on an MPS file) on the time left, when nothing is
+    proven yet and at least ``cbc_need`` seconds are left; returns its run (None if skipped)."""
+    stages = run.stages
+    left = run.deadline - clock()
     # both MIPs run as a process on an MPS file: the same minimum (CBC_MIN_S_PER_NONZERO)
-    run_mip = proven is None and not infeasible and left >= cbc_need
-    if proven is None and not infeasible and not run_mip:
-        stages[f"{solver}_skipped"] = (f"{left:.3f} s left, {'CBC' if solver == 'cbc' else 'HiGHS'}"
-                                       f" needs about {cbc_need:.3f} s before it can stop")
-    r = None
-    if run_mip:
-        t = time.perf_counter()
-        r = _run_cbc(prob, deadline, seed, threads) if solver == "cbc" else \
-            _run_highs(prob, deadline, seed, threads)
-        stages["solver_s"] = round(time.perf_counter() - t, 4)
-        names.append(r["solver"])
-        stages.update(r["detail"])
-        if r["status"] == "INFEASIBLE":
-            infeasible = True
-        if r["bound"] is not None and r["status"] != "OPTIMAL":
-            bounds.append(r["bound"])
-        if r["objective"] is not None:
-            cands.append((r["objective"], 0, "solver", chosen(model)))
-            if r["status"] == "OPTIMAL":
-                proven = cands[-1]
+    run_mip = run.proven is None and not run.infeasible and left >= cbc_need
+    if run.proven is None and not run.infeasible and not run_mip:
+        stages[f"{run.solver}_skipped"] = (
+            f"{left:.3f} s left, {'CBC' if run.solver == 'cbc' else 'HiGHS'}"
+            f" needs about {cbc_need:.3f} s before it can stop")
+    if not run_mip:
+        return None
+    t = clock()
+    prob = run.model.prob
+    r = _run_cbc(prob, run.deadline, run.seed, run.threads) if run.solver == "cbc" else \
+        _run_highs(prob, run.deadline, run.seed, run.threads)
+    stages["solver_s"] = round(clock() - t, 4)
+    run.names.append(r["solver"])
+    stages.update(r["detail"])
+    if r["status"] == "INFEASIBLE":
+        run.infeasible = True
+    if r["bound"] is not None and r["status"] != "OPTIMAL":
+        run.bounds.append(r["bound"])
+    if r["objective"] is not None:
+        run.cands.append((r["objective"], 0, "solver", chosen(run.model)))
+        if r["status"] == "OPTIMAL":
+            run.proven = run.cands[-1]
+    return r
+
+
+def _answer(run: _ModelSolve, mip: dict[str, Any] | None, time_s: float) -> dict[str, Any]:
+    """Step 3 of ``solve_model``: the answer, its status and bound, and why it is not the
+    solver's proof when it is not."""
+    names, detail = run.names, run.stages
     if not names:
-        names.append(f"PuLP {pulp.__version__}/{'CBC' if solver == 'cbc' else 'HiGHS'} (not run)")
-    detail = stages
-    bound = max(bounds) if bounds else None
-    if not cands:
-        status = "INFEASIBLE" if infeasible else "UNKNOWN"
+        names.append(f"PuLP {pulp.__version__}/{'CBC' if run.solver == 'cbc' else 'HiGHS'} "
+                     "(not run)")
+    bound = max(run.bounds) if run.bounds else None
+    if not run.cands:
+        status = "INFEASIBLE" if run.infeasible else "UNKNOWN"
         return {"status": status, "objective": None, "bound": bound, "solver": " + ".join(names),
-                "detail": detail, "choice": None, "time_s": time.perf_counter() - t0}
-    obj, _, source, ch = proven if proven is not None else min(cands, key=lambda c: (c[0], c[1]))
+                "detail": detail, "choice": None, "time_s": time_s}
+    obj, _, source, ch = (run.proven if run.proven is not None
+                          else min(run.cands, key=lambda c: (c[0], c[1])))
     detail["answer_from"] = source
-    if infeasible:   # cannot happen but numerically: say so rather than hide it
+    if run.infeasible:   # cannot happen but numerically: say so rather than hide it
         detail["infeasible_note"] = ("a solver reported the model infeasible, yet this layout "
                                      "keeps every row of it")
-    if proven is not None:
+    if run.proven is not None:
         status, bound = "OPTIMAL", obj
         if source == "lp-relaxation":
             detail["proof"] = "the LP relaxation's solution is integral: its value bounds every layout"
@@ -345,111 +384,33 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
         if bound is not None:
             bound = min(bound, obj)
     if source != "solver" or status != "OPTIMAL":
-        why = []
-        if "short_budget" in stages:
-            why.append("short budget: LP relaxation first"
-                       + (" (skipped)" if "lp_skipped" in stages else ""))
-        if "cbc_skipped" in stages:
-            why.append("CBC skipped (too little time left for its file and root LP)")
-        if "highs_skipped" in stages:
-            why.append("HiGHS skipped (too little time left for its file and root LP)")
-        if r is not None and r["status"] != "OPTIMAL":
-            why.append(f"{r['solver']} stopped at the budget ({r['status']}"
-                       + (", killed" if "killed" in r["detail"] else "") + ")")
-        detail["note"] = ("; ".join(why) + f"; the answer is the {source}'s"
+        detail["note"] = (_why_not_solver(detail, mip) + f"; the answer is the {source}'s"
                           + ("" if status == "OPTIMAL" else ", not proven optimal"))
     name = " + ".join(names)
     if source == "incumbent":
         name = f"coordinate descent (incumbent) + {name}"
     return {"status": status, "objective": obj, "bound": bound, "solver": name,
-            "detail": detail, "choice": ch, "time_s": time.perf_counter() - t0}
+            "detail": detail, "choice": ch, "time_s": time_s}
 
 
-# ---------------------------------------------------------------------------------------------
-# layout
-
-def _axes_entry(axes: tuple[str, ...]):
-    if not axes:
-        return None
-    return axes[0] if len(axes) == 1 else tuple(axes)
-
-
-def _layout_spec(spec) -> tuple:
-    return tuple(_axes_entry(a) for a in spec)
-
-
-def tensor_spec(ir, graph: StrategyGraph, choice: dict[str, int], tid: str) -> tuple:
-    """The PartitionSpec entries of tensor ``tid`` under a choice (replicated where no group lays
-    it out); only the choice of the group that lays it out is read."""
-    o = graph.origin.get(tid)
-    if o is None:
-        return tuple(None for _ in ir.tensors[tid].shape)
-    gid, base, tr = o
-    sp = graph.groups[gid].strategies[choice[gid]].specs[base]
-    for x in tr:
-        sp = sp[1:] if x == "drop0" else ((),) + sp
-    return _layout_spec(sp)
+def _why_not_solver(stages: dict[str, Any], mip: dict[str, Any] | None) -> str:
+    why = []
+    if "short_budget" in stages:
+        why.append("short budget: LP relaxation first"
+                   + (" (skipped)" if "lp_skipped" in stages else ""))
+    if "cbc_skipped" in stages:
+        why.append("CBC skipped (too little time left for its file and root LP)")
+    if "highs_skipped" in stages:
+        why.append("HiGHS skipped (too little time left for its file and root LP)")
+    if mip is not None and mip["status"] != "OPTIMAL":
+        why.append(f"{mip['solver']} stopped at the budget ({mip['status']}"
+                   + (", killed" if "killed" in mip["detail"] else "") + ")")
+    return "; ".join(why)
 
 
-def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp") -> Layout:
-    """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs. No rules: the
-    program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims)."""
-
-    def spec(tid):
-        return tensor_spec(ir, graph, choice, tid)
-
-    node_specs, attention = {}, {}
-    for n in ir.nodes:
-        if n.kind in ("dot", "conv", "attention") and n.results:
-            node_specs[n.key] = spec(n.results[0])
-        if n.kind == "attention":
-            st = graph.groups[n.key].strategies[choice[n.key]]
-            attention[n.key] = AttentionLayout(batch=st.labels.get("b", ()), heads=st.labels.get("h", ()),
-                                               seq=st.labels.get("s", ()), kv=st.kv)
-    return Layout(mesh_axes=dict(graph.mesh_axes), in_specs=[spec(t) for t in ir.inputs],
-                  out_specs=[spec(t) for t in ir.outputs], node_specs=node_specs,
-                  attention=attention, name=name)
-
-
-def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
-    """The input path a tensor comes from (through scan slices and converts), or ""."""
-    t = ir.tensors[tid]
-    for _ in range(depth):
-        if t.kind == "input":
-            return t.path
-        if t.kind in ("scan_xs", "scan_const") and t.outer:
-            t = ir.tensors[t.outer]
-            continue
-        if t.kind == "node":
-            n = nodes[t.producer]
-            ops = [o for o in n.operands if ir.tensors[o].kind != "literal"]
-            if n.kind in ("elementwise", "reshape", "transpose") and len(ops) == 1:
-                t = ir.tensors[ops[0]]
-                continue
-        return ""
-    return ""
-
-
-def _words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
-    out = []
-    nodes = {n.key: n for n in ir.nodes}
-    for gid in sorted(graph.order(), key=lambda g: graph.groups[g].kind not in ("attention", "dot", "conv")):
-        G = graph.groups[gid]
-        st = G.strategies[choice[gid]]
-        if G.kind in ("dot", "conv", "attention"):
-            n = nodes[G.anchor]
-            w = next((p for p in (_weight_path(ir, nodes, o) for o in n.operands[1:2]) if p), "")
-            text = st.words if not w else st.words.replace("dot:", f"dot {w}:", 1)
-            out.append(f"{text} [{gid}{' ' + n.source if n.source else ''}]")
-        elif G.kind == "input":
-            t = ir.tensors[G.anchor]
-            out.append(f"input {t.path or G.anchor} {list(t.shape)}: {spec_str(st.specs[G.anchor])}")
-    return out
-
-
-def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], time_limit_s,
-              seed, threads, corrections, rank: int) -> ShardingSolution:
-    pred = evaluate(graph, choice, corrections)
+def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], run: _Run,
+              rank: int) -> ShardingSolution:
+    pred = evaluate(graph, choice, run.corrections)
     obj = res["objective"] / TIME_SCALE if res["objective"] is not None else None
     bound = res["bound"] / TIME_SCALE if res["bound"] is not None else None
     if obj is not None and bound is not None:
@@ -457,13 +418,13 @@ def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], tim
     detail = dict(res["detail"])
     detail["rank"] = rank
     cert = Certificate(solver=res["solver"], status=res["status"], objective=obj, bound=bound,
-                       time_s=res["time_s"], unit="s", seed=seed, workers=threads,
-                       time_limit_s=time_limit_s, detail=detail)
+                       time_s=res["time_s"], unit="s", seed=run.seed, workers=run.threads,
+                       time_limit_s=run.time_limit_s, detail=detail)
     return ShardingSolution(
         layout=to_layout(ir, graph, choice, name="ilp" if rank == 0 else f"ilp#{rank + 1}"),
         certificate=cert,
         choice={g: graph.groups[g].strategies[k].name for g, k in choice.items()},
-        words=_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice),
+        words=layout_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice),
         attention={g: {"kv": graph.groups[g].strategies[k].kv,
                        "compute_s": graph.groups[g].strategies[k].compute}
                    for g, k in choice.items() if graph.groups[g].kind == "attention"})
@@ -481,55 +442,34 @@ def min_peak_bytes(ir, graph: StrategyGraph, *, solver: str = "highs", time_limi
     return r["objective"] / MEM_SCALE, r["status"]
 
 
-def build_problem(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCosts | None = None,
-                  hardware: Hardware | None = None, options: Options | None = None,
-                  hbm_bytes: float | None = None, hbm_reserve: float = 0.1,
-                  corrections: dict[str, Any] | None = None,
-                  forbidden: list[dict[str, str]] | None = None,
-                  attention_scale: dict[str, float] | None = None, graph=None):
-    """(hardware, HBM budget in bytes, StrategyGraph, ILPModel) of one sharding instance, with
-    ``solve_sharding``'s defaults; the searches of ``solvers.sharding_heuristics`` share it.
-    ``graph``: the instance's StrategyGraph when the caller built it already (``build_strategies``
-    with the same axis costs, hardware, options and attention scales)."""
-    if hardware is None:
-        if target is None:
-            raise ShardingSolveError("give a target or hardware= to price compute")
-        hardware = Hardware.from_chip(target.chip)
-    if axis_costs is None:
-        if target is None:
-            raise ShardingSolveError("give a target or axis_costs= to price communication")
-        axis_costs = default_axis_costs(target, mesh_axes)
-    if dict(axis_costs.sizes) != {k: int(v) for k, v in mesh_axes.items()}:
-        raise ShardingSolveError(f"axis costs are for mesh {axis_costs.sizes}, not {mesh_axes}")
-    budget = float(hbm_bytes if hbm_bytes is not None else hardware.hbm_bytes * (1.0 - hbm_reserve))
-    if graph is None:
-        graph = build_strategies(ir, axis_costs, hardware, options, attention_scale)
-    model = build_model(ir, graph, budget, corrections=corrections, forbidden=forbidden)
-    return hardware, budget, graph, model
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """How one ``solve_sharding`` call runs its solves."""
+
+    solver: str
+    time_limit_s: float
+    seed: int
+    threads: int
+    corrections: dict[str, Any] | None
+
+    def solve(self, graph, model, time_limit_s: float, incumbent: bool = True) -> dict[str, Any]:
+        return solve_model(graph, model, solver=self.solver, time_limit_s=time_limit_s,
+                           seed=self.seed, threads=self.threads, corrections=self.corrections,
+                           incumbent=incumbent)
 
 
-def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCosts | None = None,
-                   solver: str = "highs", time_limit_s: float = 30.0, k_best: int = 1,
-                   hbm_bytes: float | None = None, corrections: dict[str, Any] | None = None,
-                   forbidden: list[dict[str, str]] | None = None, seed: int = 0, threads: int = 1,
-                   options: Options | None = None, hardware: Hardware | None = None,
-                   hbm_reserve: float = 0.1, distinct: str = "any",
-                   attention_scale: dict[str, float] | None = None,
-                   prefer: dict[str, str] | None = None, graph=None) -> ShardingResult:
+def solve_sharding(ir, target, mesh_axes: dict[str, int], problem: ShardingProblem | None = None,
+                   *, solver: str = "highs", time_limit_s: float = 30.0, k_best: int = 1,
+                   seed: int = 0, threads: int = 1, distinct: str = "any") -> ShardingResult:
     """Choose the layout of every op of `ir` on the logical mesh `mesh_axes` (see module doc).
 
-    target: a Target (for chip numbers and default axis costs) or None with `hardware` and
-    `axis_costs` given. hbm_bytes: the per-device budget for the ILP's memory rows; default the
-    chip's HBM less `hbm_reserve` (a fraction kept for what the ILP's memory model does not see:
-    the compiler's temporaries, kernel scratch, collective buffers -- on Wan 2.1 1.3B, 4x4, the
-    compiler reported 3.17 GiB where the model counted 2.82 GiB). corrections / forbidden: the
-    planner's feedback (``aoizora.formulation.sharding_ilp.build_model``). distinct: "any"
-    (the K best differ in at least one op) or "kv" (first in attention kv modes; module doc).
-    attention_scale: kv mode -> factor on Q1's attention compute, the planner's feedback from
-    compiled programs (``aoizora.formulation.attention_calibration``). prefer: group id ->
-    strategy name to take among tied optima of the best layout (``settle_ties``; the groups it
-    moved are in its certificate's ``detail["tie_moves"]``). graph: the StrategyGraph already
-    built for these inputs (``build_problem``), to skip building it again.
+    target: a Target (for chip numbers and default axis costs) or None with ``problem`` giving
+    ``hardware`` and ``axis_costs``. problem: the instance's knobs
+    (``solvers.sharding_problem.ShardingProblem``: axis costs, hardware, strategy options, HBM
+    budget, the planner's corrections / forbidden combinations / attention scales, the tie
+    preference ``prefer`` -- the groups it moved are in the best's certificate's
+    ``detail["tie_moves"]`` -- and a StrategyGraph already built). distinct: "any" (the K best
+    differ in at least one op) or "kv" (first in attention kv modes; module doc).
 
     time_limit_s: the wall-clock budget, seconds, of the whole solve: the best layout
     (``solve_model``: a coordinate-descent incumbent, HiGHS's LP relaxation, then the MIP on the
@@ -545,94 +485,118 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], *, axis_costs: AxisCos
     HBM) solves a second ILP for the missing bytes with the same limit."""
     if distinct not in ("any", "kv"):
         raise ValueError(f"distinct={distinct!r}: use 'any' or 'kv'")
-    t0 = time.perf_counter()
-    hardware, budget, graph, model = build_problem(
-        ir, target, mesh_axes, axis_costs=axis_costs, hardware=hardware, options=options,
-        hbm_bytes=hbm_bytes, hbm_reserve=hbm_reserve, corrections=corrections,
-        forbidden=forbidden, attention_scale=attention_scale, graph=graph)
-    build_s = time.perf_counter() - t0
+    problem = problem or ShardingProblem()
+    run = _Run(solver, time_limit_s, seed, threads, problem.corrections)
+    t0 = clock()
+    _, budget, graph, model = build_problem(ir, target, mesh_axes, problem)
+    build_s = clock() - t0
     size = {"groups": len(graph.groups), "strategies": graph.num_strategies(),
             "edges": len(graph.edges), **model.size()}
-    t_solve = time.perf_counter()
-    deadline = t_solve + time_limit_s
-    res = solve_model(graph, model, solver=solver, time_limit_s=time_limit_s, seed=seed,
-                      threads=threads, corrections=corrections)
+    deadline = clock() + time_limit_s
+    res = run.solve(graph, model, time_limit_s)
     if res["status"] == "INFEASIBLE" or (res["objective"] is None and res["status"] != "UNKNOWN"):
-        if forbidden:
-            raise ShardingSolveError(
-                f"no layout on mesh {mesh_axes} fits in {budget / GiB:.2f} GiB per device once the "
-                f"{len(forbidden)} forbidden combination(s) are excluded")
-        need, st = min_peak_bytes(ir, graph, solver=solver, time_limit_s=time_limit_s, seed=seed,
-                                  threads=threads, small_bytes=budget * 1e-3)
-        if need is None:
-            raise MemoryBudgetError(f"no layout on mesh {mesh_axes} fits in {budget / GiB:.3f} GiB "
-                                    f"per device (the smallest peak could not be computed: {st}); "
-                                    f"use more chips or a smaller workload", None, budget)
-        raise MemoryBudgetError(
-            f"no layout on mesh {mesh_axes} fits in HBM: the smallest per-device peak over all "
-            f"layouts is {need / GiB:.3f} GiB ({need:.0f} B) against {budget / GiB:.3f} GiB "
-            f"({budget:.0f} B); {max(need - budget, 0) / GiB:.3f} GiB missing"
-            f"{'' if st == 'OPTIMAL' else ' (minimum not proven: ' + st + ')'}; "
-            f"use more chips, a mesh with more axes, or a smaller workload", need, budget)
+        _raise_no_layout(ir, graph, mesh_axes, budget, problem.forbidden, run)
     if res["objective"] is None:
-        err = ShardingSolveError(f"{res['solver']} found no layout within {time_limit_s} s "
-                                 f"(status {res['status']}); raise time_limit_s")
-        err.certificate = Certificate(solver=res["solver"], status=res["status"], objective=None,
-                                      bound=None if res["bound"] is None else res["bound"] / TIME_SCALE,
-                                      time_s=res["time_s"], seed=seed, workers=threads,
-                                      time_limit_s=time_limit_s, detail=dict(res["detail"]))
-        raise err
+        _raise_no_answer(res, run)
+    first, res = _settle_preferred(graph, model, res, problem.prefer, run.corrections)
+    best = _solution(ir, graph, model, res, first, run, 0)
+    alts = _next_best(ir, graph, model, run, [first], best, k_best, distinct, deadline)
+    return ShardingResult(best=best, alternatives=alts, size=size, build_s=build_s)
+
+
+def _raise_no_layout(ir, graph, mesh_axes, budget: float, forbidden, run: _Run) -> None:
+    """No layout fits: ShardingSolveError once forbidden combinations are excluded, else
+    MemoryBudgetError with the smallest peak (``min_peak_bytes``) against the budget."""
+    if forbidden:
+        raise ShardingSolveError(
+            f"no layout on mesh {mesh_axes} fits in {budget / GiB:.2f} GiB per device once the "
+            f"{len(forbidden)} forbidden combination(s) are excluded")
+    need, st = min_peak_bytes(ir, graph, solver=run.solver, time_limit_s=run.time_limit_s,
+                              seed=run.seed, threads=run.threads, small_bytes=budget * 1e-3)
+    if need is None:
+        raise MemoryBudgetError(f"no layout on mesh {mesh_axes} fits in {budget / GiB:.3f} GiB "
+                                f"per device (the smallest peak could not be computed: {st}); "
+                                f"use more chips or a smaller workload", None, budget)
+    raise MemoryBudgetError(
+        f"no layout on mesh {mesh_axes} fits in HBM: the smallest per-device peak over all "
+        f"layouts is {need / GiB:.3f} GiB ({need:.0f} B) against {budget / GiB:.3f} GiB "
+        f"({budget:.0f} B); {max(need - budget, 0) / GiB:.3f} GiB missing"
+        f"{'' if st == 'OPTIMAL' else ' (minimum not proven: ' + st + ')'}; "
+        f"use more chips, a mesh with more axes, or a smaller workload", need, budget)
+
+
+def _raise_no_answer(res: dict[str, Any], run: _Run) -> None:
+    err = ShardingSolveError(f"{res['solver']} found no layout within {run.time_limit_s} s "
+                             f"(status {res['status']}); raise time_limit_s")
+    err.certificate = Certificate(solver=res["solver"], status=res["status"], objective=None,
+                                  bound=None if res["bound"] is None else res["bound"] / TIME_SCALE,
+                                  time_s=res["time_s"], seed=run.seed, workers=run.threads,
+                                  time_limit_s=run.time_limit_s, detail=dict(res["detail"]))
+    raise err
+
+
+def _settle_preferred(graph, model, res: dict[str, Any], prefer: dict[str, str] | None,
+                      corrections) -> tuple[dict[str, int], dict[str, Any]]:
+    """(choice, solve result): the solver's choice moved to ``prefer``'s strategies among Q1's
+    tied optima (``settle_ties``), and the result updated when a group moved."""
     first = res["choice"]
-    if prefer:
-        names = {g: [st.name for st in graph.groups[g].strategies]
-                 for g in prefer if g in graph.groups}
-        idx = {g: names[g].index(name) for g, name in prefer.items()
-               if name in names.get(g, ())}
-        first, moved = settle_ties(graph, model, first, idx, corrections)
-        if moved:
-            q1 = evaluate(graph, first, corrections)["total_s"] * TIME_SCALE
-            res = {**res, "choice": first, "objective": min(res["objective"], q1),
-                   "detail": {**res["detail"], "tie_moves": moved}}
-    best = _solution(ir, graph, model, res, first, time_limit_s, seed, threads, corrections, 0)
-    alts = []
-    prev = [first]
+    if not prefer:
+        return first, res
+    names = {g: [st.name for st in graph.groups[g].strategies]
+             for g in prefer if g in graph.groups}
+    idx = {g: names[g].index(name) for g, name in prefer.items()
+           if name in names.get(g, ())}
+    first, moved = settle_ties(graph, model, first, idx, corrections)
+    if moved:
+        q1 = evaluate(graph, first, corrections)["total_s"] * TIME_SCALE
+        res = {**res, "choice": first, "objective": min(res["objective"], q1),
+               "detail": {**res["detail"], "tie_moves": moved}}
+    return first, res
+
+
+def _next_best(ir, graph, model: ILPModel, run: _Run, prev: list[dict[str, int]],
+               best: ShardingSolution, k_best: int, distinct: str, deadline: float
+               ) -> list[ShardingSolution]:
+    """The k_best - 1 next best distinct solutions after ``prev`` (the best's choice), each
+    after a no-good cut on the one before (the first also after the kv-mode cut with
+    ``distinct="kv"``), within what is left before ``deadline``; when the budget runs out the
+    best's certificate says so (``detail["k_best_note"]``)."""
+    first, alts = prev[0], []
+    budget_note = (lambda r: f"{r} of the {k_best} best layouts asked: the budget of "
+                             f"{run.time_limit_s} s ran out")
     for r in range(1, max(1, k_best)):
         cut = {g: graph.groups[g].strategies[k].name for g, k in prev[-1].items()
                if len(graph.groups[g].strategies) > 1}
         if not cut:
             break
-        left = deadline - time.perf_counter()
+        left = deadline - clock()
         if left <= 0:
-            best.certificate.detail["k_best_note"] = (
-                f"{r} of the {k_best} best layouts asked: the budget of {time_limit_s} s ran out")
+            best.certificate.detail["k_best_note"] = budget_note(r)
             break
         add_no_good(model.prob, graph, model.s, cut, f"kbest_{r}")
         rr = None
         kv_rows = (add_kv_mode_cut(model.prob, graph, model.s, first, "kvmode")
                    if distinct == "kv" and r == 1 else [])
         if kv_rows:
-            rr = solve_model(graph, model, solver=solver, time_limit_s=left, seed=seed,
-                             threads=threads, corrections=corrections, incumbent=False)
+            rr = run.solve(graph, model, left, incumbent=False)
             for n in kv_rows:      # lifted: the next solutions are plain no-good cuts
                 model.prob.get_constraint_by_name(n).changeRHS(1)
         if rr is None or rr["objective"] is None:
-            left = deadline - time.perf_counter()
+            left = deadline - clock()
             if left <= 0 and rr is not None:
-                best.certificate.detail["k_best_note"] = (
-                    f"{r} of the {k_best} best layouts asked: the budget of {time_limit_s} s ran out")
+                best.certificate.detail["k_best_note"] = budget_note(r)
                 break
-            rr = solve_model(graph, model, solver=solver, time_limit_s=max(left, 0.0), seed=seed,
-                             threads=threads, corrections=corrections, incumbent=False)
+            rr = run.solve(graph, model, max(left, 0.0), incumbent=False)
         if rr["objective"] is None:
             if rr["status"] != "INFEASIBLE":
                 best.certificate.detail["k_best_note"] = (
                     f"{r} of the {k_best} best layouts asked: the next was not found within the "
-                    f"budget of {time_limit_s} s ({rr['status']})")
+                    f"budget of {run.time_limit_s} s ({rr['status']})")
             break
         ch = rr["choice"]
         prev.append(ch)
-        alts.append(_solution(ir, graph, model, rr, ch, time_limit_s, seed, threads, corrections, r))
-    return ShardingResult(best=best, alternatives=alts, size=size, build_s=build_s)
+        alts.append(_solution(ir, graph, model, rr, ch, run, r))
+    return alts
 
 
 def solve_program(fn, abstract_args, target, mesh_axes: dict[str, int], **kw) -> ShardingResult:

@@ -56,7 +56,7 @@ import numpy as np
 from aoizora.formulation.sharding_ilp import ILPModel, _corrections, evaluate
 from aoizora.formulation.strategies import Hardware, Options, StrategyGraph
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.sharding import build_problem
+from aoizora.solvers.sharding_problem import ShardingProblem, build_problem
 
 
 class ShardingHeuristicError(ValueError):
@@ -191,9 +191,9 @@ def build_instance(ir, target, mesh_axes: dict[str, int], *, axis_costs=None,
     """The instance ``solve_sharding(ir, target, mesh_axes, ...)`` solves, with the same defaults
     (strategies, axis costs, HBM budget = chip HBM x (1 - hbm_reserve), corrections); its
     ``model.prob`` is the ILP itself."""
-    _, _, graph, model = build_problem(ir, target, mesh_axes, axis_costs=axis_costs,
-                                       hardware=hardware, options=options, hbm_bytes=hbm_bytes,
-                                       hbm_reserve=hbm_reserve, corrections=corrections)
+    _, _, graph, model = build_problem(ir, target, mesh_axes, ShardingProblem(
+        axis_costs=axis_costs, hardware=hardware, options=options, hbm_bytes=hbm_bytes,
+        hbm_reserve=hbm_reserve, corrections=corrections))
     return ShardingInstance(graph, model, corrections)
 
 

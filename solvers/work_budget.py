@@ -37,9 +37,10 @@ planner lists it in ``Plan.time_limited``.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from ortools.sat.python import cp_model
+
+from aoizora.solvers.budget import Budget, clock
 
 # CP-SAT deterministic seconds per second of the limit (module docstring).
 WORK_PER_S = 0.4
@@ -51,7 +52,7 @@ _DONE = (cp_model.OPTIMAL, cp_model.INFEASIBLE)
 @dataclasses.dataclass
 class WorkBudget:
     work: float                                  # deterministic seconds this budget may spend
-    wall_deadline: float                         # time.perf_counter() value: the guard
+    wall_deadline: float                         # a clock() value: the guard
     used: float = 0.0
     wall_cut: list[str] = dataclasses.field(default_factory=list)   # what the guard stopped
     parent: "WorkBudget | None" = dataclasses.field(default=None, repr=False)
@@ -59,10 +60,16 @@ class WorkBudget:
     @classmethod
     def for_limit(cls, time_limit_s: float, start: float | None = None) -> "WorkBudget":
         """The budget of a placement with `time_limit_s` seconds, starting at `start`
-        (``time.perf_counter()``; default now)."""
-        start = time.perf_counter() if start is None else float(start)
+        (a ``solvers.budget.clock()`` value; default now)."""
+        start = clock() if start is None else float(start)
         return cls(work=float(time_limit_s) * WORK_PER_S,
                    wall_deadline=start + float(time_limit_s) * WALL_CAP)
+
+    @classmethod
+    def of(cls, budget: Budget) -> "WorkBudget":
+        """The work budget of a share of the planning run's budget (``solvers.budget``): its
+        seconds, from its start."""
+        return cls.for_limit(budget.total_s, budget.start)
 
     def root(self) -> "WorkBudget":
         b = self
@@ -74,7 +81,7 @@ class WorkBudget:
         return max(0.0, self.work - self.used)
 
     def wall_left(self) -> float:
-        return self.wall_deadline - time.perf_counter()
+        return self.wall_deadline - clock()
 
     def child(self, work: float) -> "WorkBudget":
         """A share of what is left (at most `work`), charged to this budget as it is used."""

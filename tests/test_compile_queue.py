@@ -8,6 +8,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from aoizora.compile_queue import Compiled, CompileQueue, Skipped
+from aoizora.solvers.budget import Budget
 
 
 class Boom(ValueError):
@@ -20,7 +21,7 @@ def _ev(fits=True):
 
 def test_compiles_run_one_at_a_time_in_order_and_errors_are_one_line():
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 60, t0, (Boom,))
+    q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
     running, peak, order = [0], [0], []
     lock = threading.Lock()
 
@@ -51,7 +52,7 @@ def test_compiles_run_one_at_a_time_in_order_and_errors_are_one_line():
 
 def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits():
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 0.35, t0, (Boom,))
+    q = CompileQueue(Budget.until(t0 + 0.35, t0), (Boom,))
 
     def slow():
         time.sleep(0.3)
@@ -67,7 +68,7 @@ def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits():
 def test_no_compile_starts_into_the_reserve():
     """The time the planner keeps for after its last compile counts as spent."""
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 5.0, t0, (Boom,), reserve_s=4.0)
+    q = CompileQueue(Budget.until(t0 + 5.0, t0), (Boom,), reserve_s=4.0)
 
     def quick():
         time.sleep(0.2)
@@ -79,7 +80,7 @@ def test_no_compile_starts_into_the_reserve():
     q.close()
     assert isinstance(s, Skipped) and "4.0 s of it kept for after" in s.reason
     # without the reserve the same compile starts
-    q = CompileQueue(time.perf_counter() + 5.0, t0, (Boom,))
+    q = CompileQueue(Budget.until(time.perf_counter() + 5.0, t0), (Boom,))
     first, second = q.submit(quick), q.submit(quick)
     assert isinstance(first.result(), Compiled) and isinstance(second.result(), Compiled)
     q.close()
@@ -88,7 +89,7 @@ def test_no_compile_starts_into_the_reserve():
 def test_layouts_that_do_not_fit_keep_the_compiles_going_past_the_budget():
     """Until a compiled layout fits in HBM nothing can be priced, so compiles go on."""
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 0.1, t0, (Boom,))
+    q = CompileQueue(Budget.until(t0 + 0.1, t0), (Boom,))
 
     def oom():
         time.sleep(0.15)
@@ -101,10 +102,10 @@ def test_layouts_that_do_not_fit_keep_the_compiles_going_past_the_budget():
 
 def test_no_first_compile_past_the_deadline_and_other_exceptions_propagate():
     t0 = time.perf_counter()
-    late = CompileQueue(t0 - 1, t0, (Boom,))
+    late = CompileQueue(Budget.until(t0 - 1, t0), (Boom,))
     assert isinstance(late.submit(_ev).result(), Skipped)
     late.close()
-    q = CompileQueue(t0 + 60, t0, (Boom,))
+    q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
 
     def bug():
         raise KeyError("a bug, not a compile error")
@@ -116,7 +117,7 @@ def test_no_first_compile_past_the_deadline_and_other_exceptions_propagate():
 
 def test_close_skips_what_has_not_started():
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 60, t0, (Boom,))
+    q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
     gate, started = threading.Event(), threading.Event()
     first = q.submit(lambda: (started.set(), gate.wait(5), _ev())[2])
     rest = [q.submit(_ev) for _ in range(3)]
@@ -129,7 +130,7 @@ def test_close_skips_what_has_not_started():
 
 def test_the_next_compile_is_the_pending_one_of_least_priority():
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 60, t0, (Boom,))
+    q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
     gate, order = threading.Event(), []
 
     def job(i):
@@ -151,7 +152,7 @@ def test_the_time_a_compile_shared_with_the_ilps_counts_at_half():
     """A compile slowed by the ILPs beside it is not taken for one that needs that long alone:
     the part of it that overlapped the contended period counts at half."""
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 60, t0, (Boom,))
+    q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
 
     def take(s):
         def run():
@@ -182,7 +183,7 @@ def test_a_held_queue_starts_nothing_above_the_hold_until_released():
     """``hold(p)``: compiles at or below ``p`` run, those above wait, even with the worker idle,
     until ``release()``; a compile submitted meanwhile at or below ``p`` goes first."""
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 60, t0, (Boom,))
+    q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
     ran: list[int] = []
 
     def job(i):
@@ -212,12 +213,12 @@ def test_compiles_left_counts_what_the_budget_holds_with_the_start_margin():
     left less a 2 s reserve hold floor(8.5 / (1.2 x 0.5 + 1)) = 5, the same margin the start
     check uses."""
     t0 = time.perf_counter()
-    q = CompileQueue(t0 + 10.5, t0, (Boom,), reserve_s=2.0)
+    q = CompileQueue(Budget.until(t0 + 10.5, t0), (Boom,), reserve_s=2.0)
     assert q.compiles_left() > 1000
     q.done.append(Compiled(seconds=0.5))
     assert q.compiles_left() == 5
     q.done.append(Compiled(seconds=3.0, contended_s=2.0))     # 2 s alone: floor(8.5 / 3.4) = 2
     assert q.compiles_left() == 2
-    q.deadline = time.perf_counter() + 1.0
+    q.budget.deadline = time.perf_counter() + 1.0
     assert q.compiles_left() == 0
     q.close()

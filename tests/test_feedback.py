@@ -19,7 +19,7 @@ from aoizora.formulation.attention_calibration import (AttentionSample, attentio
 from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.strategies import Hardware, StrategyError, build_strategies
 from aoizora.models.primitives import attention
-from aoizora.solvers.sharding import solve_sharding
+from aoizora.solvers.sharding import ShardingProblem, solve_sharding
 
 SDS = jax.ShapeDtypeStruct
 
@@ -118,7 +118,7 @@ def test_ilp_prices_attention_with_the_scale():
     ring = [s for s in base if s.kv == "ring"][0]
     assert ring.cost == pytest.approx(max(ring.compute, ring.comm))
     # a ring made very costly is no longer chosen; the solution reports its Q1 compute per node
-    r = solve_sharding(ir, v5e4, {"x": 4}, attention_scale={"*": {"ring": 50.0}})
+    r = solve_sharding(ir, v5e4, {"x": 4}, ShardingProblem(attention_scale={"*": {"ring": 50.0}}))
     assert r.layout.attention[key].kv == "gather"
     assert r.best.attention[key]["kv"] == "gather" and r.best.attention[key]["compute_s"] > 0
     for bad in ({"*": {"ring": 0.0}}, {"*": {"fast": 2.0}}, {"*": 2.0}):

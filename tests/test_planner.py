@@ -165,18 +165,18 @@ def test_a_first_compile_past_the_budget_still_returns_its_plan(small, monkeypat
     candidate comes back, and the plan says by how much the budget was exceeded."""
     import time as _time
 
-    import aoizora.planner as planner
+    import aoizora.candidate_pricing as pricing
 
     _, _, fn, args, _ = small
     budget = 8.0
-    real = planner.compile_layout
+    real = pricing.compile_layout
 
     def slow_compile(*a, **kw):
         ev = real(*a, **kw)
         _time.sleep(budget)          # now surely past the deadline
         return ev
 
-    monkeypatch.setattr(planner, "compile_layout", slow_compile)
+    monkeypatch.setattr(pricing, "compile_layout", slow_compile)
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=budget, meshes=[{"x": 8}],
                      max_iterations=1, verify=False)
     assert p.planning_time_s > budget
@@ -314,84 +314,15 @@ def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, mon
     assert any("time budget: 1.0 s left" in n for n in p.notes)
 
 
-def test_the_first_two_seeds_compile_before_the_ilps_best():
-    """The first iteration's pricing (and compile) order: first seed, its refinement, the second
-    seed, the ILP's best with its unproven near-ties, the second seed's refinement, each other
-    seed then its refinement, the ILP's other layouts; with one seed: seed, refinement, the ILP's
-    best; without seeds the ILP's layouts alone, in their order; later iterations alike."""
-    from aoizora.planner import _pricing_rank
-
-    order = [("seed", 1), ("refined", 1), ("seed", 2), ("ilp", 0), ("ilp", 1), ("refined", 2),
-             ("seed", 3), ("refined", 3), ("seed", 4), ("refined", 4), ("ilp", 2), ("ilp", 3)]
-    ranks = [_pricing_rank(kind, i, 4, lead=2) for kind, i in order]
-    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
-    one = [_pricing_rank(kind, i, 1) for kind, i in (("seed", 1), ("refined", 1), ("ilp", 0),
-                                                      ("ilp", 1))]
-    assert one == sorted(one) and len(set(one)) == 4
-    alone = [_pricing_rank("ilp", k, 0, lead=2) for k in range(4)]
-    assert alone == sorted(alone) and len(set(alone)) == 4 and alone[0] == 0
-    one = [_pricing_rank(*r, 1) for r in (("seed", 1), ("refined", 1), ("ilp", 0))]
-    assert one == sorted(one) and _pricing_rank("ilp", 1, 1) > one[-1]
-
-
-def test_compile_order_takes_each_kv_mode_combination_early():
-    """The layouts compiled first: the ILP's best, then the best of the other kind (a ring in some
-    attention, or none), then Q1 order (a near-copy of the best is no longer second)."""
-    from types import SimpleNamespace as NS
-
-    from aoizora.formulation.layout import AttentionLayout, Layout
-    from aoizora.planner import _diverse
-
-    def sol(kv, name):
-        return NS(layout=Layout({"x": 8}, [], attention={"a": AttentionLayout(seq=("x",), kv=kv)},
-                                name=name))
-
-    ring_gather = NS(layout=Layout({"x": 8}, [], name="r3", attention={
-        "a": AttentionLayout(seq=("x",), kv="ring"), "b": AttentionLayout(seq=("x",))}))
-    ranked = [(1.0, {}, sol("ring", "r1")), (1.0, {}, sol("ring", "r2")),
-              (1.1, {}, ring_gather), (1.5, {}, sol("gather", "g1")),
-              (1.6, {}, sol("gather", "g2"))]
-    assert [r[2].layout.name for r in _diverse(ranked, 2)] == ["r1", "g1"]
-    assert [r[2].layout.name for r in _diverse(ranked, 4)] == ["r1", "g1", "r2", "r3"]
-    assert [r[2].layout.name for r in _diverse(ranked[:2], 2)] == ["r1", "r2"]
-
-
-def test_an_unproven_near_tie_on_another_mesh_is_compiled_too():
-    """After the best layout: every other mesh's best whose ILP stopped at its limit with a bound
-    below the best's Q1 and a Q1 within 1% of it; proven optima, far layouts, bounds above the
-    best and a mesh's second layout are not added."""
-    from types import SimpleNamespace as NS
-
-    from aoizora.planner import _with_unproven_near
-    from aoizora.solvers.certificate import Certificate
-
-    def entry(q1, mesh, status, bound, name):
-        cert = Certificate(solver="HiGHS", status=status, objective=q1, bound=bound, time_s=20.0)
-        return (q1, mesh, NS(certificate=cert, name=name))
-
-    best = entry(0.5815, {"x": 4, "y": 2, "z": 2}, "FEASIBLE", 0.5795, "best")
-    other_kind = entry(0.6188, {"x": 8, "y": 2}, "OPTIMAL", 0.6188, "other kind")
-    untried = [best,
-               entry(0.5818, {"x": 4, "y": 2, "z": 2}, "FEASIBLE", 0.5795, "best's mesh, 2nd"),
-               entry(0.5824, {"x": 2, "y": 4, "z": 2}, "FEASIBLE", 0.5801, "near, unproven"),
-               entry(0.5830, {"x": 2, "y": 8}, "OPTIMAL", 0.5830, "near, proven"),
-               entry(0.5850, {"x": 2, "y": 2, "z": 4}, "FEASIBLE", 0.5820, "bound above best"),
-               entry(0.6000, {"x": 16}, "FEASIBLE", 0.5000, "far"),
-               other_kind]
-    got = _with_unproven_near([best, other_kind], untried)
-    assert [r[2].name for r in got] == ["best", "near, unproven", "other kind"]
-    proven = [entry(q1, m, "OPTIMAL", q1, sol.name) for q1, m, sol in untried]
-    assert _with_unproven_near(proven[:1], proven) == proven[:1]
-    assert _with_unproven_near([], untried) == []
-
-
 def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     """When CP-SAT does not prove its answer (here: forced to return JAX's default order,
     FEASIBLE), the time left after the last compile anneals it twice (from a heuristic's starts
     for CP-SAT's own time limit, then from CP-SAT's answer) and the least Q2 step is kept; the
     certificate keeps CP-SAT's bound and says where the placement came from."""
-    import aoizora.planner as planner
+    import aoizora.candidate_pricing as pricing
+    import aoizora.final_annealing as final
     from aoizora.formulation.latency import predict_step
+    from aoizora.solvers.certificate import Certificate
     from aoizora.solvers.placement import PlacementResult
 
     _, _, fn, args, _ = small
@@ -400,15 +331,15 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     def stalled(ev, network, time_limit_s, seed, workers, hint):
         q2 = predict_step(ev, hint, network)
         seen["q2"] = q2.step_s
-        cert = planner.Certificate("CP-SAT (stalled)", "FEASIBLE", q2.communication_s, 0.0, 0.1,
-                                   time_limit_s=1.5)
+        cert = Certificate("CP-SAT (stalled)", "FEASIBLE", q2.communication_s, 0.0, 0.1,
+                           time_limit_s=1.5)
         return PlacementResult(list(hint), cert, q2, [])
 
     from aoizora.extract.network import default_device_order
     from aoizora.extract.targets import get_target
 
     seen_starts, limits = [], []
-    real_annealing = planner.annealing
+    real_annealing = final.annealing
 
     def annealing(ev, network, time_limit_s, seed, starts=None, **kw):
         seen_starts.append([[int(v) for v in st] for st in starts])
@@ -416,8 +347,8 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
         return real_annealing(ev, network, time_limit_s=time_limit_s, seed=seed, starts=starts,
                               **kw)
 
-    monkeypatch.setattr(planner, "solve_placement", stalled)
-    monkeypatch.setattr(planner, "annealing", annealing)
+    monkeypatch.setattr(pricing, "solve_placement", stalled)
+    monkeypatch.setattr(final, "annealing", annealing)
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[{"x": 2, "y": 4}],
                      max_iterations=1, verify=False, placement_time_s=2.0)
     c = p.certificates["placement"]
@@ -456,8 +387,11 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
     """A proof of the link-load level leaves the placements tying on it unranked by Q2's
     per-hop latency: the time left anneals them unless every level (link load, link bytes,
     hops) is proven."""
+    import aoizora.candidate_pricing as pricing
+    import aoizora.final_annealing as final
     import aoizora.planner as planner
     from aoizora.formulation.latency import predict_step
+    from aoizora.solvers.certificate import Certificate
     from aoizora.solvers.placement import PlacementResult
 
     _, _, fn, args, _ = small
@@ -467,13 +401,12 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
     def proven(ev, network, time_limit_s, seed, workers, hint):
         q2 = predict_step(ev, hint, network)
         seen["q2"] = q2.step_s
-        cert = planner.Certificate("CP-SAT", "OPTIMAL", q2.communication_s, q2.communication_s,
-                                   0.1, detail={"levels": {k: {"status": v}
-                                                           for k, v in levels.items()}})
+        cert = Certificate("CP-SAT", "OPTIMAL", q2.communication_s, q2.communication_s,
+                           0.1, detail={"levels": {k: {"status": v} for k, v in levels.items()}})
         return PlacementResult(list(hint), cert, q2, [])
 
     calls = []
-    real_annealing = planner.annealing
+    real_annealing = final.annealing
 
     def annealing(*a, **kw):
         calls.append(1)
@@ -486,8 +419,8 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
             super().__init__(*a, **kw)
             queues.append((self, self.reserve_s))
 
-    monkeypatch.setattr(planner, "solve_placement", proven)
-    monkeypatch.setattr(planner, "annealing", annealing)
+    monkeypatch.setattr(pricing, "solve_placement", proven)
+    monkeypatch.setattr(final, "annealing", annealing)
     monkeypatch.setattr(planner, "CompileQueue", Queue)
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[{"x": 2, "y": 4}],
                      max_iterations=1, verify=False, placement_time_s=1.0)
@@ -505,7 +438,7 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
 def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path, monkeypatch):
     """The plan records what its loop learned (collective costs of the measured mesh, attention
     scales); the next plan's first ILP starts from exactly that, and says so."""
-    import aoizora.planner as planner
+    import aoizora.ilp_step as ilp_step
     from aoizora.plans import load_plan
 
     _, _, fn, args, p = small
@@ -519,13 +452,13 @@ def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path, monke
     assert again == cal
 
     seen = []
-    real = planner.solve_sharding
+    real = ilp_step.solve_sharding
 
-    def spy(*a, **kw):
-        seen.append((kw["axis_costs"], kw["attention_scale"]))
-        return real(*a, **kw)
+    def spy(ir, target, mesh, problem, **kw):
+        seen.append((problem.axis_costs, problem.attention_scale))
+        return real(ir, target, mesh, problem, **kw)
 
-    monkeypatch.setattr(planner, "solve_sharding", spy)
+    monkeypatch.setattr(ilp_step, "solve_sharding", spy)
     warm = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
                         max_iterations=1, verify=False, calibration=again)
     assert seen[0][0] == costs and seen[0][1] == cal.attention_scale
@@ -562,13 +495,16 @@ def test_final_annealing_without_time_left_is_a_time_limit():
     import time
     from types import SimpleNamespace
 
-    import aoizora.planner as planner
+    from aoizora.final_annealing import anneal_best
+    from aoizora.solvers.budget import Budget
+    from aoizora.solvers.certificate import Certificate
+    from aoizora.solvers.placement import LEVELS
 
-    cert = planner.Certificate("CP-SAT", "FEASIBLE", 1.0, 0.5, 10.0, time_limit_s=10.0)
+    cert = Certificate("CP-SAT", "FEASIBLE", 1.0, 0.5, 10.0, time_limit_s=10.0)
     best = SimpleNamespace(placement_cert=cert, evidence=object())
-    did, limited = planner._anneal_best(best, None, time.perf_counter(), 10.0, 0, None)
+    did, limited = anneal_best(best, None, Budget.until(time.perf_counter()), 10.0, 0, None)
     assert did == "" and len(limited) == 1 and limited[0].startswith("not run, 0.0 s left")
     # a placement proven on every level is not annealed, and no limit bound there
     cert.status = "OPTIMAL"
-    cert.detail = {"levels": {n: {"status": "OPTIMAL"} for n in planner.LEVELS}}
-    assert planner._anneal_best(best, None, time.perf_counter(), 10.0, 0, None) == ("", [])
+    cert.detail = {"levels": {n: {"status": "OPTIMAL"} for n in LEVELS}}
+    assert anneal_best(best, None, Budget.until(time.perf_counter()), 10.0, 0, None) == ("", [])

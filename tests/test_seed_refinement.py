@@ -91,8 +91,8 @@ def test_tied_optima_keep_the_seeds_parameter_layout():
     # the same Q1 as the ILP without the preference, which replicates that weight
     graph = _graph(ir, ex.layout, tgt)
     kept, forbidden = attention_pins(graph, ex.layout)
-    plain = S.solve_sharding(ir, tgt, dict(ex.layout.mesh_axes), forbidden=forbidden,
-                             time_limit_s=30, seed=0).best
+    plain = S.solve_sharding(ir, tgt, dict(ex.layout.mesh_axes),
+                             S.ShardingProblem(forbidden=forbidden), time_limit_s=30, seed=0).best
     assert plain.layout.in_specs[w] == (None, None)
     assert cert.objective == pytest.approx(plain.certificate.objective, rel=1e-9)
     # settled: no preferred group the answer leaves can move there at Q1's optimum
@@ -101,7 +101,8 @@ def test_tied_optima_keep_the_seeds_parameter_layout():
            for g, name in prefer.items()}
     names = {g: [st.name for st in graph.groups[g].strategies] for g in graph.groups}
     choice = {g: names[g].index(name) for g, name in ref.solution.choice.items()}
-    _, _, _, model = S.build_problem(ir, tgt, dict(ex.layout.mesh_axes), forbidden=forbidden)
+    _, _, _, model = S.build_problem(ir, tgt, dict(ex.layout.mesh_axes),
+                                     S.ShardingProblem(forbidden=forbidden))
     again, moved = S.settle_ties(graph, model, choice, idx)
     assert moved == [] and again == choice
 

@@ -12,7 +12,8 @@ import pytest
 
 from aoizora.formulation.sharding_ilp import TIME_SCALE, evaluate
 from aoizora.solvers import sharding
-from aoizora.solvers.sharding import ShardingSolveError, available_solvers, solve_sharding
+from aoizora.solvers.sharding import (ShardingProblem, ShardingSolveError, available_solvers,
+                                      solve_sharding)
 from aoizora.solvers.sharding_heuristics import build_instance, coordinate_descent
 
 # the 2-layer MLP of test_sharding_ilp with 150 MB per device: memory rows bind
@@ -26,7 +27,8 @@ MESH = {"x": 2, "y": 2}
 @pytest.fixture(scope="module")
 def optimum(mlp_ir, v5e4):
     """The proven optimum (seconds) at a generous limit, where CBC runs as before."""
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0, solver="cbc")
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
+                       time_limit_s=30.0, solver="cbc")
     assert r.certificate.status == "OPTIMAL"
     assert r.certificate.detail["answer_from"] == "solver"
     return r
@@ -40,7 +42,7 @@ def no_solver(monkeypatch):
 
 
 def test_no_time_for_the_solver_gives_the_incumbent_not_proven(mlp_ir, v5e4, optimum, no_solver):
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=2.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET), time_limit_s=2.0)
     c = r.certificate
     assert c.status == "FEASIBLE" and not c.proven_optimal
     assert c.bound is None and c.gap is None
@@ -55,7 +57,7 @@ def test_no_time_for_the_solver_gives_the_incumbent_not_proven(mlp_ir, v5e4, opt
     assert r.best.peak_bytes <= BUDGET
     assert c.objective >= optimum.certificate.objective * (1 - 1e-9)
     # same inputs and seed: the same answer
-    r2 = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=2.0)
+    r2 = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET), time_limit_s=2.0)
     assert r2.best.choice == r.best.choice and r2.certificate.objective == c.objective
 
 
@@ -63,7 +65,8 @@ def test_no_time_for_the_solver_gives_the_incumbent_not_proven(mlp_ir, v5e4, opt
 def test_lp_relaxation_when_cbc_does_not_fit(mlp_ir, v5e4, optimum, monkeypatch):
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 1e3)
     monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 0.0)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0, solver="cbc")
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
+                       time_limit_s=10.0, solver="cbc")
     c = r.certificate
     assert "LP relaxation" in c.solver and "cbc_skipped" in c.detail
     assert c.bound is not None and c.bound <= c.objective * (1 + 1e-9)
@@ -75,7 +78,8 @@ def test_lp_relaxation_when_cbc_does_not_fit(mlp_ir, v5e4, optimum, monkeypatch)
     else:
         assert c.status == "FEASIBLE" and "not proven" in c.detail["note"]
     assert r.best.peak_bytes <= BUDGET
-    r2 = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0, solver="cbc")
+    r2 = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
+                        time_limit_s=10.0, solver="cbc")
     assert r2.best.choice == r.best.choice and r2.certificate.bound == c.bound
 
 
@@ -93,7 +97,8 @@ def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkey
     monkeypatch.setattr(sharding, "_run_cbc", cut_cbc)
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 0.0)
     monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 1e3)   # CBC's answer alone
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0, solver="cbc")
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
+                       time_limit_s=5.0, solver="cbc")
     c = r.certificate
     assert c.status == "FEASIBLE" and c.detail["answer_from"] == "incumbent"
     assert c.objective == pytest.approx(inc / TIME_SCALE, rel=1e-12)
@@ -108,7 +113,8 @@ def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkey
                 "solver": "PuLP/CBC", "detail": {}}
 
     monkeypatch.setattr(sharding, "_run_cbc", tight_cbc)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0, solver="cbc")
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
+                       time_limit_s=5.0, solver="cbc")
     assert r.certificate.status == "OPTIMAL" and r.certificate.detail["answer_from"] == "incumbent"
     assert r.certificate.bound == r.certificate.objective
 
@@ -133,11 +139,12 @@ def test_highs_mip_process_killed_at_the_deadline(mlp_ir, v5e4):
 
 
 def test_incumbent_that_breaks_a_forbidden_combination_is_not_returned(mlp_ir, v5e4, no_solver):
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=2.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET), time_limit_s=2.0)
     inst = build_instance(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET)
     combo = {g: n for g, n in r.best.choice.items() if len(inst.graph.groups[g].strategies) > 1}
     with pytest.raises(ShardingSolveError) as e:
-        solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=2.0, forbidden=[combo])
+        solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET, forbidden=[combo]),
+                       time_limit_s=2.0)
     assert e.value.certificate.status == "UNKNOWN"
     assert "incumbent_note" in e.value.certificate.detail
 
@@ -152,11 +159,13 @@ def test_k_best_alternatives_share_the_budget(mlp_ir, v5e4, monkeypatch):
         return out
 
     monkeypatch.setattr(sharding, "solve_model", slow)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=0.5, k_best=3)
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
+                       time_limit_s=0.5, k_best=3)
     assert r.alternatives == []
     assert "k_best_note" in r.certificate.detail
     monkeypatch.setattr(sharding, "solve_model", real)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0, k_best=3)
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
+                       time_limit_s=30.0, k_best=3)
     assert len(r.alternatives) == 2 and "k_best_note" not in r.certificate.detail
 
 
@@ -168,7 +177,8 @@ def test_short_budget_lp_first_then_cbc(mlp_ir, v5e4, optimum, monkeypatch):
     nnz = sharding._nonzeros(inst.model.prob)
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 10.0 / nnz / 1.5)   # CBC "needs" 6.7 s
     monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 0.0)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=10.0, solver="cbc")
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
+                       time_limit_s=10.0, solver="cbc")
     c = r.certificate
     assert "short_budget" in c.detail and c.detail["lp_integral"] is False
     assert c.status == "OPTIMAL" and c.detail["answer_from"] == "solver"
@@ -179,13 +189,13 @@ def test_short_budget_lp_first_then_cbc(mlp_ir, v5e4, optimum, monkeypatch):
 def test_default_lp_first_then_highs_mip(mlp_ir, v5e4, optimum):
     """The default path: the LP relaxation (fractional on this instance), then HiGHS's MIP on the
     time left proves the same optimum as CBC; the LP's value is a bound below it."""
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET), time_limit_s=30.0)
     c = r.certificate
     assert c.detail["lp_integral"] is False and "lp_relaxation_s" in c.detail
     assert c.status == "OPTIMAL" and c.detail["answer_from"] == "solver"
     assert "HiGHS" in c.solver and "CBC" not in c.solver
     assert c.objective == pytest.approx(optimum.certificate.objective, rel=1e-9)
-    r2 = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=30.0)
+    r2 = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET), time_limit_s=30.0)
     assert r2.best.choice == r.best.choice
 
 
@@ -205,7 +215,7 @@ def test_cut_highs_keeps_the_better_of_lp_rounding_and_incumbent(mlp_ir, v5e4, o
                 "solver": "PuLP/HiGHS", "detail": {"highs_status": "Time limit reached"}}
 
     monkeypatch.setattr(sharding, "_run_highs", cut_mip)
-    r = solve_sharding(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET, time_limit_s=5.0)
+    r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET), time_limit_s=5.0)
     c = r.certificate
     assert c.detail["answer_from"] in ("lp-relaxation", "incumbent")
     assert c.objective >= optimum.certificate.objective * (1 - 1e-9)

@@ -4,7 +4,7 @@ optimum, never return a layout over the memory budget, and are deterministic for
 import pytest
 
 from aoizora.formulation.sharding_ilp import TIME_SCALE, chosen, evaluate, peak_memory
-from aoizora.solvers.sharding import run_solver, solve_sharding
+from aoizora.solvers.sharding import ShardingProblem, run_solver, solve_sharding
 from aoizora.solvers.sharding_heuristics import (SEARCHES, ShardingHeuristicError, annealing,
                                                  build_instance, coordinate_descent, exhaustive,
                                                  random_search)
@@ -51,7 +51,7 @@ def test_price_of_the_ilp_choice_is_its_objective(mlp_ir, v5e4, mesh, budget):
 
 def test_same_instance_as_solve_sharding(mlp_ir, v5e4, tight):
     inst, obj, ch = tight
-    r = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=BUDGET)
+    r = solve_sharding(mlp_ir, v5e4, {"x": 4}, ShardingProblem(hbm_bytes=BUDGET))
     assert r.certificate.objective == pytest.approx(obj, rel=1e-9)
     names = {g: inst.graph.groups[g].strategies[k].name for g, k in ch.items()}
     assert inst.objective(inst.from_choice(

@@ -13,8 +13,8 @@ from aoizora.extract.targets import get_target
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.strategies import Hardware, build_strategies, reshard_cost
-from aoizora.solvers.sharding import (MemoryBudgetError, ShardingSolveError, available_solvers,
-                                      run_solver, solve_sharding)
+from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolveError,
+                                      available_solvers, run_solver, solve_sharding)
 
 # Compute-bound on v5e (batch 1024 > peak/HBM-bandwidth = 243 FLOP/B): data parallel needs no
 # communication at inference; Megatron all-reduces (or reduce-scatters) [B, D] once; FSDP would
@@ -44,7 +44,7 @@ def test_data_parallel_when_memory_allows(mlp_ir, v5e4):
 
 def test_megatron_when_memory_forces(mlp_ir, v5e4):
     budget = 150e6   # below the replicated weights (268 MB), above a quarter of them
-    r = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=budget)
+    r = solve_sharding(mlp_ir, v5e4, {"x": 4}, ShardingProblem(hbm_bytes=budget))
     sp = _specs(mlp_ir, r.layout)
     assert sp["params/w1"] == (None, "x"), "first layer: column split"
     assert sp["params/w2"] == ("x", None), "second layer: row split"
@@ -57,22 +57,22 @@ def test_megatron_when_memory_forces(mlp_ir, v5e4):
 
 def test_impossible_budget_says_how_much_is_missing(mlp_ir, v5e4):
     with pytest.raises(MemoryBudgetError, match="GiB missing") as ei:
-        solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=20e6)
+        solve_sharding(mlp_ir, v5e4, {"x": 4}, ShardingProblem(hbm_bytes=20e6))
     e = ei.value
     assert e.min_bytes is not None and e.min_bytes > e.budget == 20e6
     assert e.min_bytes >= W_BYTES / 4   # at least a quarter of the weights on every device
 
 
 def test_same_inputs_same_answer(mlp_ir, v5e4):
-    a = solve_sharding(mlp_ir, v5e4, {"x": 2, "y": 2}, hbm_bytes=150e6)
-    b = solve_sharding(mlp_ir, v5e4, {"x": 2, "y": 2}, hbm_bytes=150e6)
+    a = solve_sharding(mlp_ir, v5e4, {"x": 2, "y": 2}, ShardingProblem(hbm_bytes=150e6))
+    b = solve_sharding(mlp_ir, v5e4, {"x": 2, "y": 2}, ShardingProblem(hbm_bytes=150e6))
     assert a.best.choice == b.best.choice
     assert a.layout.to_json() == b.layout.to_json()
     assert a.certificate.objective == b.certificate.objective
 
 
 def test_k_best_distinct_and_ordered(mlp_ir, v5e4):
-    r = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=150e6, k_best=3)
+    r = solve_sharding(mlp_ir, v5e4, {"x": 4}, ShardingProblem(hbm_bytes=150e6), k_best=3)
     sols = r.all()
     assert len(sols) == 3
     choices = [tuple(sorted(s.choice.items())) for s in sols]
@@ -83,29 +83,32 @@ def test_k_best_distinct_and_ordered(mlp_ir, v5e4):
 
 @pytest.mark.skipif("highs" not in available_solvers(), reason="highspy not installed")
 def test_highs_agrees_with_cbc(mlp_ir, v5e4):
-    a = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=150e6, solver="cbc")
-    b = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=150e6, solver="highs")
+    a = solve_sharding(mlp_ir, v5e4, {"x": 4}, ShardingProblem(hbm_bytes=150e6), solver="cbc")
+    b = solve_sharding(mlp_ir, v5e4, {"x": 4}, ShardingProblem(hbm_bytes=150e6), solver="highs")
     assert b.certificate.status == "OPTIMAL"
     assert b.certificate.objective == pytest.approx(a.certificate.objective, rel=1e-6)
 
 
 def test_feedback_hooks(mlp_ir, v5e4):
-    base = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=150e6)
+    base = solve_sharding(mlp_ir, v5e4, {"x": 4}, ShardingProblem(hbm_bytes=150e6))
     dot1 = mlp_ir.by_kind("dot")[0].key
     name = base.best.choice[dot1]
     # forbidding the chosen strategy of the first dot changes it
-    r = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=150e6, forbidden=[{dot1: name}])
+    r = solve_sharding(mlp_ir, v5e4, {"x": 4},
+                       ShardingProblem(hbm_bytes=150e6, forbidden=[{dot1: name}]))
     assert r.best.choice[dot1] != name
     assert r.certificate.objective >= base.certificate.objective
     # a large correction on that strategy has the same effect; a constant one only shifts Q1
-    r2 = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=150e6, corrections={dot1: {name: 1.0}})
+    r2 = solve_sharding(mlp_ir, v5e4, {"x": 4},
+                        ShardingProblem(hbm_bytes=150e6, corrections={dot1: {name: 1.0}}))
     assert r2.best.choice[dot1] != name
-    r3 = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=150e6, corrections={dot1: 0.5})
+    r3 = solve_sharding(mlp_ir, v5e4, {"x": 4},
+                        ShardingProblem(hbm_bytes=150e6, corrections={dot1: 0.5}))
     assert r3.best.choice == base.best.choice
     assert r3.certificate.objective == pytest.approx(base.certificate.objective + 0.5)
     # slower axis costs (a replaced AxisCosts) are used
     ac = default_axis_costs(v5e4, {"x": 4}).scaled({"x": 1000.0})
-    r4 = solve_sharding(mlp_ir, v5e4, {"x": 4}, hbm_bytes=150e6, axis_costs=ac)
+    r4 = solve_sharding(mlp_ir, v5e4, {"x": 4}, ShardingProblem(hbm_bytes=150e6, axis_costs=ac))
     assert r4.certificate.objective > base.certificate.objective
 
 
@@ -224,8 +227,8 @@ def test_ilp_layout_realizes_and_computes_the_same_numbers():
     mesh_axes = {"x": 2, "y": 4}
     # slow compute, fast links: the ILP splits the tiny program as it would a large one
     hw = Hardware(peak_flops=1e6, hbm_bandwidth_Bps=1e6, hbm_bytes=10**9)
-    r = solve_sharding(ir, None, mesh_axes, hardware=hw,
-                       axis_costs=uniform_axis_costs(mesh_axes, 1e9, 1e-9))
+    r = solve_sharding(ir, None, mesh_axes, ShardingProblem(
+        hardware=hw, axis_costs=uniform_axis_costs(mesh_axes, 1e9, 1e-9)))
     assert any(spec != (None, None, None) for spec in r.layout.node_specs.values())
     leaves, tree = jax.tree_util.tree_flatten(args)
     vals = [0.3 * jax.random.normal(jax.random.PRNGKey(i), l.shape, l.dtype) for i, l in enumerate(leaves)]

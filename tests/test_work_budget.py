@@ -97,3 +97,14 @@ def test_what_the_plan_says_about_a_placement_the_clock_decided():
     assert time_limits.placement("placement of L", cert(dict(w, wall_cut=[]), 4.0),
                                  asked_s=10.0) == [
         "placement of L: its limit cut to 4.0 s of 10.0 s by the time budget left"]
+
+
+def test_a_placement_proven_under_a_cut_limit_is_not_time_limited():
+    """The time left cut the limit, yet CP-SAT proved its answer: the limit did not change it."""
+    cert = P.Certificate("CP-SAT 9.15", "OPTIMAL", 1e-3, 1e-3, 4.0, time_limit_s=4.0,
+                         detail={"levels": {"comm": {"status": "OPTIMAL"}},
+                                 "work": {"work": 1.6, "used": 0.3, "wall_cut": []}})
+    assert time_limits.placement("placement of L", cert, asked_s=10.0) == []
+    cert.status = "FEASIBLE"
+    assert time_limits.placement("placement of L", cert, asked_s=10.0) == [
+        "placement of L: its limit cut to 4.0 s of 10.0 s by the time budget left"]

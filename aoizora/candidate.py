@@ -1,0 +1,82 @@
+"""What the planner's loop prices: given layouts (``Seed``) and compiled candidates
+(``Candidate``), and the names it files them under."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Callable
+
+from aoizora.extract.evidence import Evidence
+from aoizora.formulation.latency import Q2
+from aoizora.formulation.layout import Layout
+from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.sharding import ShardingSolution
+
+
+@dataclasses.dataclass
+class Seed:
+    """A given layout to price alongside the ILP's, optionally of its own variant of the program
+    (e.g. an expert configuration that pads the sequence less): ``fn`` / ``args`` default to the
+    planned program; ``program`` says what differs (recorded in the plan, e.g. pad_multiple)."""
+
+    layout: Layout
+    fn: Callable | None = None
+    args: tuple | None = None
+    program: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One (mesh, layout) the loop compiled and priced."""
+
+    iteration: int
+    mesh_axes: dict[str, int]
+    solution: ShardingSolution
+    evidence: Evidence | None = None
+    fits: bool | None = None
+    placement: list[int] | None = None
+    placement_cert: Certificate | None = None
+    q2: Q2 | None = None
+    q2_default: Q2 | None = None
+    default_order: list[int] | None = None
+    compile_s: float = 0.0
+    compile_started_s: float | None = None   # seconds into planning (compiles run in background)
+    error: str = ""
+    seed: Seed | None = None          # set when the layout was given, not solved
+
+    @property
+    def q1_s(self) -> float:
+        return float(self.solution.predicted.get("total_s", math.inf))
+
+    @property
+    def from_ilp(self) -> bool:
+        """The layout is the sharding ILP's (not a seed's, nor a seed refined)."""
+        return not self.solution.certificate.detail.get("seed")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "mesh": dict(self.mesh_axes), "layout": self.solution.layout.name,
+            "q1_s": self.q1_s if math.isfinite(self.q1_s) else None,
+            "seed": self.seed.program if self.seed is not None else None,
+            "fits_hbm": self.fits, "compile_s": round(self.compile_s, 3),
+            "compile_started_s": (round(self.compile_started_s, 3)
+                                  if self.compile_started_s is not None else None),
+            "q2_step_s": self.q2.step_s if self.q2 else None,
+            "q2_default_order_step_s": self.q2_default.step_s if self.q2_default else None,
+            "placement_status": self.placement_cert.status if self.placement_cert else None,
+            "error": self.error or None,
+        }
+
+
+def layout_id(mesh_axes: dict[str, int], layout: Layout) -> str:
+    """A layout's identity on a mesh, whatever its name (the loop compiles each once)."""
+    d = layout.to_json()
+    d.pop("name", None)
+    return json.dumps([mesh_axes, d], sort_keys=True)
+
+
+def mesh_str(m: dict[str, int]) -> str:
+    """A mesh in words: {"x": 2, "y": 4} -> "x2xy4"."""
+    return "x".join(f"{k}{v}" for k, v in m.items())

@@ -1,0 +1,102 @@
+"""Compile a layout for the target, then place and price it: one candidate of the loop.
+
+- ``compile_layout``: realize a layout as shardings (``aoizora.realize``) on the target's
+  devices in a given order and compile it ahead of time with libtpu
+  (``extract.aot_compile``); the evidence is what the compiler emitted.
+- ``compile_job``: that compile in JAX's default device order, as the loop queues it
+  (``aoizora.compile_queue``).
+- ``place``: a compiled candidate's placement and price. A layout that does not fit in HBM is
+  not placed. Else the placement CP-SAT (``solvers.placement``) runs on the budget's
+  ``placement`` share, and among its answer, the placements it priced and JAX's default order
+  the least Q2 step is kept after a swap descent (``solvers.placement_step.choose_by_step``, on
+  the ``step_choice`` share: the latency term breaks link-load near-ties). So the candidate is
+  never priced worse than the default order.
+- ``levels_proven``: whether a placement is proven on every level CP-SAT optimizes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+from aoizora.candidate import Candidate
+from aoizora.compile_queue import Compiled
+from aoizora.extract.aot_compile import compile_evidence, target_mesh
+from aoizora.extract.evidence import Evidence
+from aoizora.extract.network import default_device_order
+from aoizora.extract.targets import Target
+from aoizora.formulation.latency import predict_step
+from aoizora.formulation.layout import Layout
+from aoizora.progress import Progress
+from aoizora.realize import realize
+from aoizora.solvers.budget import Budget
+from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.placement import LEVELS, solve_placement
+from aoizora.solvers.placement_step import choose_by_step
+
+
+def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence[int],
+                   compiler_options: dict[str, Any] | None = None) -> Evidence:
+    """Realize `layout` on the target's devices in `device_order` and compile it ahead of time
+    (``compiler_options``: libtpu options for this compile only, as ``compile_evidence`` takes)."""
+    mesh = target_mesh(tgt, layout.mesh_axes, list(device_order))
+    realized = realize(fn, args, layout, mesh)
+    return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt,
+                            compiler_options=compiler_options)
+
+
+def compile_job(fn, args, tgt: Target, layout: Layout,
+                mesh_axes: dict[str, int] | None = None) -> Callable[[], Evidence]:
+    """``compile_layout`` of `layout` in JAX's default device order on `mesh_axes` (default the
+    layout's mesh), to queue."""
+    m = layout.mesh_axes if mesh_axes is None else mesh_axes
+    return functools.partial(compile_layout, fn, args, tgt, layout, default_device_order(tgt, m))
+
+
+def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
+          progress: Progress) -> Candidate:
+    """Place and price one compiled candidate (``got``: its ``compile_queue.Compiled``) on
+    ``program``'s target and network (``loop_state.Program``) within ``budget``'s ``placement``
+    and ``step_choice`` shares of ``settings.placement_time_s`` (``loop_state.Settings``, which
+    also gives the solvers' ``seed`` and ``workers``)."""
+    network = program.network
+    order = default_device_order(program.target, cand.mesh_axes)
+    cand.default_order = order
+    cand.compile_s, cand.compile_started_s = got.seconds, got.started_s
+    if got.error:
+        cand.error = got.error
+        progress.note(f"skipped: {cand.error}")
+        return cand
+    ev = cand.evidence = got.evidence
+    cand.fits = ev.memory.fits
+    if not ev.memory.fits:
+        progress.note(f"does not fit in HBM: {ev.memory.oom_message[:120]}")
+        return cand
+    asked = settings.placement_time_s
+    res = solve_placement(ev, network, time_limit_s=budget.share_s("placement", asked),
+                          seed=settings.seed, workers=settings.workers, hint=order)
+    # CP-SAT certifies the link-load term; among its answer, the other placements it priced and
+    # a swap descent, keep the least Q2 step (the latency term breaks link-load near-ties)
+    cands = res.candidates + [order]
+    names = ["priced by CP-SAT's warm start"] * len(res.candidates) + ["default order"]
+    res = choose_by_step(ev, network, res, cands, names=names,
+                         time_limit_s=budget.share_s("step_choice", asked))
+    c = res.certificate
+    progress.solver("placement CP-SAT", c.status, c.objective, c.bound)
+    cand.q2_default = predict_step(ev, order, network)
+    if res.placement is None:
+        cand.placement, cand.placement_cert, cand.q2 = order, c, cand.q2_default
+    else:
+        cand.placement, cand.placement_cert, cand.q2 = res.placement, c, res.q2
+    return cand      # never worse than the default order: it is among choose_by_step's candidates
+
+
+def levels_proven(cert: Certificate | None) -> bool:
+    """The placement is proven optimal on each level of CP-SAT's lexicographic objective (link
+    load, link bytes, flow hops: ``solvers.placement.solve_placement``), not only the first."""
+    if cert is None:
+        return False
+    levels = (cert.detail or {}).get("levels") or {}
+    return cert.status == "OPTIMAL" and all(
+        (levels.get(name) or {}).get("status") == "OPTIMAL"
+        for name in LEVELS)

@@ -1,0 +1,169 @@
+"""The planner's loop: ILPs -> compiles -> placement and price -> feedback, until it settles.
+
+One iteration (``aoizora.planner``'s module docstring has the whole story):
+  1. ``ilp_step.solve_ilps``: every mesh's ILP layouts, ranked by Q1 (and in the first
+     iteration the seeds' refinements);
+  2. ``queue_compiles``: the layouts to price, in the pricing order (``pricing_order``; the
+     seeds and refinements in the first iteration), each queued to compile at its place;
+  3. ``price_candidates``: each compiled layout placed and priced by Q2
+     (``candidate_pricing.place``); the least Q2 step so far is the best; a layout that does
+     not fit in HBM is forbidden in its mesh's ILP;
+  4. ``feedback.apply_feedback``: what the priced candidates change in the ILPs.
+It stops when an iteration brings no new layout (the plan repeats), when no mesh has a layout
+left, when a compile could not start for the budget, or after ``max_iterations``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from aoizora import time_limits
+from aoizora.candidate import Candidate, layout_id, mesh_str
+from aoizora.candidate_pricing import compile_job, levels_proven, place
+from aoizora.compile_queue import Skipped
+from aoizora.feedback import apply_feedback
+from aoizora.formulation.calibration import mesh_key
+from aoizora.ilp_step import solve_ilps
+from aoizora.loop_state import LoopState, new_record
+from aoizora.planning_errors import BudgetError, PlanningError
+from aoizora.pricing_order import diverse, pricing_rank, with_unproven_near
+from aoizora.seeds import seed_solution
+
+
+def iterate(state: LoopState) -> None:
+    """Run the iterations; ``state.best``, ``state.stop_reason`` and ``state.iterations`` hold
+    the outcome. Raises PlanningError / BudgetError when nothing can be priced."""
+    for it in range(1, state.settings.max_iterations + 1):
+        rec = new_record(it)
+        ranked, refined = solve_ilps(state, it, rec)
+        first_with_seeds = it == 1 and bool(state.seeds)
+        if not ranked and not first_with_seeds:
+            _nothing_ranked(state, it)
+            state.iterations.append(rec)
+            break
+        todo = queue_compiles(state, it, ranked, refined)
+        if todo is None:
+            state.stop_reason = "the ILP's best layouts repeat: the plan converged"
+            rec["changes"].append(state.stop_reason)
+            state.iterations.append(rec)
+            break
+        this_iter = price_candidates(state, it, todo, rec)
+        apply_feedback(state, it, this_iter, rec)
+        rec["best_q2_step_s"] = state.best.q2.step_s if state.best else None
+        rec["elapsed_s"] = round(state.budget.elapsed(), 3)
+        state.iterations.append(rec)
+        if state.stop_reason:
+            break
+    else:
+        state.stop_reason = f"{state.settings.max_iterations} iterations"
+
+
+def _nothing_ranked(state: LoopState, it: int) -> None:
+    """No ILP layout on any mesh: an error in the first iteration when no layout fits in HBM,
+    or when the budget ran out before anything was priced; else the loop stops."""
+    if it == 1 and state.memory_errors:
+        raise PlanningError(min(state.memory_errors, key=len))
+    if not state.priced and state.budget.over():
+        raise BudgetError(
+            f"the time budget ({state.budget.total_s:g} s) is too small: the sharding ILP found "
+            f"no layout within it on {state.program.target.name}, so nothing was compiled; "
+            f"raise the budget")
+    state.stop_reason = "no layout left to try on any mesh"
+
+
+def queue_compiles(state: LoopState, it: int, ranked: list, refined: list) -> list | None:
+    """(q1, mesh, solution, seed or None, its compile) in the pricing order: the fresh ILP
+    layouts (``diverse``, ``with_unproven_near``), and in the first iteration the seeds and
+    their refinements, every compile queued at its place (``pricing_rank``) to run in the
+    background while the ones before it are placed and priced. None when there is nothing new
+    to compile (the plan converged)."""
+    prog, queue = state.program, state.queue
+    ranked.sort(key=lambda r: (r[0], mesh_str(r[1])))
+    untried = [(q1, m, s) for q1, m, s in ranked if layout_id(m, s.layout) not in state.seen]
+    picked = diverse(untried, state.settings.top_k)
+    fresh = with_unproven_near(picked, untried)
+    lead = 1 + len(fresh) - len(picked)   # the best and its unproven near-ties
+    if not fresh and not (it == 1 and state.seeds):
+        return None
+    n_seeds = len(state.seeds) if it == 1 else 0
+    ilp_best = ranked[0][2] if ranked else None
+    ranks = [pricing_rank("ilp", k, n_seeds, lead) for k in range(len(fresh))]
+    todo = [(r, q1, m, sol, None, queue.submit(
+                compile_job(prog.fn, prog.args, prog.target, sol.layout, m), priority=r))
+            for r, (q1, m, sol) in zip(ranks, fresh)]
+    queue.release()   # the ILP's layouts are queued: the seeds held after them may start
+    if it == 1:
+        todo += [(pricing_rank("seed", i, n_seeds), math.inf, dict(sd.layout.mesh_axes),
+                  seed_solution(sd.layout, ilp_best), sd, f)
+                 for i, (sd, f) in enumerate(zip(state.seeds, state.seed_compiles), 1)]
+        todo += [(pricing_rank("refined", i, n_seeds), math.inf,
+                  dict(rsd.layout.mesh_axes), sol, rsd, rf) for i, rsd, sol, rf in refined]
+    return [t[1:] for t in sorted(todo, key=lambda t: t[0])]
+
+
+def price_candidates(state: LoopState, it: int, todo: list, rec: dict[str, Any]
+                     ) -> list[Candidate]:
+    """Wait for each compile in ``todo``'s order, place and price it; returns the candidates
+    priced. A compile the budget did not start stops the loop after this iteration (what
+    compiled before it is still priced)."""
+    this_iter: list[Candidate] = []
+    for k, (q1, m, sol, sd, compiling) in enumerate(todo, 1):
+        what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
+                else f"seed layout {sol.layout.name}")
+        state.progress.candidate(k, len(todo), f"mesh {mesh_str(m)}, {what}; compiling for "
+                                               f"{state.program.target.name}")
+        got = compiling.result()
+        if isinstance(got, Skipped):
+            _skipped(state, m, sol, got, rec)
+            continue
+        state.seen.add(layout_id(m, sol.layout))
+        cand = place(Candidate(it, dict(m), sol, seed=sd), got, state.program, state.budget,
+                     state.settings, state.progress)
+        rec["time_limited"] += time_limits.placement(
+            f"placement of mesh {mesh_str(m)} {sol.layout.name}", cand.placement_cert,
+            state.settings.placement_time_s)
+        if state.on_candidate is not None:
+            state.on_candidate(cand)
+        _record(state, cand, rec)
+        this_iter.append(cand)
+    return this_iter
+
+
+def _skipped(state: LoopState, m, sol, got: Skipped, rec: dict[str, Any]) -> None:
+    if got.before_first:
+        raise BudgetError(
+            f"the time budget ({state.budget.total_s:g} s) ran out before the first compile "
+            f"(the sharding ILPs took {rec['ilps_done_s']:.1f} s); raise the budget")
+    state.stop_reason = got.reason   # what compiled before it is still priced
+    rec["time_limited"].append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not "
+                               f"started ({got.reason})")
+
+
+def _record(state: LoopState, cand: Candidate, rec: dict[str, Any]) -> None:
+    """File a priced candidate: over budget, forbidden in its ILP when it does not fit in HBM,
+    the new best when its Q2 step is the least so far."""
+    m, sol = cand.mesh_axes, cand.solution
+    if not state.priced and state.budget.over():
+        # a compile cannot be interrupted: the time is spent, so the first priced
+        # candidate is returned (the plan says by how much the budget was exceeded)
+        state.over_budget = (
+            f"over budget: the first compile took {cand.compile_s:.1f} s and the candidate was "
+            f"priced {-state.budget.left():.1f} s past the {state.budget.total_s:g} s budget")
+    rec["candidates"].append(cand.summary())
+    if cand.fits is False and sol.choice and mesh_key(m) in state.mesh_state:
+        state.mesh_state[mesh_key(m)].forbidden.append(dict(sol.choice))
+        rec["changes"].append(f"mesh {mesh_str(m)} layout {sol.layout.name}: does not fit in "
+                              f"HBM -> forbidden in the ILP")
+    if cand.q2 is None:
+        return
+    state.priced.append(cand)
+    best = state.best
+    if best is None or cand.q2.step_s < best.q2.step_s:
+        if best is not None:
+            rec["changes"].append(
+                f"new best: mesh {mesh_str(m)} {sol.layout.name}, Q2 "
+                f"{cand.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
+        state.best = cand
+        # the reserve is for annealing the best's placement: none if it is proven
+        state.queue.reserve_s = 0.0 if levels_proven(cand.placement_cert) else state.anneal_reserve

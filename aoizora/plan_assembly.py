@@ -1,0 +1,163 @@
+"""The plan from the loop's best candidate: layout, device order, Q2's prediction, both
+solvers' certificates, the record of every iteration, where a time limit bound, what the loop
+learned (``Plan.calibration``), and notes.
+
+When the best is a seed with its own program variant, the plan is for that program (its key,
+``Plan.program``). With ``verify`` and time left for one more compile (the budget's ``verify``
+margin), the plan is compiled again in its own device order and its HBM fit read from that
+compile. The plan's status is OPTIMAL only when both certificates (sharding, placement) are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from aoizora import time_limits
+from aoizora.candidate import Candidate, mesh_str
+from aoizora.candidate_pricing import compile_layout
+from aoizora.extract.aot_compile import compiler_identity
+from aoizora.extract.network import Network
+from aoizora.formulation.calibration import Calibration
+from aoizora.formulation.latency import Q2
+from aoizora.loop_state import LoopState
+from aoizora.models.experts import attention_roles
+from aoizora.planning_errors import PlanningError
+from aoizora.plans import Plan, program_key
+
+
+def no_plan_error(state: LoopState) -> PlanningError:
+    """Why no candidate was priced, in one line."""
+    its, tgt = state.iterations, state.program.target
+    errs = [c.get("error") for r in its for c in r["candidates"] if c.get("error")]
+    oom = [c for r in its for c in r["candidates"] if c.get("fits_hbm") is False]
+    if oom and not errs:
+        return PlanningError(f"no compiled layout fits in HBM on {tgt.name} "
+                             f"({len(oom)} tried); use a larger slice or a smaller workload")
+    return PlanningError(f"no layout could be compiled and priced for {tgt.name}: "
+                         f"{errs[0] if errs else state.stop_reason}")
+
+
+def assemble(state: LoopState, key, calibration: Calibration | None, verify: bool,
+             max_compile_s: float, annealed: tuple[str, list[str]]) -> Plan:
+    """The plan of ``state.best`` (module docstring). ``key``: the planned program's key;
+    ``calibration``: the one the run started from; ``max_compile_s``: the longest compile alone;
+    ``annealed``: what the final annealing did and where the clock cut it."""
+    best, prog, learned = state.best, state.program, state.learned
+    state.progress.stage(f"best: mesh {mesh_str(best.mesh_axes)}, Q2 "
+                         f"{best.q2.step_s * 1e3:.3f} ms (predicted); stopped: "
+                         f"{state.stop_reason}")
+    fn, args, program = prog.fn, prog.args, {}
+    if best.seed is not None and best.seed.fn is not None:
+        fn, args = best.seed.fn, best.seed.args
+        key = program_key(fn, args, prog.target.name)
+        program = dict(best.seed.program)
+    stop_reason = state.stop_reason
+    if state.over_budget:
+        stop_reason = f"{stop_reason}; {state.over_budget}"
+    its = state.iterations
+    learned.source = {"program": key.fingerprint, "input_shapes": list(key.input_shapes),
+                      "compiled": sum(1 for r in its for c in r["candidates"]
+                                      if c.get("compile_s")),
+                      "iterations": len(its),
+                      "started_from": calibration.source if calibration is not None else None}
+    did, anneal_limited = annealed
+    time_limited = [w for r in its for w in r.pop("time_limited", [])]
+    time_limited += [f"final annealing of the plan's placement{f' ({did})' if did else ''}"
+                     f": {w}" for w in anneal_limited]
+    notes = _notes(stop_reason, learned, time_limited)
+    fits = best.fits
+    if verify and state.budget.fits("verify", max_compile_s):
+        fits = _verify(state, fn, args, notes)
+    else:
+        notes.append("not re-compiled in the planned device order (time budget); HBM use is "
+                     "placement-independent and was read from the default-order compile")
+    return _plan(state, key, fn, args, fits, notes, program, time_limited)
+
+
+def _notes(stop_reason: str, learned: Calibration, time_limited: list[str]) -> list[str]:
+    notes = [f"stopped: {stop_reason}",
+             "latencies are predictions of the Q2 link-load model on the compiled TPU program; "
+             "nothing was run on a TPU", time_limits.summary(time_limited)]
+    if learned.source.get("started_from") is not None:
+        src = learned.source["started_from"]
+        notes.append(f"started from a calibration ({src.get('compiled', '?')} compiles of program "
+                     f"{str(src.get('program', '?'))[:12]}, input shapes "
+                     f"{', '.join(src.get('input_shapes', [])[:1]) or '?'}...)")
+    return notes
+
+
+def _verify(state: LoopState, fn, args, notes: list[str]) -> bool:
+    """Compile the plan in its own device order; whether it fits in HBM (noted)."""
+    best, tgt = state.best, state.program.target
+    state.progress.stage("verifying: compiling the plan with its own device order")
+    ev = compile_layout(fn, args, tgt, best.solution.layout, best.placement)
+    fits = ev.memory.fits
+    same = ev.placement_open() == {**best.evidence.placement_open()}
+    notes.append(f"verified: compiles for {tgt.name} in the planned device order, "
+                 f"{'fits' if fits else 'does NOT fit'} in HBM"
+                 f"{'' if same else ' (evidence differs from the default-order compile)'}")
+    return fits
+
+
+def _plan(state: LoopState, key, fn, args, fits, notes: list[str], program: dict[str, Any],
+          time_limited: list[str]) -> Plan:
+    best, network, tgt = state.best, state.program.network, state.program.target
+    q2 = best.q2
+    device_coords = [tuple(int(v) for v in network.chips[network.device_chip[d]])
+                     for d in best.placement]
+    certs = {"sharding": best.solution.certificate, "placement": best.placement_cert}
+    proven = all(c is not None and c.status == "OPTIMAL" for c in certs.values())
+    return Plan(
+        key=key, target=tgt.name, layout=best.solution.layout, device_order=list(best.placement),
+        device_coords=device_coords, predicted=_predicted(best, q2, network),
+        certificates=certs, iterations=state.iterations,
+        planning_time_s=state.budget.elapsed(),
+        layout_in_words=named_words(fn, args, best.solution.words), fits_hbm=fits,
+        hbm_bytes_per_device=int(best.evidence.memory.total_bytes),
+        status="OPTIMAL" if proven else "NOT PROVEN", notes=notes, program=program,
+        calibration=state.learned, time_limited=time_limited, compiler=compiler_identity())
+
+
+def _predicted(best: Candidate, q2: Q2, network: Network) -> dict[str, Any]:
+    return {
+        "step_s": q2.step_s, "compute_s": q2.compute_s, "communication_s": q2.communication_s,
+        "latency_s": q2.latency_s, "link_time_s": q2.link_time_s, "model": q2.model,
+        "kind": "predicted",
+        "default_order_step_s": best.q2_default.step_s if best.q2_default else None,
+        "q1_step_s": best.q1_s if math.isfinite(best.q1_s) else None,
+        "links": link_seconds(q2, network),
+    }
+
+
+def link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
+    """Per directed link: seconds of traffic per step under the plan (sum over phases x runs)."""
+    L = network.num_links
+    tot = np.zeros(L)
+    counts = {}
+    for ph in q2.phases:     # the classes of one phase share its count (one loop body)
+        counts[ph.phase] = max(counts.get(ph.phase, 0), ph.count)
+    for phase, loads in q2.link_loads.items():
+        n = max(counts.get(int(phase), 1), 1)
+        tot += n * np.asarray(loads, dtype=float) / network.link_bandwidth_Bps
+    out = []
+    for lid in range(L):
+        a, b = network.link(lid)
+        out.append({"from": list(network.chips[a]), "to": list(network.chips[b]),
+                    "seconds": float(tot[lid])})
+    return out
+
+
+def named_words(fn, args, words: list[str]) -> list[str]:
+    """The ILP's words with each attention op named by its role (self / cross / text)."""
+    roles = attention_roles(fn, args)
+    out = []
+    for w in words:
+        head, _, rest = w.partition(":")
+        key = w.rsplit(" [", 1)[-1].split()[0].rstrip("]") if " [" in w else ""
+        if head == "attention" and roles.get(key):
+            w = f"{roles[key]}-attention:{rest}"
+        out.append(w)
+    return out

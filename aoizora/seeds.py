@@ -1,0 +1,165 @@
+"""Seeds in the loop: given layouts (e.g. today's expert configurations) compiled, placed and
+priced with the ILP's in the first iteration, and their refinements.
+
+- ``queue_seed_compiles``: every seed's compile is queued when planning starts, each at its
+  place in the pricing order (``pricing_order.pricing_rank``); those placed after the ILP's
+  best are held (``CompileQueue.hold``) until the ILPs have queued it, so which layouts a
+  budget leaves uncompiled does not depend on how long the ILPs took.
+- ``refine_seeds``: each seed's refinement (``aoizora.seed_refinement``: the ILP with the
+  seed's attention fixed chooses the parameter layout around it), solved before the meshes'
+  ILPs and queued to compile right after its seed; skipped when the ILP keeps the seed's.
+- ``first_compile_alone``: wait for the first seed's compile (the cores to itself), then say
+  whether the budget still holds the ILP's best after the compiles ranked before it.
+- ``seed_solution``: a seed layout dressed as a sharding solution (its certificate proves
+  nothing about it).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+from typing import Any
+
+import jax
+
+from aoizora import time_limits
+from aoizora.candidate import Seed
+from aoizora.candidate_pricing import compile_job
+from aoizora.extract.program_ir import build_ir
+from aoizora.formulation.layout import Layout
+from aoizora.loop_state import LoopState
+from aoizora.pricing_order import pricing_rank
+from aoizora.seed_refinement import RefinementError, refine_seed
+from aoizora.solvers.budget import Budget
+from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.sharding import ShardingSolution
+
+
+def seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> ShardingSolution:
+    """A seed layout dressed as a sharding solution. Its certificate proves nothing about it: the
+    ILP did not produce it; the ILP's own best (with its certificate) is kept in detail."""
+    cert = Certificate(
+        solver=f"seed ({layout.name or 'given layout'})", status="FEASIBLE", objective=None,
+        bound=None, time_s=0.0, unit="s",
+        detail={"seed": True, "note": "a given layout (seed), not an ILP solution; compiled and "
+                                      "priced by Q2 like the ILP's",
+                "ilp_best": ilp_best.certificate.to_json() if ilp_best else None})
+    words = []
+    for key, a in sorted(layout.attention.items()):
+        parts = [f"{what} on {'+'.join(ax)}" for what, ax in
+                 (("batch", a.batch), ("heads", a.heads), ("sequence", a.seq)) if ax]
+        ring = ", keys/values in a ring" if a.kv == "ring" else ""
+        words.append(f"attention: {', '.join(parts) or 'replicated'}{ring} [{key}]")
+    words += [f"rule {name}: on {'+'.join(ax)}" for name, ax in sorted(layout.rules.items())]
+    return ShardingSolution(layout=layout, certificate=cert, choice={}, words=words,
+                            predicted={"total_s": math.inf}, peak_bytes=0.0)
+
+
+def queue_seed_compiles(state: LoopState) -> None:
+    """Queue every seed's compile at its place in the first iteration's pricing order, those
+    after the ILP's best held until the ILPs have queued it (module docstring)."""
+    seeds, prog, queue = state.seeds, state.program, state.queue
+    if seeds and state.meshes:   # the seeds after the ILP's best wait for it
+        queue.hold(pricing_rank("ilp", 0, len(seeds)))
+    state.seed_compiles = [queue.submit(compile_job(
+        sd.fn or prog.fn, sd.args if sd.args is not None else prog.args, prog.target, sd.layout),
+        priority=pricing_rank("seed", i, len(seeds)))
+        for i, sd in enumerate(seeds, 1)]
+
+
+def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
+                 ) -> list[tuple[int, Seed, ShardingSolution, Any]]:
+    """Each seed's refinement, queued to compile right after its seed (``pricing_rank``):
+    [(the seed's place, 1-based; Seed of the refined layout, its solution, its compile)]. A seed
+    that cannot be refined, or that the ILP leaves as it is, is noted in ``rec``; none starts
+    once ``ilp`` (the iteration's ILP share) has run out."""
+    out = []
+    irs: dict[int, Any] = {}
+    for i, sd in enumerate(state.seeds, 1):
+        if ilp.left() <= 0:
+            rec["changes"].append("seed refinement skipped: the time budget is kept for compiles")
+            rec["time_limited"].append(f"seed refinement of {sd.layout.name} and the seeds after "
+                                       f"it: skipped to keep the budget for compiles")
+            break
+        ref, sfn, sargs = _refine(state, sd, ilp, irs, rec)
+        if ref is None:
+            continue
+        c = ref.solution.certificate
+        state.progress.solver(f"seed refinement {sd.layout.name}", c.status, c.objective, c.bound)
+        rec["time_limited"] += time_limits.sharding(f"seed refinement of {sd.layout.name}", c)
+        rec.setdefault("refinements", []).append(ref.summary())
+        rec["changes"].append(f"seed {sd.layout.name}: refined, the ILP lays out "
+                              f"{ref.changed} parameter(s) otherwise around its attention")
+        rsd = Seed(ref.layout, sd.fn, sd.args, dict(sd.program))
+        f = state.queue.submit(compile_job(sfn, sargs, state.program.target, ref.layout),
+                               priority=pricing_rank("refined", i, len(state.seeds)))
+        out.append((i, rsd, _refined_solution(sd, ref), f))
+    return out
+
+
+def _refine(state: LoopState, sd: Seed, ilp: Budget, irs: dict[int, Any], rec: dict[str, Any]):
+    """(refinement or None, the seed's fn, its args); None noted in ``rec`` (not refinable, or
+    the ILP keeps the seed's parameter layout). ``irs``: the traced IRs by program."""
+    prog = state.program
+    sfn = sd.fn or prog.fn
+    sargs = sd.args if sd.args is not None else prog.args
+    try:
+        sir = prog.ir if sd.fn is None else irs.get(id(sfn)) or build_ir(sfn, *sargs)
+        irs[id(sfn)] = sir
+        n_params = len(jax.tree_util.tree_leaves(sargs[0])) if sargs else 0
+        ref = refine_seed(sir, prog.target, sd.layout, range(n_params),
+                          time_limit_s=ilp.share_s("ilp_solve", state.settings.ilp_time_s),
+                          seed=state.settings.seed,
+                          attention_scale=state.attention_scale or None,
+                          compute_scale=state.compute_scale)
+    except RefinementError as e:
+        rec["changes"].append(f"seed {sd.layout.name}: not refined ({e})")
+        return None, sfn, sargs
+    if ref is None:
+        rec["changes"].append(f"seed {sd.layout.name}: the ILP keeps its parameter layout")
+    return ref, sfn, sargs
+
+
+def _refined_solution(sd: Seed, ref) -> ShardingSolution:
+    sol = seed_solution(ref.layout, ref.solution)
+    sol.certificate.detail["note"] = (
+        "a seed refined by the sharding ILP: the seed's attention and activation layout, the "
+        "parameter layout of the ILP's solution with that attention fixed (ilp_best: that "
+        "ILP's certificate); compiled and priced by Q2 like the others")
+    return dataclasses.replace(
+        sol, words=[f"{ref.layout.name}: {sd.layout.name} with the ILP's parameter layout "
+                    f"(its attention kept)"] + list(ref.solution.words))
+
+
+def first_compile_alone(state: LoopState, refined: list) -> str:
+    """Wait for the first seed's compile, which so has the cores to itself, then say whether the
+    first iteration's sharding ILPs are worth solving: "" when the budget still holds the
+    compiles ranked before the ILP's best (``pricing_rank``: the first seed's refinement and
+    the second seed) and the ILP's best itself, else why not.
+
+    Until the first compile the planner cannot know what a compile costs. Solved beside it, the
+    ILPs took one of the 2 cores: Wan 2.1 1.3B 480p-41f for v5e-16 compiled in 31.9 s beside
+    25 s of ILPs against 17.6 s alone, and with a 60 s budget its refinement's compile no longer
+    fitted, while the ILP's best, fourth in line, never could. With a long budget the ILPs lose
+    nothing by starting later: their layouts are not compiled before the seeds ranked ahead of
+    them anyway (``CompileQueue.hold``), and their share (``ilp`` of ``solvers.budget``, of the
+    budget left when the iteration started) moves by the time they waited. Where the seeds'
+    refinements (small ILPs, solved before) outlast the first compile, nothing waits and nothing
+    moves: on Wan 2.1 14B each refinement may take its 20 s limit. (When the ILPs took their
+    share of what was left when they started, 72 s instead of 37 s after 59 s of refinements on
+    Wan 14B 720p-21f for v5e-16, the ILP's best no longer fitted.)"""
+    seed_compiles, n_seeds, queue = state.seed_compiles, len(state.seeds), state.queue
+    state.progress.stage("iteration 1: compiling the first seed before the sharding ILPs")
+    concurrent.futures.wait([seed_compiles[0]])
+    ilp_rank = pricing_rank("ilp", 0, n_seeds)
+    ahead = [f for i, f in enumerate(seed_compiles, 1)
+             if pricing_rank("seed", i, n_seeds) < ilp_rank]
+    ahead += [f for i, _, _, f in refined if pricing_rank("refined", i, n_seeds) < ilp_rank]
+    waiting = sum(1 for f in ahead if not f.done())
+    room = queue.compiles_left()
+    if room >= waiting + 1:
+        return ""
+    return (f"the time budget holds {room} more compile(s) of about "
+            f"{queue.expected_compile_s:.1f} s and the ILP's best would be compile "
+            f"{waiting + 1} after the first seed's")

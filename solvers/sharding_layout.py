@@ -1,0 +1,93 @@
+"""A sharding ILP's choice as a Layout and in words.
+
+A choice gives every strategy group of the StrategyGraph one strategy (group id -> index). The
+tensors a group lays out take the PartitionSpec entries of its strategy (``tensor_spec``; a
+tensor no group lays out is replicated); ``to_layout`` collects the input leaves, outputs,
+dot/conv/attention outputs, hints and each attention's (batch, heads, sequence, kv mode);
+``layout_words`` says the choice of every dot, conv, attention and input in words.
+"""
+
+from __future__ import annotations
+
+from aoizora.formulation.layout import AttentionLayout, Layout
+from aoizora.formulation.strategies import StrategyGraph, spec_str
+
+
+
+def _axes_entry(axes: tuple[str, ...]):
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def _layout_spec(spec) -> tuple:
+    return tuple(_axes_entry(a) for a in spec)
+
+
+def tensor_spec(ir, graph: StrategyGraph, choice: dict[str, int], tid: str) -> tuple:
+    """The PartitionSpec entries of tensor ``tid`` under a choice (replicated where no group lays
+    it out); only the choice of the group that lays it out is read."""
+    o = graph.origin.get(tid)
+    if o is None:
+        return tuple(None for _ in ir.tensors[tid].shape)
+    gid, base, tr = o
+    sp = graph.groups[gid].strategies[choice[gid]].specs[base]
+    for x in tr:
+        sp = sp[1:] if x == "drop0" else ((),) + sp
+    return _layout_spec(sp)
+
+
+def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp") -> Layout:
+    """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs. No rules: the
+    program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims)."""
+
+    def spec(tid):
+        return tensor_spec(ir, graph, choice, tid)
+
+    node_specs, attention = {}, {}
+    for n in ir.nodes:
+        if n.kind in ("dot", "conv", "attention") and n.results:
+            node_specs[n.key] = spec(n.results[0])
+        if n.kind == "attention":
+            st = graph.groups[n.key].strategies[choice[n.key]]
+            attention[n.key] = AttentionLayout(batch=st.labels.get("b", ()), heads=st.labels.get("h", ()),
+                                               seq=st.labels.get("s", ()), kv=st.kv)
+    return Layout(mesh_axes=dict(graph.mesh_axes), in_specs=[spec(t) for t in ir.inputs],
+                  out_specs=[spec(t) for t in ir.outputs], node_specs=node_specs,
+                  attention=attention, name=name)
+
+
+def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
+    """The input path a tensor comes from (through scan slices and converts), or ""."""
+    t = ir.tensors[tid]
+    for _ in range(depth):
+        if t.kind == "input":
+            return t.path
+        if t.kind in ("scan_xs", "scan_const") and t.outer:
+            t = ir.tensors[t.outer]
+            continue
+        if t.kind == "node":
+            n = nodes[t.producer]
+            ops = [o for o in n.operands if ir.tensors[o].kind != "literal"]
+            if n.kind in ("elementwise", "reshape", "transpose") and len(ops) == 1:
+                t = ir.tensors[ops[0]]
+                continue
+        return ""
+    return ""
+
+
+def layout_words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
+    out = []
+    nodes = {n.key: n for n in ir.nodes}
+    for gid in sorted(graph.order(), key=lambda g: graph.groups[g].kind not in ("attention", "dot", "conv")):
+        G = graph.groups[gid]
+        st = G.strategies[choice[gid]]
+        if G.kind in ("dot", "conv", "attention"):
+            n = nodes[G.anchor]
+            w = next((p for p in (_weight_path(ir, nodes, o) for o in n.operands[1:2]) if p), "")
+            text = st.words if not w else st.words.replace("dot:", f"dot {w}:", 1)
+            out.append(f"{text} [{gid}{' ' + n.source if n.source else ''}]")
+        elif G.kind == "input":
+            t = ir.tensors[G.anchor]
+            out.append(f"input {t.path or G.anchor} {list(t.shape)}: {spec_str(st.specs[G.anchor])}")
+    return out

@@ -1,0 +1,77 @@
+"""One sharding instance: what the ILP prices and constrains, besides the program and the mesh.
+
+``ShardingProblem`` gathers the knobs of an instance (all optional; the defaults are the
+chip's numbers and no feedback):
+
+- ``axis_costs``: the collective cost per logical axis (``formulation.collective_cost``);
+  default ``default_axis_costs(target, mesh_axes)``;
+- ``hardware``: the chip's compute and HBM numbers; default ``Hardware.from_chip(target.chip)``;
+- ``options``: strategy options (``formulation.strategies.Options``, e.g. ``compute_scale``);
+- ``hbm_bytes``: the per-device budget of the ILP's memory rows; default the chip's HBM times
+  ``1 - hbm_reserve`` (the reserve is kept for what the ILP's memory model does not see: the
+  compiler's temporaries, kernel scratch, collective buffers -- on Wan 2.1 1.3B, 4x4, the
+  compiler reported 3.17 GiB where the model counted 2.82 GiB);
+- ``corrections`` / ``forbidden``: the planner's feedback
+  (``formulation.sharding_ilp.build_model``);
+- ``attention_scale``: kv mode -> factor on Q1's attention compute
+  (``formulation.attention_calibration``);
+- ``prefer``: group id -> strategy name to take among tied optima of the best layout
+  (``solvers.sharding.settle_ties``); it does not change the model;
+- ``graph``: the StrategyGraph already built for these inputs, to skip building it again.
+
+``build_problem`` builds the instance (hardware, HBM budget in bytes, StrategyGraph, ILPModel);
+``solvers.sharding.solve_sharding`` solves it and ``solvers.sharding_heuristics`` searches it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
+from aoizora.formulation.sharding_ilp import build_model
+from aoizora.formulation.strategies import Hardware, Options, build_strategies
+from aoizora.solvers.mip_run import ShardingSolveError
+
+GiB = 1024 ** 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingProblem:
+    """The knobs of one sharding instance (module docstring)."""
+
+    axis_costs: AxisCosts | None = None
+    hardware: Hardware | None = None
+    options: Options | None = None
+    hbm_bytes: float | None = None
+    hbm_reserve: float = 0.1
+    corrections: dict[str, Any] | None = None
+    forbidden: list[dict[str, str]] | None = None
+    attention_scale: dict[str, Any] | None = None
+    prefer: dict[str, str] | None = None
+    graph: Any = None
+
+
+def build_problem(ir, target, mesh_axes: dict[str, int], problem: ShardingProblem | None = None):
+    """(hardware, HBM budget in bytes, StrategyGraph, ILPModel) of one sharding instance with
+    ``problem``'s knobs (module docstring). ``target``: a Target, or None when ``problem`` gives
+    both ``hardware`` and ``axis_costs``."""
+    p = problem or ShardingProblem()
+    hardware, axis_costs = p.hardware, p.axis_costs
+    if hardware is None:
+        if target is None:
+            raise ShardingSolveError("give a target or hardware= to price compute")
+        hardware = Hardware.from_chip(target.chip)
+    if axis_costs is None:
+        if target is None:
+            raise ShardingSolveError("give a target or axis_costs= to price communication")
+        axis_costs = default_axis_costs(target, mesh_axes)
+    if dict(axis_costs.sizes) != {k: int(v) for k, v in mesh_axes.items()}:
+        raise ShardingSolveError(f"axis costs are for mesh {axis_costs.sizes}, not {mesh_axes}")
+    budget = float(p.hbm_bytes if p.hbm_bytes is not None
+                   else hardware.hbm_bytes * (1.0 - p.hbm_reserve))
+    graph = p.graph
+    if graph is None:
+        graph = build_strategies(ir, axis_costs, hardware, p.options, p.attention_scale)
+    model = build_model(ir, graph, budget, corrections=p.corrections, forbidden=p.forbidden)
+    return hardware, budget, graph, model

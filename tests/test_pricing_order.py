@@ -1,0 +1,69 @@
+"""The order an iteration compiles and prices its layouts (``aoizora.pricing_order``): the
+pricing rank of seeds, refinements and ILP layouts, the diverse pick, the unproven near-ties."""
+
+from types import SimpleNamespace as NS
+
+from aoizora.formulation.layout import AttentionLayout, Layout
+from aoizora.pricing_order import diverse, pricing_rank, with_unproven_near
+from aoizora.solvers.certificate import Certificate
+
+
+def test_the_first_two_seeds_compile_before_the_ilps_best():
+    """The first iteration's pricing (and compile) order: first seed, its refinement, the second
+    seed, the ILP's best with its unproven near-ties, the second seed's refinement, each other
+    seed then its refinement, the ILP's other layouts; with one seed: seed, refinement, the ILP's
+    best; without seeds the ILP's layouts alone, in their order; later iterations alike."""
+    order = [("seed", 1), ("refined", 1), ("seed", 2), ("ilp", 0), ("ilp", 1), ("refined", 2),
+             ("seed", 3), ("refined", 3), ("seed", 4), ("refined", 4), ("ilp", 2), ("ilp", 3)]
+    ranks = [pricing_rank(kind, i, 4, lead=2) for kind, i in order]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    one = [pricing_rank(kind, i, 1) for kind, i in (("seed", 1), ("refined", 1), ("ilp", 0),
+                                                     ("ilp", 1))]
+    assert one == sorted(one) and len(set(one)) == 4
+    alone = [pricing_rank("ilp", k, 0, lead=2) for k in range(4)]
+    assert alone == sorted(alone) and len(set(alone)) == 4 and alone[0] == 0
+    one = [pricing_rank(*r, 1) for r in (("seed", 1), ("refined", 1), ("ilp", 0))]
+    assert one == sorted(one) and pricing_rank("ilp", 1, 1) > one[-1]
+
+
+def test_compile_order_takes_each_kv_mode_combination_early():
+    """The layouts compiled first: the ILP's best, then the best of the other kind (a ring in some
+    attention, or none), then Q1 order (a near-copy of the best is no longer second)."""
+
+    def sol(kv, name):
+        return NS(layout=Layout({"x": 8}, [], attention={"a": AttentionLayout(seq=("x",), kv=kv)},
+                                name=name))
+
+    ring_gather = NS(layout=Layout({"x": 8}, [], name="r3", attention={
+        "a": AttentionLayout(seq=("x",), kv="ring"), "b": AttentionLayout(seq=("x",))}))
+    ranked = [(1.0, {}, sol("ring", "r1")), (1.0, {}, sol("ring", "r2")),
+              (1.1, {}, ring_gather), (1.5, {}, sol("gather", "g1")),
+              (1.6, {}, sol("gather", "g2"))]
+    assert [r[2].layout.name for r in diverse(ranked, 2)] == ["r1", "g1"]
+    assert [r[2].layout.name for r in diverse(ranked, 4)] == ["r1", "g1", "r2", "r3"]
+    assert [r[2].layout.name for r in diverse(ranked[:2], 2)] == ["r1", "r2"]
+
+
+def test_an_unproven_near_tie_on_another_mesh_is_compiled_too():
+    """After the best layout: every other mesh's best whose ILP stopped at its limit with a bound
+    below the best's Q1 and a Q1 within 1% of it; proven optima, far layouts, bounds above the
+    best and a mesh's second layout are not added."""
+
+    def entry(q1, mesh, status, bound, name):
+        cert = Certificate(solver="HiGHS", status=status, objective=q1, bound=bound, time_s=20.0)
+        return (q1, mesh, NS(certificate=cert, name=name))
+
+    best = entry(0.5815, {"x": 4, "y": 2, "z": 2}, "FEASIBLE", 0.5795, "best")
+    other_kind = entry(0.6188, {"x": 8, "y": 2}, "OPTIMAL", 0.6188, "other kind")
+    untried = [best,
+               entry(0.5818, {"x": 4, "y": 2, "z": 2}, "FEASIBLE", 0.5795, "best's mesh, 2nd"),
+               entry(0.5824, {"x": 2, "y": 4, "z": 2}, "FEASIBLE", 0.5801, "near, unproven"),
+               entry(0.5830, {"x": 2, "y": 8}, "OPTIMAL", 0.5830, "near, proven"),
+               entry(0.5850, {"x": 2, "y": 2, "z": 4}, "FEASIBLE", 0.5820, "bound above best"),
+               entry(0.6000, {"x": 16}, "FEASIBLE", 0.5000, "far"),
+               other_kind]
+    got = with_unproven_near([best, other_kind], untried)
+    assert [r[2].name for r in got] == ["best", "near, unproven", "other kind"]
+    proven = [entry(q1, m, "OPTIMAL", q1, sol.name) for q1, m, sol in untried]
+    assert with_unproven_near(proven[:1], proven) == proven[:1]
+    assert with_unproven_near([], untried) == []

@@ -1,0 +1,85 @@
+"""Seeds in the loop (``aoizora.seeds``): their compiles queued at their place in the pricing
+order, the ILPs held behind the first seed's compile, a seed dressed as a solution. Stub queue
+and futures: nothing compiles."""
+
+import math
+from concurrent.futures import Future
+from types import SimpleNamespace as NS
+
+from aoizora.candidate import Seed
+from aoizora.formulation.layout import AttentionLayout, Layout
+from aoizora.pricing_order import pricing_rank
+from aoizora.seeds import first_compile_alone, queue_seed_compiles, seed_solution
+
+
+class _Queue:
+    def __init__(self, room=10, expected=5.0):
+        self.held, self.submitted = None, []
+        self.room, self.expected_compile_s = room, expected
+
+    def hold(self, p):
+        self.held = p
+
+    def submit(self, job, priority=0.0):
+        self.submitted.append((job, priority))
+        f = Future()
+        f.set_result(None)
+        return f
+
+    def compiles_left(self):
+        return self.room
+
+
+def _layout(name, mesh=None):
+    return Layout(mesh or {"data": 2, "context": 4}, [],
+                  attention={"a": AttentionLayout(batch=("data",), seq=("context",), kv="ring")},
+                  rules={"act": ("context",)}, name=name)
+
+
+def _state(n_seeds, meshes=({"x": 8},), queue=None):
+    return NS(seeds=[Seed(_layout(f"s{i}")) for i in range(1, n_seeds + 1)], meshes=list(meshes),
+              program=NS(fn=lambda *a: None, args=(), target=NS(name="v5e:2x4")),
+              queue=queue or _Queue(), seed_compiles=[], progress=NS(stage=lambda t: None))
+
+
+def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch):
+    import aoizora.seeds as S
+
+    monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout: layout.name)
+    st = _state(3)
+    queue_seed_compiles(st)
+    q = st.queue
+    assert q.held == pricing_rank("ilp", 0, 3)
+    assert [(j, p) for j, p in q.submitted] == [
+        ("s1", pricing_rank("seed", 1, 3)), ("s2", pricing_rank("seed", 2, 3)),
+        ("s3", pricing_rank("seed", 3, 3))]
+    assert len(st.seed_compiles) == 3
+    # no ILP mesh: nothing to wait for, no hold
+    st = _state(2, meshes=())
+    queue_seed_compiles(st)
+    assert st.queue.held is None and len(st.queue.submitted) == 2
+
+
+def test_the_ilps_start_only_if_the_budget_holds_their_best():
+    st = _state(2)
+    running = Future()                       # the second seed's compile, not done yet
+    st.seed_compiles = [st.queue.submit(None), running]
+    st.queue.submitted.clear()
+    # ahead of the ILP's best: the second seed (waiting) and the first seed's refinement (done)
+    refined = [(1, None, None, st.queue.submit(None))]
+    assert first_compile_alone(st, refined) == ""
+    st.queue.room = 1
+    why = first_compile_alone(st, refined)
+    assert why == ("the time budget holds 1 more compile(s) of about 5.0 s and the ILP's best "
+                   "would be compile 2 after the first seed's")
+
+
+def test_a_seed_as_a_solution_says_it_proves_nothing():
+    ilp_best = NS(certificate=NS(to_json=lambda: {"status": "OPTIMAL"}))
+    sol = seed_solution(_layout("expert:cfg2"), ilp_best)
+    c = sol.certificate
+    assert c.status == "FEASIBLE" and c.objective is None and c.bound is None
+    assert c.detail["seed"] and c.detail["ilp_best"] == {"status": "OPTIMAL"}
+    assert sol.words == ["attention: batch on data, sequence on context, keys/values in a ring [a]",
+                         "rule act: on context"]
+    assert math.isinf(sol.predicted["total_s"]) and sol.choice == {}
