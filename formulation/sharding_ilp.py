@@ -216,7 +216,7 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
         else:
             s[gid] = [prob.add_variable(f"s_{gi}_{k}", 0, 1, cat=pulp.LpBinary) for k in range(len(G.strategies))]
             prob += pulp.lpSum(s[gid]) == 1, f"onehot_{gi}"
-    corr = _corrections(graph, corrections or {})
+    corr = strategy_corrections(graph, corrections or {})
     obj_terms = []
     constant = 0.0
     for gid in gids:
@@ -309,7 +309,7 @@ def _group_of(graph: StrategyGraph, key: str) -> str:
     raise KeyError(f"{key!r} is neither a group nor a node of the strategy graph")
 
 
-def _corrections(graph: StrategyGraph, corrections: dict[str, Any]) -> dict[tuple[str, int], float]:
+def strategy_corrections(graph: StrategyGraph, corrections: dict[str, Any]) -> dict[tuple[str, int], float]:
     out: dict[tuple[str, int], float] = {}
     for key, val in corrections.items():
         gid = _group_of(graph, key)
@@ -377,7 +377,7 @@ def evaluate(graph: StrategyGraph, choice: dict[str, int], corrections: dict | N
     """Q1 of a choice, seconds: node costs, edge costs, communication part, and the compute of
     every group but the attention groups (``other_compute_s``, as scaled by
     ``Options.compute_scale``; corrections not included)."""
-    corr = _corrections(graph, corrections or {})
+    corr = strategy_corrections(graph, corrections or {})
     node = sum(graph.groups[g].strategies[k].cost + corr.get((g, k), 0.0) for g, k in choice.items())
     comm = sum(graph.groups[g].strategies[k].comm for g, k in choice.items())
     edge = sum(e.cost[e.p_of[choice[e.producer]]][e.q_of[choice[e.consumer]]] for e in graph.edges)

@@ -8,11 +8,11 @@ solver: CBC's log "Lower bound", HiGHS's mip_dual_bound), time_s (wall clock), s
 CBC and HiGHS are seeded (``seed``) and run on ``threads`` threads; ``available_solvers()`` says
 which of the two PuLP can run.
 
-CBC (``_run_cbc``) runs as a process on a file (PuLP's MPS writer, the CBC binary, PuLP's
+CBC (``run_cbc``) runs as a process on a file (PuLP's MPS writer, the CBC binary, PuLP's
 solution reader): CBC's -sec is the time left after the MPS file is written, less the reading
 back (and CBC_STOP_S, CBC's own stop after -sec, writing its solution file); if CBC is still
 running when only the reading back is left (its file read and root LP cannot be cut), the process
-is killed and the answer is UNKNOWN (detail ``killed``). HiGHS's MIP (``_run_highs``,
+is killed and the answer is UNKNOWN (detail ``killed``). HiGHS's MIP (``run_highs``,
 ``_run_highs_process``) runs the same way, as a process on an MPS file (``highs_worker.py``),
 killed when only the reading back is left: HiGHS does not check its time limit inside every step
 of its MIP presolve. Its LP relaxation (``mip=False``, no presolve) runs in process: PuLP's
@@ -132,7 +132,7 @@ def _run_until(args: list[str], deadline: float, **streams) -> tuple[int, bool]:
         return proc.wait(), True
 
 
-def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> dict[str, Any]:
+def run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> dict[str, Any]:
     """CBC on `prob` (through PuLP's MPS writer, CBC binary and solution reader) so that the run
     ends by `deadline` (a ``solvers.budget.clock()`` value): CBC's -sec is the time left after
     the MPS file is written, less the reading back; if CBC is still running when only the reading
@@ -198,7 +198,7 @@ def _run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> 
     return {"status": st, "objective": obj, "bound": bound, "solver": name, "detail": detail}
 
 
-def _run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *, mip: bool = True
+def run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *, mip: bool = True
                ) -> dict[str, Any]:
     """HiGHS on `prob`. mip=True: the MIP in a process of its own (``_run_highs_process``), killed
     at the deadline. mip=False: the LP relaxation in process (PuLP's model builder, then HiGHS
@@ -313,16 +313,16 @@ def run_solver(prob: pulp.LpProblem, solver: str, time_limit_s: float, seed: int
                ) -> dict[str, Any]:
     """Solve a PuLP problem (minimisation) within `time_limit_s` seconds of wall clock, counted
     from this call: for CBC writing the MPS file, the CBC process and reading its solution; for
-    HiGHS building its model and the solve (``_run_cbc``, ``_run_highs``). Returns {status,
+    HiGHS building its model and the solve (``run_cbc``, ``run_highs``). Returns {status,
     objective, bound (model units, from the solver: CBC's log "Lower bound", HiGHS's
     mip_dual_bound), time_s (wall clock), solver, detail}. What may pass the limit: the MPS write
     or HiGHS build themselves (they are not cut), and the reading back after a kill."""
     t0 = clock()
     deadline = t0 + time_limit_s
     if solver == "cbc":
-        r = _run_cbc(prob, deadline, seed, threads)
+        r = run_cbc(prob, deadline, seed, threads)
     elif solver == "highs":
-        r = _run_highs(prob, deadline, seed, threads)
+        r = run_highs(prob, deadline, seed, threads)
     else:
         raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
     r["time_s"] = clock() - t0

@@ -24,7 +24,7 @@ often did not finish in the planner's share (20 s per mesh) where HiGHS proved t
 HiGHS 3, e.g. mesh 2x4 in 9.6 s where CBC's answer was 2.0% above it; 14B 480p-21f, v5e-16,
 mesh 2x2x4: neither proved, CBC's answer 13% above HiGHS's); on Wan 2.1 1.3B the LP relaxation
 is integral and proves the optimum before either MIP runs. The solver runs themselves (CBC or
-HiGHS on a PuLP model within a deadline: ``run_solver``, ``_run_cbc``, ``_run_highs``,
+HiGHS on a PuLP model within a deadline: ``run_solver``, ``run_cbc``, ``run_highs``,
 ``available_solvers`` and the measured cost constants) live in ``aoizora.solvers.mip_run`` and
 are re-exported here; the instance's knobs and its build (``ShardingProblem``,
 ``build_problem``) in ``aoizora.solvers.sharding_problem``; a choice as a Layout and in words
@@ -49,11 +49,11 @@ from aoizora.formulation.strategies import StrategyGraph
 from aoizora.solvers.budget import SHARES, clock
 from aoizora.solvers.certificate import Certificate
 # the solver runs (re-exported: they were defined here); solve_model reads CBC_MIN_S_PER_NONZERO,
-# HIGHS_LP_MIN_S_PER_NONZERO, _run_cbc and _run_highs through this module's names, so patching
-# them here steers solve_model, while run_solver and _run_cbc/_run_highs read mip_run's own
+# HIGHS_LP_MIN_S_PER_NONZERO, run_cbc and run_highs through this module's names, so patching
+# them here steers solve_model, while run_solver and run_cbc/run_highs read mip_run's own
 from aoizora.solvers.mip_run import (CBC_MIN_S_PER_NONZERO, CBC_STOP_S, HIGHS_LP_MIN_S_PER_NONZERO,
                                      MIN_CBC_SEC, READBACK_S, READBACK_S_PER_COLUMN,
-                                     ShardingSolveError, _run_cbc, _run_highs, available_solvers,
+                                     ShardingSolveError, run_cbc, run_highs, available_solvers,
                                      run_solver)
 from aoizora.solvers.sharding_heuristics import ShardingInstance, coordinate_descent
 from aoizora.solvers.sharding_layout import layout_words, tensor_spec, to_layout
@@ -216,8 +216,8 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
        is not needed; else its rounding (each group's largest value) is a candidate if it keeps
        the rows (on Wan 14B 480p-21f, v5e-16, mesh 2x4x2, within 0.4% of the bound, where CBC
        needs over 14 s). Then the MIP on what is left, as a process on an MPS file:
-       ``solver="highs"`` (default) HiGHS (``_run_highs``, ``highs_worker.py``), or
-       ``solver="cbc"`` CBC (``_run_cbc``), if at least CBC_MIN_S_PER_NONZERO x nonzeros is
+       ``solver="highs"`` (default) HiGHS (``run_highs``, ``highs_worker.py``), or
+       ``solver="cbc"`` CBC (``run_cbc``), if at least CBC_MIN_S_PER_NONZERO x nonzeros is
        left: writing the MPS file, the solver's file read and its root LP cannot be cut, and
        together cost ~4.3 us per nonzero here with CBC (1.1 s on the 2x2x4 instance, which CBC
        solves in 1.4-2.4 s in all); a budget under CBC_COMFORT x that minimum is noted as
@@ -304,7 +304,7 @@ def _lp_stage(run: _ModelSolve, lp_need: float, left: float) -> None:
         stages["lp_skipped"] = f"{left:.3f} s left, the LP relaxation needs about {lp_need:.3f} s"
         return
     t = clock()
-    r = _run_highs(model.prob, run.deadline, run.seed, run.threads, mip=False)
+    r = run_highs(model.prob, run.deadline, run.seed, run.threads, mip=False)
     stages["lp_relaxation_s"] = round(clock() - t, 4)
     stages["lp_relaxation"] = r["detail"]
     run.names.append(r["solver"])
@@ -338,8 +338,8 @@ def _mip_stage(run: _ModelSolve, cbc_need: float) -> dict[str, Any] | None:
         return None
     t = clock()
     prob = run.model.prob
-    r = _run_cbc(prob, run.deadline, run.seed, run.threads) if run.solver == "cbc" else \
-        _run_highs(prob, run.deadline, run.seed, run.threads)
+    r = run_cbc(prob, run.deadline, run.seed, run.threads) if run.solver == "cbc" else \
+        run_highs(prob, run.deadline, run.seed, run.threads)
     stages["solver_s"] = round(clock() - t, 4)
     run.names.append(r["solver"])
     stages.update(r["detail"])

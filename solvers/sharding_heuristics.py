@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from aoizora.formulation.sharding_ilp import ILPModel, _corrections, evaluate
+from aoizora.formulation.sharding_ilp import ILPModel, strategy_corrections, evaluate
 from aoizora.formulation.strategies import Hardware, Options, StrategyGraph
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.sharding_problem import ShardingProblem, build_problem
@@ -79,7 +79,7 @@ class ShardingInstance:
         self.K = np.array([len(g.groups[x].strategies) for x in self.gids], dtype=np.int64)
         self.off = np.concatenate([[0], np.cumsum(self.K)[:-1]]).astype(np.int64)
         S = int(self.K.sum())
-        corr = _corrections(g, self.corrections or {})
+        corr = strategy_corrections(g, self.corrections or {})
         self.unary = np.zeros(S)
         for i, gid in enumerate(self.gids):
             for k, st in enumerate(g.groups[gid].strategies):

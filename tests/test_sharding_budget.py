@@ -94,7 +94,7 @@ def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkey
         return {"status": "FEASIBLE", "objective": inc * 1.5, "bound": bound,
                 "solver": "PuLP/CBC", "detail": {"cbc_result": "Stopped on time limit"}}
 
-    monkeypatch.setattr(sharding, "_run_cbc", cut_cbc)
+    monkeypatch.setattr(sharding, "run_cbc", cut_cbc)
     monkeypatch.setattr(sharding, "CBC_MIN_S_PER_NONZERO", 0.0)
     monkeypatch.setattr(sharding, "HIGHS_LP_MIN_S_PER_NONZERO", 1e3)   # CBC's answer alone
     r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
@@ -112,7 +112,7 @@ def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkey
         return {"status": "FEASIBLE", "objective": inc * 1.5, "bound": inc,
                 "solver": "PuLP/CBC", "detail": {}}
 
-    monkeypatch.setattr(sharding, "_run_cbc", tight_cbc)
+    monkeypatch.setattr(sharding, "run_cbc", tight_cbc)
     r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET),
                        time_limit_s=5.0, solver="cbc")
     assert r.certificate.status == "OPTIMAL" and r.certificate.detail["answer_from"] == "incumbent"
@@ -122,7 +122,7 @@ def test_cut_solver_never_worse_than_the_incumbent(mlp_ir, v5e4, optimum, monkey
 def test_cbc_killed_at_the_deadline(mlp_ir, v5e4):
     """A CBC process still running at the deadline is killed: no answer (UNKNOWN), said so."""
     inst = build_instance(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET)
-    r = sharding._run_cbc(inst.model.prob, time.perf_counter(), 0, 1)
+    r = sharding.run_cbc(inst.model.prob, time.perf_counter(), 0, 1)
     assert r["status"] == "UNKNOWN" and r["objective"] is None and "killed" in r["detail"]
 
 
@@ -131,9 +131,9 @@ def test_highs_mip_process_killed_at_the_deadline(mlp_ir, v5e4):
     """HiGHS's MIP runs as a process: one still running at the deadline is killed (no answer,
     UNKNOWN, said so), as CBC's is; with time, it proves the optimum."""
     inst = build_instance(mlp_ir, v5e4, MESH, hbm_bytes=BUDGET)
-    r = sharding._run_highs(inst.model.prob, time.perf_counter(), 0, 1)
+    r = sharding.run_highs(inst.model.prob, time.perf_counter(), 0, 1)
     assert r["status"] == "UNKNOWN" and r["objective"] is None and "killed" in r["detail"]
-    r = sharding._run_highs(inst.model.prob, time.perf_counter() + 30.0, 0, 1)
+    r = sharding.run_highs(inst.model.prob, time.perf_counter() + 30.0, 0, 1)
     assert r["status"] == "OPTIMAL" and r["bound"] == r["objective"]
     assert "highs_process_s" in r["detail"] and "killed" not in r["detail"]
 
@@ -205,7 +205,7 @@ def test_cut_highs_keeps_the_better_of_lp_rounding_and_incumbent(mlp_ir, v5e4, o
     """HiGHS's MIP stopped by its time limit with a worse layout and a weak bound: the answer is
     the best of the LP rounding and the incumbent, with the LP's bound (the stronger), not
     proven unless that bound meets it."""
-    real = sharding._run_highs
+    real = sharding.run_highs
     weak = optimum.certificate.objective * TIME_SCALE * 0.1
 
     def cut_mip(prob, deadline, seed, threads, mip=True):
@@ -214,7 +214,7 @@ def test_cut_highs_keeps_the_better_of_lp_rounding_and_incumbent(mlp_ir, v5e4, o
         return {"status": "FEASIBLE", "objective": 1e30, "bound": weak,
                 "solver": "PuLP/HiGHS", "detail": {"highs_status": "Time limit reached"}}
 
-    monkeypatch.setattr(sharding, "_run_highs", cut_mip)
+    monkeypatch.setattr(sharding, "run_highs", cut_mip)
     r = solve_sharding(mlp_ir, v5e4, MESH, ShardingProblem(hbm_bytes=BUDGET), time_limit_s=5.0)
     c = r.certificate
     assert c.detail["answer_from"] in ("lp-relaxation", "incumbent")

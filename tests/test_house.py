@@ -1,0 +1,118 @@
+"""The shape of the house (issue #33): functions that fit on a screen, layers that import one way,
+no import cycles among the solvers, no private names imported across modules, and a light
+``aoizora.extract`` that does not pull in the planner. Static checks over the source (ast)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"aoizora": "aoizora", "extract": "aoizora.extract",
+            "formulation": "aoizora.formulation", "solvers": "aoizora.solvers"}
+LAYER = {"aoizora.extract": 0, "aoizora.formulation": 1, "aoizora.solvers": 2, "aoizora": 3}
+MAX_LINES, MAX_PARAMS = 120, 10
+PUBLIC_EXCEPTIONS = {("aoizora/planner.py", "plan")}   # the public plan() takes every option
+
+
+def _modules():
+    """(relative path, dotted module name, ast) of every module of the distribution."""
+    out = []
+    for folder, pkg in PACKAGES.items():
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            rel = p.relative_to(ROOT / folder).with_suffix("")
+            parts = [x for x in rel.parts if x != "__init__"]
+            name = ".".join([pkg, *parts]) if parts else pkg
+            if folder == "aoizora" and parts and parts[0] in ("extract", "formulation", "solvers"):
+                continue
+            out.append((str(p.relative_to(ROOT)), name, ast.parse(p.read_text())))
+    return out
+
+
+MODULES = _modules()
+
+
+def _n_params(f) -> int:
+    a = f.args
+    n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+    return n - (1 if a.args and a.args[0].arg in ("self", "cls") else 0)
+
+
+def test_functions_fit_on_a_screen():
+    bad = []
+    for path, _, tree in MODULES:
+        for f in ast.walk(tree):
+            if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            lines = f.end_lineno - f.lineno + 1
+            if (path, f.name) in PUBLIC_EXCEPTIONS:
+                continue
+            if lines > MAX_LINES or _n_params(f) > MAX_PARAMS:
+                bad.append(f"{path}:{f.lineno} {f.name}: {lines} lines, {_n_params(f)} parameters")
+    assert not bad, "\n".join(bad)
+
+
+def _imports(name: str, tree) -> list[tuple[str, list[str], int]]:
+    """(imported module, imported names, line) for every import of the package in `tree`,
+    function-local ones included."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("aoizora"):
+            out.append((n.module, [a.name for a in n.names], n.lineno))
+        elif isinstance(n, ast.Import):
+            out += [(a.name, [], n.lineno) for a in n.names if a.name.startswith("aoizora")]
+    return out
+
+
+def _layer(module: str) -> int:
+    for pkg in ("aoizora.extract", "aoizora.formulation", "aoizora.solvers"):
+        if module == pkg or module.startswith(pkg + "."):
+            return LAYER[pkg]
+    return LAYER["aoizora"]
+
+
+def test_layers_import_one_way():
+    bad = [f"{name} (layer {_layer(name)}) imports {mod} (layer {_layer(mod)}) at line {line}"
+           for _, name, tree in MODULES for mod, _, line in _imports(name, tree)
+           if _layer(mod) > _layer(name)]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_names_across_modules():
+    bad = [f"{name}:{line} imports {n} from {mod}" for _, name, tree in MODULES
+           for mod, names, line in _imports(name, tree) for n in names
+           if n.startswith("_") and not n.startswith("__") and mod != name]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles_among_solvers():
+    mods = {name: tree for _, name, tree in MODULES if name.startswith("aoizora.solvers.")}
+    graph = {m: {i for i, _, _ in _imports(m, t) if i in mods and i != m} for m, t in mods.items()}
+    seen, stack, cycles = set(), [], []
+
+    def visit(m):
+        if m in stack:
+            cycles.append(stack[stack.index(m):] + [m])
+            return
+        if m in seen:
+            return
+        seen.add(m)
+        stack.append(m)
+        for n in sorted(graph[m]):
+            visit(n)
+        stack.pop()
+
+    for m in sorted(graph):
+        visit(m)
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_extract_does_not_import_the_planner():
+    code = ("import sys, aoizora.extract.targets; "
+            "print(any(m in sys.modules for m in ('aoizora.planner', 'aoizora.solvers.sharding')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_readme_makes_no_placement_claim_it_cannot_show():
+    assert "about 17%" not in (ROOT / "README.md").read_text()
