@@ -6,11 +6,15 @@ and independently of them (it shares only the physical network with them: chips,
 dimension-order routes and ring orders, ``aoizora.extract.network``, facts of the hardware).
 
 What it does
-1. Compute: one TensorCore stream. An op takes ``estimated_cycles / clock_hz`` (the compiler's own
-   estimate at the evidence's clock, else the chip's); where the compiler gave no estimate
-   (e.g. an opaque custom call), the roofline ``max(flops / peak_bf16_flops,
-   bytes / hbm_bandwidth)``; flops the evidence lacks for an opaque kernel can be supplied
-   (``kernel_flops``), else such a kernel is priced on its bytes and the result says so.
+1. Compute: one TensorCore stream. Given the compiled program's HLO text (``hlo=``), every op is
+   priced by the simulator's own model (``benchmarks.sim.hlo_cost``: MXU-bound versus HBM-bound
+   with MXU padding, vector and transcendental work, launch overhead; Pallas kernels block by
+   block from their grid, ``benchmarks.sim.mosaic`` and ``benchmarks.sim.kernel_model``; splash
+   attention by ``kernel_model.splash_time_s``), with its own constants
+   (``benchmarks.sim.constants``). That is the independent yardstick. Without the HLO (evidence
+   JSON alone) it falls back to the compiler's ``estimated_cycles / clock_hz`` (else the roofline
+   ``max(flops / peak, bytes / hbm_bandwidth)``; ``kernel_flops`` can supply an opaque kernel's
+   flops), and the result's notes say the compute is then not independent of the compiler.
 2. Collectives: each run is expanded into the per-step transfers the hardware makes
    (``benchmarks.sim.collectives``: rings of n-1 steps, both ways where the ring closes on
    physical links, pairwise all-to-all, permutes), each transfer routed hop by hop over directed
@@ -59,7 +63,9 @@ from aoizora.extract.evidence import Collective, ComputeOp, Evidence
 from aoizora.extract.network import Network
 from aoizora.extract.targets import Target, get_target
 from benchmarks.sim.collectives import Expander
+from benchmarks.sim.constants import chip_model
 from benchmarks.sim.engine import FlowEngine
+from benchmarks.sim.hlo_cost import compute_seconds_by_name
 
 LABEL = "simulated (AoiZora reference simulator)"
 
@@ -135,10 +141,13 @@ class Simulator:
         self._episodes: dict[Any, tuple] = {}
         # bound the cache to about 40 MB of per-link arrays
         self._max_episodes = int(min(20000, max(256, 2.5e6 // max(1, self.net.num_links))))
+        self._op_seconds: dict[str, float] = {}
 
     # -- compute --------------------------------------------------------------------------------
     def compute_seconds(self, op: ComputeOp, clock_hz: float) -> float:
         """Seconds of one run of a compute op (see module docstring, 1)."""
+        if op.name in self._op_seconds:
+            return self._op_seconds[op.name]
         if op.estimated_cycles is not None:
             return float(op.estimated_cycles) / clock_hz
         chip = self.target.chip
@@ -195,10 +204,27 @@ class Simulator:
 
     # -- the step -------------------------------------------------------------------------------
     def run(self, evidence: Evidence, placement: Sequence[int] | None = None,
-            top_links: int = 8, kernel_flops: "dict[str, float] | None" = None) -> SimResult:
-        """Simulate one step. ``kernel_flops``: flops per run for compute ops (by name) that
-        the evidence has no cycle estimate or flops for, e.g. an attention kernel's flops from
-        the program IR; they are then priced on the roofline with those flops."""
+            top_links: int = 8, kernel_flops: "dict[str, float] | None" = None,
+            hlo: Any = None) -> SimResult:
+        """Simulate one step. ``hlo``: the compiled program's HLO text (``compiled.as_text()``) or
+        a parsed ``HloModule``; its ops are then priced by the simulator's own compute model
+        (module docstring, 1). ``kernel_flops``: without ``hlo``, flops per run for compute ops
+        (by name) that the evidence has no cycle estimate or flops for."""
+        notes: list[str] = []
+        self._op_seconds = {}
+        if hlo is not None:
+            from aoizora.extract.hlo import parse_hlo_module
+            module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
+            self._op_seconds, cnotes = compute_seconds_by_name(
+                module, chip_model(self.target.chip.generation))
+            notes += cnotes
+            missing = sorted({o.name for o in evidence.compute} - set(self._op_seconds))
+            if missing:
+                notes.append(f"{len(missing)} compute op(s) not priced by the simulator's model "
+                             f"({', '.join(missing[:4])}): the compiler's estimate is used")
+        else:
+            notes.append("compute priced from the compiler's cycle estimates (no HLO given): "
+                         "not independent of the compiler")
         ev = evidence
         if kernel_flops:
             ev = dataclasses.replace(ev, compute=[
@@ -208,13 +234,13 @@ class Simulator:
         if ev.target and get_target(ev.target).name != self.target.name:
             raise SimulatorError(f"evidence was compiled for {ev.target} but the simulator's "
                                  f"target is {self.target.name}: use Simulator({ev.target!r})")
-        notes: list[str] = []
         if placement is None:
             placement, why = self.default_placement(ev)
             notes.append(f"placement not given: {why}")
         rank_chip = self.rank_chips(ev, placement)
         clock = ev.clock_hz or self.target.chip.clock_hz
         blind = [o for o in ev.compute if o.estimated_cycles is None and not o.flops
+                 and o.name not in self._op_seconds
                  and o.kind == "custom-call" and o.custom_call_target == "tpu_custom_call"]
         if blind:
             notes.append(f"{len(blind)} opaque kernel(s) without a cycle estimate or flops in the "
@@ -424,13 +450,14 @@ def _simulator(target_name: str) -> Simulator:
 
 def simulate(evidence: Evidence, placement: Sequence[int] | None = None,
              target: "str | Target | None" = None, top_links: int = 8,
-             kernel_flops: "dict[str, float] | None" = None) -> SimResult:
+             kernel_flops: "dict[str, float] | None" = None, hlo: Any = None) -> SimResult:
     """Simulate one step of ``evidence`` with logical rank r on device ``placement[r]`` (a
     position in ``target.devices()``; default: the device order the evidence was compiled under,
-    else rank r on device r) on ``target`` (default: the evidence's own)."""
+    else rank r on device r) on ``target`` (default: the evidence's own). ``hlo``: the compiled
+    program's HLO text, for the simulator's own compute model (``Simulator.run``)."""
     t = get_target(target if target is not None else evidence.target)
     return _simulator(t.name).run(evidence, placement, top_links=top_links,
-                                  kernel_flops=kernel_flops)
+                                  kernel_flops=kernel_flops, hlo=hlo)
 
 
 def format_result(r: SimResult, top: int = 10) -> str:
