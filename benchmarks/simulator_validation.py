@@ -227,7 +227,14 @@ def to_markdown(data: dict[str, Any]) -> str:
             + r["note"]
         lines.append(f"| {r['case']} | {r['kind']} | {r['slice']} | {r['measured_us']:,.1f} | "
                      f"{r['simulated_us']:,.1f} | {r['error_pct']:+.1f}% | {note} |")
-    lines += ["", "Sources:"]
+    lines += ["", "Reading: the target (median |error| <= 15%) is not met. The two 1024^3 rows "
+              "outside 2x are host-dispatch bound (timeit of a ~0.1 ms call; the device work is "
+              "~0.01-0.02 ms), which a device simulator does not model. The splash rows are "
+              "30-38% low: the model prices a 512x512 score step at max(MXU, VPU, EUP, DMA) + "
+              "0.28 us, and the measurement (Python timer) also holds the dispatch; no constant "
+              "was tuned to these rows. The large matmuls are within 17%, the large all-gather "
+              "-16% (the link bandwidth is the scaling book's), the latency-bound one +40%.", "",
+              "Sources:"]
     for src in sorted({r["source"] for r in data["rows"]}):
         lines.append(f"- {src}")
     lines += ["", "Programs: " + "; ".join(sorted({f"{r['case']}: {r['program']}"
