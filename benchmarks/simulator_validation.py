@@ -6,11 +6,15 @@ time by libtpu for the same slice, and its compiled HLO and evidence are simulat
 (``Simulator.run(evidence, hlo=...)``: the simulator's own compute model, no compiler estimate).
 Error = (simulated - measured) / measured.
 
-Honesty rules (issue 34): the per-grid-step overhead of Pallas kernels is fitted on one figure
-(``fitted``: True, the Pallas 128-block 4096^3 matmul, ``benchmarks.sim.constants``); that row is
-shown but left out of the statistics. Measured figures taken with Python timers include the
-host's dispatch of the jitted call, which no device simulator models; where that dominates (the
-1024^3 matmuls, about 0.1 ms of a 0.12 ms figure) the row says so.
+Honesty rules (issue 34): two constants are fitted, each on one figure, and those rows are shown
+but left out of the statistics (``fitted``: True):
+- the per-grid-step overhead of Pallas kernels (``benchmarks.sim.constants``), on the Pallas
+  128-block 4096^3 matmul;
+- ``HOST_DISPATCH_S``, the host's cost of dispatching one jitted call, which figures taken with
+  a Python timer (timeit / perf_counter around ``block_until_ready``) include and a device
+  simulator does not model: on the XLA 1024^3 matmul (measured 119.4 us, simulated device time
+  11.2 us). It is added to the simulated time of every timer-measured row (``timer``: True) for
+  the comparison only; profiled figures (the scaling book's) get nothing added.
 
 Run: ``python -m benchmarks.simulator_validation`` -> ``benchmarks/results/simulator_validation
 .json`` and ``.md``.
@@ -30,6 +34,9 @@ from benchmarks.machine import machine_info
 from benchmarks.simulator import LABEL, Simulator
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
+# Host dispatch of one jitted call in a Python-timed measurement: fitted on the XLA 1024^3 matmul
+# row (119.43 us measured - 11.2 us simulated device time); see the module docstring.
+HOST_DISPATCH_S = 108e-6
 MATMUL_DOC = ("JAX docs, Pallas TPU 'Matrix Multiplication' guide, measured outputs in "
               "github.com/jax-ml/jax docs/pallas/tpu/matmul.ipynb (TPU v5e, timeit of 100 calls)")
 AXLEARN = ("apple/axlearn axlearn/common/flash_attention/tpu_attention_benchmark.py, 'Sample "
@@ -50,6 +57,7 @@ class Case:
     build: Callable[[], tuple]  # -> (fn, args, mesh_target, mesh_axes, in/out shardings)
     fitted: bool = False
     note: str = ""
+    timer: bool = True          # measured with a Python timer (host dispatch included)
 
 
 def _single(target: str):
@@ -131,9 +139,8 @@ def cases() -> list[Case]:
     for n, t in ((1024, 119.43e-6), (4096, 827.29e-6), (8192, 6047.15e-6)):
         out.append(Case(f"XLA matmul {n}^3 bf16", "matmul-bound", MATMUL_DOC, "v5e-1",
                         f"jnp.matmul bf16[{n},{n}] x bf16[{n},{n}]", t,
-                        functools.partial(_xla_matmul, n),
-                        note="timeit figure includes the host dispatch of the call (~0.1 ms)"
-                        if n == 1024 else ""))
+                        functools.partial(_xla_matmul, n), fitted=(n == 1024),
+                        note="HOST_DISPATCH_S fitted here" if n == 1024 else ""))
     for (bm, bk, bn), figs in (((128, 128, 128), ((1024, 297.67e-6), (4096, 11771.5e-6),
                                                   (8192, 91835.8e-6))),
                                ((512, 1024, 1024), ((1024, 127.09e-6), (4096, 889.09e-6),
@@ -143,8 +150,8 @@ def cases() -> list[Case]:
                             MATMUL_DOC, "v5e-1", f"pallas_call matmul bm={bm} bk={bk} bn={bn}", t,
                             functools.partial(_pallas_matmul, n, bm, bk, bn),
                             fitted=(bm == 128 and n == 4096),
-                            note="timeit figure includes the host dispatch of the call (~0.1 ms)"
-                            if n == 1024 else ""))
+                            note="per-grid-step overhead fitted here"
+                            if (bm == 128 and n == 4096) else ""))
     for heads, t in ((16, 1.4e-3), (40, 3.2e-3), (56, 4.3e-3), (72, 5.5e-3), (88, 6.7e-3),
                      (110, 7.2e-3)):
         out.append(Case(f"splash fwd, {heads} heads (axlearn)", "attention-bound", AXLEARN,
@@ -153,10 +160,10 @@ def cases() -> list[Case]:
                         functools.partial(_axlearn_splash, heads)))
     out.append(Case("AllGather over Y=4 of bf16[2048,8192] (book)", "communication-bound", BOOK,
                     "v5e 8x4 (mesh X=8, Y=4)", "all-gather of [E_Y, F] over Y, E=2048 F=8192",
-                    680e-6, functools.partial(_book_allgather, 2048, 8192)))
+                    680e-6, functools.partial(_book_allgather, 2048, 8192), timer=False))
     out.append(Case("AllGather over Y=4 of bf16[256,256] (book)", "communication-bound", BOOK,
                     "v5e 8x4 (mesh X=8, Y=4)", "all-gather of [E_Y, F] over Y, E=F=256", 8e-6,
-                    functools.partial(_book_allgather, 256, 256),
+                    functools.partial(_book_allgather, 256, 256), timer=False,
                     note="latency-bound (32 kB per shard): the book says 'in practice closer to "
                     "8 us'"))
     return out
@@ -191,10 +198,13 @@ def run_case(case: Case) -> dict[str, Any]:
         pos = {int(d.id): i for i, d in enumerate(tgt.devices())}
         placement = [pos[int(d.id)] for d in mesh.devices.flat]
     res = sim.run(ev, placement, hlo=compiled.as_text())
-    err = (res.step_s - case.measured_s) / case.measured_s
+    compared = res.step_s + (HOST_DISPATCH_S if case.timer else 0.0)
+    err = (compared - case.measured_s) / case.measured_s
     return {"case": case.name, "kind": case.kind, "source": case.source, "slice": case.target,
             "program": case.program, "measured_us": round(case.measured_s * 1e6, 2),
-            "simulated_us": round(res.step_s * 1e6, 2), "error_pct": round(100 * err, 1),
+            "simulated_device_us": round(res.step_s * 1e6, 2),
+            "host_dispatch_us": round(1e6 * HOST_DISPATCH_S, 1) if case.timer else 0.0,
+            "simulated_us": round(compared * 1e6, 2), "error_pct": round(100 * err, 1),
             "fitted": case.fitted, "note": case.note,
             "sim_compute_us": round(res.compute_s * 1e6, 2),
             "sim_notes": [n for n in res.notes if "placement" not in n][:4]}
@@ -220,20 +230,27 @@ def to_markdown(data: dict[str, Any]) -> str:
              f"Independent rows: {s['independent_rows']}; median |error| "
              f"{s['median_abs_error_pct']}%; worst {s['worst_error_pct']:+.1f}% "
              f"({s['worst_case']}); outside 2x: {', '.join(s['outside_2x']) or 'none'}.", "",
-             "| case | kind | slice | measured (us) | simulated (us) | error | note |",
-             "|---|---|---|---|---|---|---|"]
+             "Simulated = simulated device time + host dispatch (timer-measured rows only, "
+             f"{1e6 * HOST_DISPATCH_S:.0f} us, fitted on one row).", "",
+             "| case | kind | slice | measured (us) | simulated device (us) | + dispatch | "
+             "simulated (us) | error | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
-        note = ("FITTED (the per-grid-step overhead), not counted; " if r["fitted"] else "") \
-            + r["note"]
+        note = ("FITTED, not counted: " if r["fitted"] else "") + r["note"]
         lines.append(f"| {r['case']} | {r['kind']} | {r['slice']} | {r['measured_us']:,.1f} | "
-                     f"{r['simulated_us']:,.1f} | {r['error_pct']:+.1f}% | {note} |")
-    lines += ["", "Reading: the target (median |error| <= 15%) is not met. The two 1024^3 rows "
-              "outside 2x are host-dispatch bound (timeit of a ~0.1 ms call; the device work is "
-              "~0.01-0.02 ms), which a device simulator does not model. The splash rows are "
-              "30-38% low: the model prices a 512x512 score step at max(MXU, VPU, EUP, DMA) + "
-              "0.28 us, and the measurement (Python timer) also holds the dispatch; no constant "
-              "was tuned to these rows. The large matmuls are within 17%, the large all-gather "
-              "-16% (the link bandwidth is the scaling book's), the latency-bound one +40%.", "",
+                     f"{r.get('simulated_device_us', float('nan')):,.1f} | "
+                     f"{r.get('host_dispatch_us', 0.0):.0f} | {r['simulated_us']:,.1f} | "
+                     f"{r['error_pct']:+.1f}% | {note} |")
+    lines += ["", "Reading: the rows come from three sources (seven matmul rows from one guide, "
+              "six splash rows from one benchmark, two collectives from the book), so the median "
+              "is mostly theirs. Two structural choices were made after seeing a first run and "
+              "are not blind tests: the host dispatch term (without it the 1024^3 rows are "
+              "-37% to -91%, the two small ones outside 2x) and the serial chain inside a Pallas "
+              "step (MXU + VPU + EUP added; with max() instead, the splash rows were -30% to -38% "
+              "before the dispatch term). No constant was fitted to any counted row. The "
+              "collectives use the scaling book's link bandwidth and 1 us per hop: the large "
+              "all-gather is -16% (the book: 'likely not getting 100% of the theoretical "
+              "bandwidth'), the latency-bound one +40%.", "",
               "Sources:"]
     for src in sorted({r["source"] for r in data["rows"]}):
         lines.append(f"- {src}")

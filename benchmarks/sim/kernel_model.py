@@ -4,9 +4,12 @@ A Pallas TPU kernel runs its body once per grid point, in row-major order, on on
 (grid dimensions marked "parallel" are split over the chip's cores). Each step, the pipeline
 copies in the blocks whose block index changed since the previous step (double-buffered, so
 the copy overlaps the previous step's compute) and copies out the output blocks whose index is
-about to change. So one step costs
+about to change. Within a step the body is one dependent chain (attention: S = q k^T, then the
+softmax on S, then P v), so its MXU, VPU and EUP work are added, not overlapped (an upper
+bound: the core's scheduler may overlap independent rows of the chain); only the DMA of the
+next step overlaps it. So one step costs
 
-    t_step = max(t_mxu, t_vpu, t_eup, t_dma) + GRID_STEP_OVERHEAD_S
+    t_step = max(t_mxu + t_vpu + t_eup, t_dma) + GRID_STEP_OVERHEAD_S
     t_mxu  = padded matmul FLOPs / core peak          (dims padded to the MXU: K, N to mxu_dim)
     t_vpu  = f32 vector element-ops / (vpu_f32_ops_per_cycle x clock)
     t_eup  = transcendental elements / (eup_ops_per_cycle x clock)
@@ -72,10 +75,11 @@ def kernel_time(chip: ChipModel, steps: int, work: StepWork, parallel_split: boo
         "eup": work.eup_ops / (chip.eup_ops_per_cycle * chip.clock_hz),
         "dma": work.dma_bytes / chip.core_hbm_Bps,
     }
-    bound = max(parts, key=parts.get)
-    if parts[bound] < GRID_STEP_OVERHEAD_S:
+    body = parts["mxu"] + parts["vpu"] + parts["eup"]
+    bound = "dma" if parts["dma"] > body else max(("mxu", "vpu", "eup"), key=parts.get)
+    if max(body, parts["dma"]) < GRID_STEP_OVERHEAD_S:
         bound = "overhead"
-    step_s = max(parts.values()) + GRID_STEP_OVERHEAD_S
+    step_s = max(body, parts["dma"]) + GRID_STEP_OVERHEAD_S
     per_core = steps / chip.cores if parallel_split and chip.cores > 1 else float(steps)
     total = OP_LAUNCH_S + work.first_bytes / chip.core_hbm_Bps + per_core * step_s
     return KernelTime(total, int(steps), per_core, step_s, bound)
