@@ -1,9 +1,12 @@
 """The AoiZora reference simulator: one step of a compiled program on a target, under a placement.
 
 It is the "simulated" column of every benchmark table. It prices the compiler's evidence
-(``aoizora.extract.evidence.Evidence``) in more detail than the cost models the solvers optimize
-and independently of them (it shares only the physical network with them: chips, links,
-dimension-order routes and ring orders, ``aoizora.extract.network``, facts of the hardware).
+(``aoizora.extract.evidence.Evidence``, the compiled HLO) in more detail than the cost models the
+solvers optimize and independently of them: it shares with them only what the compiler emitted
+(the HLO parser and the evidence reader of ``aoizora.extract``) and the slice's physical
+description (shape, wraparound, device coordinates); its compute model, constants, network
+model (links, routes, the order of ring collectives: ``benchmarks.sim.topology``) and overlap
+model are its own, and it imports nothing from ``aoizora.formulation``.
 
 What it does
 1. Compute: one TensorCore stream. Given the compiled program's HLO text (``hlo=``), every op is
@@ -60,12 +63,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from aoizora.extract.evidence import Collective, ComputeOp, Evidence
-from aoizora.extract.network import Network
 from aoizora.extract.targets import Target, get_target
 from benchmarks.sim.collectives import Expander
 from benchmarks.sim.constants import chip_model
 from benchmarks.sim.engine import FlowEngine
 from benchmarks.sim.hlo_cost import compute_seconds_by_name
+from benchmarks.sim.topology import SimNetwork
 
 LABEL = "simulated (AoiZora reference simulator)"
 
@@ -133,9 +136,14 @@ class SimResult:
 class Simulator:
     """A target's network and its caches; ``run`` simulates evidence under a placement."""
 
-    def __init__(self, target: "str | Target", network: Network | None = None):
+    def __init__(self, target: "str | Target", network: Any = None):
+        """``network``: an object describing the slice instead of the target's own (``shape``,
+        ``wrap``, ``chips``, ``device_chip``, optionally ``link_bandwidth_Bps`` and
+        ``hop_latency_s``), e.g. ``aoizora.extract.network.Network`` of a hypothetical slice;
+        only that description is read, the links, routes and rings are the simulator's own."""
         self.target = get_target(target)
-        self.net = network if network is not None else Network.from_target(self.target)
+        cm = chip_model(self.target.chip.generation)
+        self.net = SimNetwork.of(self.target, cm.link_Bps, cm.hop_latency_s, network)
         self.expander = Expander(self.net)
         self.capacity = np.asarray(self.net.link_bandwidth, dtype=float)
         self._episodes: dict[Any, tuple] = {}

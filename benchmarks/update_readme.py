@@ -68,7 +68,7 @@ def section() -> str:
          "Sharding ILP: CBC against HiGHS at the planner's per-mesh limit (Wan 2.1 14B and 1.3B)",
          "python -m benchmarks.sharding_solvers --force"),
         ("simulator_validation.md", _tables_and_bullets,
-         "Reference simulator against the scaling book", "python -m benchmarks.simulator_validation"),
+         "Reference simulator against public measured TPU figures", "python -m benchmarks.simulator_validation"),
         ("expert_compile.md", _tables_and_bullets,
          "Expert configurations of the full-size models compiled for v5e-8",
          "python -m benchmarks.expert_compile"),

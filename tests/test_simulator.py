@@ -351,3 +351,45 @@ def test_kernel_flops_price_an_opaque_kernel_the_evidence_left_blind():
     assert r.compute_s == pytest.approx(1e-3) and any("opaque" in n for n in r.notes)
     r = simulate(ev, kernel_flops={"splash": 1.97e12})
     assert r.compute_s == pytest.approx(1e-2) and not any("opaque" in n for n in r.notes)
+
+
+# --------------------------------------------------------------------------- own topology
+def _sim_net(shape, wrap=None):
+    import itertools
+    from benchmarks.sim.topology import SimNetwork
+    coords = [tuple(reversed(c)) for c in itertools.product(*[range(s) for s in reversed(shape)])]
+    return SimNetwork(shape, wrap or (False,) * len(shape), coords, W, LAT)
+
+
+def test_own_rings_close_on_even_boxes_and_bend_along_lines():
+    for shape, kind in (((2, 4), "ring"), ((4, 4), "ring"), ((3, 3), "line"),
+                        ((2, 2, 2), "ring"), ((3, 4), "ring")):
+        net = _sim_net(shape)
+        r = net.ring_through(range(len(net.chips)))
+        assert r.kind == kind, shape
+        steps = [net.hops(a, b) for a, b in zip(r.order, r.order[1:])]
+        assert steps == [1] * (len(r.order) - 1)
+        assert (net.hops(r.order[-1], r.order[0]) == 1) == (kind == "ring")
+    net = _sim_net((2, 4))
+    ell = [net.chip_index[c] for c in ((1, 0), (0, 0), (0, 1), (0, 2))]
+    r = net.ring_through(ell)
+    assert r.kind == "line" and net.ring_directions(r) == 1
+    used = {lid for step in net.ring_step_routes(r) for lid in step}
+    assert len(used) == 6                       # the closing step travels back along the L
+    # a full wrapped axis closes; the same chips without wraparound form a line
+    assert _sim_net((16, 1), (True, False)).ring_through(range(16)).kind == "ring"
+    assert _sim_net((16, 1)).ring_through(range(16)).kind == "line"
+
+
+def test_scattered_tour_is_shortest_and_routes_follow_dimension_order():
+    net = _sim_net((4, 4))
+    scattered = [net.chip_index[c] for c in ((0, 0), (2, 0), (0, 2), (2, 2))]
+    r = net.ring_through(scattered)
+    assert r.kind == "scattered"
+    assert sum(net.hops(r.order[i], r.order[(i + 1) % 4]) for i in range(4)) == 8
+    a, b = net.chip_index[(0, 0)], net.chip_index[(2, 1)]
+    hops = [(net.chips[int(net.link_src[l])], net.chips[int(net.link_dst[l])])
+            for l in net.route(a, b)]
+    assert hops == [((0, 0), (1, 0)), ((1, 0), (2, 0)), ((2, 0), (2, 1))]
+    with pytest.raises(ValueError):
+        net.ring_through([0, 99])

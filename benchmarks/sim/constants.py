@@ -11,7 +11,8 @@ Sources
 - [book]   "How to Scale Your Model" (jax-ml.github.io/scaling-book), chapter "tpus": MXU sizes
   (128x128 through v5, 256x256 on v6e), the VPU as an (8, 128) array of lanes with 4 f32 ALUs per
   lane on v5 ("in v5 you can add 4 pairs of f32 values together from VREGs in each cycle"),
-  TPU memory tiles of (8, 128); chapter "sharding": about 1 us per ICI hop.
+  TPU memory tiles of (8, 128); chapter "sharding": about 1 us per ICI hop, one-way ICI
+  bandwidth per link 4.5e10 B/s on v5e and v4, 9e10 B/s on v5p and v6e (its hardware table).
 - [derived] clock = peak / (2 FLOP x MXUs per chip x MXU_dim^2) from the [cloud] peak and the
   [book] MXU geometry.
 - [fit]    fitted on one measured figure, named, and that figure is marked as not independent in
@@ -36,6 +37,8 @@ class ChipModel:
     mxus_per_chip: int          # [cloud]/[book]
     vpu_f32_ops_per_cycle: int  # per core: 8 sublanes x 128 lanes x ALUs per lane [book]
     eup_ops_per_cycle: int      # per core: transcendental (exp, reciprocal) elements per cycle [assumed]
+    link_Bps: float = 4.5e10    # one ICI link, one way [book, chapter "sharding"]
+    hop_latency_s: float = 1e-6 # per ICI hop [book, chapter "sharding": "typically around 1us"]
     tile_rows: int = 8          # second-minor tile of a 32-bit array in memory [book]
     tile_cols: int = 128        # minor tile [book]
 
@@ -61,9 +64,9 @@ CHIPS: dict[str, ChipModel] = {
     # v5e: 197 TFLOP/s, 819 GB/s, 1 TensorCore, 4 MXUs of 128x128 [cloud, book]
     "v5e": ChipModel("v5e", 1.97e14, 8.19e11, 1, 128, 4, 8 * 128 * 4, _EUP),
     # v5p: 459 TFLOP/s, 2,765 GB/s, 2 TensorCores (megacore), 4 MXUs of 128x128 each [cloud, book]
-    "v5p": ChipModel("v5p", 4.59e14, 2.765e12, 2, 128, 8, 8 * 128 * 4, _EUP),
+    "v5p": ChipModel("v5p", 4.59e14, 2.765e12, 2, 128, 8, 8 * 128 * 4, _EUP, link_Bps=9e10),
     # v6e: 918 TFLOP/s, 1,640 GB/s, 1 TensorCore, MXUs of 256x256 [cloud, book]
-    "v6e": ChipModel("v6e", 9.18e14, 1.64e12, 1, 256, 4, 8 * 128 * 4, _EUP),
+    "v6e": ChipModel("v6e", 9.18e14, 1.64e12, 1, 256, 4, 8 * 128 * 4, _EUP, link_Bps=9e10),
     # v4: 275 TFLOP/s, 1,228 GB/s, 2 TensorCores (megacore), 4 MXUs of 128x128 each [cloud, book]
     "v4": ChipModel("v4", 2.75e14, 1.228e12, 2, 128, 8, 8 * 128 * 2, _EUP),
 }

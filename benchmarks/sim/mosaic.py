@@ -78,8 +78,8 @@ def _body_text(ins: Any) -> str:
     body = cfg.get("body")
     if not body:
         raise MosaicError(f"{ins.name}: tpu_custom_call without a Mosaic body")
-    from jax._src.lib import tpu
-    from jax._src.lib.mlir import ir
+    from jax.extend.mlir import ir
+    from jaxlib.mosaic.python import tpu
 
     ctx = ir.Context()
     tpu.register_dialect(ctx)
