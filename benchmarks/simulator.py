@@ -488,7 +488,8 @@ def format_result(r: SimResult, top: int = 10) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.simulator EVIDENCE.json [--placement 0,1,...] [--json]``."""
+    """``python -m benchmarks.simulator EVIDENCE.json [--hlo PROGRAM.hlo] [--placement 0,1,...]
+    [--json]``."""
     import argparse
     import json
 
@@ -498,11 +499,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="device per logical rank, comma-separated (default: compiled order)")
     ap.add_argument("--target", default=None, help="default: the evidence's target")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--hlo", default=None, help="the compiled program's HLO text "
+                    "(compiled.as_text()): compute priced by the simulator's own model")
     a = ap.parse_args(argv)
     with open(a.evidence) as f:
         ev = Evidence.loads(f.read())
     placement = None if a.placement is None else [int(v) for v in a.placement.split(",")]
-    r = simulate(ev, placement, a.target)
+    hlo = None
+    if a.hlo is not None:
+        with open(a.hlo) as f:
+            hlo = f.read()
+    r = simulate(ev, placement, a.target, hlo=hlo)
     print(json.dumps(r.to_json(), indent=1) if a.json else format_result(r))
     return 0
 

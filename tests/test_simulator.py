@@ -393,3 +393,18 @@ def test_scattered_tour_is_shortest_and_routes_follow_dimension_order():
     assert hops == [((0, 0), (1, 0)), ((1, 0), (2, 0)), ((2, 0), (2, 1))]
     with pytest.raises(ValueError):
         net.ring_through([0, 99])
+
+
+def test_validation_summary_leaves_fitted_rows_out():
+    from benchmarks.simulator_validation import cases, summary
+    cs = cases()
+    assert len(cs) >= 10 and {c.kind for c in cs} == {"matmul-bound", "attention-bound",
+                                                      "communication-bound"}
+    assert sum(c.fitted for c in cs) == 2 and all(c.source for c in cs)
+    rows = [{"case": "a", "error_pct": 10.0, "fitted": False},
+            {"case": "b", "error_pct": -150.0, "fitted": True},
+            {"case": "c", "error_pct": -60.0, "fitted": False},
+            {"case": "d", "error_pct": 130.0, "fitted": False}]
+    s = summary(rows)
+    assert s["independent_rows"] == 3 and s["median_abs_error_pct"] == 60.0
+    assert s["worst_case"] == "d" and s["outside_2x"] == ["c", "d"]
