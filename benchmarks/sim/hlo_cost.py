@@ -10,6 +10,8 @@ dots, copies and transposes, kernels), seconds on one chip (``benchmarks.sim.con
   operands and result over HBM bandwidth, where an operand only sliced inside the fusion counts
   its slices and a result written by a dynamic-update-slice counts the update; t_vpu / t_eup:
   the elements of every other fused instruction (transcendentals on the EUP), as f32.
+- Any other top-level instruction (copy, transpose, reduce, sort ...): its operand and result
+  bytes over HBM bandwidth, plus ``OP_LAUNCH_S``.
 - Pallas kernels (``tpu_custom_call``): splash attention forward kernels by
   ``kernel_model.splash_time_s`` with the shapes, block sizes (the kernel's ``xprof_metadata``)
   and mask density (visited kv blocks per q row in its grid) of the call; every other kernel by
@@ -36,6 +38,12 @@ _FREE = {"parameter", "constant", "bitcast", "reshape", "tuple", "get-tuple-elem
 _EUP = {"exponential", "log", "tanh", "rsqrt", "sqrt", "power", "divide", "logistic", "erf",
         "exponential-minus-one", "log-plus-one", "sine", "cosine", "cbrt"}
 _SLICERS = {"dynamic-slice", "slice", "gather"}
+# Top-level instructions that are not TensorCore work of their own: control flow, data movement
+# between computations, collectives (priced on the network), bookkeeping.
+_NOT_COMPUTE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "call",
+                "conditional", "after-all", "partition-id", "replica-id", "all-gather",
+                "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                "ragged-all-to-all", "send", "recv", "opt-barrier", "add-dependency", "domain"}
 _NO_COST_CALLS = {"AllocateBuffer", "ConcatBitcast", "AsyncCollectiveStart", "AsyncCollectiveDone",
                   "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
                   "MoveToDevice", "annotate_device_placement"}
@@ -210,7 +218,8 @@ def compute_seconds_by_name(module: Any, chip: ChipModel) -> tuple[dict[str, flo
     out: dict[str, float] = {}
     for comp in module.computations.values():
         for ins in comp.instructions:
-            if ins.opcode in ("fusion", "custom-call", "dot", "convolution", "copy", "transpose"):
+            if ins.opcode not in _NOT_COMPUTE and not ins.opcode.endswith(("-start", "-done",
+                                                                            "-update")):
                 try:
                     out[ins.name] = c.seconds(ins, comp)
                 except (KeyError, ValueError, IndexError) as e:
