@@ -6,9 +6,13 @@ dots, copies and transposes, kernels), seconds on one chip (``benchmarks.sim.con
 - XLA ops (a fusion, or a lone convolution / dot / copy): ``OP_LAUNCH_S + max(t_mxu, t_hbm,
   t_vpu, t_eup)`` (the compiler pipelines HBM copies, MXU and VPU work inside one op):
   t_mxu: each convolution / dot as (m x k) @ (k x n) with k and n padded to the MXU width and
-  m to 8 (``kernel_model.matmul_flops``), over the chip's peak; t_hbm: the bytes of the op's
-  operands and result over HBM bandwidth, where an operand only sliced inside the fusion counts
-  its slices and a result written by a dynamic-update-slice counts the update; t_vpu / t_eup:
+  m to 8 (``kernel_model.matmul_flops``; a convolution's k is its input features times, per
+  spatial dim, the window taps that meet real input: min(window, input x window / output),
+  which prices XLA:TPU's batch-as-padded-spatial spelling of batched matmuls right), over the
+  chip's peak; t_hbm: the bytes of the op's operands and result over HBM
+  bandwidth, where an operand only sliced inside the fusion counts its slices, a result written
+  by a dynamic-update-slice counts the update, and the buffers of a collective fused in (an
+  async collective fusion) count nothing (they move over ICI); t_vpu / t_eup:
   the elements of every other fused instruction (transcendentals on the EUP), as f32.
 - Any other top-level instruction (copy, transpose, reduce, sort ...): its operand and result
   bytes over HBM bandwidth, plus ``OP_LAUNCH_S``.
@@ -61,28 +65,54 @@ def _mnk(ins: Any, comp: Any) -> tuple[int, int, int]:
         k = math.prod(lhs.dims[d] for d in lc) if lc else 1
         n = math.prod(v for i, v in enumerate(rhs.dims) if i not in rb and i not in rc) or 1
         return max(1, out.elements // n), k, n
+    lhs = comp.by_name[ins.operands[0]].shape
     kernel = comp.by_name[ins.operands[1]].shape
-    m = re.match(r"[^_]*_([^-]*)->", ins.attrs.get("dim_labels", ""))
-    labels = m.group(1) if m else ""
-    n = kernel.dims[labels.index("o")] if "o" in labels else 1
-    k = kernel.dims[labels.index("i")] if "i" in labels else 1
-    win = re.search(r"size=([0-9x]+)", ins.attrs.get("window", ""))
-    if win:
-        k *= math.prod(int(v) for v in win.group(1).split("x"))
-    return max(1, out.elements // max(n, 1)), k, n
+    m = re.match(r"([^_]*)_([^-]*)->(.*)", ins.attrs.get("dim_labels", ""))
+    if not m or len(m.group(2)) != len(kernel.dims) or "o" not in m.group(2):
+        return max(1, out.elements), 1, 1
+    ll, kl, ol = m.groups()
+    n = kernel.dims[kl.index("o")]
+    k = float(kernel.dims[kl.index("i")]) if "i" in kl else 1.0
+    for d in kl:
+        if d.isdigit():          # a spatial dim: real (input, tap) pairs per output position
+            win = kernel.dims[kl.index(d)]
+            size_in = lhs.dims[ll.index(d)] if d in ll else win
+            size_out = out.dims[ol.index(d)] if d in ol else 1
+            k *= min(win, size_in * win / max(size_out, 1))
+    return max(1, out.elements // max(n, 1)), max(1, round(k)), n
 
 
-def _param_bytes(fcomp: Any, index: int, full: int) -> int:
-    """Bytes a fusion reads of its parameter ``index``: its slices if it is only sliced."""
+_COLLECTIVE_OPS = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                   "all-gather-start", "all-reduce-start", "collective-permute-start",
+                   "all-to-all-start", "ragged-all-to-all"}
+
+
+def _param_bytes(fcomp: Any, index: int, full: int, module: Any = None, depth: int = 0) -> int:
+    """Bytes a fusion reads of its parameter ``index``: its slices if it is only sliced (also
+    inside a nested fusion); none if it only feeds a collective fused in (moved over ICI, priced
+    on the network) or passes through to the output; else all of it."""
     p = next((i for i in fcomp.instructions if i.opcode == "parameter"
               and i.operand_text.strip() == str(index)), None)
     if p is None:
         return full
     users = [i for i in fcomp.instructions if p.name in i.operands]
-    if users and all(u.opcode in _SLICERS or (u.opcode == "dynamic-update-slice"
-                                              and u.operands[0] == p.name) for u in users):
-        return sum(u.shape.bytes if u.opcode != "dynamic-update-slice" else 0 for u in users)
-    return full
+    if not users:
+        return 0
+    total = 0
+    for u in users:
+        if u.opcode in _COLLECTIVE_OPS or u.opcode == "tuple":
+            continue
+        if u.opcode in _SLICERS:
+            total += u.shape.bytes
+        elif u.opcode == "dynamic-update-slice" and u.operands[0] == p.name:
+            continue
+        elif u.opcode == "fusion" and module is not None and depth < 4 and u.called("calls"):
+            inner = module.computation(u.called("calls")[0])
+            total += sum(_param_bytes(inner, j, full, module, depth + 1)
+                         for j, o in enumerate(u.operands) if o == p.name)
+        else:
+            return full
+    return min(total, full)
 
 
 class HloCoster:
@@ -124,10 +154,16 @@ class HloCoster:
             if src is None:
                 continue
             b = src.shape.bytes
-            total += _param_bytes(fcomp, i, b) if fcomp is not None else b
+            total += _param_bytes(fcomp, i, b, self.m) if fcomp is not None else b
         root = fcomp.root if fcomp is not None else None
         if root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
             total += fcomp.by_name[root.operands[1]].shape.bytes
+        elif root is not None and root.opcode == "tuple":
+            for o in root.operands:       # results written by the fusion's own compute only
+                src = fcomp.by_name.get(o)
+                if src is not None and src.opcode != "parameter" \
+                        and src.opcode not in _COLLECTIVE_OPS:
+                    total += src.shape.bytes
         else:
             total += ins.shape.bytes
         return float(total)
