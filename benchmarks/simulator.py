@@ -19,8 +19,9 @@ What it does
    ``max(flops / peak, bytes / hbm_bandwidth)``; ``kernel_flops`` can supply an opaque kernel's
    flops), and the result's notes say the compute is then not independent of the compiler.
 2. Collectives: each run is expanded into the per-step transfers the hardware makes
-   (``benchmarks.sim.collectives``: rings of n-1 steps, both ways where the ring closes on
-   physical links, pairwise all-to-all, permutes), each transfer routed hop by hop over directed
+   (``benchmarks.sim.collectives``: rings of n-1 steps in the order ``benchmarks.sim.topology``
+   gives a group's chips, both ways where the ring closes on physical links, pairwise
+   all-to-all, permutes), each transfer routed hop by hop over directed
    links with per-hop latency, links shared max-min fairly among the transfers active at the same
    moment, rates recomputed at every start and end (``benchmarks.sim.engine``).
 3. The schedule is walked in order. A collective's transfers are released when the stream
@@ -47,7 +48,8 @@ What it does
 Placement: ``placement[r]`` is the device (position in ``target.devices()``) of logical rank r;
 by default the device order the evidence was compiled under, else rank r on device r.
 
-Not simulated: the reduction arithmetic of reduce-scatter / all-reduce, HBM traffic of the
+Not simulated: the host (dispatching the program from Python), the reduction arithmetic of
+reduce-scatter / all-reduce, HBM traffic of the
 collectives (two devices of one chip, as on v4, exchange data at no cost), DMA engine limits beyond
 the links, contention between ICI and compute, collectives in flight across a loop boundary, and
 two-dimensional collective algorithms: a group spanning two physical axes runs as one ring through
