@@ -408,3 +408,10 @@ def test_validation_summary_leaves_fitted_rows_out():
     s = summary(rows)
     assert s["independent_rows"] == 3 and s["median_abs_error_pct"] == 60.0
     assert s["worst_case"] == "d" and s["outside_2x"] == ["c", "d"]
+
+
+def test_splash_blocks_beyond_vmem_are_refused():
+    from benchmarks.sim.kernel_model import splash_time_s, splash_vmem_bytes
+    assert splash_vmem_bytes(128, 512, 512) < splash_vmem_bytes(128, 4096, 4096)
+    with pytest.raises(ValueError, match="VMEM"):
+        splash_time_s("v5e", 65536, 65536, 1, 128, 1, 8192, 8192)

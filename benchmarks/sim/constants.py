@@ -37,6 +37,7 @@ class ChipModel:
     mxus_per_chip: int          # [cloud]/[book]
     vpu_f32_ops_per_cycle: int  # per core: 8 sublanes x 128 lanes x ALUs per lane [book]
     eup_ops_per_cycle: int      # per core: transcendental (exp, reciprocal) elements per cycle [assumed]
+    vmem_bytes: int = 128 * 2**20  # VMEM per core [book: "128 MiB on TPU v5e"; assumed alike elsewhere]
     link_Bps: float = 4.5e10    # one ICI link, one way [book, chapter "sharding"]
     hop_latency_s: float = 1e-6 # per ICI hop [book, chapter "sharding": "typically around 1us"]
     tile_rows: int = 8          # second-minor tile of a 32-bit array in memory [book]

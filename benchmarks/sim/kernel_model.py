@@ -85,6 +85,17 @@ def kernel_time(chip: ChipModel, steps: int, work: StepWork, parallel_split: boo
     return KernelTime(total, int(steps), per_core, step_s, bound)
 
 
+def splash_vmem_bytes(head_dim: int, block_q: int, block_kv: int,
+                      block_kv_compute: int | None = None) -> int:
+    """VMEM a splash forward step holds: double-buffered q, k, v and output blocks (bf16), the
+    f32 accumulator and the running max and sum (lane-replicated to 128), and the f32 score and
+    probability tiles of one sub-step. Bytes."""
+    bkc = int(block_kv_compute or block_kv)
+    d = padded(head_dim, 128)
+    blocks = 2 * (2 * block_q * d + 2 * 2 * block_kv * d)       # q, out; k, v (x2 buffers)
+    return blocks + 4 * block_q * d + 2 * 4 * block_q * 128 + 2 * 4 * block_q * bkc
+
+
 def splash_time_s(chip: "str | ChipModel", q_len: int, kv_len: int, heads: int, head_dim: int,
                   batch: int, block_q: int, block_kv: int, block_kv_compute: int | None = None,
                   mask_density: float = 1.0, partial_fraction: float | None = None) -> float:
@@ -101,7 +112,8 @@ def splash_time_s(chip: "str | ChipModel", q_len: int, kv_len: int, heads: int, 
     o += P v (block_q x block_kv_compute x head_dim), with the accumulator's rescale per step. The q block (bf16) is loaded when the q
     block changes, the output written once per q block. Lengths are per shard (what one device
     sees). Tiles change the time through MXU padding of head_dim, the per-step overhead (many
-    small blocks pay it more often) and the balance of DMA against compute per step."""
+    small blocks pay it more often) and the balance of DMA against compute per step; blocks whose
+    working set (``splash_vmem_bytes``) exceeds the core's VMEM raise ValueError."""
     ch = chip_model(chip) if isinstance(chip, str) else chip
     for name, v in (("q_len", q_len), ("kv_len", kv_len), ("heads", heads), ("head_dim", head_dim),
                     ("batch", batch), ("block_q", block_q), ("block_kv", block_kv)):
@@ -111,6 +123,10 @@ def splash_time_s(chip: "str | ChipModel", q_len: int, kv_len: int, heads: int, 
         raise ValueError(f"splash_time_s: mask_density must be in (0, 1], got {mask_density}")
     bkc = int(block_kv_compute or block_kv)
     bq, bkv = min(block_q, q_len), min(block_kv, kv_len)
+    vmem = splash_vmem_bytes(head_dim, bq, bkv, min(bkc, bkv))
+    if vmem > ch.vmem_bytes:
+        raise ValueError(f"splash_time_s: blocks {bq}x{bkv} need {vmem / 2**20:.0f} MiB of VMEM, "
+                         f"more than the {ch.vmem_bytes / 2**20:.0f} MiB of a {ch.name} core")
     q_blocks = math.ceil(q_len / bq)
     kv_steps = max(1, math.ceil(mask_density * math.ceil(kv_len / bkv)))
     steps = batch * heads * q_blocks * kv_steps
