@@ -60,7 +60,8 @@ class Case:
     timer: bool = True          # measured with a Python timer (host dispatch included)
 
 
-def _single(target: str):
+def single_device_mesh(target: str):
+    """A one-device mesh on the first device of ``target`` (a single-chip measurement)."""
     import numpy as np
     from jax.sharding import Mesh
 
@@ -73,7 +74,9 @@ def _xla_matmul(n: int):
     return jnp.matmul, [((n, n), "bf16"), ((n, n), "bf16")], "v5e:1x1", None, None
 
 
-def _pallas_matmul(n: int, bm: int, bk: int, bn: int):
+def pallas_matmul_program(n: int, bm: int, bk: int, bn: int):
+    """The Pallas TPU guide's blocked bf16 matmul kernel at n^3 with blocks (bm, bk, bn): an f32
+    VMEM accumulator, grid (n/bm, n/bn, n/bk), the k axis innermost ("arbitrary")."""
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
@@ -135,6 +138,7 @@ def _book_allgather(e: int, f: int):
 
 
 def cases() -> list[Case]:
+    """Every measured public figure with its source, slice, program and measured time."""
     out = []
     for n, t in ((1024, 119.43e-6), (4096, 827.29e-6), (8192, 6047.15e-6)):
         out.append(Case(f"XLA matmul {n}^3 bf16", "matmul-bound", MATMUL_DOC, "v5e-1",
@@ -148,7 +152,7 @@ def cases() -> list[Case]:
         for n, t in figs:
             out.append(Case(f"Pallas matmul {n}^3, blocks {bm}/{bk}/{bn}", "matmul-bound",
                             MATMUL_DOC, "v5e-1", f"pallas_call matmul bm={bm} bk={bk} bn={bn}", t,
-                            functools.partial(_pallas_matmul, n, bm, bk, bn),
+                            functools.partial(pallas_matmul_program, n, bm, bk, bn),
                             fitted=(bm == 128 and n == 4096),
                             note="per-grid-step overhead fitted here"
                             if (bm == 128 and n == 4096) else ""))
@@ -182,7 +186,7 @@ def run_case(case: Case) -> dict[str, Any]:
     fn, shapes, target, in_spec, out_spec = case.build()
     tgt = get_target(target)
     if in_spec is None:
-        mesh = _single(target)
+        mesh = single_device_mesh(target)
     else:
         mesh = target_mesh(tgt, {"X": 8, "Y": 4})
     dt = {"bf16": jnp.bfloat16, "f32": jnp.float32}
@@ -233,6 +237,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def to_markdown(data: dict[str, Any]) -> str:
+    """The validation table and its reading, as markdown."""
     s = data["summary"]
     lines = ["# Reference simulator against public measured TPU figures", "",
              f"Simulated column: {data['label']}, with the compiled HLO (the simulator's own "
@@ -281,6 +286,7 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def main() -> int:
+    """Build, compile and simulate every case; write the JSON and markdown results."""
     rows = []
     for c in cases():
         try:

@@ -103,13 +103,13 @@ def test_pallas_grid_read_from_the_compiled_kernel_prices_blocks():
     from benchmarks.sim.constants import chip_model
     from benchmarks.sim.hlo_cost import compute_seconds_by_name
     from benchmarks.sim.mosaic import parse_kernel
-    from benchmarks.simulator_validation import _pallas_matmul, _single
+    from benchmarks.simulator_validation import pallas_matmul_program, single_device_mesh
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     times = {}
     for b in (128, 256):
-        fn, shapes, target, _, _ = _pallas_matmul(1024, b, b, b)
-        mesh = _single(target)
+        fn, shapes, target, _, _ = pallas_matmul_program(1024, b, b, b)
+        mesh = single_device_mesh(target)
         args = [jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=NamedSharding(mesh, P()))
                 for s, _ in shapes]
         with jax.set_mesh(mesh):

@@ -98,7 +98,7 @@ def splash_vmem_bytes(head_dim: int, block_q: int, block_kv: int,
 
 def splash_time_s(chip: "str | ChipModel", q_len: int, kv_len: int, heads: int, head_dim: int,
                   batch: int, block_q: int, block_kv: int, block_kv_compute: int | None = None,
-                  mask_density: float = 1.0, partial_fraction: float | None = None) -> float:
+                  mask_density: float = 1.0) -> float:
     """Seconds of one splash attention forward call (``splash_mha_fwd``) on one chip.
 
     Grid: ``batch x heads x ceil(q_len / block_q) x kv_steps`` with
@@ -107,8 +107,8 @@ def splash_time_s(chip: "str | ChipModel", q_len: int, kv_len: int, heads: int, 
     (block_kv x head_dim) key block and value block (bf16), and in ``block_kv / block_kv_compute``
     sub-steps computes S = q k^T (block_q x head_dim x block_kv_compute), the online softmax on S
     (``SPLASH_VPU_OPS_PER_SCORE`` vector ops and ``SPLASH_EUP_OPS_PER_SCORE`` exp per score, plus
-    ``SPLASH_MASK_VPU_OPS_PER_SCORE`` on the ``partial_fraction`` of blocks the mask cuts through;
-    default 0 for a full mask, else ``min(1, SPLASH_PARTIAL_BLOCKS_PER_ROW / kv_steps)``) and
+    ``SPLASH_MASK_VPU_OPS_PER_SCORE`` on the fraction of blocks the mask cuts through: 0 for a
+    full mask, else ``min(1, SPLASH_PARTIAL_BLOCKS_PER_ROW / kv_steps)``) and
     o += P v (block_q x block_kv_compute x head_dim), with the accumulator's rescale per step. The q block (bf16) is loaded when the q
     block changes, the output written once per q block. Lengths are per shard (what one device
     sees). Tiles change the time through MXU padding of head_dim, the per-step overhead (many
@@ -132,9 +132,8 @@ def splash_time_s(chip: "str | ChipModel", q_len: int, kv_len: int, heads: int, 
     steps = batch * heads * q_blocks * kv_steps
     sub = max(1, math.ceil(bkv / bkc))
     scores = bq * bkv
-    if partial_fraction is None:
-        partial_fraction = 0.0 if mask_density >= 1.0 else min(
-            1.0, SPLASH_PARTIAL_BLOCKS_PER_ROW / kv_steps)
+    partial_fraction = 0.0 if mask_density >= 1.0 else min(
+        1.0, SPLASH_PARTIAL_BLOCKS_PER_ROW / kv_steps)
     acc = sub * bq * padded(head_dim, 128)
     work = StepWork(
         mxu_flops=sub * (matmul_flops(bq, head_dim, bkc, ch) + matmul_flops(bq, bkc, head_dim, ch)),
