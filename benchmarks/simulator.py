@@ -1,19 +1,27 @@
 """The AoiZora reference simulator: one step of a compiled program on a target, under a placement.
 
 It is the "simulated" column of every benchmark table. It prices the compiler's evidence
-(``aoizora.extract.evidence.Evidence``) in more detail than the cost models the solvers optimize
-and independently of them (it shares only the physical network with them: chips, links,
-dimension-order routes and ring orders, ``aoizora.extract.network``, facts of the hardware).
+(``aoizora.extract.evidence.Evidence``, the compiled HLO) in more detail than the cost models the
+solvers optimize and independently of them: it shares with them only what the compiler emitted
+(the HLO parser and the evidence reader of ``aoizora.extract``) and the slice's physical
+description (shape, wraparound, device coordinates); its compute model, constants, network
+model (links, routes, the order of ring collectives: ``benchmarks.sim.topology``) and overlap
+model are its own, and it imports nothing from ``aoizora.formulation``.
 
 What it does
-1. Compute: one TensorCore stream. An op takes ``estimated_cycles / clock_hz`` (the compiler's own
-   estimate at the evidence's clock, else the chip's); where the compiler gave no estimate
-   (e.g. an opaque custom call), the roofline ``max(flops / peak_bf16_flops,
-   bytes / hbm_bandwidth)``; flops the evidence lacks for an opaque kernel can be supplied
-   (``kernel_flops``), else such a kernel is priced on its bytes and the result says so.
+1. Compute: one TensorCore stream. Given the compiled program's HLO text (``hlo=``), every op is
+   priced by the simulator's own model (``benchmarks.sim.hlo_cost``: MXU-bound versus HBM-bound
+   with MXU padding, vector and transcendental work, launch overhead; Pallas kernels block by
+   block from their grid, ``benchmarks.sim.mosaic`` and ``benchmarks.sim.kernel_model``; splash
+   attention by ``kernel_model.splash_time_s``), with its own constants
+   (``benchmarks.sim.constants``). That is the independent yardstick. Without the HLO (evidence
+   JSON alone) it falls back to the compiler's ``estimated_cycles / clock_hz`` (else the roofline
+   ``max(flops / peak, bytes / hbm_bandwidth)``; ``kernel_flops`` can supply an opaque kernel's
+   flops), and the result's notes say the compute is then not independent of the compiler.
 2. Collectives: each run is expanded into the per-step transfers the hardware makes
-   (``benchmarks.sim.collectives``: rings of n-1 steps, both ways where the ring closes on
-   physical links, pairwise all-to-all, permutes), each transfer routed hop by hop over directed
+   (``benchmarks.sim.collectives``: rings of n-1 steps in the order ``benchmarks.sim.topology``
+   gives a group's chips, both ways where the ring closes on physical links, pairwise
+   all-to-all, permutes), each transfer routed hop by hop over directed
    links with per-hop latency, links shared max-min fairly among the transfers active at the same
    moment, rates recomputed at every start and end (``benchmarks.sim.engine``).
 3. The schedule is walked in order. A collective's transfers are released when the stream
@@ -40,7 +48,8 @@ What it does
 Placement: ``placement[r]`` is the device (position in ``target.devices()``) of logical rank r;
 by default the device order the evidence was compiled under, else rank r on device r.
 
-Not simulated: the reduction arithmetic of reduce-scatter / all-reduce, HBM traffic of the
+Not simulated: the host (dispatching the program from Python), the reduction arithmetic of
+reduce-scatter / all-reduce, HBM traffic of the
 collectives (two devices of one chip, as on v4, exchange data at no cost), DMA engine limits beyond
 the links, contention between ICI and compute, collectives in flight across a loop boundary, and
 two-dimensional collective algorithms: a group spanning two physical axes runs as one ring through
@@ -56,10 +65,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from aoizora.extract.evidence import Collective, ComputeOp, Evidence
-from aoizora.extract.network import Network
 from aoizora.extract.targets import Target, get_target
 from benchmarks.sim.collectives import Expander
+from benchmarks.sim.constants import chip_model
 from benchmarks.sim.engine import FlowEngine
+from benchmarks.sim.hlo_cost import compute_seconds_by_name
+from benchmarks.sim.topology import SimNetwork
 
 LABEL = "simulated (AoiZora reference simulator)"
 
@@ -127,18 +138,26 @@ class SimResult:
 class Simulator:
     """A target's network and its caches; ``run`` simulates evidence under a placement."""
 
-    def __init__(self, target: "str | Target", network: Network | None = None):
+    def __init__(self, target: "str | Target", network: Any = None):
+        """``network``: an object describing the slice instead of the target's own (``shape``,
+        ``wrap``, ``chips``, ``device_chip``, optionally ``link_bandwidth_Bps`` and
+        ``hop_latency_s``), e.g. ``aoizora.extract.network.Network`` of a hypothetical slice;
+        only that description is read, the links, routes and rings are the simulator's own."""
         self.target = get_target(target)
-        self.net = network if network is not None else Network.from_target(self.target)
+        cm = chip_model(self.target.chip.generation)
+        self.net = SimNetwork.of(self.target, cm.link_Bps, cm.hop_latency_s, network)
         self.expander = Expander(self.net)
         self.capacity = np.asarray(self.net.link_bandwidth, dtype=float)
         self._episodes: dict[Any, tuple] = {}
         # bound the cache to about 40 MB of per-link arrays
         self._max_episodes = int(min(20000, max(256, 2.5e6 // max(1, self.net.num_links))))
+        self._op_seconds: dict[str, float] = {}
 
     # -- compute --------------------------------------------------------------------------------
     def compute_seconds(self, op: ComputeOp, clock_hz: float) -> float:
         """Seconds of one run of a compute op (see module docstring, 1)."""
+        if op.name in self._op_seconds:
+            return self._op_seconds[op.name]
         if op.estimated_cycles is not None:
             return float(op.estimated_cycles) / clock_hz
         chip = self.target.chip
@@ -195,10 +214,27 @@ class Simulator:
 
     # -- the step -------------------------------------------------------------------------------
     def run(self, evidence: Evidence, placement: Sequence[int] | None = None,
-            top_links: int = 8, kernel_flops: "dict[str, float] | None" = None) -> SimResult:
-        """Simulate one step. ``kernel_flops``: flops per run for compute ops (by name) that
-        the evidence has no cycle estimate or flops for, e.g. an attention kernel's flops from
-        the program IR; they are then priced on the roofline with those flops."""
+            top_links: int = 8, kernel_flops: "dict[str, float] | None" = None,
+            hlo: Any = None) -> SimResult:
+        """Simulate one step. ``hlo``: the compiled program's HLO text (``compiled.as_text()``) or
+        a parsed ``HloModule``; its ops are then priced by the simulator's own compute model
+        (module docstring, 1). ``kernel_flops``: without ``hlo``, flops per run for compute ops
+        (by name) that the evidence has no cycle estimate or flops for."""
+        notes: list[str] = []
+        self._op_seconds = {}
+        if hlo is not None:
+            from aoizora.extract.hlo import parse_hlo_module
+            module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
+            self._op_seconds, cnotes = compute_seconds_by_name(
+                module, chip_model(self.target.chip.generation))
+            notes += cnotes
+            missing = sorted({o.name for o in evidence.compute} - set(self._op_seconds))
+            if missing:
+                notes.append(f"{len(missing)} compute op(s) not priced by the simulator's model "
+                             f"({', '.join(missing[:4])}): the compiler's estimate is used")
+        else:
+            notes.append("compute priced from the compiler's cycle estimates (no HLO given): "
+                         "not independent of the compiler")
         ev = evidence
         if kernel_flops:
             ev = dataclasses.replace(ev, compute=[
@@ -208,13 +244,13 @@ class Simulator:
         if ev.target and get_target(ev.target).name != self.target.name:
             raise SimulatorError(f"evidence was compiled for {ev.target} but the simulator's "
                                  f"target is {self.target.name}: use Simulator({ev.target!r})")
-        notes: list[str] = []
         if placement is None:
             placement, why = self.default_placement(ev)
             notes.append(f"placement not given: {why}")
         rank_chip = self.rank_chips(ev, placement)
         clock = ev.clock_hz or self.target.chip.clock_hz
         blind = [o for o in ev.compute if o.estimated_cycles is None and not o.flops
+                 and o.name not in self._op_seconds
                  and o.kind == "custom-call" and o.custom_call_target == "tpu_custom_call"]
         if blind:
             notes.append(f"{len(blind)} opaque kernel(s) without a cycle estimate or flops in the "
@@ -424,13 +460,14 @@ def _simulator(target_name: str) -> Simulator:
 
 def simulate(evidence: Evidence, placement: Sequence[int] | None = None,
              target: "str | Target | None" = None, top_links: int = 8,
-             kernel_flops: "dict[str, float] | None" = None) -> SimResult:
+             kernel_flops: "dict[str, float] | None" = None, hlo: Any = None) -> SimResult:
     """Simulate one step of ``evidence`` with logical rank r on device ``placement[r]`` (a
     position in ``target.devices()``; default: the device order the evidence was compiled under,
-    else rank r on device r) on ``target`` (default: the evidence's own)."""
+    else rank r on device r) on ``target`` (default: the evidence's own). ``hlo``: the compiled
+    program's HLO text, for the simulator's own compute model (``Simulator.run``)."""
     t = get_target(target if target is not None else evidence.target)
     return _simulator(t.name).run(evidence, placement, top_links=top_links,
-                                  kernel_flops=kernel_flops)
+                                  kernel_flops=kernel_flops, hlo=hlo)
 
 
 def format_result(r: SimResult, top: int = 10) -> str:
@@ -453,7 +490,8 @@ def format_result(r: SimResult, top: int = 10) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.simulator EVIDENCE.json [--placement 0,1,...] [--json]``."""
+    """``python -m benchmarks.simulator EVIDENCE.json [--hlo PROGRAM.hlo] [--placement 0,1,...]
+    [--json]``."""
     import argparse
     import json
 
@@ -463,11 +501,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="device per logical rank, comma-separated (default: compiled order)")
     ap.add_argument("--target", default=None, help="default: the evidence's target")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--hlo", default=None, help="the compiled program's HLO text "
+                    "(compiled.as_text()): compute priced by the simulator's own model")
     a = ap.parse_args(argv)
     with open(a.evidence) as f:
         ev = Evidence.loads(f.read())
     placement = None if a.placement is None else [int(v) for v in a.placement.split(",")]
-    r = simulate(ev, placement, a.target)
+    hlo = None
+    if a.hlo is not None:
+        with open(a.hlo) as f:
+            hlo = f.read()
+    r = simulate(ev, placement, a.target, hlo=hlo)
     print(json.dumps(r.to_json(), indent=1) if a.json else format_result(r))
     return 0
 

@@ -1,15 +1,20 @@
-"""Check the reference simulator against the public worked collective timings on TPU v5e.
+"""The reference simulator against public *measured* TPU figures (not formulas).
 
-Source: the JAX scaling book, "How to Scale Your Model", chapter "sharding"
-(jax-ml.github.io/scaling-book/sharding), Pop Quiz 2 and the AllGather / AllReduce / AllToAll
-formulas, with v5e's numbers (4.5e10 B/s one way per link, 9e10 B/s both ways, about 1 us per hop;
-``shared/facts/tpu.md``). The book's array: bf16[2048, 8192] = 33,554,432 bytes ("34 MB").
+Each case is a public measurement: its source, the chip and slice, the program, the measured time.
+The same program (shapes, dtypes, sharding, kernel block sizes) is built here, compiled ahead of
+time by libtpu for the same slice, and its compiled HLO and evidence are simulated
+(``Simulator.run(evidence, hlo=...)``: the simulator's own compute model, no compiler estimate).
+Error = (simulated - measured) / measured.
 
-Each case is one collective, built as single-collective `Evidence` on the slice it names, and
-simulated under the natural placement (logical mesh axis X on physical axis x, Y on y). A case is
-*checked* (must be within 15 % of the book) when the book's figure is meant for it; the other rows
-are shown for context with the reason (a hypothetical slice, a latency-bound size where the book
-itself reports its estimate off by 2.7x against a measured profile).
+Honesty rules (issue 34): two constants are fitted, each on one figure, and those rows are shown
+but left out of the statistics (``fitted``: True):
+- the per-grid-step overhead of Pallas kernels (``benchmarks.sim.constants``), on the Pallas
+  128-block 4096^3 matmul;
+- ``HOST_DISPATCH_S``, the host's cost of dispatching one jitted call, which figures taken with
+  a Python timer (timeit / perf_counter around ``block_until_ready``) include and a device
+  simulator does not model: on the XLA 1024^3 matmul (measured 119.4 us, simulated device time
+  11.2 us). It is added to the simulated time of every timer-measured row (``timer``: True) for
+  the comparison only; profiled figures (the scaling book's) get nothing added.
 
 Run: ``python -m benchmarks.simulator_validation`` -> ``benchmarks/results/simulator_validation
 .json`` and ``.md``.
@@ -17,148 +22,284 @@ Run: ``python -m benchmarks.simulator_validation`` -> ``benchmarks/results/simul
 
 from __future__ import annotations
 
-from benchmarks.machine import machine_info
 import dataclasses
+import functools
 import json
 import os
-from typing import Any
+import statistics
+from typing import Any, Callable
 
 import aoizora  # noqa: F401  (libtpu environment first)
-from aoizora.extract.evidence import Collective, Evidence
-from aoizora.extract.network import Network
-from aoizora.extract.targets import get_target
+from benchmarks.machine import machine_info
 from benchmarks.simulator import LABEL, Simulator
 
-BOOK = "JAX scaling book, chapter 'sharding' (jax-ml.github.io/scaling-book/sharding)"
-ARRAY_BYTES = 2048 * 8192 * 2          # bf16[2048, 8192]
-TOLERANCE = 0.15
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
+# Host dispatch of one jitted call in a Python-timed measurement: fitted on the XLA 1024^3 matmul
+# row (119.43 us measured - 11.2 us simulated device time); see the module docstring.
+HOST_DISPATCH_S = 108e-6
+MATMUL_DOC = ("JAX docs, Pallas TPU 'Matrix Multiplication' guide, measured outputs in "
+              "github.com/jax-ml/jax docs/pallas/tpu/matmul.ipynb (TPU v5e, timeit of 100 calls)")
+AXLEARN = ("apple/axlearn axlearn/common/flash_attention/tpu_attention_benchmark.py, 'Sample "
+           "outputs: (v5p)' (commit c40b39a5, PR #908): flash_fwd, batch 2, seq 8192, block 512, "
+           "causal sliding window 1024, head_dim 128, bf16")
+BOOK = ("JAX scaling book, chapter 'sharding', Pop Quiz 2 "
+        "(jax-ml.github.io/scaling-book/sharding): profiled AllGather on TPU v5e")
 
 
 @dataclasses.dataclass
 class Case:
     name: str
-    target: str                 # canonical target the evidence names
-    shape: tuple[int, int]      # physical slice (x, y)
-    wrap: tuple[bool, bool]
-    kind: str
-    bytes: int                  # V in the evidence's convention
-    book_us: float
-    book_says: str
-    checked: bool
+    kind: str                   # "matmul-bound", "attention-bound", "communication-bound"
+    source: str
+    target: str                 # slice it was measured on
+    program: str
+    measured_s: float
+    build: Callable[[], tuple]  # -> (fn, args, mesh_target, mesh_axes, in/out shardings)
+    fitted: bool = False
     note: str = ""
-    measured_us: float | None = None   # the book's own profile, where it shows one
+    timer: bool = True          # measured with a Python timer (host dispatch included)
+
+
+def single_device_mesh(target: str):
+    """A one-device mesh on the first device of ``target`` (a single-chip measurement)."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    from aoizora.extract.targets import get_target
+    return Mesh(np.array(get_target(target).devices()[:1]), ("x",))
+
+
+def _xla_matmul(n: int):
+    import jax.numpy as jnp
+    return jnp.matmul, [((n, n), "bf16"), ((n, n), "bf16")], "v5e:1x1", None, None
+
+
+def pallas_matmul_program(n: int, bm: int, bk: int, bn: int):
+    """The Pallas TPU guide's blocked bf16 matmul kernel at n^3 with blocks (bm, bk, bn): an f32
+    VMEM accumulator, grid (n/bm, n/bn, n/bk), the k axis innermost ("arbitrary")."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kernel(x_ref, y_ref, z_ref, acc_ref, *, nsteps):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == nsteps - 1)
+        def _():
+            z_ref[...] = acc_ref[...].astype(z_ref.dtype)
+
+    def mm(x, y):
+        return pl.pallas_call(
+            functools.partial(kernel, nsteps=n // bk),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=0,
+                in_specs=[pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)),
+                          pl.BlockSpec((bk, bn), lambda i, j, k: (k, j))],
+                out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+                scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+                grid=(n // bm, n // bn, n // bk)),
+            out_shape=jax.ShapeDtypeStruct((n, n), x.dtype),
+            compiler_params=pltpu.CompilerParams(
+                dimension_semantics=("parallel", "parallel", "arbitrary")))(x, y)
+    return mm, [((n, n), "bf16"), ((n, n), "bf16")], "v5e:1x1", None, None
+
+
+def _axlearn_splash(heads: int):
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as sk, splash_attention_mask as sm)
+
+    B, T, H, bs, W = 2, 8192, 128, 512, 1024
+
+    def f(q, k, v):
+        q = q * (H ** -0.5)
+        q, k, v = (jnp.einsum("btnh->bnth", a) for a in (q, k, v))
+        mask = sm.MultiHeadMask([sm.LocalMask((T, T), (W, 0), 0) for _ in range(heads)])
+        sizes = sk.BlockSizes(block_q=bs, block_kv=bs, block_kv_compute=bs, block_q_dkv=bs,
+                              block_kv_dkv=bs, block_kv_dkv_compute=bs, block_q_dq=bs,
+                              block_kv_dq=bs)
+        kern = sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1)
+        return jnp.einsum("bnth->btnh", jax.vmap(kern)(q, k, v))
+    shape = ((B, T, heads, H), "bf16")
+    return f, [shape, shape, shape], "v5p:2x2x1", None, None
+
+
+def _book_allgather(e: int, f: int):
+    from jax.sharding import PartitionSpec as P
+
+    def g(x):
+        return x * 1
+    return g, [((e, f), "bf16")], "v5e:4x8", P("Y", None), P(None, None)
 
 
 def cases() -> list[Case]:
-    V = ARRAY_BYTES
-    return [
-        Case("AllGather over Y=4, no wraparound", "v5e:8x4", (8, 4), (False, False),
-             "all-gather", V, 560.0,
-             "Pop Quiz 2: v5e mesh {X:8, Y:4}, AllGather_Y([E_Y, F]), E=2048, F=8192: "
-             "3 x 8.4e6 / 4.5e10 = 560 us", True,
-             measured_us=680.0),
-        Case("AllGather over Y=16, full wrapped axis (bidirectional ring)", "v5e:16x16",
-             (16, 16), (True, True), "all-gather", V, V / 9e10 * 1e6,
-             "T = V / W_ici (bidirectional) = V / (2 W) = 373 us, independent of the axis size",
-             True),
-        Case("AllReduce over Y=16, full wrapped axis", "v5e:16x16", (16, 16), (True, True),
-             "all-reduce", V, 2 * V / 9e10 * 1e6, "T = 2 V / W_ici = 746 us (twice an AllGather)",
-             True),
-        Case("ReduceScatter over Y=16, full wrapped axis", "v5e:16x16", (16, 16), (True, True),
-             "reduce-scatter", V, V / 9e10 * 1e6, "T = V / W_ici = 373 us (as an AllGather)", True),
-        Case("AllToAll over Y=16, full wrapped axis", "v5e:16x16", (16, 16), (True, True),
-             "all-to-all", V // 16, V / (4 * 9e10) * 1e6,
-             "an AllToAll costs a quarter of an AllGather of the same array: V / (4 W_ici) = "
-             "93.2 us (V here: the 33.5 MB array; the evidence's V is one device's buffer, "
-             "V / 16)", True,
-             "the simulator starts all 240 pairwise transfers at once; under max-min sharing the "
-             "short ones finish early and the busiest links are not kept full to the end, hence "
-             "a little above the book's perfectly balanced count"),
-        Case("AllGather over Y=4 with a wraparound (hypothetical slice)", "v5e:8x4", (8, 4),
-             (False, True), "all-gather", V, 377.0,
-             "Pop Quiz 2: 'with wraparound' 34e6 / 9e10 = 377 us", False,
-             "no v5e slice has this (only 16-long axes wrap); the book's first approximation "
-             "V / W_ici omits the ring's (N-1)/N factor, which is 3/4 at N = 4: the exact "
-             "bidirectional ring count is 3 V / (8 W) = 280 us"),
-        Case("AllGather over Y=4, no wraparound, small array (latency-bound)", "v5e:8x4",
-             (8, 4), (False, False), "all-gather", 256 * 256 * 2, 3.0,
-             "Pop Quiz 2 (b): E=F=256: 3 hops x 1 us = 3 us ('in practice closer to 8 us')",
-             False, "latency-bound: the book's own estimate is 2.7x below its measured 8 us; the "
-             "simulated line is a one-way ring whose closing step travels 3 hops back, and each "
-             "step waits for it: 3 x (0.7 us + 3 us)",
-             measured_us=8.0),
-    ]
+    """Every measured public figure with its source, slice, program and measured time."""
+    out = []
+    for n, t in ((1024, 119.43e-6), (4096, 827.29e-6), (8192, 6047.15e-6)):
+        out.append(Case(f"XLA matmul {n}^3 bf16", "matmul-bound", MATMUL_DOC, "v5e-1",
+                        f"jnp.matmul bf16[{n},{n}] x bf16[{n},{n}]", t,
+                        functools.partial(_xla_matmul, n), fitted=(n == 1024),
+                        note="HOST_DISPATCH_S fitted here" if n == 1024 else ""))
+    for (bm, bk, bn), figs in (((128, 128, 128), ((1024, 297.67e-6), (4096, 11771.5e-6),
+                                                  (8192, 91835.8e-6))),
+                               ((512, 1024, 1024), ((1024, 127.09e-6), (4096, 889.09e-6),
+                                                    (8192, 6099.43e-6)))):
+        for n, t in figs:
+            out.append(Case(f"Pallas matmul {n}^3, blocks {bm}/{bk}/{bn}", "matmul-bound",
+                            MATMUL_DOC, "v5e-1", f"pallas_call matmul bm={bm} bk={bk} bn={bn}", t,
+                            functools.partial(pallas_matmul_program, n, bm, bk, bn),
+                            fitted=(bm == 128 and n == 4096),
+                            note="per-grid-step overhead fitted here"
+                            if (bm == 128 and n == 4096) else ""))
+    for heads, t in ((16, 1.4e-3), (40, 3.2e-3), (56, 4.3e-3), (72, 5.5e-3), (88, 6.7e-3),
+                     (110, 7.2e-3)):
+        out.append(Case(f"splash fwd, {heads} heads (axlearn)", "attention-bound", AXLEARN,
+                        "v5p (one chip)", f"transposes + splash_mha_fwd, B=2 T=8192 N={heads} "
+                        "H=128, LocalMask(1024, 0), blocks 512", t,
+                        functools.partial(_axlearn_splash, heads)))
+    out.append(Case("AllGather over Y=4 of bf16[2048,8192] (book)", "communication-bound", BOOK,
+                    "v5e 8x4 (mesh X=8, Y=4)", "all-gather of [E_Y, F] over Y, E=2048 F=8192",
+                    680e-6, functools.partial(_book_allgather, 2048, 8192), timer=False))
+    out.append(Case("AllGather over Y=4 of bf16[256,256] (book)", "communication-bound", BOOK,
+                    "v5e 8x4 (mesh X=8, Y=4)", "all-gather of [E_Y, F] over Y, E=F=256", 8e-6,
+                    functools.partial(_book_allgather, 256, 256), timer=False,
+                    note="latency-bound (32 kB per shard): the book says 'in practice closer to "
+                    "8 us'"))
+    return out
 
 
 def run_case(case: Case) -> dict[str, Any]:
-    target = get_target(case.target)
-    X, Y = case.shape
-    if tuple(case.wrap) == tuple(target.wrap):
-        sim = Simulator(target)
+    """Compile the case's program for its slice and simulate it with the HLO."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from aoizora.extract.aot_compile import target_mesh
+    from aoizora.extract.compiled_evidence import evidence_from_compiled
+    from aoizora.extract.targets import get_target
+
+    fn, shapes, target, in_spec, out_spec = case.build()
+    tgt = get_target(target)
+    if in_spec is None:
+        mesh = single_device_mesh(target)
     else:
-        c = target.chip
-        sim = Simulator(target, network=Network(case.shape, case.wrap, c.link_bandwidth_Bps,
-                                                c.hop_latency_s, name=f"{target.name} "
-                                                f"(wrap {case.wrap}, hypothetical)"))
-    # logical mesh {X, Y}: rank x * Y + y; device id of chip (x, y) on v5e is x + X * y
-    placement = [x + X * y for x in range(X) for y in range(Y)]
-    groups = [[x * Y + y for y in range(Y)] for x in range(X)]
-    ev = Evidence(target=target.name, mesh_axes={"X": X, "Y": Y}, collectives=[
-        Collective(name=case.kind, kind=case.kind, dtype="bf16", bytes=int(case.bytes),
-                   replica_groups=groups)])
-    res = sim.run(ev, placement)
-    sim_us = res.step_s * 1e6
-    err = (sim_us - case.book_us) / case.book_us
-    return {
-        "case": case.name, "target": target.name, "slice_shape": list(case.shape),
-        "wrap": list(case.wrap), "collective": case.kind, "V_bytes": int(case.bytes),
-        "replica_groups": f"{X} groups of {Y} (the Y axis at every x)",
-        "algorithm": res.collectives[0].algorithm,
-        "simulated_us": round(sim_us, 2), "book_us": round(case.book_us, 2),
-        "error_pct": round(100 * err, 1), "book_says": case.book_says,
-        "measured_us_in_book": case.measured_us, "checked": case.checked,
-        "within_15pct": bool(abs(err) <= TOLERANCE), "note": case.note,
-    }
+        mesh = target_mesh(tgt, {"X": 8, "Y": 4})
+    dt = {"bf16": jnp.bfloat16, "f32": jnp.float32}
+    args = [jax.ShapeDtypeStruct(s, dt[d], sharding=NamedSharding(mesh, in_spec or P()))
+            for s, d in shapes]
+    kw = {"out_shardings": NamedSharding(mesh, out_spec)} if out_spec is not None else {}
+    with jax.set_mesh(mesh):
+        compiled = jax.jit(fn, **kw).lower(*args).compile()
+    ev = evidence_from_compiled(compiled, target=tgt, mesh=mesh)
+    sim = Simulator(tgt)
+    placement = None
+    if len(ev.algorithms_device_order) != tgt.num_devices:
+        pos = {int(d.id): i for i, d in enumerate(tgt.devices())}
+        placement = [pos[int(d.id)] for d in mesh.devices.flat]
+    res = sim.run(ev, placement, hlo=compiled.as_text())
+    compared = res.step_s + (HOST_DISPATCH_S if case.timer else 0.0)
+    err = (compared - case.measured_s) / case.measured_s
+    return {"case": case.name, "kind": case.kind, "source": case.source, "slice": case.target,
+            "program": case.program, "measured_us": round(case.measured_s * 1e6, 2),
+            "simulated_device_us": round(res.step_s * 1e6, 2),
+            "host_dispatch_us": round(1e6 * HOST_DISPATCH_S, 1) if case.timer else 0.0,
+            "simulated_us": round(compared * 1e6, 2), "error_pct": round(100 * err, 1),
+            "fitted": case.fitted, "note": case.note,
+            "sim_compute_us": round(res.compute_s * 1e6, 2),
+            "sim_notes": [n for n in res.notes if "placement" not in n][:4]}
 
 
-def machine() -> dict:
-    return machine_info()
+def splash_tiles() -> list[dict[str, Any]]:
+    """The splash model at one shard of Wan 2.1 1.3B 480p-81f self-attention under 8-way
+    context parallelism on v5e (q 4,096 of 32,768 padded tokens, kv 32,768, 12 heads, head_dim
+    128, batch 2 for CFG), per block size: what the tiles do to the time (simulated)."""
+    from benchmarks.sim.kernel_model import splash_time_s
+    peak = 4 * 4096 * 32768 * 128 * 12 * 2 / 1.97e14
+    return [{"block": b, "simulated_ms": round(1e3 * splash_time_s("v5e", 4096, 32768, 12, 128, 2,
+                                                                    b, b, b), 2),
+             "at_peak_ms": round(1e3 * peak, 2)} for b in (128, 256, 512, 1024, 2048)]
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and worst |error| over the independent (not fitted) rows."""
+    errs = [abs(r["error_pct"]) for r in rows if not r["fitted"]]
+    worst = max((r for r in rows if not r["fitted"]), key=lambda r: abs(r["error_pct"]))
+    outside = [r["case"] for r in rows if not r["fitted"]
+               and not 0.5 <= 1 + r["error_pct"] / 100 <= 2.0]
+    return {"independent_rows": len(errs), "median_abs_error_pct": round(statistics.median(errs), 1),
+            "worst_case": worst["case"], "worst_error_pct": worst["error_pct"],
+            "outside_2x": outside}
+
 
 def to_markdown(data: dict[str, Any]) -> str:
-    lines = [
-        "# Reference simulator against the JAX scaling book (TPU v5e)", "",
-        f"Simulated column: {data['label']}. Book: {data['source']}.",
-        f"Machine: {data['machine']['platform']}, {data['machine']['cpus']} CPUs, "
-        f"Python {data['machine']['python']}. Generated by `python -m "
-        "benchmarks.simulator_validation`.", "",
-        "| case | slice | collective | V (bytes) | simulated (us) | book (us) | error | checked "
-        "| algorithm |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in data["cases"]:
-        chk = ("yes, " + ("within 15%" if r["within_15pct"] else "OUTSIDE 15%")) \
-            if r["checked"] else "no (context)"
-        wrap = "x".join(str(s) for s in r["slice_shape"]) + (
-            " wrap " + "/".join("y" if w else "n" for w in r["wrap"]))
-        lines.append(f"| {r['case']} | {r['target']} ({wrap}) | {r['collective']} | "
-                     f"{r['V_bytes']:,} | {r['simulated_us']:.1f} | {r['book_us']:.1f} | "
-                     f"{r['error_pct']:+.1f}% | {chk} | {r['algorithm']} |")
-    lines += ["", "Notes:"]
-    for r in data["cases"]:
-        extra = f" Book's profile: {r['measured_us_in_book']} us." if r["measured_us_in_book"] \
-            else ""
-        note = f" Note: {r['note']}." if r["note"] else ""
-        lines.append(f"- {r['case']}: {r['book_says']}.{note}{extra}")
-    lines += ["", f"All checked cases within 15%: {data['all_checked_within_15pct']}.", ""]
+    """The validation table and its reading, as markdown."""
+    s = data["summary"]
+    lines = ["# Reference simulator against public measured TPU figures", "",
+             f"Simulated column: {data['label']}, with the compiled HLO (the simulator's own "
+             "compute model, `benchmarks/sim/`). Every program compiled ahead of time by libtpu "
+             "for the slice named. Generated by `python -m benchmarks.simulator_validation`.", "",
+             f"Independent rows: {s['independent_rows']}; median |error| "
+             f"{s['median_abs_error_pct']}%; worst {s['worst_error_pct']:+.1f}% "
+             f"({s['worst_case']}); outside 2x: {', '.join(s['outside_2x']) or 'none'}.", "",
+             "Simulated = simulated device time + host dispatch (timer-measured rows only, "
+             f"{1e6 * HOST_DISPATCH_S:.0f} us, fitted on one row).", "",
+             "| case | kind | slice | measured (us) | simulated device (us) | + dispatch | "
+             "simulated (us) | error | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        note = ("FITTED, not counted: " if r["fitted"] else "") + r["note"]
+        lines.append(f"| {r['case']} | {r['kind']} | {r['slice']} | {r['measured_us']:,.1f} | "
+                     f"{r.get('simulated_device_us', float('nan')):,.1f} | "
+                     f"{r.get('host_dispatch_us', 0.0):.0f} | {r['simulated_us']:,.1f} | "
+                     f"{r['error_pct']:+.1f}% | {note} |")
+    lines += ["", "Reading: the rows come from three sources (seven matmul rows from one guide, "
+              "six splash rows from one benchmark, two collectives from the book), so the median "
+              "is mostly theirs. Two structural choices were made after seeing a first run and "
+              "are not blind tests: the host dispatch term (without it the 1024^3 rows are "
+              "-37% to -91%, the two small ones outside 2x) and the serial chain inside a Pallas "
+              "step (MXU + VPU + EUP added; with max() instead, the splash rows were -30% to -38% "
+              "before the dispatch term). No constant was fitted to any counted row. The "
+              "collectives use the scaling book's link bandwidth and 1 us per hop: the large "
+              "all-gather is -16% (the book: 'likely not getting 100% of the theoretical "
+              "bandwidth'), the latency-bound one +40%.", "",
+              "Sources:"]
+    for src in sorted({r["source"] for r in data["rows"]}):
+        lines.append(f"- {src}")
+    lines += ["", "Programs: " + "; ".join(sorted({f"{r['case']}: {r['program']}"
+                                                   for r in data["rows"]})), ""]
+    if data.get("splash_tiles"):
+        lines += ["## Splash tiles (simulated, not a measurement)", "",
+                  "One shard of Wan 2.1 1.3B 480p-81f self-attention, 8-way context parallel on "
+                  "v5e (q 4,096, kv 32,768, 12 heads, head_dim 128, batch 2), "
+                  "`kernel_model.splash_time_s` per block size (block_q = block_kv = "
+                  "block_kv_compute), against the same FLOPs at 100% of peak:", "",
+                  "| block | simulated (ms) | at peak (ms) |", "|---|---|---|"]
+        lines += [f"| {t['block']} | {t['simulated_ms']} | {t['at_peak_ms']} |"
+                  for t in data["splash_tiles"]]
+        lines.append("")
     return "\n".join(lines)
 
 
 def main() -> int:
-    rows = [run_case(c) for c in cases()]
-    data = {"label": LABEL, "source": BOOK, "tolerance": TOLERANCE, "machine": machine(),
-            "cases": rows,
-            "all_checked_within_15pct": all(r["within_15pct"] for r in rows if r["checked"])}
+    """Build, compile and simulate every case; write the JSON and markdown results."""
+    rows = []
+    for c in cases():
+        try:
+            rows.append(run_case(c))
+        except Exception as e:  # a case that cannot be built here is reported, not hidden
+            rows.append({"case": c.name, "kind": c.kind, "source": c.source, "slice": c.target,
+                         "program": c.program, "measured_us": c.measured_s * 1e6,
+                         "simulated_us": float("nan"), "error_pct": float("nan"),
+                         "fitted": True, "note": f"not built: {str(e).splitlines()[0][:200]}"})
+        print(rows[-1]["case"], rows[-1]["measured_us"], rows[-1]["simulated_us"],
+              rows[-1]["error_pct"], flush=True)
+    data = {"label": LABEL, "machine": machine_info(), "rows": rows, "summary": summary(rows),
+            "splash_tiles": splash_tiles()}
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "simulator_validation.json"), "w") as f:
         json.dump(data, f, indent=2)
@@ -166,7 +307,7 @@ def main() -> int:
     with open(os.path.join(RESULTS, "simulator_validation.md"), "w") as f:
         f.write(to_markdown(data))
     print(to_markdown(data))
-    return 0 if data["all_checked_within_15pct"] else 1
+    return 0
 
 
 if __name__ == "__main__":

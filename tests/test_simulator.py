@@ -6,9 +6,9 @@ import pytest
 
 from aoizora.extract.evidence import Collective, ComputeOp, Evidence
 from aoizora.extract.network import Network
+from aoizora.extract.targets import libtpu_available
 from benchmarks.sim.engine import EngineError, FlowEngine, maxmin_rates
 from benchmarks.simulator import LABEL, Simulator, SimulatorError, simulate
-from benchmarks.simulator_validation import ARRAY_BYTES, cases, run_case
 
 W = 4.5e10          # v5e one-way link bandwidth, B/s
 LAT = 1e-6          # per hop, s
@@ -54,25 +54,76 @@ def _ag(name, groups, V, **kw):
     return Collective(name, "all-gather", "bf16", int(V), groups, **kw)
 
 
-# --------------------------------------------------------------------------- the scaling book
-@pytest.mark.parametrize("case", [c for c in cases() if c.checked], ids=lambda c: c.name)
-def test_scaling_book_cases_within_15_percent(case):
-    row = run_case(case)
-    assert row["within_15pct"], row
+# --------------------------------------------------------------------------- collectives
+ARRAY_BYTES = 2048 * 8192 * 2
 
 
-def test_line_ring_matches_the_book_count_and_wrap_halves_it():
-    # Y=4 line: 3 steps of V/4 one way (+ latency); with a wraparound on Y: both ways, 3 V / 8.
-    line = next(c for c in cases() if c.name.startswith("AllGather over Y=4, no wrap"))
-    wrapped = next(c for c in cases() if "hypothetical" in c.name)
-    t_line = run_case(line)["simulated_us"] * 1e-6
-    t_ring = run_case(wrapped)["simulated_us"] * 1e-6
-    assert t_line == pytest.approx(3 * ARRAY_BYTES / 4 / W, rel=0.03)
-    assert t_ring == pytest.approx(3 * ARRAY_BYTES / 8 / W, rel=0.03)
-    # one group alone on v5e:8x4 (the x=0 column, devices 0, 8, 16, 24): the same as all 8 at once
+def test_line_ring_matches_the_book_count():
+    # Y=4 line on v5e:8x4 (the x=0 column, devices 0, 8, 16, 24): 3 steps of V/4 one way
     from benchmarks.simulator import simulate_collective
     one = simulate_collective(_ag("y", [[0, 1, 2, 3]], ARRAY_BYTES), [0, 8, 16, 24], "v5e:8x4")
-    assert one == pytest.approx(t_line, rel=1e-6)
+    assert one == pytest.approx(3 * ARRAY_BYTES / 4 / W, rel=0.03)
+
+
+# --------------------------------------------------------------------------- compute model
+def test_splash_tiles_change_the_time_and_mask_density_scales_it():
+    from benchmarks.sim.kernel_model import splash_time_s
+    base = splash_time_s("v5e", 8192, 8192, 8, 128, 1, 512, 512)
+    small = splash_time_s("v5e", 8192, 8192, 8, 128, 1, 128, 128)
+    half = splash_time_s("v5e", 8192, 8192, 8, 128, 1, 512, 512, mask_density=0.5)
+    assert small > 1.5 * base            # 16x the grid steps, each paying the step overhead
+    assert 0.4 * base < half < 0.75 * base
+    # head_dim 64 pads to the 128-wide MXU: the matmul time does not halve
+    d64 = splash_time_s("v5e", 8192, 8192, 8, 64, 1, 512, 512)
+    assert d64 > 0.6 * base
+    with pytest.raises(ValueError):
+        splash_time_s("v5e", 8192, 8192, 8, 128, 1, 512, 512, mask_density=0.0)
+    with pytest.raises(ValueError):
+        splash_time_s("v9", 8192, 8192, 8, 128, 1, 512, 512)
+
+
+def test_kernel_time_bounds_and_megacore_split():
+    from benchmarks.sim.constants import GRID_STEP_OVERHEAD_S, chip_model
+    from benchmarks.sim.kernel_model import StepWork, kernel_time
+    v5p = chip_model("v5p")
+    w = StepWork(mxu_flops=1e9)
+    one = kernel_time(v5p, 100, w, parallel_split=False)
+    two = kernel_time(v5p, 100, w, parallel_split=True)
+    assert one.bound == "mxu" and two.seconds < 0.6 * one.seconds
+    tiny = kernel_time(v5p, 100, StepWork(mxu_flops=1.0), parallel_split=False)
+    assert tiny.bound == "overhead" and tiny.step_s == pytest.approx(GRID_STEP_OVERHEAD_S, rel=1e-3)
+
+
+@pytest.mark.skipif(not libtpu_available(), reason="needs libtpu")
+def test_pallas_grid_read_from_the_compiled_kernel_prices_blocks():
+    import functools as ft
+    import jax
+    import jax.numpy as jnp
+    from aoizora.extract.hlo import parse_hlo_module
+    from benchmarks.sim.constants import chip_model
+    from benchmarks.sim.hlo_cost import compute_seconds_by_name
+    from benchmarks.sim.mosaic import parse_kernel
+    from benchmarks.simulator_validation import pallas_matmul_program, single_device_mesh
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    times = {}
+    for b in (128, 256):
+        fn, shapes, target, _, _ = pallas_matmul_program(1024, b, b, b)
+        mesh = single_device_mesh(target)
+        args = [jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+                for s, _ in shapes]
+        with jax.set_mesh(mesh):
+            text = jax.jit(fn).lower(*args).compile().as_text()
+        mod = parse_hlo_module(text)
+        ins = next(i for c in mod.computations.values() for i in c.instructions
+                   if i.opcode == "custom-call" and i.custom_call_target == "tpu_custom_call")
+        k = parse_kernel(ins)
+        n = 1024 // b
+        assert k.grid == (n, n, n) and k.matmuls == [(b, b, b)]
+        assert [w.copies(k.grid) for w in k.windows] == [n ** 3, n ** 3, n * n]
+        assert [w.item_bytes for w in k.windows] == [2, 2, 2]
+        times[b] = compute_seconds_by_name(mod, chip_model("v5e"))[0][ins.name]
+    assert times[128] > 3 * times[256]          # 8x the steps, each paying the step overhead
 
 
 # --------------------------------------------------------------------------- behaviour
@@ -300,3 +351,67 @@ def test_kernel_flops_price_an_opaque_kernel_the_evidence_left_blind():
     assert r.compute_s == pytest.approx(1e-3) and any("opaque" in n for n in r.notes)
     r = simulate(ev, kernel_flops={"splash": 1.97e12})
     assert r.compute_s == pytest.approx(1e-2) and not any("opaque" in n for n in r.notes)
+
+
+# --------------------------------------------------------------------------- own topology
+def _sim_net(shape, wrap=None):
+    import itertools
+    from benchmarks.sim.topology import SimNetwork
+    coords = [tuple(reversed(c)) for c in itertools.product(*[range(s) for s in reversed(shape)])]
+    return SimNetwork(shape, wrap or (False,) * len(shape), coords, W, LAT)
+
+
+def test_own_rings_close_on_even_boxes_and_bend_along_lines():
+    for shape, kind in (((2, 4), "ring"), ((4, 4), "ring"), ((3, 3), "line"),
+                        ((2, 2, 2), "ring"), ((3, 4), "ring")):
+        net = _sim_net(shape)
+        r = net.ring_through(range(len(net.chips)))
+        assert r.kind == kind, shape
+        steps = [net.hops(a, b) for a, b in zip(r.order, r.order[1:])]
+        assert steps == [1] * (len(r.order) - 1)
+        assert (net.hops(r.order[-1], r.order[0]) == 1) == (kind == "ring")
+    net = _sim_net((2, 4))
+    ell = [net.chip_index[c] for c in ((1, 0), (0, 0), (0, 1), (0, 2))]
+    r = net.ring_through(ell)
+    assert r.kind == "line" and net.ring_directions(r) == 1
+    used = {lid for step in net.ring_step_routes(r) for lid in step}
+    assert len(used) == 6                       # the closing step travels back along the L
+    # a full wrapped axis closes; the same chips without wraparound form a line
+    assert _sim_net((16, 1), (True, False)).ring_through(range(16)).kind == "ring"
+    assert _sim_net((16, 1)).ring_through(range(16)).kind == "line"
+
+
+def test_scattered_tour_is_shortest_and_routes_follow_dimension_order():
+    net = _sim_net((4, 4))
+    scattered = [net.chip_index[c] for c in ((0, 0), (2, 0), (0, 2), (2, 2))]
+    r = net.ring_through(scattered)
+    assert r.kind == "scattered"
+    assert sum(net.hops(r.order[i], r.order[(i + 1) % 4]) for i in range(4)) == 8
+    a, b = net.chip_index[(0, 0)], net.chip_index[(2, 1)]
+    hops = [(net.chips[int(net.link_src[l])], net.chips[int(net.link_dst[l])])
+            for l in net.route(a, b)]
+    assert hops == [((0, 0), (1, 0)), ((1, 0), (2, 0)), ((2, 0), (2, 1))]
+    with pytest.raises(ValueError):
+        net.ring_through([0, 99])
+
+
+def test_validation_summary_leaves_fitted_rows_out():
+    from benchmarks.simulator_validation import cases, summary
+    cs = cases()
+    assert len(cs) >= 10 and {c.kind for c in cs} == {"matmul-bound", "attention-bound",
+                                                      "communication-bound"}
+    assert sum(c.fitted for c in cs) == 2 and all(c.source for c in cs)
+    rows = [{"case": "a", "error_pct": 10.0, "fitted": False},
+            {"case": "b", "error_pct": -150.0, "fitted": True},
+            {"case": "c", "error_pct": -60.0, "fitted": False},
+            {"case": "d", "error_pct": 130.0, "fitted": False}]
+    s = summary(rows)
+    assert s["independent_rows"] == 3 and s["median_abs_error_pct"] == 60.0
+    assert s["worst_case"] == "d" and s["outside_2x"] == ["c", "d"]
+
+
+def test_splash_blocks_beyond_vmem_are_refused():
+    from benchmarks.sim.kernel_model import splash_time_s, splash_vmem_bytes
+    assert splash_vmem_bytes(128, 512, 512) < splash_vmem_bytes(128, 4096, 4096)
+    with pytest.raises(ValueError, match="VMEM"):
+        splash_time_s("v5e", 65536, 65536, 1, 128, 1, 8192, 8192)
