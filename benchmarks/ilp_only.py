@@ -95,8 +95,8 @@ def report(tags: Sequence[str]) -> str:
              f"device order: **{SIM_LABEL}** (sim) and Q2. Best expert and plan: the committed grid "
              "cell (`benchmarks/results/grid/`), simulated. Nothing ran on a TPU.", "",
              "| cell | code | ILP-only mesh | ILP-only sim (ms) | Q2 (ms) | best expert | its sim (ms) "
-             "| x best expert | plan sim (ms) | x plan | budget (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| x best expert | plan sim (ms) | x plan | budget (s) | compiled | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     summary = []
     for tag in tags:
         n = wins = 0
@@ -116,10 +116,19 @@ def report(tags: Sequence[str]) -> str:
                          f"{d['q2_step_s'] * 1e3:.2f} | {ref['best_expert']} | "
                          f"{ref['best_expert_sim_s'] * 1e3:.2f} | "
                          f"{d['speedup_over_best_expert']:.3f} | "
-                         f"{(ref['plan_sim_s'] or 0) * 1e3:.2f} | {xp} | {d['budget_s']:g} |")
+                         f"{(ref['plan_sim_s'] or 0) * 1e3:.2f} | {xp} | {d['budget_s']:g} | "
+                         f"{d['plan']['candidates']} | {_load(d)} |")
         summary.append(f"- `{tag}`: {n} cells priced; the ILP's own layout is within 1% of the "
                        f"best expert or faster in **{wins} of {n}** (simulated).")
-    return "\n".join(lines[:5] + summary + [""] + lines[5:]) + "\n"
+    note = ["", "compiled: candidate layouts the planner compiled within the budget; load: the "
+            "machine's 1-minute load average when the cell started (2 cores; the planner's budget "
+            "is wall-clock, so a loaded machine compiles fewer candidates and feeds back less).", ""]
+    return "\n".join(lines[:4] + summary + note + lines[4:]) + "\n"
+
+
+def _load(d: dict) -> str:
+    la = d.get("machine", {}).get("loadavg") or d.get("machine", {}).get("loadavg_start")
+    return f"{la[0]:.1f}" if la else "?"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
