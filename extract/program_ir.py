@@ -13,6 +13,8 @@ what it is:
 - ``dot_general`` / ``conv``: ``batch``, ``lhs_free``, ``rhs_free``, ``contracting``
   (``conv``: ``spatial`` dims are not shared between input and output);
 - ``attention``: ``batch``, ``heads``, ``q_seq``, ``kv_seq``, ``head_dim`` (q [B,H,S,D], k/v [B,H,T,D]);
+- ``attention_bwd`` (``aoizora_attention_bwd``, what ``jax.grad`` makes of an attention): the same
+  roles; operands q, k, v, do (do labelled like q), results dq (like q), dk, dv (like k, v);
 - ``elementwise``: ``aligned`` (one label per output dim; scalar operands have none);
 - ``reduce``: ``kept`` and ``reduced`` (in the operand only);
 - ``broadcast``: ``aligned``, ``new`` (output only), ``expanded`` (a size-1 operand dim that grows);
@@ -93,7 +95,7 @@ class Node:
     key: str
     primitive: str
     kind: str                      # dot, conv, elementwise, reduce, reshape, transpose, broadcast,
-                                   # attention, slice, concat, pad, gather, scatter,
+                                   # attention, attention_bwd, slice, concat, pad, gather, scatter,
                                    # cumulative, sort, source, opaque, unknown
     operands: list[str]            # tensor ids (literals included)
     results: list[str]
@@ -209,6 +211,12 @@ SCATTER = frozenset("scatter scatter-add scatter_add scatter_mul scatter_min sca
                     "dynamic_update_slice".split())
 
 ATTENTION_NAME = "aoizora_attention"
+ATTENTION_BWD_NAME = "aoizora_attention_bwd"
+# Attention backward FLOPs over forward FLOPs: 5 matmuls of the backward against 2 of the forward
+# (Dao, "FlashAttention-2", arXiv 2307.08691, section 4.1 counts the backward pass as 2.5x the
+# forward's FLOPs). The splash kernel's separate dq and dk/dv kernels recompute S = q k^T once more; that
+# extra work is not counted here (the planner's attention calibration measures it).
+ATTENTION_BWD_FLOPS_RATIO = 2.5
 HINT_NAME = "aoizora_hint"
 
 
@@ -338,6 +346,10 @@ def _labels(node: Node, eqn, op_shapes: list[list[int]], res_shapes: list[list[i
     elif kind == "attention":
         ol = [["b", "h", "s", "d"], ["b", "h", "t", "d"], ["b", "h", "t", "d"]]
         rl = [["b", "h", "s", "d"]]
+        roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
+    elif kind == "attention_bwd":
+        q, kv = ["b", "h", "s", "d"], ["b", "h", "t", "d"]
+        ol, rl = [q, kv, list(kv), list(q)], [list(q), list(kv), list(kv)]
         roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
     elif kind == "elementwise":
         out = [f"e{i}" for i in range(len(res_shapes[0]))]
@@ -469,6 +481,8 @@ def _kind(name: str) -> str:
         return "conv"
     if name == ATTENTION_NAME:
         return "attention"
+    if name == ATTENTION_BWD_NAME:
+        return "attention_bwd"
     if name in ELEMENTWISE:
         return "elementwise"
     if name in REDUCE:
@@ -520,6 +534,10 @@ def _flops(node: Node, eqn, op_shapes, res_shapes) -> float:
         b, h, s, d = op_shapes[0]
         t = op_shapes[1][2]
         return 4.0 * b * h * s * t * d
+    if kind == "attention_bwd":
+        b, h, s, d = op_shapes[0]
+        t = op_shapes[1][2]
+        return ATTENTION_BWD_FLOPS_RATIO * 4.0 * b * h * s * t * d
     if kind in ("reduce", "cumulative"):
         return float(math.prod(op_shapes[0])) if op_shapes else 0.0
     if kind == "opaque":
@@ -682,7 +700,7 @@ class _Builder:
             node.results.append(tid)
         op_shapes = [self.tensors[t].shape for t in ops]
         res_shapes = [self.tensors[t].shape for t in node.results]
-        if kind == "attention":
+        if kind in ("attention", "attention_bwd"):
             node.params["scale"] = float(eqn.params["scale"])
         else:
             for k, v in eqn.params.items():
