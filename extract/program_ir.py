@@ -197,7 +197,7 @@ log1p expm1 tanh logistic sin cos tan asin acos atan atan2 sinh cosh asinh acosh
 cbrt erf erfc erf_inv lgamma digamma square reciprocal convert_element_type select_n clamp
 and or not xor eq ne lt le gt ge nextafter copy copy_p real imag conj complex reduce_precision
 stop_gradient shift_left shift_right_logical shift_right_arithmetic population_count
-optimization_barrier
+optimization_barrier add_any
 """.split())
 REDUCE = frozenset("reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or reduce_xor "
                    "argmax argmin".split())

@@ -15,7 +15,8 @@ logical name of each activation dimension.
   derivatives (``jax.jvp`` / ``jax.vjp`` of ``reference_attention``).
 - ``hint(x, names)``: identity; ``names`` gives the logical name of each dim of x
   ("batch", "seq", "embed", "heads", "mlp", ...). A layout's ``rules`` turn hints into sharding
-  constraints; the IR keeps them as named points in the graph.
+  constraints; the IR keeps them as named points in the graph. Linear: under ``jax.grad`` the
+  cotangent of x gets the same hint.
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ hint_p = Primitive(HINT)
 hint_p.def_impl(lambda x, *, names: x)
 hint_p.def_abstract_eval(lambda x, *, names: jax.core.ShapedArray(x.shape, x.dtype))
 mlir.register_lowering(hint_p, mlir.lower_fun(lambda x, *, names: x, multiple_results=False))
+# linear (identity): its tangent and its cotangent carry the same names, so a training step's
+# gradients are named like the activations they are gradients of
+ad.deflinear(hint_p, lambda ct, *, names: [hint_p.bind(ct, names=names)])
 
 
 def hint(x, *names: str | None):
