@@ -393,7 +393,9 @@ def tensor_spec(ir, graph: StrategyGraph, choice: dict[str, int], tid: str) -> t
 
 def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp") -> Layout:
     """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs. No rules: the
-    program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims)."""
+    program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims).
+    An attention backward gets an attention layout (its keys/values gathered) and no node spec:
+    its ``shard_map`` lays out dq, dk and dv itself."""
 
     def spec(tid):
         return tensor_spec(ir, graph, choice, tid)
@@ -402,7 +404,7 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
     for n in ir.nodes:
         if n.kind in ("dot", "conv", "attention") and n.results:
             node_specs[n.key] = spec(n.results[0])
-        if n.kind == "attention":
+        if n.kind in ("attention", "attention_bwd"):
             st = graph.groups[n.key].strategies[choice[n.key]]
             attention[n.key] = AttentionLayout(batch=st.labels.get("b", ()), heads=st.labels.get("h", ()),
                                                seq=st.labels.get("s", ()), kv=st.kv)
@@ -433,10 +435,11 @@ def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
 def _words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
     out = []
     nodes = {n.key: n for n in ir.nodes}
-    for gid in sorted(graph.order(), key=lambda g: graph.groups[g].kind not in ("attention", "dot", "conv")):
+    anchors = ("attention", "attention_bwd", "dot", "conv")
+    for gid in sorted(graph.order(), key=lambda g: graph.groups[g].kind not in anchors):
         G = graph.groups[gid]
         st = G.strategies[choice[gid]]
-        if G.kind in ("dot", "conv", "attention"):
+        if G.kind in anchors:
             n = nodes[G.anchor]
             w = next((p for p in (_weight_path(ir, nodes, o) for o in n.operands[1:2]) if p), "")
             text = st.words if not w else st.words.replace("dot:", f"dot {w}:", 1)
@@ -466,7 +469,8 @@ def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], tim
         words=_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice),
         attention={g: {"kv": graph.groups[g].strategies[k].kv,
                        "compute_s": graph.groups[g].strategies[k].compute}
-                   for g, k in choice.items() if graph.groups[g].kind == "attention"})
+                   for g, k in choice.items()
+                   if graph.groups[g].kind in ("attention", "attention_bwd")})
 
 
 def min_peak_bytes(ir, graph: StrategyGraph, *, solver: str = "highs", time_limit_s: float = 30.0,
