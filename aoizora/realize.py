@@ -259,7 +259,7 @@ def attention_backward(invals, layout, ctx: _Ctx, scale: float) -> list:
 
     def fwd(a, b, c):
         return sharded_attention(a, b, c, layout=layout, mesh=ctx.mesh, scale=scale,
-                                 impl=ctx.attention_impl, interpret=ctx.interpret)
+                                 impl=ctx.attention_impl, interpret=ctx.interpret, grad=True)
 
     _, vjp = jax.vjp(fwd, q, k, v)
     return list(vjp(do))

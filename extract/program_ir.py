@@ -41,6 +41,12 @@ their inner variables are the outer ones.
 A ``while`` body is visited once with its repeat unchanged (the trip count is unknown at trace
 time) and its condition is not walked, as in the shared walk.
 
+*State*: when an element of the returned tuple has the pytree structure, shapes and dtypes of a
+positional argument (a training step's ``(state, batch) -> (new_state, loss)``), its leaves are
+that argument's next value: ``ProgramIR.state_aliases`` lists ``[output leaf, input leaf]`` pairs,
+so the planner can keep them in one layout (the next step's input is this step's output, and
+the buffers can be donated).
+
 A primitive the IR does not know becomes a node of kind ``unknown`` (replicated only); all of them
 are listed in ``ProgramIR.warnings`` and one ``warnings.warn``. Nothing is dropped.
 """
@@ -121,6 +127,7 @@ class ProgramIR:
     output_paths: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
     version: int = IR_VERSION
+    state_aliases: list[list[int]] = dataclasses.field(default_factory=list)  # [out leaf, in leaf]
 
     # --- queries
     def node(self, key: str) -> Node:
@@ -170,7 +177,8 @@ class ProgramIR:
                 "nodes": [dataclasses.asdict(n) for n in self.nodes],
                 "tensors": {k: dataclasses.asdict(t) for k, t in self.tensors.items()},
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "output_paths": list(self.output_paths), "warnings": list(self.warnings)}
+                "output_paths": list(self.output_paths), "warnings": list(self.warnings),
+                "state_aliases": [list(a) for a in self.state_aliases]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ProgramIR":
@@ -178,7 +186,8 @@ class ProgramIR:
                    tensors={k: Tensor(**t) for k, t in d["tensors"].items()},
                    inputs=list(d["inputs"]), outputs=list(d["outputs"]),
                    output_paths=list(d.get("output_paths", [])),
-                   warnings=list(d.get("warnings", [])), version=d.get("version", IR_VERSION))
+                   warnings=list(d.get("warnings", [])), version=d.get("version", IR_VERSION),
+                   state_aliases=[[int(o), int(i)] for o, i in d.get("state_aliases", [])])
 
     def dumps(self) -> str:
         return json.dumps(self.to_json())
@@ -736,6 +745,30 @@ def _arg_names(fn, n: int) -> list[str]:
     return [ps[i] if i < len(ps) else str(i) for i in range(n)]
 
 
+def state_aliases(abstract_args: tuple, out_shape) -> list[list[int]]:
+    """[output leaf, input leaf] pairs: each element of a tuple/list output that matches a
+    positional argument (same pytree structure, shapes and dtypes; each argument used once)."""
+    if not isinstance(out_shape, (tuple, list)):
+        return []
+
+    def sig(tree):
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        return treedef, tuple((tuple(x.shape), np.dtype(x.dtype).name) for x in leaves), len(leaves)
+
+    args = [sig(a) for a in abstract_args]
+    starts = np.cumsum([0] + [a[2] for a in args]).tolist()
+    out, used, pos = [], set(), 0
+    for o in out_shape:
+        so = sig(o)
+        for i, sa in enumerate(args):
+            if i not in used and so[2] > 0 and so[:2] == sa[:2]:
+                used.add(i)
+                out += [[pos + k, starts[i] + k] for k in range(so[2])]
+                break
+        pos += so[2]
+    return out
+
+
 def build_ir(fn, *abstract_args) -> ProgramIR:
     """Trace `fn(*abstract_args)` (pytrees of ShapeDtypeStruct or arrays) into a ProgramIR."""
     try:
@@ -779,4 +812,5 @@ def build_ir(fn, *abstract_args) -> ProgramIR:
                      + ", ".join(b.unknown))
         _warnings.warn(warns[0], stacklevel=2)
     return ProgramIR(nodes=b.nodes, tensors=b.tensors, inputs=inputs, outputs=outputs,
-                     output_paths=out_paths, warnings=warns)
+                     output_paths=out_paths, warnings=warns,
+                     state_aliases=state_aliases(tuple(abstract_args), out_shape))

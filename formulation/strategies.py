@@ -46,6 +46,11 @@ bytes_shard / hbm_bandwidth)`` (unfused: every op reads its operands and writes 
 plus own communication, times the node's ``repeat``. Resharding a tensor from spec P to spec Q
 (``reshard_cost``): per mesh axis, kept -> nothing; split in P, not in Q -> all-gather; split on
 another dim in Q -> all-to-all; not in P, split in Q -> slicing (free); via ``AxisCosts``.
+
+State (``ProgramIR.state_aliases``, a training step's new state): an edge from the group that
+makes each state output to its input's group, priced as resharding the output into the input's
+spec at the end of the step (the layout realizes it so: the output gets its input's spec), as a
+scan's loop-back carry is.
 """
 
 from __future__ import annotations
@@ -729,6 +734,12 @@ class _Builder:
                 edges.append(self._edge(t.outer, gid, "", -1, outer_rep, mine))
             if t.loop_back and self.resolve(t.loop_back) is not None:
                 edges.append(self._edge(t.loop_back, gid, "", -2, t.repeat, mine))
+        # state fed back (ProgramIR.state_aliases): the output in the layout of its input
+        for o, i in getattr(self.ir, "state_aliases", ()):
+            out_t, gid = self.ir.outputs[o], f"in:{self.ir.inputs[i]}"
+            if gid in self.groups and self.resolve(out_t) is not None:
+                mine = [s.specs[self.ir.inputs[i]] for s in self.groups[gid].strategies]
+                edges.append(self._edge(out_t, gid, "", -3, 1, mine))
         return [e for e in edges if e is not None]
 
     def _edge(self, tid, cg, node, k, rep, q_list):

@@ -395,7 +395,8 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
     """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs. No rules: the
     program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims).
     An attention backward gets an attention layout (its keys/values gathered) and no node spec:
-    its ``shard_map`` lays out dq, dk and dv itself."""
+    its ``shard_map`` lays out dq, dk and dv itself. A state output (``ir.state_aliases``) gets
+    its input's spec (the ILP priced that reshard on the state edge)."""
 
     def spec(tid):
         return tensor_spec(ir, graph, choice, tid)
@@ -408,8 +409,11 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
             st = graph.groups[n.key].strategies[choice[n.key]]
             attention[n.key] = AttentionLayout(batch=st.labels.get("b", ()), heads=st.labels.get("h", ()),
                                                seq=st.labels.get("s", ()), kv=st.kv)
+    out_specs = [spec(t) for t in ir.outputs]
+    for o, i in getattr(ir, "state_aliases", ()):   # new state in its input's layout
+        out_specs[o] = spec(ir.inputs[i])
     return Layout(mesh_axes=dict(graph.mesh_axes), in_specs=[spec(t) for t in ir.inputs],
-                  out_specs=[spec(t) for t in ir.outputs], node_specs=node_specs,
+                  out_specs=out_specs, node_specs=node_specs,
                   attention=attention, name=name)
 
 
