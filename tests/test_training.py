@@ -121,10 +121,13 @@ def _run(fn, state, batch, steps):
 
 def test_three_sharded_steps_equal_the_unsharded_steps(step_and_args):
     cfg, step, (st_abs, b_abs) = step_and_args
-    state = training.init_train_state(MODEL, registry.init_params(MODEL, jax.random.PRNGKey(0)), cfg)
+    def fresh_state():   # donation needs buffers no other array shares
+        params = registry.init_params(MODEL, jax.random.PRNGKey(0))
+        return training.init_train_state(MODEL, params, cfg)
+
     batch = training.random_batch(MODEL, WORKLOAD, jax.random.PRNGKey(1), BATCH)
-    p0 = jax.device_get(state["params"])
-    ref_state, ref_losses = _run(jax.jit(step), state, batch, 3)
+    p0 = jax.device_get(fresh_state()["params"])
+    ref_state, ref_losses = _run(jax.jit(step), fresh_state(), batch, 3)
 
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "seq"),
                 axis_types=(AxisType.Auto,) * 2)
@@ -148,7 +151,7 @@ def test_three_sharded_steps_equal_the_unsharded_steps(step_and_args):
                     rules={"batch": ("data",), "seq": ("seq",)})
     r = realize(step, (st_abs, b_abs), layout, mesh, donate_argnums=(0,))
     put = lambda tree, sds: jax.tree.map(lambda a, s: jax.device_put(a, s.sharding), tree, sds)
-    s0 = put(state, r.args[0])
+    s0 = put(fresh_state(), r.args[0])
     got_state, got_losses = _run(r.fn, s0, put(batch, r.args[1]), 3)
 
     assert all(x.is_deleted() for x in jax.tree.leaves(s0))        # the state was donated
