@@ -42,7 +42,7 @@ A ``while`` body is visited once with its repeat unchanged (the trip count is un
 time) and its condition is not walked, as in the shared walk.
 
 *State*: when an element of the returned tuple has the pytree structure, shapes and dtypes of a
-positional argument (a training step's ``(state, batch) -> (new_state, loss)``), its leaves are
+positional argument of two or more leaves (a training step's ``(state, batch) -> (new_state, loss)``), its leaves are
 that argument's next value: ``ProgramIR.state_aliases`` lists ``[output leaf, input leaf]`` pairs,
 so the planner can keep them in one layout (the next step's input is this step's output, and
 the buffers can be donated).
@@ -747,7 +747,9 @@ def _arg_names(fn, n: int) -> list[str]:
 
 def state_aliases(abstract_args: tuple, out_shape) -> list[list[int]]:
     """[output leaf, input leaf] pairs: each element of a tuple/list output that matches a
-    positional argument (same pytree structure, shapes and dtypes; each argument used once)."""
+    positional argument of two or more leaves (same pytree structure, shapes and dtypes; each
+    argument used once). A single array is never taken for state: a block's output shaped like
+    its input is not its next input."""
     if not isinstance(out_shape, (tuple, list)):
         return []
 
@@ -761,7 +763,7 @@ def state_aliases(abstract_args: tuple, out_shape) -> list[list[int]]:
     for o in out_shape:
         so = sig(o)
         for i, sa in enumerate(args):
-            if i not in used and so[2] > 0 and so[:2] == sa[:2]:
+            if i not in used and so[2] > 1 and so[:2] == sa[:2]:
                 used.add(i)
                 out += [[pos + k, starts[i] + k] for k in range(so[2])]
                 break

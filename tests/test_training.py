@@ -165,7 +165,7 @@ def test_three_sharded_steps_equal_the_unsharded_steps(step_and_args):
 
     mu_got, mu_ref = got_state["opt_state"][0].mu, ref_state["opt_state"][0].mu
     errs = jax.tree.map(rel, mu_got, mu_ref)
-    assert max(jax.tree.leaves(errs)) < 3e-2, errs
+    assert max(jax.tree.leaves(errs)) < 5e-2, errs
     # parameters: the update (new - initial) agrees; Adam's normalised step makes single
     # near-zero gradients flip sign at bf16 noise, so compare the update's norm per leaf
     upd = jax.tree.map(lambda g, r0, p0: rel(g - p0, r0 - p0), got_state["params"],
