@@ -172,3 +172,21 @@ def test_three_sharded_steps_equal_the_unsharded_steps(step_and_args):
                        ref_state["params"], p0)
     assert float(np.median(jax.tree.leaves(upd))) < 5e-2, upd
     assert max(jax.tree.leaves(upd)) < 0.3, upd
+
+
+def test_training_grid_inputs_and_bad_input():
+    grid = training.training_grid()
+    assert len(grid) == 2 * 6 * 3    # two sizes x (480p, 720p) x (21, 41, 81 frames) x batch 1/2/4
+    state, batch = training.abstract_train_inputs("wan2.1-14b", "720p-81f", 4)
+    assert batch["latents"].shape == (4, 16, 21, 90, 160)
+    assert batch["context"].shape == (4, 512, 4096) and batch["key"].shape == (2,)
+    leaves = jax.tree.leaves(state["params"]) + jax.tree.leaves(state["opt_state"][0].mu)
+    assert {a.dtype for a in leaves} == {jnp.dtype(jnp.float32)}
+    assert sum(a.size for a in jax.tree.leaves(state["params"])) == registry.get_model(
+        "wan2.1-14b").params
+    _, b13 = training.abstract_train_inputs("wan2.1-1.3b", "720p-21f", 2)   # 720p for 1.3B too
+    assert b13["latents"].shape == (2, 16, 6, 90, 160)
+    with pytest.raises(training.TrainingError, match="global batch"):
+        training.abstract_train_inputs(MODEL, WORKLOAD, 0)
+    with pytest.raises(training.TrainingError, match="hunyuan"):
+        training.train_step("hunyuanvideo-small")
