@@ -1,12 +1,13 @@
 """Training: attention is differentiable as one backward op (aoizora_attention_bwd), the IR and the
-sharding model see it, and three AdamW steps of wan2.1-small realized on 8 CPU devices (batch,
-sequence and an FFN weight split, state donated) equal the unsharded steps within bf16 tolerance."""
+sharding model see it, and three AdamW steps of wan2.1-small through plan.jit on 8 CPU devices
+(batch, sequence and an FFN weight split, state donated) equal the unsharded steps within bf16
+tolerance."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, Mesh
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from aoizora.extract.jaxpr_walk import walk
 from aoizora.extract.program_ir import ATTENTION_BWD_FLOPS_RATIO, build_ir
@@ -16,7 +17,7 @@ from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.formulation.strategies import Hardware, build_strategies
 from aoizora.models import registry, training
 from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, attention, reference_attention
-from aoizora.realize import realize
+from aoizora.plans import Plan, program_key
 from aoizora.solvers.sharding import solve_sharding
 
 MODEL = "wan2.1-small"
@@ -129,8 +130,6 @@ def test_three_sharded_steps_equal_the_unsharded_steps(step_and_args):
     p0 = jax.device_get(fresh_state()["params"])
     ref_state, ref_losses = _run(jax.jit(step), fresh_state(), batch, 3)
 
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "seq"),
-                axis_types=(AxisType.Auto,) * 2)
     leaves = jax.tree_util.tree_flatten_with_path((st_abs, b_abs))[0]
 
     def spec(path, leaf):
@@ -149,10 +148,19 @@ def test_three_sharded_steps_equal_the_unsharded_steps(step_and_args):
     layout = Layout(mesh_axes={"data": 2, "seq": 4}, in_specs=in_specs, out_specs=out_specs,
                     attention={"*": AttentionLayout(batch=("data",), seq=("seq",))},
                     rules={"batch": ("data",), "seq": ("seq",)})
-    r = realize(step, (st_abs, b_abs), layout, mesh, donate_argnums=(0,))
-    put = lambda tree, sds: jax.tree.map(lambda a, s: jax.device_put(a, s.sharding), tree, sds)
-    s0 = put(fresh_state(), r.args[0])
-    got_state, got_losses = _run(r.fn, s0, put(batch, r.args[1]), 3)
+    # a plan carrying the layout (query sequence split with keys/values gathered: the backward
+    # all-reduces dk/dv), applied with plan.jit, the state donated
+    target = get_target("v5p-16")
+    plan = Plan(key=program_key(step, (st_abs, b_abs), target.name), target=target.name,
+                layout=layout, device_order=list(range(8)),
+                device_coords=[(i, 0, 0) for i in range(8)], predicted={}, certificates={})
+    mesh = plan.make_mesh(jax.devices()[:8])
+    fn = plan.jit(step, mesh, donate_argnums=(0,))
+    shardings = [NamedSharding(mesh, P(*(sp or ()))) for sp in in_specs]
+    s0 = jax.tree.unflatten(jax.tree.structure(st_abs),
+                            [jax.device_put(a, sh) for a, sh in
+                             zip(jax.tree.leaves(fresh_state()), shardings[:n_state])])
+    got_state, got_losses = _run(fn, s0, batch, 3)
 
     assert all(x.is_deleted() for x in jax.tree.leaves(s0))        # the state was donated
     np.testing.assert_allclose(got_losses, ref_losses, rtol=2e-3)
