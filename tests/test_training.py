@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from aoizora.extract.jaxpr_walk import walk
 from aoizora.extract.program_ir import ATTENTION_BWD_FLOPS_RATIO, build_ir
@@ -18,6 +18,7 @@ from aoizora.formulation.strategies import Hardware, build_strategies
 from aoizora.models import registry, training
 from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, attention, reference_attention
 from aoizora.plans import Plan, program_key
+from aoizora.realize import realize
 from aoizora.solvers.sharding import solve_sharding
 
 MODEL = "wan2.1-small"
@@ -198,3 +199,24 @@ def test_training_grid_inputs_and_bad_input():
         training.abstract_train_inputs(MODEL, WORKLOAD, 0)
     with pytest.raises(training.TrainingError, match="hunyuan"):
         training.train_step("hunyuanvideo-small")
+
+
+@pytest.mark.tpu_compiler
+def test_train_step_compiles_for_v5p_with_splash_backward_kernels(step_and_args):
+    """Batch and query sequence split, keys/values gathered: on TPU the backward is splash's own
+    dq and dk/dv kernels (after the forward it recomputes for its residuals), and the dk/dv
+    partial sums over the sequence axis are all-reduced."""
+    _, step, args = step_and_args
+    target = get_target("v5p-8")
+    mesh = Mesh(np.array(target.devices()).reshape(2, 2), ("data", "seq"),
+                axis_types=(AxisType.Auto,) * 2)
+    n = len(jax.tree.leaves(args))
+    layout = Layout(mesh_axes={"data": 2, "seq": 2}, in_specs=[None] * n,
+                    attention={"*": AttentionLayout(batch=("data",), seq=("seq",))},
+                    rules={"batch": ("data",), "seq": ("seq",)})
+    hlo = realize(step, args, layout, mesh, donate_argnums=(0,)).compile().as_text()
+    for kernel in ("splash_mha_fwd", "splash_mha_dq", "splash_mha_dkv"):
+        assert kernel in hlo, kernel
+    # per attention (self, cross): forward, forward again in the VJP, dq, dk/dv
+    assert hlo.count('custom_call_target="tpu_custom_call"') == 2 * 4
+    assert " all-reduce(" in hlo
