@@ -9,7 +9,8 @@ chose on the IR names the same op here:
 - every eqn is bound again as it was (``cond`` and other eqns with sub-jaxprs the walk does not
   enter are bound whole);
 - call-like eqns (``jit``, ``closed_call``, ``remat2``, ``custom_jvp_call``, ``custom_vjp_call``)
-  are inlined (their custom derivative rules are dropped: a realized program is for inference);
+  are inlined (their custom derivative rules are dropped: differentiate before realizing -- a
+  training step traced with ``jax.grad`` inside is already its forward and backward eqns);
 - ``scan`` becomes ``lax.scan`` whose Python body interprets the body jaxpr (``while`` likewise
   ``lax.while_loop``), so constraints inside a scanned layer apply at every iteration;
 - after an eqn whose key is in ``layout.node_specs`` its output is constrained with
