@@ -127,9 +127,11 @@ class Plan:
         return Mesh(np.array(ordered, dtype=object).reshape(shape), names,
                     axis_types=(AxisType.Auto,) * len(names))
 
-    def jit(self, fn: Callable, mesh):
+    def jit(self, fn: Callable, mesh, donate_argnums: tuple[int, ...] = ()):
         """fn jitted with the plan's shardings on mesh. Refuses another program (checked on the
-        first call, from the arguments' shapes) with a PlanError."""
+        first call, from the arguments' shapes) with a PlanError. ``donate_argnums``: positional
+        args whose buffers the step may reuse (a training step: ``(0,)``, its state; the caller
+        must not use the donated arrays after the call)."""
         from aoizora.realize import realize
 
         cache: dict[str, Any] = {}
@@ -138,7 +140,7 @@ class Plan:
             if "f" not in cache:
                 key = program_key(fn, args, self.target)
                 self.check_key(key)
-                realized = realize(fn, args, self.layout, mesh)
+                realized = realize(fn, args, self.layout, mesh, donate_argnums=donate_argnums)
                 cache["f"] = realized.fn
             return cache["f"](*args)
 

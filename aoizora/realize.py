@@ -9,7 +9,8 @@ chose on the IR names the same op here:
 - every eqn is bound again as it was (``cond`` and other eqns with sub-jaxprs the walk does not
   enter are bound whole);
 - call-like eqns (``jit``, ``closed_call``, ``remat2``, ``custom_jvp_call``, ``custom_vjp_call``)
-  are inlined (their custom derivative rules are dropped: a realized program is for inference);
+  are inlined (their custom derivative rules are dropped: differentiate before realizing -- a
+  training step traced with ``jax.grad`` inside is already its forward and backward eqns);
 - ``scan`` becomes ``lax.scan`` whose Python body interprets the body jaxpr (``while`` likewise
   ``lax.while_loop``), so constraints inside a scanned layer apply at every iteration;
 - after an eqn whose key is in ``layout.node_specs`` its output is constrained with
@@ -20,7 +21,11 @@ chose on the IR names the same op here:
   of the same tensor is dropped from later dims; a hint with no ruled name is left alone;
 - at an ``aoizora_attention`` eqn the attention runs in ``layout.attention_for(key)`` through
   :func:`aoizora.models.attention_kernels.sharded_attention` (splash on TPU meshes, the reference
-  on CPU meshes, both inside the same ``shard_map``).
+  on CPU meshes, both inside the same ``shard_map``);
+- at an ``aoizora_attention_bwd`` eqn (q, k, v, do -> dq, dk, dv; ``jax.grad`` of an attention)
+  the backward runs in ``layout.attention_for(key)`` as the VJP of that same sharded attention:
+  splash's own backward kernels (dq, dk/dv) inside the ``shard_map`` on TPU meshes, the
+  reference's VJP on CPU meshes; the VJP recomputes the forward for its residuals.
 
 Keys the layout names that this program does not have (or attention layouts on a node that is
 not an attention) raise :class:`RealizeError`: a layout made for another program is refused.
@@ -53,7 +58,7 @@ from aoizora.extract.evidence import attention_scope
 from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, axes_of
 from aoizora.models.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
-from aoizora.models.primitives import ATTENTION, HINT
+from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, HINT
 
 
 class RealizeError(ValueError):
@@ -222,6 +227,10 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
                 outs = [sharded_attention(q, k, v, layout=ctx.layout.attention_for(key),
                                           mesh=ctx.mesh, scale=eqn.params["scale"],
                                           impl=ctx.attention_impl, interpret=ctx.interpret)]
+        elif name == ATTENTION_BWD:
+            with jax.named_scope(attention_scope(key)):
+                outs = attention_backward(invals, ctx.layout.attention_for(key), ctx,
+                                          eqn.params["scale"])
         elif name == HINT:
             x = invals[0]
             spec = hint_spec(eqn.params["names"], ctx.layout.rules)
@@ -243,6 +252,18 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
         for v, x in zip(eqn.outvars, outs):
             write(v, x)
     return [read(v) for v in jaxpr.outvars]
+
+
+def attention_backward(invals, layout, ctx: _Ctx, scale: float) -> list:
+    """[dq, dk, dv] of the sharded attention in ``layout`` at (q, k, v) for the cotangent do."""
+    q, k, v, do = invals
+
+    def fwd(a, b, c):
+        return sharded_attention(a, b, c, layout=layout, mesh=ctx.mesh, scale=scale,
+                                 impl=ctx.attention_impl, interpret=ctx.interpret, grad=True)
+
+    _, vjp = jax.vjp(fwd, q, k, v)
+    return list(vjp(do))
 
 
 def _scan(eqn, invals, key, ctx):
@@ -296,7 +317,7 @@ def _check_keys(closed, layout: Layout, mesh: Mesh) -> None:
     walked = list(walk(closed.jaxpr))
     prims = {w.key: w.eqn.primitive.name for w in walked}
     for w in walked:
-        if w.eqn.primitive.name == ATTENTION:
+        if w.eqn.primitive.name in (ATTENTION, ATTENTION_BWD):
             q, k = (v.aval.shape for v in w.eqn.invars[:2])
             try:
                 check_layout(q, k, layout.attention_for(w.key), mesh)
@@ -307,18 +328,22 @@ def _check_keys(closed, layout: Layout, mesh: Mesh) -> None:
             raise RealizeError(f"layout {layout.name or ''} constrains node {k!r}, which this program "
                                f"does not have (a layout for another program?)")
     for k in layout.attention:
-        if k != "*" and prims.get(k) != ATTENTION:
+        if k != "*" and prims.get(k) not in (ATTENTION, ATTENTION_BWD):
             raise RealizeError(f"layout {layout.name or ''} gives an attention layout to node {k!r}, "
                                f"which is {prims.get(k, 'not a node')!r} in this program, not an attention")
 
 
 def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *,
-            attention_impl: str = "auto", interpret: bool = False) -> Realized:
+            attention_impl: str = "auto", interpret: bool = False,
+            donate_argnums: tuple[int, ...] = ()) -> Realized:
     """Realize ``fn(*abstract_args)`` under ``layout`` on ``mesh`` (see module docstring).
 
     abstract_args: the positional args, pytrees of ``jax.ShapeDtypeStruct`` (or arrays).
     attention_impl: "auto" (splash on TPU meshes, reference elsewhere), "splash", "reference".
     interpret: run the Pallas kernel in interpret mode (splash on CPU, for tests).
+    donate_argnums: positional args whose buffers the program may reuse for its outputs (a
+    training step's state: ``(0,)``); XLA reuses a donated buffer for an output of the same
+    shape, dtype and sharding.
     Returns a :class:`Realized` (unpacks as ``(jitted_fn, sharded_abstract_args)``).
     """
     abstract_args = tuple(abstract_args)
@@ -366,7 +391,11 @@ def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *
 
     in_sh_tree = jax.tree_util.tree_unflatten(in_tree, in_shardings)
     kw = {} if out_shardings is None else {"out_shardings": out_shardings}
-    jitted = jax.jit(run, in_shardings=tuple(in_sh_tree), **kw)
+    bad = [i for i in donate_argnums if not 0 <= int(i) < len(abstract_args)]
+    if bad:
+        raise RealizeError(f"donate_argnums {tuple(donate_argnums)}: the program takes "
+                           f"{len(abstract_args)} positional args")
+    jitted = jax.jit(run, in_shardings=tuple(in_sh_tree), donate_argnums=tuple(donate_argnums), **kw)
     args = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                                   plain, in_sh_tree)
     # trace now: a hint or node spec that does not fit raises RealizeError here, not at compile

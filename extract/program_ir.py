@@ -13,6 +13,8 @@ what it is:
 - ``dot_general`` / ``conv``: ``batch``, ``lhs_free``, ``rhs_free``, ``contracting``
   (``conv``: ``spatial`` dims are not shared between input and output);
 - ``attention``: ``batch``, ``heads``, ``q_seq``, ``kv_seq``, ``head_dim`` (q [B,H,S,D], k/v [B,H,T,D]);
+- ``attention_bwd`` (``aoizora_attention_bwd``, what ``jax.grad`` makes of an attention): the same
+  roles; operands q, k, v, do (do labelled like q), results dq (like q), dk, dv (like k, v);
 - ``elementwise``: ``aligned`` (one label per output dim; scalar operands have none);
 - ``reduce``: ``kept`` and ``reduced`` (in the operand only);
 - ``broadcast``: ``aligned``, ``new`` (output only), ``expanded`` (a size-1 operand dim that grows);
@@ -38,6 +40,12 @@ their inner variables are the outer ones.
 
 A ``while`` body is visited once with its repeat unchanged (the trip count is unknown at trace
 time) and its condition is not walked, as in the shared walk.
+
+*State*: when an element of the returned tuple has the pytree structure, shapes and dtypes of a
+positional argument of two or more leaves (a training step's ``(state, batch) -> (new_state, loss)``), its leaves are
+that argument's next value: ``ProgramIR.state_aliases`` lists ``[output leaf, input leaf]`` pairs,
+so the planner can keep them in one layout (the next step's input is this step's output, and
+the buffers can be donated).
 
 A primitive the IR does not know becomes a node of kind ``unknown`` (replicated only); all of them
 are listed in ``ProgramIR.warnings`` and one ``warnings.warn``. Nothing is dropped.
@@ -93,7 +101,7 @@ class Node:
     key: str
     primitive: str
     kind: str                      # dot, conv, elementwise, reduce, reshape, transpose, broadcast,
-                                   # attention, slice, concat, pad, gather, scatter,
+                                   # attention, attention_bwd, slice, concat, pad, gather, scatter,
                                    # cumulative, sort, source, opaque, unknown
     operands: list[str]            # tensor ids (literals included)
     results: list[str]
@@ -119,6 +127,7 @@ class ProgramIR:
     output_paths: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
     version: int = IR_VERSION
+    state_aliases: list[list[int]] = dataclasses.field(default_factory=list)  # [out leaf, in leaf]
 
     # --- queries
     def node(self, key: str) -> Node:
@@ -168,7 +177,8 @@ class ProgramIR:
                 "nodes": [dataclasses.asdict(n) for n in self.nodes],
                 "tensors": {k: dataclasses.asdict(t) for k, t in self.tensors.items()},
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "output_paths": list(self.output_paths), "warnings": list(self.warnings)}
+                "output_paths": list(self.output_paths), "warnings": list(self.warnings),
+                "state_aliases": [list(a) for a in self.state_aliases]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ProgramIR":
@@ -176,7 +186,8 @@ class ProgramIR:
                    tensors={k: Tensor(**t) for k, t in d["tensors"].items()},
                    inputs=list(d["inputs"]), outputs=list(d["outputs"]),
                    output_paths=list(d.get("output_paths", [])),
-                   warnings=list(d.get("warnings", [])), version=d.get("version", IR_VERSION))
+                   warnings=list(d.get("warnings", [])), version=d.get("version", IR_VERSION),
+                   state_aliases=[[int(o), int(i)] for o, i in d.get("state_aliases", [])])
 
     def dumps(self) -> str:
         return json.dumps(self.to_json())
@@ -195,7 +206,7 @@ log1p expm1 tanh logistic sin cos tan asin acos atan atan2 sinh cosh asinh acosh
 cbrt erf erfc erf_inv lgamma digamma square reciprocal convert_element_type select_n clamp
 and or not xor eq ne lt le gt ge nextafter copy copy_p real imag conj complex reduce_precision
 stop_gradient shift_left shift_right_logical shift_right_arithmetic population_count
-optimization_barrier
+optimization_barrier add_any
 """.split())
 REDUCE = frozenset("reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or reduce_xor "
                    "argmax argmin".split())
@@ -209,6 +220,12 @@ SCATTER = frozenset("scatter scatter-add scatter_add scatter_mul scatter_min sca
                     "dynamic_update_slice".split())
 
 ATTENTION_NAME = "aoizora_attention"
+ATTENTION_BWD_NAME = "aoizora_attention_bwd"
+# Attention backward FLOPs over forward FLOPs: 5 matmuls of the backward against 2 of the forward
+# (Dao, "FlashAttention-2", arXiv 2307.08691, section 4.1 counts the backward pass as 2.5x the
+# forward's FLOPs). The splash kernel's separate dq and dk/dv kernels recompute S = q k^T once more; that
+# extra work is not counted here (the planner's attention calibration measures it).
+ATTENTION_BWD_FLOPS_RATIO = 2.5
 HINT_NAME = "aoizora_hint"
 
 
@@ -338,6 +355,10 @@ def _labels(node: Node, eqn, op_shapes: list[list[int]], res_shapes: list[list[i
     elif kind == "attention":
         ol = [["b", "h", "s", "d"], ["b", "h", "t", "d"], ["b", "h", "t", "d"]]
         rl = [["b", "h", "s", "d"]]
+        roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
+    elif kind == "attention_bwd":
+        q, kv = ["b", "h", "s", "d"], ["b", "h", "t", "d"]
+        ol, rl = [q, kv, list(kv), list(q)], [list(q), list(kv), list(kv)]
         roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
     elif kind == "elementwise":
         out = [f"e{i}" for i in range(len(res_shapes[0]))]
@@ -469,6 +490,8 @@ def _kind(name: str) -> str:
         return "conv"
     if name == ATTENTION_NAME:
         return "attention"
+    if name == ATTENTION_BWD_NAME:
+        return "attention_bwd"
     if name in ELEMENTWISE:
         return "elementwise"
     if name in REDUCE:
@@ -520,6 +543,10 @@ def _flops(node: Node, eqn, op_shapes, res_shapes) -> float:
         b, h, s, d = op_shapes[0]
         t = op_shapes[1][2]
         return 4.0 * b * h * s * t * d
+    if kind == "attention_bwd":
+        b, h, s, d = op_shapes[0]
+        t = op_shapes[1][2]
+        return ATTENTION_BWD_FLOPS_RATIO * 4.0 * b * h * s * t * d
     if kind in ("reduce", "cumulative"):
         return float(math.prod(op_shapes[0])) if op_shapes else 0.0
     if kind == "opaque":
@@ -682,7 +709,7 @@ class _Builder:
             node.results.append(tid)
         op_shapes = [self.tensors[t].shape for t in ops]
         res_shapes = [self.tensors[t].shape for t in node.results]
-        if kind == "attention":
+        if kind in ("attention", "attention_bwd"):
             node.params["scale"] = float(eqn.params["scale"])
         else:
             for k, v in eqn.params.items():
@@ -716,6 +743,32 @@ def _arg_names(fn, n: int) -> list[str]:
     except (TypeError, ValueError):
         ps = []
     return [ps[i] if i < len(ps) else str(i) for i in range(n)]
+
+
+def state_aliases(abstract_args: tuple, out_shape) -> list[list[int]]:
+    """[output leaf, input leaf] pairs: each element of a tuple/list output that matches a
+    positional argument of two or more leaves (same pytree structure, shapes and dtypes; each
+    argument used once). A single array is never taken for state: a block's output shaped like
+    its input is not its next input."""
+    if not isinstance(out_shape, (tuple, list)):
+        return []
+
+    def sig(tree):
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        return treedef, tuple((tuple(x.shape), np.dtype(x.dtype).name) for x in leaves), len(leaves)
+
+    args = [sig(a) for a in abstract_args]
+    starts = np.cumsum([0] + [a[2] for a in args]).tolist()
+    out, used, pos = [], set(), 0
+    for o in out_shape:
+        so = sig(o)
+        for i, sa in enumerate(args):
+            if i not in used and so[2] > 1 and so[:2] == sa[:2]:
+                used.add(i)
+                out += [[pos + k, starts[i] + k] for k in range(so[2])]
+                break
+        pos += so[2]
+    return out
 
 
 def build_ir(fn, *abstract_args) -> ProgramIR:
@@ -761,4 +814,5 @@ def build_ir(fn, *abstract_args) -> ProgramIR:
                      + ", ".join(b.unknown))
         _warnings.warn(warns[0], stacklevel=2)
     return ProgramIR(nodes=b.nodes, tensors=b.tensors, inputs=inputs, outputs=outputs,
-                     output_paths=out_paths, warnings=warns)
+                     output_paths=out_paths, warnings=warns,
+                     state_aliases=state_aliases(tuple(abstract_args), out_shape))

@@ -375,14 +375,15 @@ def chosen(model: ILPModel) -> dict[str, int]:
 def evaluate(graph: StrategyGraph, choice: dict[str, int], corrections: dict | None = None
              ) -> dict[str, float]:
     """Q1 of a choice, seconds: node costs, edge costs, communication part, and the compute of
-    every group but the attention groups (``other_compute_s``, as scaled by
+    every group but the attention (and attention backward) groups (``other_compute_s``, as scaled by
     ``Options.compute_scale``; corrections not included)."""
     corr = strategy_corrections(graph, corrections or {})
     node = sum(graph.groups[g].strategies[k].cost + corr.get((g, k), 0.0) for g, k in choice.items())
     comm = sum(graph.groups[g].strategies[k].comm for g, k in choice.items())
     edge = sum(e.cost[e.p_of[choice[e.producer]]][e.q_of[choice[e.consumer]]] for e in graph.edges)
     other = sum(graph.groups[g].strategies[k].cost - graph.groups[g].strategies[k].comm
-                for g, k in choice.items() if graph.groups[g].kind != "attention")
+                for g, k in choice.items()
+                if graph.groups[g].kind not in ("attention", "attention_bwd"))
     return {"total_s": node + edge, "nodes_s": node, "edges_s": edge, "comm_s": comm + edge,
             "other_compute_s": other}
 

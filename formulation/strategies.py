@@ -11,6 +11,11 @@ dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis)
   kv sequence, so a split query sequence is context parallel with kv gathered on the edge); with
   the query sequence split, also the ring variant (``kv="ring"``): keys/values split like the
   queries and passed around the sequence axes, overlapped with compute;
+- ``attention_bwd`` (the backward of an attention, q, k, v, do -> dq, dk, dv): the forward's
+  batch, heads and query-sequence strategies with keys/values gathered (the splash kernel's own
+  backward inside the same ``shard_map``); dq is laid out like q, dk / dv like the gathered
+  k / v, and with the query sequence split over axes A each device holds a partial dk / dv
+  (its queries' share), summed by an all-reduce over A -- the node's own communication;
 - the replicated strategy is always present.
 
 Attention compute may be scaled by ``attention_scale[node][kv]`` (node key, or ``"*"`` for every
@@ -41,6 +46,11 @@ bytes_shard / hbm_bandwidth)`` (unfused: every op reads its operands and writes 
 plus own communication, times the node's ``repeat``. Resharding a tensor from spec P to spec Q
 (``reshard_cost``): per mesh axis, kept -> nothing; split in P, not in Q -> all-gather; split on
 another dim in Q -> all-to-all; not in P, split in Q -> slicing (free); via ``AxisCosts``.
+
+State (``ProgramIR.state_aliases``, a training step's new state): an edge from the group that
+makes each state output to its input's group, priced as resharding the output into the input's
+spec at the end of the step (the layout realizes it so: the output gets its input's spec), as a
+scan's loop-back carry is.
 """
 
 from __future__ import annotations
@@ -54,14 +64,16 @@ from aoizora.formulation.collective_cost import AxisCosts
 
 Spec = tuple[tuple[str, ...], ...]
 
-ANCHOR_KINDS = frozenset({"dot", "conv", "attention"})
+ANCHOR_KINDS = frozenset({"dot", "conv", "attention", "attention_bwd"})
+ATTENTION_KINDS = frozenset({"attention", "attention_bwd"})   # compute scaled as attention
 REPLICATED_KINDS = frozenset({"unknown", "opaque", "gather", "scatter"})
 FOLLOW_KINDS = frozenset({"elementwise", "reduce", "reshape", "transpose", "broadcast", "slice",
                           "pad", "concat", "cumulative", "sort", "squeeze", "stack"})
 RING_BLOCK = 128   # splash attention's key block: a ring shard must hold whole blocks
 SHARDABLE_ROLES = {"dot": ("batch", "lhs_free", "rhs_free", "contracting"),
                    "conv": ("batch", "rhs_free", "contracting"),
-                   "attention": ("batch", "heads", "q_seq")}
+                   "attention": ("batch", "heads", "q_seq"),
+                   "attention_bwd": ("batch", "heads", "q_seq")}
 
 
 class StrategyError(ValueError):
@@ -302,7 +314,7 @@ class _Builder:
 
     def compute_time(self, n, flops_frac: float, bytes_dev: float) -> float:
         t = max(n.flops * flops_frac / self.hw.peak_flops, bytes_dev / self.hw.hbm_bandwidth_Bps)
-        return t if n.kind == "attention" else t * self.opts.compute_scale
+        return t if n.kind in ATTENTION_KINDS else t * self.opts.compute_scale
 
     def label_sizes(self, n) -> dict[str, int]:
         out = {}
@@ -338,8 +350,34 @@ class _Builder:
                 frac *= -(-s // p) / s
             if not ok:
                 continue
-            strategies.extend(self._anchor_variants(n, assign, frac))
+            if n.kind == "attention_bwd":
+                strategies.append(self._attention_bwd_variant(n, assign, frac))
+            else:
+                strategies.extend(self._anchor_variants(n, assign, frac))
         self._add_node_group(n, strategies)
+
+    def _attention_bwd_variant(self, n, assign, frac):
+        """The backward of an attention with batch / heads / query sequence split as ``assign``
+        and keys/values gathered: q, do and dq split alike; k, v, dk, dv split on batch and heads
+        only; dk and dv all-reduced over the query-sequence axes (module docstring)."""
+        q_spec = tuple(assign.get(lab, ()) for lab in n.operand_labels[0])
+        kv_spec = tuple(assign.get(lab, ()) if lab != "t" else () for lab in n.operand_labels[1])
+        req = {0: q_spec, 1: kv_spec, 2: kv_spec, 3: q_spec}
+        req = {k: sp for k, sp in req.items() if self.T[n.operands[k]].kind != "literal"}
+        outs = {n.results[0]: q_spec, n.results[1]: kv_spec, n.results[2]: kv_spec}
+        bytes_dev = sum(shard_bytes(self.T[n.operands[k]], sp, self.sizes) for k, sp in req.items()) \
+            + sum(shard_bytes(self.T[r], sp, self.sizes) for r, sp in outs.items())
+        comp = self.compute_time(n, frac, bytes_dev)
+        partial = sum(shard_bytes(self.T[r], kv_spec, self.sizes) for r in n.results[1:])
+        comm = sum(self.ac.all_reduce(a, partial) for a in assign.get("s", ()))
+        name = " ".join(f"{lab}:{'+'.join(ax)}" for lab, ax in sorted(assign.items())) or "replicated"
+        words = _words(n, assign, (), [])
+        if assign.get("s"):
+            words += f", dk/dv all-reduced over {'+'.join(assign['s'])}"
+        s = Strategy(name, outs, {}, comp * self._scale(n.key, "gather") + comm, comm, words,
+                     dict(assign), compute=comp)
+        s._req_local = req  # type: ignore[attr-defined]
+        return s
 
     def _anchor_variants(self, n, assign, frac):
         """One strategy per way of resolving the partial sums of contracting axes."""
@@ -696,6 +734,12 @@ class _Builder:
                 edges.append(self._edge(t.outer, gid, "", -1, outer_rep, mine))
             if t.loop_back and self.resolve(t.loop_back) is not None:
                 edges.append(self._edge(t.loop_back, gid, "", -2, t.repeat, mine))
+        # state fed back (ProgramIR.state_aliases): the output in the layout of its input
+        for o, i in getattr(self.ir, "state_aliases", ()):
+            out_t, gid = self.ir.outputs[o], f"in:{self.ir.inputs[i]}"
+            if gid in self.groups and self.resolve(out_t) is not None:
+                mine = [s.specs[self.ir.inputs[i]] for s in self.groups[gid].strategies]
+                edges.append(self._edge(out_t, gid, "", -3, 1, mine))
         return [e for e in edges if e is not None]
 
     def _edge(self, tid, cg, node, k, rep, q_list):
@@ -726,11 +770,11 @@ def _words(n, assign, combo, partial) -> str:
     parts = []
     for lab, axes in sorted(assign.items()):
         r = n.roles.get(lab, lab)
-        what = role_words.get(r, r) if n.kind == "attention" else f"{role_words.get(r, r)}({lab})"
+        what = role_words.get(r, r) if n.kind in ATTENTION_KINDS else f"{role_words.get(r, r)}({lab})"
         parts.append(f"{what} on {'+'.join(axes)}")
     for a, (how, d) in zip(partial, combo):
         parts.append(f"partial sum over {a} by " + ("all-reduce" if how == "ar" else f"reduce-scatter to dim {d}"))
-    kind = "attention" if n.kind == "attention" else n.kind
+    kind = {"attention": "attention", "attention_bwd": "attention backward"}.get(n.kind, n.kind)
     return f"{kind}: " + (", ".join(parts) if parts else "replicated")
 
 

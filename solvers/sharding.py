@@ -427,7 +427,8 @@ def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], run
         words=layout_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice),
         attention={g: {"kv": graph.groups[g].strategies[k].kv,
                        "compute_s": graph.groups[g].strategies[k].compute}
-                   for g, k in choice.items() if graph.groups[g].kind == "attention"})
+                   for g, k in choice.items()
+                   if graph.groups[g].kind in ("attention", "attention_bwd")})
 
 
 def min_peak_bytes(ir, graph: StrategyGraph, *, solver: str = "highs", time_limit_s: float = 30.0,

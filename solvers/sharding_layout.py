@@ -39,7 +39,10 @@ def tensor_spec(ir, graph: StrategyGraph, choice: dict[str, int], tid: str) -> t
 
 def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp") -> Layout:
     """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs. No rules: the
-    program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims)."""
+    program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims).
+    An attention backward gets an attention layout (its keys/values gathered) and no node spec:
+    its ``shard_map`` lays out dq, dk and dv itself. A state output (``ir.state_aliases``) gets
+    its input's spec (the ILP priced that reshard on the state edge)."""
 
     def spec(tid):
         return tensor_spec(ir, graph, choice, tid)
@@ -48,12 +51,15 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
     for n in ir.nodes:
         if n.kind in ("dot", "conv", "attention") and n.results:
             node_specs[n.key] = spec(n.results[0])
-        if n.kind == "attention":
+        if n.kind in ("attention", "attention_bwd"):
             st = graph.groups[n.key].strategies[choice[n.key]]
             attention[n.key] = AttentionLayout(batch=st.labels.get("b", ()), heads=st.labels.get("h", ()),
                                                seq=st.labels.get("s", ()), kv=st.kv)
+    out_specs = [spec(t) for t in ir.outputs]
+    for o, i in getattr(ir, "state_aliases", ()):   # new state in its input's layout
+        out_specs[o] = spec(ir.inputs[i])
     return Layout(mesh_axes=dict(graph.mesh_axes), in_specs=[spec(t) for t in ir.inputs],
-                  out_specs=[spec(t) for t in ir.outputs], node_specs=node_specs,
+                  out_specs=out_specs, node_specs=node_specs,
                   attention=attention, name=name)
 
 
@@ -79,10 +85,11 @@ def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
 def layout_words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
     out = []
     nodes = {n.key: n for n in ir.nodes}
-    for gid in sorted(graph.order(), key=lambda g: graph.groups[g].kind not in ("attention", "dot", "conv")):
+    anchors = ("attention", "attention_bwd", "dot", "conv")
+    for gid in sorted(graph.order(), key=lambda g: graph.groups[g].kind not in anchors):
         G = graph.groups[gid]
         st = G.strategies[choice[gid]]
-        if G.kind in ("dot", "conv", "attention"):
+        if G.kind in anchors:
             n = nodes[G.anchor]
             w = next((p for p in (_weight_path(ir, nodes, o) for o in n.operands[1:2]) if p), "")
             text = st.words if not w else st.words.replace("dot:", f"dot {w}:", 1)

@@ -96,17 +96,20 @@ def splash_blocks(lq: int, lkv: int, block: int = SPLASH_BLOCK) -> tuple[int, in
 
 
 def padded_lengths(sq: int, skv: int, n_seq: int, *, kv: str, impl: str,
-                   block: int = SPLASH_BLOCK) -> tuple[int, int, int, int]:
+                   block: int = SPLASH_BLOCK, grad: bool = False) -> tuple[int, int, int, int]:
     """(Sq padded, Skv padded, block_q, block_kv) for ``impl`` ("splash" | "reference").
 
     Splash: the key block is ``block`` (the kernel wants key blocks in multiples of 128 lanes),
     the query block may be smaller for short shards (multiples of 8 sublanes); for long shards
-    both double until the kernel's mask metadata fits in SMEM (``splash_blocks``)."""
+    both double until the kernel's mask metadata fits in SMEM (``splash_blocks``). ``grad``: the
+    backward runs too; its dk/dv kernel masks whole 128-lane query blocks, so the query block is
+    at least ``block`` (short query shards are padded up to one block)."""
     kv_split = n_seq if kv == "ring" else 1
     if impl == "splash":
         if block % 128:
             raise AttentionLayoutError(f"splash block {block} must be a multiple of 128")
         bq, bkv = splash_blocks(-(-sq // n_seq), -(-skv // kv_split), block)
+        bq = max(bq, block) if grad else bq
         return _round_up(sq, n_seq * bq), _round_up(skv, kv_split * bkv), bq, bkv
     return _round_up(sq, n_seq), _round_up(skv, kv_split), 1, 1
 
@@ -158,7 +161,11 @@ def _splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     mask = sa.MultiHeadMask([sa.FullMask((lq, lkv))] * h)
-    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv)
+    # the backward (dq kernel, dk/dv kernel) in the forward's blocks, so a training step's
+    # attention backward has the same padding and SMEM budget as its forward
+    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv, block_q_dkv=bq,
+                          block_kv_dkv=bkv, block_kv_dkv_compute=bkv, block_q_dq=bq,
+                          block_kv_dq=bkv)
     return sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
                               save_residuals=save_residuals, interpret=interpret)
 
@@ -196,11 +203,13 @@ def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret):
 # ---------------------------------------------------------------------------------------------
 
 def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
-                      impl: str = "auto", interpret: bool = False, block: int = SPLASH_BLOCK):
+                      impl: str = "auto", interpret: bool = False, block: int = SPLASH_BLOCK,
+                      grad: bool = False):
     """Attention of global q [B,H,Sq,D], k, v [B,H,Skv,D] in ``layout`` on ``mesh``.
 
     impl: "splash" (Pallas kernel; ``interpret=True`` runs it on CPU), "reference" (dense softmax
-    per shard), or "auto" (splash on TPU meshes, reference otherwise).
+    per shard), or "auto" (splash on TPU meshes, reference otherwise). grad: it will be
+    differentiated (the backward's block constraint, ``padded_lengths``).
     """
     if q.ndim != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise AttentionLayoutError(f"attention wants q [B,H,Sq,D] and k = v [B,H,Skv,D]; got "
@@ -212,7 +221,8 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
     check_layout(q.shape, k.shape, layout, mesh)
     sq, skv = q.shape[2], k.shape[2]
     n_seq = _axes_size(mesh, layout.seq)
-    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl, block=block)
+    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl, block=block,
+                                          grad=grad)
     if sq_p != sq:
         q = jnp.pad(q, ((0, 0), (0, 0), (0, sq_p - sq), (0, 0)))
     if skv_p != skv:
