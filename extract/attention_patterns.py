@@ -38,6 +38,7 @@ A dot -> ... -> exp -> ... -> dot chain that fails a rule is "attention-like": o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from typing import Any
@@ -88,6 +89,7 @@ class Patterns:
     skip: frozenset[str]                  # region eqn keys other than the last ones
     warnings: list[str]
 
+    @functools.cached_property
     def needed(self) -> dict[tuple[str, int], None]:
         """(eqn key, operand index) of every value a match reads (q, k, v, mask)."""
         out: dict[tuple[str, int], None] = {}

@@ -580,7 +580,7 @@ class _Builder:
         self.unknown: list[str] = []
         self._n = 0
         self.pat = patterns or Patterns({}, frozenset(), [])
-        self.needed = self.pat.needed()
+        self.needed = self.pat.needed
         self.captured: dict[tuple[str, int], str] = {}   # (eqn key, operand) -> tensor id
         self.notes: list[str] = []
 
