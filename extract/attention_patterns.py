@@ -124,42 +124,60 @@ class _Scope:
 
 
 def _is_lit(v) -> bool:
-    return hasattr(v, "val") and not hasattr(v, "count") and type(v).__name__ == "Literal"
+    return type(v).__name__ == "Literal"
 
 
-def _flatten(jaxpr, prefix: str, alias: dict, scope: _Scope, scopes: list) -> None:
-    def canon(v):
-        return v if _is_lit(v) else alias.get(v, v)
+class _V:
+    """One value of the inlined data flow: a var at one call site (a jaxpr traced once and called
+    twice has the same Var objects at both sites; each site gets its own _V)."""
+    __slots__ = ("aval",)
+
+    def __init__(self, aval):
+        self.aval = aval
+
+
+def _flatten(jaxpr, prefix: str, env: dict, scope: _Scope, scopes: list) -> None:
+    def val(v):
+        if _is_lit(v):
+            return v
+        if v not in env:       # a const var
+            env[v] = _V(v.aval)
+        return env[v]
 
     j = getattr(jaxpr, "jaxpr", jaxpr)
     for i, eqn in enumerate(j.eqns):
         key = f"{prefix}{i}"
         name = eqn.primitive.name
         sub = sub_jaxpr(eqn)
+        ins = [val(v) for v in eqn.invars]
         if name in INLINE_PRIMITIVES and sub is not None:
-            outer = eqn.invars[len(eqn.invars) - len(sub.invars):]
-            for iv, ov in zip(sub.invars, outer):
-                alias[iv] = canon(ov)
-            _flatten(sub, key + ".", alias, scope, scopes)
+            inner = dict(zip(sub.invars, ins[len(ins) - len(sub.invars):]))
+            _flatten(sub, key + ".", inner, scope, scopes)
             for ov, iv in zip(eqn.outvars, sub.outvars):
-                alias[ov] = canon(iv)
+                env[ov] = iv if _is_lit(iv) else inner.setdefault(iv, _V(iv.aval))
             continue
         if name in ("scan", "while"):
             body = _Scope()
-            bj = eqn.params["jaxpr" if name == "scan" else "body_jaxpr"]
-            _flatten(bj, key + ".", alias, body, scopes)
-            body.outputs = {canon(v) for v in getattr(bj, "jaxpr", bj).outvars if not _is_lit(v)}
+            bj = getattr(eqn.params["jaxpr" if name == "scan" else "body_jaxpr"], "jaxpr", None) \
+                or eqn.params["jaxpr" if name == "scan" else "body_jaxpr"]
+            benv = {v: _V(v.aval) for v in bj.invars}
+            _flatten(bj, key + ".", benv, body, scopes)
+            body.outputs = {benv[v] for v in bj.outvars if not _is_lit(v) and v in benv}
             scopes.append(body)
-        scope.eqns.append(_Eq(key, eqn, [canon(v) for v in eqn.invars], list(eqn.outvars)))
+        outs = []
+        for v in eqn.outvars:
+            env[v] = _V(v.aval)
+            outs.append(env[v])
+        scope.eqns.append(_Eq(key, eqn, ins, outs))
 
 
 def _scopes(closed) -> list[_Scope]:
     top = _Scope()
     scopes = [top]
-    alias: dict = {}
-    _flatten(closed, "", alias, top, scopes)
     j = getattr(closed, "jaxpr", closed)
-    top.outputs = {alias.get(v, v) for v in j.outvars if not _is_lit(v)}
+    env = {v: _V(v.aval) for v in j.invars}
+    _flatten(closed, "", env, top, scopes)
+    top.outputs = {env[v] for v in j.outvars if not _is_lit(v) and v in env}
     return scopes
 
 
@@ -345,8 +363,8 @@ class _Interp:
         name, p = e.eqn.primitive.name, e.eqn.params
         ins = [self.side(v) for v in e.ins]
         forms = [f for f in ins if f is not None]
-        if len(e.outs) != 1:
-            self.fail(e, "an op with several results inside the softmax")
+        if len(e.outs) != 1 or not forms:
+            self.fail(e, "an op inside the softmax with several results or none of its values")
         if name in _PASS or name == "stop_gradient":
             return _copy(forms[0])
         if name == "transpose":
