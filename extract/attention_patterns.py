@@ -515,16 +515,18 @@ def _candidates(flow: _Flow):
             break
 
 
-def _escapes(flow: _Flow, region: list[int]) -> str | None:
+def _escapes(flow: _Flow, region: list[int]) -> tuple[_Eq, str] | None:
+    """(region eqn, why) if a value of the region other than its result is used outside it."""
     inside = set(region)
     for idx in region[:-1]:
-        for v in flow.scope.eqns[idx].outs:
+        e = flow.scope.eqns[idx]
+        for v in e.outs:
             if v in flow.scope.outputs:
-                return "a softmax value is a result of the program or loop body"
+                return e, "its value is a result of the program or loop body"
             bad = [c for c in flow.cons.get(v, []) if c not in inside]
             if bad:
-                e = flow.scope.eqns[bad[0]]
-                return f"a softmax value is also used by {e.eqn.primitive.name} {e.key}"
+                o = flow.scope.eqns[bad[0]]
+                return e, f"its value is also used by {o.eqn.primitive.name} {o.key}"
     return None
 
 
@@ -541,9 +543,9 @@ def _match(flow: _Flow, i: int, j: int, p_side: int, region: list[int]) -> Atten
     f = it.run() if len(region) > 2 else it.forms[qk.outs[0]]
     if f is None or f.kind != "P":
         raise _NoMatch(pv.key, "dot_general", "the second dot does not take softmax probabilities")
-    why = _escapes(flow, region)
-    if why:
-        raise _NoMatch(qk.key, "dot_general", why)
+    esc = _escapes(flow, region)
+    if esc:
+        raise _NoMatch(esc[0].key, esc[0].eqn.primitive.name, esc[1])
     (lc, rc), (lb, rb) = qk.eqn.params["dimension_numbers"]
     k_is_rhs = it.kdims == it.rfree
     qi, ki = (0, 1) if k_is_rhs else (1, 0)
