@@ -49,7 +49,8 @@ are q, k, v (and the mask, if any) as the region reads them, in their own dim or
 were guessed; an attention-like chain that is not recognised is one line in ``warnings``.
 
 A primitive the IR does not know becomes a node of kind ``unknown`` (replicated only); all of them
-are listed in ``ProgramIR.warnings`` and one ``warnings.warn``. Nothing is dropped.
+are listed in ``ProgramIR.warnings`` and one ``warnings.warn``; so is each direct ``pallas_call``
+(e.g. a splash kernel called by hand: one opaque node, replicated). Nothing is dropped.
 """
 
 from __future__ import annotations
@@ -583,6 +584,7 @@ class _Builder:
         self.needed = self.pat.needed
         self.captured: dict[tuple[str, int], str] = {}   # (eqn key, operand) -> tensor id
         self.notes: list[str] = []
+        self.kernels: list[str] = []    # direct pallas_call lines for ``warnings``
 
     def new(self, aval, kind, scope="", **kw) -> str:
         tid = f"t{self._n}"
@@ -754,6 +756,10 @@ class _Builder:
         if kind == "unknown" and not any(u.startswith(f"{key} ") for u in self.unknown):
             self.unknown.append(f"{key} {name}")
         node.name_stack, node.source = _source(eqn)
+        if name == "pallas_call":
+            self.kernels.append(f"{name} {node.params.get('name', '?')} at {key}"
+                                f"{' (' + node.source + ')' if node.source else ''}: a direct kernel "
+                                "call is kept as one replicated op, not planned as attention")
         self.nodes.append(node)
 
 
@@ -848,8 +854,8 @@ def build_ir(fn, *abstract_args) -> ProgramIR:
     ir_keys = [n.key for n in b.nodes]
     if walk_keys != ir_keys:
         raise IRError("internal: IR node keys differ from the shared walk's keys")
-    warns = list(patterns.warnings)
-    for w in patterns.warnings:
+    warns = list(patterns.warnings) + list(dict.fromkeys(b.kernels))
+    for w in warns:
         _warnings.warn(w, stacklevel=2)
     if b.unknown:
         warns.append(f"{len(b.unknown)} op(s) the IR does not understand are kept replicated-only: "

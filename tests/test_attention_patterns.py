@@ -191,3 +191,37 @@ def test_found_attention_compiles_to_the_splash_kernel_for_v5e_8(form):
     mesh = default_mesh("v5e-8", MESH)
     hlo = realize(fn, sds, _layout(AttentionLayout(batch=("x",), heads=("y",))), mesh).compile().as_text()
     assert "tpu_custom_call" in hlo, f"{form}: no splash kernel in the v5e-8 program"
+
+
+def test_attention_in_a_scanned_layer_is_one_node_and_realizes_equal():
+    def layers(ws, x, m):
+        def layer(h, w):
+            q, k, v = (jnp.einsum("bshd,de->bshe", h, w[i]) for i in range(3))
+            return h + _einsum(q, k, v, m), None
+        return jax.lax.scan(layer, x, ws)[0]
+    q, _, _, m = _args()
+    ws = jax.random.normal(jax.random.key(3), (2, 3, D, D)) / math.sqrt(D)
+    ir = build_ir(layers, ws, q, m)
+    (n,) = ir.by_kind("attention")
+    assert n.scope and n.repeat == 2 and len(ir.by_kind("dot")) == 3
+    mesh = default_mesh(jax.devices()[:8], MESH)
+    lay = Layout(mesh_axes=dict(MESH), in_specs=[None] * 3, out_specs=None, node_specs={},
+                 attention={n.key: AttentionLayout(batch=("x",), heads=("y",))})
+    got = realize(layers, (ws, q, m), lay, mesh).fn(ws, q, m)
+    assert float(jnp.max(jnp.abs(got - layers(ws, q, m)))) < 1e-5
+
+
+def test_a_direct_splash_kernel_call_is_named_in_one_warning_line():
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    def direct(q, k, v):
+        kernel = sa.make_splash_mha(sa.MultiHeadMask([sa.FullMask((128, 128))] * 4),
+                                    head_shards=1, q_seq_shards=1, interpret=True)
+        return jax.vmap(kernel)(q, k, v)
+    x = jax.ShapeDtypeStruct((2, 4, 128, 64), jnp.float32)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        ir = build_ir(direct, x, x, x)
+    lines = [str(w.message) for w in rec if "pallas_call" in str(w.message)]
+    assert len(lines) == 1 and "splash_mha_fwd" in lines[0] and "not planned as attention" in lines[0]
+    assert [n.kind for n in ir.nodes] == ["opaque"] and ir.warnings == lines
