@@ -225,3 +225,22 @@ def test_a_direct_splash_kernel_call_is_named_in_one_warning_line():
     lines = [str(w.message) for w in rec if "pallas_call" in str(w.message)]
     assert len(lines) == 1 and "splash_mha_fwd" in lines[0] and "not planned as attention" in lines[0]
     assert [n.kind for n in ir.nodes] == ["opaque"] and ir.warnings == lines
+
+
+def test_found_attention_gets_a_ring_variant_on_its_own_key_dims():
+    """q, k, v [B, S, N, D] and a key mask: the ring keeps k, v and the mask split on their key
+    dim (dim 1 of k / v, the last of the mask), wherever the program has it."""
+    from aoizora.extract.targets import get_target
+    from aoizora.formulation.collective_cost import default_axis_costs
+    from aoizora.formulation.strategies import Hardware, build_strategies
+
+    x = jax.ShapeDtypeStruct((1, 1024, 4, 64), jnp.bfloat16)
+    ir = build_ir(_dpa, x, x, x, jax.ShapeDtypeStruct((1, 1024), bool))
+    (n,) = ir.by_kind("attention")
+    tgt = get_target("v5e-4")
+    g = build_strategies(ir, default_axis_costs(tgt, {"x": 4}), Hardware.from_chip(tgt.chip))
+    ring = [s for s in g.groups[n.key].strategies if s.kv == "ring"]
+    assert len(ring) == 1 and ring[0].labels == {"s": ("x",)}
+    for k in (1, 2):
+        assert ring[0].req[(n.key, k)] == ((), ("x",), (), ())
+    assert ring[0].req[(n.key, 3)][n.operand_labels[3].index("t")] == ("x",)
