@@ -35,6 +35,7 @@ and the reference return different values there (the user's dense softmax averag
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -249,11 +250,10 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
             kv_mask = jnp.pad(kv_mask, ((0, 0), (0, skv_p - skv)))
     qspec, kvspec = _specs(layout)
     if layout.kv == "ring" and n_seq > 1:
-        body = functools.partial(_ring_body, impl=impl, scale=scale, skv=skv, n=n_seq,
-                                 axes=tuple(layout.seq), bq=bq, bkv=bkv, interpret=interpret)
+        body = functools.partial(_ring_body, kern=_Kern(impl, scale, bq, bkv, interpret), skv=skv,
+                                 n=n_seq, axes=tuple(layout.seq))
     else:
-        body = functools.partial(_gather_body, impl=impl, scale=scale, skv=skv, bq=bq, bkv=bkv,
-                                 interpret=interpret)
+        body = functools.partial(_gather_body, kern=_Kern(impl, scale, bq, bkv, interpret), skv=skv)
     specs, args = (qspec, kvspec, kvspec), (q, k, v)
     if kv_mask is not None:
         specs, args = specs + (P(kvspec[0], kvspec[2]),), args + (kv_mask.astype(bool),)
@@ -269,7 +269,18 @@ def splash_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
                              interpret=interpret, block=block)
 
 
-def _gather_body(q, k, v, mask=None, *, impl, scale, skv, bq, bkv, interpret):
+@dataclasses.dataclass(frozen=True)
+class _Kern:
+    """How each shard attends: impl "splash" | "reference", the scale, splash blocks."""
+    impl: str
+    scale: float
+    bq: int
+    bkv: int
+    interpret: bool
+
+
+def _gather_body(q, k, v, mask=None, *, kern: _Kern, skv):
+    impl, scale, bq, bkv, interpret = kern.impl, kern.scale, kern.bq, kern.bkv, kern.interpret
     lkv = k.shape[2]
     kv_valid = None if lkv == skv else jnp.arange(lkv) < skv
     if mask is not None:
@@ -282,9 +293,10 @@ def _gather_body(q, k, v, mask=None, *, impl, scale, skv, bq, bkv, interpret):
     return o.astype(q.dtype)
 
 
-def _ring_body(q, k, v, mask=None, *, impl, scale, skv, n, axes, bq, bkv, interpret):
+def _ring_body(q, k, v, mask=None, *, kern: _Kern, skv, n, axes):
     """Ring attention over the ``axes`` (size n): at step t this shard holds the kv chunk of shard
     (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all."""
+    impl, scale, bq, bkv, interpret = kern.impl, kern.scale, kern.bq, kern.bkv, kern.interpret
     lkv = k.shape[2]
     me = jax.lax.axis_index(axes)
     perm = [(i, (i + 1) % n) for i in range(n)]
