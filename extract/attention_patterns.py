@@ -31,8 +31,8 @@ first), e.g. the query group dim of grouped-query attention joins the query sequ
 independent rows). The canonical attention is q [B,H,S,D], k / v [B,H,T,D] -> [B,H,S,D];
 ``*_groups`` give, per operand, which of its dims make each canonical dim.
 
-A dot -> ... -> exp -> ... -> dot chain that fails a rule is "attention-like": one line in
-``Patterns.warnings`` names the op where it failed and why; its eqns stay ordinary ops.
+A dot -> ... -> exp, reduce_sum -> ... -> dot chain that fails a rule is "attention-like": one
+line in ``Patterns.warnings`` names the op where it failed and why; its eqns stay ordinary ops.
 """
 
 from __future__ import annotations
@@ -511,6 +511,9 @@ def _candidates(flow: _Flow):
             if len(reach) != 1:
                 continue
             region = _backward(flow, eqns[j].ins[reach[0]], within) | {i}
+            prims = {eqns[r].eqn.primitive.name for r in region}
+            if "reduce_sum" not in prims:     # exp without a normaliser: not a softmax
+                continue
             yield i, j, reach[0], sorted(region | {j})
             break
 

@@ -97,7 +97,8 @@ class Tensor:
     value: float | None = None     # literal scalars
     repeat: int = 1                # scan body inputs: times bound per call (as the body's nodes)
     trip: int = 1                  # scan body inputs: the scan's length (1 for while: unknown)
-    names: list[str | None] | None = None  # logical dim names from an ``aoizora_hint``, if any
+    names: list[str | None] | None = None  # logical dim names from an ``aoizora_hint``, else
+                                           # read from a found attention's roles (its q, k, v)
 
 
 @dataclasses.dataclass
@@ -764,6 +765,7 @@ class _Builder:
 
 
 _ROLE = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
+_NAME = {"b": "batch", "h": "heads", "s": "seq", "t": "seq", "d": "head_dim"}
 
 
 def _group_labels(groups: list[list[int]], letters: str, rank: int, k: int) -> tuple[list[str], dict]:
@@ -799,6 +801,10 @@ def _pattern_node(b: "_Builder", eqn, key: str, m: AttentionMatch, repeat: int, 
     node.result_labels = [labs]
     roles.update(r)
     node.roles = {lab: roles[lab] for lab in sorted(roles)}
+    for tid, labs in list(zip(ops, node.operand_labels))[:3]:   # names read, not hinted
+        t = b.tensors[tid]
+        if t.names is None and t.kind != "literal":
+            t.names = [_NAME.get(lab) for lab in labs]
     node.params = {"scale": m.scale, "pattern": "dot_general-softmax-dot_general",
                    "shape": list(m.shape), "mask": m.mask is not None, "region": list(m.keys)}
     return node

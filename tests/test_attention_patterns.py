@@ -89,6 +89,9 @@ def test_each_form_is_one_attention_node_with_its_scale_and_mask(form):
     assert {n.roles[lab] for lab in ("b", "h", "s", "t", "d")} == \
         {"batch", "heads", "q_seq", "kv_seq", "head_dim"}
     assert any("guessed" in note and n.key in note for note in ir.notes)
+    q_names = ir.tensors[n.operands[0]].names
+    assert [q_names[n.operand_labels[0].index(lab)] for lab in "bhsd"] == \
+        ["batch", "heads", "seq", "head_dim"]
     assert not ir.warnings
 
 
@@ -244,3 +247,13 @@ def test_found_attention_gets_a_ring_variant_on_its_own_key_dims():
     for k in (1, 2):
         assert ring[0].req[(n.key, k)] == ((), ("x",), (), ())
     assert ring[0].req[(n.key, 3)][n.operand_labels[3].index("t")] == ("x",)
+
+
+def test_an_exp_between_two_dots_without_a_softmax_is_not_attention_like():
+    def mlp(x, w1, w2):
+        return jnp.exp(x @ w1) @ w2
+    w = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        ir = build_ir(mlp, w, w, w)
+    assert not rec and not ir.warnings and len(ir.by_kind("dot")) == 2
