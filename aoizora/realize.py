@@ -267,7 +267,9 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
         name = eqn.primitive.name
         sub = _inline_sub(eqn) if name in INLINE_PRIMITIVES else None
         if key in pat.matches:
-            outs = [_pattern_attention(pat.matches[key], key, ctx)]
+            m = pat.matches[key]
+            outs = [_DEAD] * len(eqn.outvars)     # a kernel's other results are its scratch
+            outs[m.out_index] = _pattern_attention(m, key, ctx)
         elif sub is not None:
             outs = _eval(sub[0], sub[1], invals, key + ".", ctx)
         elif name == "scan":
@@ -298,7 +300,10 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
             outs = list(ans) if eqn.primitive.multiple_results else [ans]
         spec = ctx.layout.node_specs.get(key)
         if spec is not None:
-            if len(outs) == 1:
+            if key in pat.matches:
+                j = pat.matches[key].out_index
+                outs[j] = _constrain(outs[j], spec, ctx, f"node {key} ({name})")
+            elif len(outs) == 1:
                 outs = [_constrain(outs[0], spec, ctx, f"node {key} ({name})")]
             else:
                 outs = [_constrain(o, spec, ctx, f"node {key} ({name}) output {j}")

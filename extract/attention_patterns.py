@@ -5,7 +5,8 @@ so the IR can make each one attention node and the realizer can run it as one ke
 What is recognised (every form traces to the same region): ``jax.nn.dot_product_attention``
 (its XLA implementation), Flax's ``dot_product_attention`` and ``MultiHeadAttention`` (linen and
 NNX, which call one of the two), and hand-written ``einsum``/``@`` -> ``softmax`` -> ``einsum``,
-with any transposes around the two dots. Inside the region:
+with any transposes around the two dots; and a hand-called Pallas splash kernel with a full mask
+(``_splash_call``). Inside a region:
 
 - a scale: ``mul`` / ``div`` of the logits by a scalar known at trace time (a literal or a
   constant-folded scalar expression); ``scale`` is the product;
@@ -75,7 +76,9 @@ class AttentionMatch:
     out_shape: tuple[int, ...]
     out_dtype: str
     guesses: list[str]
-    source: str                       # "file:line (function)" of the q.k dot
+    source: str                       # "file:line (function)" of the q.k dot (or the kernel)
+    form: str = "softmax"             # "softmax": a dot-softmax-dot region; "splash": a kernel call
+    out_index: int = 0                # which result of the last eqn is the attention's
 
     @property
     def flops(self) -> float:
@@ -129,11 +132,12 @@ def _is_lit(v) -> bool:
 
 class _V:
     """One value of the inlined data flow: a var at one call site (a jaxpr traced once and called
-    twice has the same Var objects at both sites; each site gets its own _V)."""
-    __slots__ = ("aval",)
+    twice has the same Var objects at both sites; each site gets its own _V). ``value``: the
+    array of a constant of the closed program, else None."""
+    __slots__ = ("aval", "value")
 
-    def __init__(self, aval):
-        self.aval = aval
+    def __init__(self, aval, value=None):
+        self.aval, self.value = aval, value
 
 
 def _flatten(jaxpr, prefix: str, env: dict, scope: _Scope, scopes: list) -> None:
@@ -152,6 +156,10 @@ def _flatten(jaxpr, prefix: str, env: dict, scope: _Scope, scopes: list) -> None
         ins = [val(v) for v in eqn.invars]
         if name in INLINE_PRIMITIVES and sub is not None:
             inner = dict(zip(sub.invars, ins[len(ins) - len(sub.invars):]))
+            closed = next((eqn.params[n] for n in ("jaxpr", "call_jaxpr", "fun_jaxpr")
+                           if n in eqn.params), None)
+            for cv, c in zip(sub.constvars, getattr(closed, "consts", [])):
+                inner[cv] = _V(cv.aval, c)
             _flatten(sub, key + ".", inner, scope, scopes)
             for ov, iv in zip(eqn.outvars, sub.outvars):
                 env[ov] = iv if _is_lit(iv) else inner.setdefault(iv, _V(iv.aval))
@@ -176,6 +184,8 @@ def _scopes(closed) -> list[_Scope]:
     scopes = [top]
     j = getattr(closed, "jaxpr", closed)
     env = {v: _V(v.aval) for v in j.invars}
+    for cv, c in zip(j.constvars, getattr(closed, "consts", [])):
+        env[cv] = _V(cv.aval, c)
     _flatten(closed, "", env, top, scopes)
     top.outputs = {env[v] for v in j.outvars if not _is_lit(v) and v in env}
     return scopes
@@ -654,6 +664,34 @@ def _check_cover(pv: _Eq, groups: list[list[int]], shape: tuple[int, ...], what:
         groups[0].extend(left)   # unit dims: carried in the batch group (size 1)
 
 
+SPLASH_NAMES = ("splash_mha_fwd",)
+
+
+def _splash_call(flow: _Flow, e: _Eq) -> AttentionMatch | None:
+    """A hand-called splash kernel with a full mask (every block of its ``block_mask`` constant is
+    2, no partial blocks, no segment ids): operands (data_next, block_mask, q, k, v), q [B,H,S,D]
+    or [H,S,D] already scaled (the kernel takes no scale); its last result, shaped like q, is the
+    attention (the others are the kernel's scratch and must be unused)."""
+    name = str(e.eqn.params.get("name", ""))
+    if e.eqn.primitive.name != "pallas_call" or not name.startswith(SPLASH_NAMES) \
+            or len(e.ins) != 5 or any(flow.cons.get(o) or o in flow.scope.outputs for o in e.outs[:-1]):
+        return None
+    block_mask = e.ins[1].value if isinstance(e.ins[1], _V) else None
+    if block_mask is None or not np.all(np.asarray(block_mask) == 2):
+        return None
+    q, k, v = (_shape(x) for x in e.ins[2:])
+    if len(q) not in (3, 4) or k != v or q[:-2] != k[:-2] or q[-1] != k[-1] or _shape(e.outs[-1]) != q:
+        return None
+    groups = [[0], [1], [2], [3]] if len(q) == 4 else [[], [0], [1], [2]]
+    b = q[0] if len(q) == 4 else 1
+    return AttentionMatch(
+        key=e.key, keys=[e.key], q=(e.key, 2), k=(e.key, 3), v=(e.key, 4), mask=None,
+        mask_negated=False, q_groups=groups, k_groups=groups, v_groups=groups, out_groups=groups,
+        mask_groups=[], shape=(b, q[-3], q[-2], k[-2], q[-1]), scale=1.0, out_shape=q,
+        out_dtype=str(e.outs[-1].aval.dtype), guesses=[], source=source_of(e.eqn), form="splash",
+        out_index=len(e.outs) - 1)
+
+
 def find_attention(closed) -> Patterns:
     """Every attention region of the traced program `closed` (a ClosedJaxpr or Jaxpr)."""
     matches: dict[str, AttentionMatch] = {}
@@ -663,6 +701,10 @@ def find_attention(closed) -> Patterns:
     for scope in _scopes(closed):
         flow = _Flow(scope)
         taken: set[int] = set()
+        for e in scope.eqns:
+            m = _splash_call(flow, e)
+            if m is not None:
+                matches[m.key] = m
         for i, j, p_side, region in _candidates(flow):
             if taken & set(region):
                 continue

@@ -40,7 +40,7 @@ A ``while`` body is visited once with its repeat unchanged (the trip count is un
 time) and its condition is not walked, as in the shared walk.
 
 Attention however it is written (``jax.nn.dot_product_attention``, Flax, einsum -> softmax ->
-einsum; :mod:`aoizora.extract.attention_patterns`) is one node of kind ``attention`` keyed by the
+einsum, a hand-called splash kernel; :mod:`aoizora.extract.attention_patterns`) is one node of kind ``attention`` keyed by the
 region's last eqn (the p @ v ``dot_general``); the region's other eqns are not nodes. Its operands
 are q, k, v (and the mask, if any) as the region reads them, in their own dim order: the labels
 ``b``, ``h``, ``s``/``t``, ``d`` mark the dims with those roles (more dims of one role get ``s1``,
@@ -50,7 +50,7 @@ were guessed; an attention-like chain that is not recognised is one line in ``wa
 
 A primitive the IR does not know becomes a node of kind ``unknown`` (replicated only); all of them
 are listed in ``ProgramIR.warnings`` and one ``warnings.warn``; so is each direct ``pallas_call``
-(e.g. a splash kernel called by hand: one opaque node, replicated). Nothing is dropped.
+(a kernel that is not a full-mask splash call: one opaque node, replicated). Nothing is dropped.
 """
 
 from __future__ import annotations
@@ -692,8 +692,10 @@ class _Builder:
         """The attention node of a recognised region, at its last eqn (module docstring)."""
         m = self.pat.matches[key]
         node = _pattern_node(self, eqn, key, m, repeat, scope)
-        tid = self.new(eqn.outvars[0].aval, "node", scope, producer=key)
-        env[eqn.outvars[0]] = tid
+        for ov in eqn.outvars:       # a kernel's other results: its scratch, unused
+            env[ov] = None
+        tid = self.new(eqn.outvars[m.out_index].aval, "node", scope, producer=key)
+        env[eqn.outvars[m.out_index]] = tid
         node.results.append(tid)
         node.bytes = float(sum(self.tensors[t].bytes for t in node.operands + node.results))
         node.name_stack, node.source = _source(eqn)
@@ -701,7 +703,8 @@ class _Builder:
         self.notes.append(f"attention {key} ({m.source or node.source}): recognised, q "
                           f"{self.tensors[node.operands[0]].shape} read as batch {b_}, heads {h_}, "
                           f"sequence {s_} (keys {t_}), head dim {d_}, scale {m.scale:.4g}"
-                          f"{', key mask' if m.mask else ''}; guessed: {'; '.join(m.guesses)}")
+                          f"{', key mask' if m.mask else ''}"
+                          f"{'; guessed: ' + '; '.join(m.guesses) if m.guesses else ''}")
         self.nodes.append(node)
 
     def _hint(self, eqn, env, scope):
@@ -805,7 +808,8 @@ def _pattern_node(b: "_Builder", eqn, key: str, m: AttentionMatch, repeat: int, 
         t = b.tensors[tid]
         if t.names is None and t.kind != "literal":
             t.names = [_NAME.get(lab) for lab in labs]
-    node.params = {"scale": m.scale, "pattern": "dot_general-softmax-dot_general",
+    node.params = {"scale": m.scale, "pattern": "splash kernel" if m.form == "splash" else
+                   "dot_general-softmax-dot_general",
                    "shape": list(m.shape), "mask": m.mask is not None, "region": list(m.keys)}
     return node
 

@@ -214,20 +214,44 @@ def test_attention_in_a_scanned_layer_is_one_node_and_realizes_equal():
     assert float(jnp.max(jnp.abs(got - layers(ws, q, m)))) < 1e-5
 
 
-def test_a_direct_splash_kernel_call_is_named_in_one_warning_line():
+def _direct_splash(mask_cls):
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     def direct(q, k, v):
-        kernel = sa.make_splash_mha(sa.MultiHeadMask([sa.FullMask((128, 128))] * 4),
+        kernel = sa.make_splash_mha(sa.MultiHeadMask([mask_cls((128, 128))] * 4),
                                     head_shards=1, q_seq_shards=1, interpret=True)
-        return jax.vmap(kernel)(q, k, v)
+        return jax.vmap(kernel)(q * 0.125, k, v)
+    return direct
+
+
+def test_a_hand_called_full_mask_splash_kernel_is_an_attention_node_and_realizes_equal():
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    direct = _direct_splash(sa.FullMask)
+    x = jax.ShapeDtypeStruct((2, 4, 128, 64), jnp.float32)
+    ir = build_ir(direct, x, x, x)
+    (n,) = ir.by_kind("attention")
+    assert n.params["pattern"] == "splash kernel" and n.params["shape"] == [2, 4, 128, 128, 64]
+    assert not ir.warnings and not ir.by_kind("opaque")
+    q, k, v = (jax.random.normal(kk, (2, 4, 128, 64)) for kk in jax.random.split(jax.random.key(4), 3))
+    mesh = default_mesh(jax.devices()[:8], MESH)
+    lay = Layout(mesh_axes=dict(MESH), in_specs=[None] * 3, out_specs=None, node_specs={},
+                 attention={n.key: AttentionLayout(batch=("x",), seq=("y",))})
+    got = realize(direct, (q, k, v), lay, mesh).fn(q, k, v)
+    assert float(jnp.max(jnp.abs(got - reference_attention(q, k, v, scale=0.125)))) < 1e-5
+
+
+def test_a_hand_called_causal_splash_kernel_is_named_in_one_warning_line():
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
     x = jax.ShapeDtypeStruct((2, 4, 128, 64), jnp.float32)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        ir = build_ir(direct, x, x, x)
+        ir = build_ir(_direct_splash(sa.CausalMask), x, x, x)
     lines = [str(w.message) for w in rec if "pallas_call" in str(w.message)]
     assert len(lines) == 1 and "splash_mha_fwd" in lines[0] and "not planned as attention" in lines[0]
-    assert [n.kind for n in ir.nodes] == ["opaque"] and ir.warnings == lines
+    assert [n.kind for n in ir.nodes if n.kind in ("opaque", "attention")] == ["opaque"]
+    assert ir.warnings == lines
 
 
 def test_found_attention_gets_a_ring_variant_on_its_own_key_dims():
