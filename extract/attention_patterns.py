@@ -26,8 +26,8 @@ otherwise it is not matched.
 
 Roles. Logits dims are the dot's batch dims (batch and heads), the query-side free dims (query
 sequence) and the key-side free dims (key sequence, the ones the softmax reduces). Among several
-batch dims the heads dim is the one with the largest position in q, the rest batch: a guess,
-written in ``AttentionMatch.guesses``. Several dims with one role are flattened in order (role dim
+batch dims the heads dim is the one an ``aoizora_hint`` on q names "heads", else the one with the
+largest position in q, the rest batch: a guess, written in ``AttentionMatch.guesses``. Several dims with one role are flattened in order (role dim
 first), e.g. the query group dim of grouped-query attention joins the query sequence (queries are
 independent rows). The canonical attention is q [B,H,S,D], k / v [B,H,T,D] -> [B,H,S,D];
 ``*_groups`` give, per operand, which of its dims make each canonical dim.
@@ -44,7 +44,8 @@ import math
 
 import numpy as np
 
-from aoizora.extract.inlined_flow import Eq, Flow, Value, is_literal, scopes, shape_of, source_of
+from aoizora.extract.inlined_flow import (PASS_PRIMS, Eq, Flow, Value, is_literal, scopes, shape_of,
+                                          source_of, unit_map)
 from aoizora.extract.softmax_chain import NoMatch, SoftmaxChain
 
 
@@ -176,6 +177,50 @@ def _order(dims: list[int], shape: tuple[int, ...]) -> list[int]:
     return ([first] + [d for d in dims if d != first]) if first is not None else []
 
 
+def _hint_names(flow: Flow, v, depth: int = 0) -> list | None:
+    """The ``aoizora_hint`` names of v's dims, through transposes, converts and reshapes that only
+    add or drop unit dims (None: no hint on the way)."""
+    idx = flow.prod.get(v) if not is_literal(v) else None
+    if idx is None or depth > 8:
+        return None
+    e = flow.scope.eqns[idx]
+    name = e.eqn.primitive.name
+    if name == "aoizora_hint":
+        return list(e.eqn.params["names"])
+    inner = _hint_names(flow, e.ins[0], depth + 1) if e.ins and name in PASS_PRIMS | {
+        "transpose", "reshape"} else None
+    if inner is None:
+        return None
+    if name == "transpose":
+        return [inner[p] for p in e.eqn.params["permutation"]]
+    if name == "reshape":
+        m = unit_map(shape_of(e.ins[0]), shape_of(e.outs[0]))
+        if m is None:
+            return None
+        out = [None] * len(shape_of(e.outs[0]))
+        for i, j in m.items():
+            if j is not None:
+                out[j] = inner[i]
+        return out
+    return inner
+
+
+def _heads(flow: Flow, q, batch: list[int], lshape, q_of: dict) -> tuple[int | None, list[str]]:
+    """(the logits dim that is heads or None, guesses): by q's hint names if it has them, else the
+    non-unit batch dim with the largest position in q (a guess)."""
+    nb = [d for d in batch if lshape[d] != 1]
+    names = _hint_names(flow, q)
+    if names is not None:
+        named = [d for d in nb if names[q_of[d]] == "heads"]
+        if len(named) == 1:
+            return named[0], []
+    if len(nb) < 2:
+        return None, ["one batch dim in the q.k dot: read as batch, heads = 1"]
+    heads = max(nb, key=lambda d: q_of[d])
+    return heads, [f"heads = q dim {q_of[heads]} ({lshape[heads]}), batch = q dim(s) "
+                   f"{[q_of[d] for d in batch if d != heads]} (by position)"]
+
+
 def _match(flow: Flow, i: int, j: int, p_side: int, region: list[int]) -> AttentionMatch:
     eqns = flow.scope.eqns
     qk, pv = eqns[i], eqns[j]
@@ -198,15 +243,7 @@ def _match(flow: Flow, i: int, j: int, p_side: int, region: list[int]) -> Attent
     # logits dim -> q / k dim
     q_of = {it.batch[n]: qb[n] for n in range(len(qb))} | dict(zip(qfree_l, qfree))
     k_of = {it.batch[n]: kb[n] for n in range(len(kb))} | dict(zip(it.kdims, kfree))
-    # batch vs heads among the logits batch dims: heads = the largest q position (a guess)
-    guesses = []
-    nb = [d for d in it.batch if it.lshape[d] != 1]
-    heads = max(nb, key=lambda d: q_of[d]) if len(nb) >= 2 else None
-    if heads is not None:
-        guesses.append(f"heads = q dim {q_of[heads]} ({it.lshape[heads]}), batch = q dim(s) "
-                       f"{[q_of[d] for d in it.batch if d != heads]} (by position)")
-    else:
-        guesses.append("one batch dim in the q.k dot: read as batch, heads = 1")
+    heads, guesses = _heads(flow, qk.ins[qi], it.batch, it.lshape, q_of)
     gb = _order([d for d in it.batch if d != heads], it.lshape)
     gh = [heads] if heads is not None else []
     gs = _order(list(qfree_l), it.lshape)

@@ -281,3 +281,18 @@ def test_an_exp_between_two_dots_without_a_softmax_is_not_attention_like():
         warnings.simplefilter("always")
         ir = build_ir(mlp, w, w, w)
     assert not rec and not ir.warnings and len(ir.by_kind("dot")) == 2
+
+
+def test_a_hint_on_q_decides_heads_without_a_guess():
+    """q [H, B, S, D] (heads first): by position heads would be B; the hint says otherwise."""
+    from aoizora.models.primitives import hint
+
+    def hinted(q, k, v, m):
+        q, k, v = (hint(a.transpose(2, 0, 1, 3), "heads", "batch", "seq", "head_dim") for a in (q, k, v))
+        s = jnp.einsum("hbqd,hbkd->hbqk", q, k)
+        return jnp.einsum("hbqk,hbkd->hbqd", jax.nn.softmax(s), v)
+    ir = build_ir(hinted, *_args())
+    (n,) = ir.by_kind("attention")
+    assert n.params["shape"] == [B, N, S, S, D]
+    assert n.operand_labels[0] == ["h", "b", "s", "d"]
+    assert "guessed" not in next(note for note in ir.notes if n.key in note)
