@@ -22,11 +22,13 @@ chose on the IR names the same op here:
   :func:`aoizora.models.attention_kernels.sharded_attention` (splash on TPU meshes, the reference
   on CPU meshes, both inside the same ``shard_map``);
 - an attention written without the marker (``jax.nn.dot_product_attention``, Flax, einsum ->
-  softmax -> einsum; :mod:`aoizora.extract.attention_patterns`) runs the same way at its region's
-  last eqn: q, k, v (and a key mask) as the region read them are transposed and reshaped to
-  [B, H, S, D] by the match's dim groups, attended with the region's scale, and the result put back
-  in the last eqn's dim order and dtype; the region's other eqns are not bound (their values are
-  used only inside the region; a call around some of them passes them along unread).
+  softmax -> einsum, a full-mask splash kernel called by hand;
+  :mod:`aoizora.extract.attention_patterns`) runs the same way at its region's last eqn: q, k, v
+  (and a key mask) as the region read them are transposed and reshaped to [B, H, S, D] by the
+  match's dim groups, attended with the region's scale, and the result put back in the last eqn's
+  dim order and dtype; the region's other eqns are not bound (their values are used only inside
+  the region; a call around some of them passes them along unread; a kernel's scratch results
+  are never read).
 
 Keys the layout names that this program does not have (or attention layouts on a node that is
 not an attention) raise :class:`RealizeError`: a layout made for another program is refused.
@@ -52,11 +54,10 @@ import math
 from typing import Any, Callable, Sequence
 
 import jax
-from jax.extend.core import DropVar, Literal, jaxpr_as_fun
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
-
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import DropVar, Literal, jaxpr_as_fun
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from aoizora.extract.attention_patterns import AttentionMatch, Patterns, find_attention
 from aoizora.extract.evidence import attention_scope
