@@ -45,7 +45,8 @@ region's last eqn (the p @ v ``dot_general``); the region's other eqns are not n
 are q, k, v (and the mask, if any) as the region reads them, in their own dim order: the labels
 ``b``, ``h``, ``s``/``t``, ``d`` mark the dims with those roles (more dims of one role get ``s1``,
 ``s2``..., role ``fused``, not split); ``params`` has ``scale``, ``pattern`` and the canonical
-``shape`` [B, H, S, T, D]. ``ProgramIR.notes`` says, per such node, how its dims were read and which
+``shape`` [B, H, S, T, D] (and ``guesses``: the roles read by position, which the plan's words
+repeat). ``ProgramIR.notes`` says, per such node, how its dims were read and which
 were guessed; an attention-like chain that is not recognised is one line in ``warnings``.
 
 A primitive the IR does not know becomes a node of kind ``unknown`` (replicated only); all of them
@@ -810,7 +811,8 @@ def _pattern_node(b: "_Builder", eqn, key: str, m: AttentionMatch, repeat: int, 
             t.names = [_NAME.get(lab) for lab in labs]
     node.params = {"scale": m.scale, "pattern": "splash kernel" if m.form == "splash" else
                    "dot_general-softmax-dot_general",
-                   "shape": list(m.shape), "mask": m.mask is not None, "region": list(m.keys)}
+                   "shape": list(m.shape), "mask": m.mask is not None, "region": list(m.keys),
+                   "guesses": list(m.guesses)}
     return node
 
 

@@ -42,6 +42,8 @@ def test_plain_jax_dit_example(form):
     assert r["error"] < 1e-4, f"sharded vs unsharded: relative error {r['error']:.2e}"
     plan = r["plan"]
     assert len(plan.layout.attention) == 2 and _split(plan.layout.attention), plan.layout.attention
+    words = [w for w in plan.layout_in_words if w.startswith("attention")]
+    assert len(words) == 2 and all("dims guessed: heads = q dim 2" in w for w in words), words
     cfg = ex.SIZES["tiny"]
     dit = ex.make_dit(cfg, form)
     args = (ex.init_params(jax.random.key(0), cfg), *ex.inputs(cfg))
