@@ -12,8 +12,9 @@ with any transposes around the two dots; and a hand-called Pallas splash kernel 
   constant-folded scalar expression); ``scale`` is the product;
 - a mask: ``select_n(pred, fill, logits)`` (``jnp.where(mask, logits, fill)``) with ``fill`` at most
   ``MASK_FILL_MAX`` (so a masked key gets no weight) and ``pred`` varying only along batch and key
-  dims (a key-padding mask; the splash kernel takes it as segment ids). A mask that varies along
-  heads or queries (causal, per-head) is not expressible: the region is left as ordinary ops;
+  dims (a key-padding mask; the splash kernel takes it as segment ids; the broadcasts that bring
+  it to the logits' shape join the region, ``_mask``). A mask that varies along heads or queries
+  (causal, per-head) is not expressible: the region is left as ordinary ops;
 - the softmax over the key dims: ``reduce_max`` (optional, with ``max(., -inf)`` and
   ``stop_gradient``) and ``sub``, ``exp``, ``reduce_sum``, ``div`` (or ``mul`` by the reciprocal);
   adding a scalar constant to the logits (softmax is shift invariant); ``convert_element_type``,
@@ -295,28 +296,105 @@ def _match(flow: Flow, i: int, j: int, p_side: int, region: list[int]) -> Attent
     _check_cover(pv, v_groups, vshape, "v")
     _check_cover(pv, out_groups, shape_of(pv.outs[0]), "the result")
     sizes = [math.prod(it.lshape[d] for d in g) for g in (gb, gh, gs, gt)] + [dq]
-    mask, mask_neg, mask_groups = None, False, []
+    mask, mask_neg, mask_groups, chain = None, False, [], []
     if it.mask is not None:
-        me, mop, mask_neg, mperm = it.mask
-        pred = me.ins[mop]
-        vary = {mperm[d] for d in flow.varies(pred) if d < len(mperm)}
-        if None in vary or not vary <= set(it.batch) | set(it.kdims) or (vary & {heads}):
-            bad = sorted(x for x in vary if x is not None and (x in gs or x == heads))
-            raise NoMatch(me.key, "select_n", f"a mask that varies along the "
-                           f"{'query' if any(x in gs for x in bad) else 'head'} dims (splash takes "
-                           "key-padding masks only)")
-        mof = {d: n for n, d in enumerate(mperm) if d is not None}
-        mb = [mof[d] for d in gb if d in mof]
-        mt = [mof[d] for d in gt if d in mof]
-        mask_groups = [mb, mt, [d for d in range(len(mperm)) if d not in mb and d not in mt]]
-        mask = (me.key, mop)
+        mask, mask_neg, mask_groups, chain = _mask(flow, it, (gb, gs, gt), heads, set(region))
+    inside = set(region) | set(chain)
+    for r in region:          # constants only the region reads (a mask's fill broadcast, a scale)
+        for x in eqns[r].ins:
+            if not is_literal(x) and flow.prod.get(x) not in inside and flow.static(x) is not None:
+                inside |= _static_producers(flow, x, inside)
+    keys = [eqns[r].key for r in sorted(inside - {j})] + [pv.key]
     return AttentionMatch(
-        key=pv.key, keys=[eqns[r].key for r in region], q=(qk.key, qi), k=(qk.key, ki),
+        key=pv.key, keys=keys, q=(qk.key, qi), k=(qk.key, ki),
         v=(pv.key, 1 - p_side), mask=mask, mask_negated=mask_neg, q_groups=q_groups,
         k_groups=k_groups, v_groups=v_groups, out_groups=out_groups, mask_groups=mask_groups,
         shape=tuple(int(x) for x in sizes), scale=float(it.scale),
         out_shape=shape_of(pv.outs[0]), out_dtype=str(pv.outs[0].aval.dtype), guesses=guesses,
         source=source_of(qk.eqn))
+
+
+def _mask(flow: Flow, it: SoftmaxChain, groups, heads, region: set[int]):
+    """(where the region reads the mask, negated, mask groups, chain eqn indices) of a key mask.
+
+    The mask must not vary along heads or queries (``Flow.varies``). Its source is found by
+    following the predicate back through broadcasts, transposes, unit reshapes, converts, ``not``
+    (flipping ``negated``) and ``and`` with an all-true constant whose results feed only that chain (and the region): those
+    eqns join the region (their logits-sized values are never built, and the IR does not count
+    them), and the mask is read where the chain reads its source, e.g. the [B, T] array passed."""
+    gb, gs, gt = groups
+    me, mop, negated, mperm = it.mask
+    pred = me.ins[mop]
+    vary = {mperm[d] for d in flow.varies(pred) if d < len(mperm)}
+    if None in vary or not vary <= set(it.batch) | set(it.kdims) or (vary & {heads}):
+        bad = sorted(x for x in vary if x is not None and (x in gs or x == heads))
+        raise NoMatch(me.key, "select_n", f"a mask that varies along the "
+                      f"{'query' if any(x in gs for x in bad) else 'head'} dims (splash takes "
+                      "key-padding masks only)")
+    reader, op, dmap, chain = me, mop, list(range(len(mperm))), set()
+    while True:
+        step = _mask_step(flow, reader.ins[op], dmap, region | chain)
+        if step is None:
+            break
+        idx, op, dmap, extra = step
+        reader = flow.scope.eqns[idx]
+        chain |= {idx} | extra
+        negated ^= reader.eqn.primitive.name == "not"
+    lg = [mperm[d] if d is not None else None for d in dmap]      # source dim -> logits dim
+    mb = [i for d in gb for i, x in enumerate(lg) if x == d]
+    mt = [i for d in gt for i, x in enumerate(lg) if x == d]
+    rest = [i for i in range(len(lg)) if i not in mb and i not in mt]
+    return (reader.key, op), negated, [mb, mt, rest], sorted(chain)
+
+
+def _mask_step(flow: Flow, v, dmap: list, inside: set[int]):
+    """One step back from mask value v (dims -> pred dims ``dmap``): (its producer's index, the
+    operand to follow, that operand's dmap, static eqns to drop with it) or None to stop."""
+    idx = flow.prod.get(v) if not is_literal(v) else None
+    if idx is None or v in flow.scope.outputs or any(c not in inside for c in flow.cons.get(v, [])):
+        return None
+    e = flow.scope.eqns[idx]
+    name, p = e.eqn.primitive.name, e.eqn.params
+    vs = shape_of(v)
+    if name == "and" and len(e.ins) == 2:
+        const = [k for k in (0, 1) if flow.static(e.ins[k]) == 1.0]
+        if not const:
+            return None
+        op = 1 - const[0]
+        xs = shape_of(e.ins[op])
+        if len(xs) != len(vs):
+            return None
+        nm = [dmap[i] if xs[i] == vs[i] else None for i in range(len(xs))]
+        return idx, op, nm, _static_producers(flow, e.ins[const[0]], inside | {idx})
+    if not e.ins or is_literal(e.ins[0]):
+        return None
+    xs = shape_of(e.ins[0])
+    if name == "broadcast_in_dim":
+        bd = p["broadcast_dimensions"]
+        return idx, 0, [dmap[bd[i]] if xs[i] == vs[bd[i]] else None for i in range(len(xs))], set()
+    if name == "transpose":
+        return idx, 0, [dmap[list(p["permutation"]).index(i)] for i in range(len(xs))], set()
+    if name in ("reshape", "squeeze", "expand_dims"):
+        m = unit_map(xs, vs)
+        return None if m is None else (idx, 0, [dmap[m[i]] if m[i] is not None else None
+                                                for i in range(len(xs))], set())
+    if name in PASS_PRIMS or (name == "not" and e.ins[0].aval.dtype == bool):
+        return idx, 0, list(dmap), set()
+    return None
+
+
+def _static_producers(flow: Flow, v, inside: set[int]) -> set[int]:
+    """The eqns computing constant v (feeding only ``inside``), to drop with the mask chain."""
+    out: set[int] = set()
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        idx = flow.prod.get(x) if not is_literal(x) else None
+        if idx is None or idx in out or any(c not in inside | out for c in flow.cons.get(x, [])):
+            continue
+        out.add(idx)
+        todo.extend(flow.scope.eqns[idx].ins)
+    return out
 
 
 def _check_cover(pv: Eq, groups: list[list[int]], shape: tuple[int, ...], what: str) -> None:
@@ -370,7 +448,7 @@ def find_attention(closed) -> Patterns:
             if m is not None:
                 matches[m.key] = m
         for i, j, p_side, region in _candidates(flow):
-            if taken & set(region):
+            if taken & {scope.eqns[r].key for r in region}:
                 continue
             try:
                 m = _match(flow, i, j, p_side, region)
@@ -385,7 +463,7 @@ def find_attention(closed) -> Patterns:
                     seen_warn.add(sig)
                     warns.append(line)
                 continue
-            taken |= set(region)
+            taken |= set(m.keys)
             matches[m.key] = m
             skip |= set(m.keys[:-1])
     return Patterns(matches, frozenset(skip), warns)

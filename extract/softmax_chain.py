@@ -169,7 +169,7 @@ class SoftmaxChain:
         if fill is None or fill > MASK_FILL_MAX:
             self.fail(e, f"select_n of the logits with a fill that is not a large negative constant ({fill})")
         pred = e.ins[0]
-        if shape_of(pred) != tuple(len(f.perm) * [0]) and len(shape_of(pred)) != len(f.perm):
+        if len(shape_of(pred)) != len(f.perm):
             self.fail(e, "a mask that is not the logits' shape")
         self.mask = (e, 0, which == 2, list(f.perm))   # fill at case 1: pred True = masked
         return _copy(f)

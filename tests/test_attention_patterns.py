@@ -86,6 +86,9 @@ def test_each_form_is_one_attention_node_with_its_scale_and_mask(form):
     want_scale = {"matmul_bhsd": 0.5, "flax_linen": 1.0}.get(form, 1 / math.sqrt(D))
     assert abs(n.params["scale"] - want_scale) < 1e-6
     assert n.params["mask"] == masked and len(n.operands) == 3 + masked
+    if masked:   # read where the program has it: the [B, S] input, not its broadcast to the logits
+        assert ir.tensors[n.operands[3]].kind == "input" and ir.tensors[n.operands[3]].shape == [B, S]
+    assert all(math.prod(ir.tensors[r].shape) < B * N * S * S for nd in ir.nodes for r in nd.results)
     assert {n.roles[lab] for lab in ("b", "h", "s", "t", "d")} == \
         {"batch", "heads", "q_seq", "kv_seq", "head_dim"}
     assert any("guessed" in note and n.key in note for note in ir.notes)
