@@ -179,8 +179,6 @@ def _scaled(q, scale):
 
 def _splash_partial(qs, k, v, kv_valid, bq, bkv, interpret):
     """Splash on already scaled queries ``qs`` (a ring scales them once, outside its loop)."""
-    from jax.experimental.pallas.ops.tpu import splash_attention as sa
-
     b, h, lq, _ = qs.shape
     lkv = k.shape[2]
     kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True)
@@ -204,8 +202,6 @@ def _splash_segments(kernel, qs, k, v, kv_valid):
 
 
 def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret):
-    from jax.experimental.pallas.ops.tpu import splash_attention as sa
-
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
     kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False)
