@@ -26,6 +26,14 @@ chose on the IR names the same op here:
   the backward runs in ``layout.attention_for(key)`` as the VJP of that same sharded attention:
   splash's own backward kernels (dq, dk/dv) inside the ``shard_map`` on TPU meshes, the
   reference's VJP on CPU meshes; the VJP recomputes the forward for its residuals.
+- an attention written without the marker (``jax.nn.dot_product_attention``, Flax, einsum ->
+  softmax -> einsum, a full-mask splash kernel called by hand;
+  :mod:`aoizora.extract.attention_patterns`) runs the same way at its region's last eqn: q, k, v
+  (and a key mask) as the region read them are transposed and reshaped to [B, H, S, D] by the
+  match's dim groups, attended with the region's scale, and the result put back in the last eqn's
+  dim order and dtype; the region's other eqns are not bound (their values are used only inside
+  the region; a call around some of them passes them along unread; a kernel's scratch results
+  are never read).
 
 Keys the layout names that this program does not have (or attention layouts on a node that is
 not an attention) raise :class:`RealizeError`: a layout made for another program is refused.
@@ -51,9 +59,12 @@ import math
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax.extend.core import DropVar, Literal, jaxpr_as_fun
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from aoizora.extract.attention_patterns import AttentionMatch, Patterns, find_attention
 from aoizora.extract.evidence import attention_scope
 from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, axes_of
@@ -154,6 +165,45 @@ class _Ctx:
     mesh: Mesh
     attention_impl: str
     interpret: bool
+    patterns: Patterns = dataclasses.field(default_factory=lambda: Patterns({}, frozenset(), []))
+    captured: dict = dataclasses.field(default_factory=dict)   # (eqn key, operand) -> value
+
+
+class _Dead:
+    """The value of an eqn inside a recognised attention region (never computed)."""
+
+
+_DEAD = _Dead()
+
+
+def _canon(x, groups: list[list[int]]):
+    """x with its dims regrouped: transpose to the groups' order, reshape to one dim per group."""
+    perm = [d for g in groups for d in g]
+    x = jnp.transpose(x, perm)
+    return x.reshape(tuple(int(np.prod([x.shape[perm.index(d)] for d in g])) for g in groups))
+
+
+def _uncanon(o, groups: list[list[int]], shape: tuple[int, ...]):
+    perm = [d for g in groups for d in g]
+    o = o.reshape(tuple(shape[d] for d in perm))
+    return jnp.transpose(o, list(np.argsort(perm)))
+
+
+def _pattern_attention(m: AttentionMatch, key: str, ctx: _Ctx):
+    """The region's attention from its captured operands (module docstring)."""
+    q, k, v = (_canon(ctx.captured[r], g) for r, g in ((m.q, m.q_groups), (m.k, m.k_groups),
+                                                        (m.v, m.v_groups)))
+    dt = jnp.result_type(q.dtype, k.dtype, v.dtype)
+    kv_mask = None
+    if m.mask is not None:
+        mk = _canon(ctx.captured[m.mask], m.mask_groups)[:, :, 0]
+        kv_mask = ~mk if m.mask_negated else mk
+        kv_mask = jnp.broadcast_to(kv_mask, (q.shape[0], k.shape[2]))
+    with jax.named_scope(attention_scope(key)):
+        o = sharded_attention(q.astype(dt), k.astype(dt), v.astype(dt),
+                              layout=ctx.layout.attention_for(key), mesh=ctx.mesh, scale=m.scale,
+                              impl=ctx.attention_impl, interpret=ctx.interpret, kv_mask=kv_mask)
+    return _uncanon(o, m.out_groups, m.out_shape).astype(m.out_dtype)
 
 
 def _closed(j) -> tuple[Any, list]:
@@ -208,12 +258,25 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
     for v, x in zip(jaxpr.invars, args):
         write(v, x)
 
+    pat = ctx.patterns
     for i, eqn in enumerate(jaxpr.eqns):
         key = f"{prefix}{i}"
+        if key in pat.skip or key in pat.matches:
+            for j, v in enumerate(eqn.invars):
+                if (key, j) in pat.needed:
+                    ctx.captured[(key, j)] = read(v)
+            if key in pat.skip:
+                for v in eqn.outvars:
+                    write(v, _DEAD)
+                continue
         invals = [read(v) for v in eqn.invars]
         name = eqn.primitive.name
         sub = _inline_sub(eqn) if name in INLINE_PRIMITIVES else None
-        if sub is not None:
+        if key in pat.matches:
+            m = pat.matches[key]
+            outs = [_DEAD] * len(eqn.outvars)     # a kernel's other results are its scratch
+            outs[m.out_index] = _pattern_attention(m, key, ctx)
+        elif sub is not None:
             outs = _eval(sub[0], sub[1], invals, key + ".", ctx)
         elif name == "scan":
             outs = _scan(eqn, invals, key, ctx)
@@ -238,13 +301,19 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
                 x = _constrain(x, spec, ctx, f"hint {key} {eqn.params['names']}")
             outs = [x]
         else:
+            if any(x is _DEAD for x in invals):
+                raise RealizeError(f"internal: eqn {key} ({name}) reads a value inside a recognised "
+                                   "attention")
             params = eqn.primitive.get_bind_params(eqn.params)
             with _source_context(eqn):
                 ans = eqn.primitive.bind(*invals, **params)
             outs = list(ans) if eqn.primitive.multiple_results else [ans]
         spec = ctx.layout.node_specs.get(key)
         if spec is not None:
-            if len(outs) == 1:
+            if key in pat.matches:
+                j = pat.matches[key].out_index
+                outs[j] = _constrain(outs[j], spec, ctx, f"node {key} ({name})")
+            elif len(outs) == 1:
                 outs = [_constrain(outs[0], spec, ctx, f"node {key} ({name})")]
             else:
                 outs = [_constrain(o, spec, ctx, f"node {key} ({name}) output {j}")
@@ -311,11 +380,18 @@ def _check_mesh(layout: Layout, mesh: Mesh) -> None:
                                f" * ndim (aoizora.models.experts.default_mesh does)")
 
 
-def _check_keys(closed, layout: Layout, mesh: Mesh) -> None:
+def _check_keys(closed, layout: Layout, mesh: Mesh, patterns: Patterns) -> None:
     """Every key the layout names must be a node of this program (attention keys: an attention),
     and every attention's layout must fit its shapes and the mesh."""
-    walked = list(walk(closed.jaxpr))
-    prims = {w.key: w.eqn.primitive.name for w in walked}
+    walked = [w for w in walk(closed.jaxpr) if w.key not in patterns.skip]
+    prims = {w.key: ATTENTION if w.key in patterns.matches else w.eqn.primitive.name
+             for w in walked}
+    for key, m in patterns.matches.items():
+        b, h, s, t, d = m.shape
+        try:
+            check_layout((b, h, s, d), (b, h, t, d), layout.attention_for(key), mesh)
+        except AttentionLayoutError as e:
+            raise RealizeError(f"attention node {key}: {e}") from None
     for w in walked:
         if w.eqn.primitive.name in (ATTENTION, ATTENTION_BWD):
             q, k = (v.aval.shape for v in w.eqn.invars[:2])
@@ -353,7 +429,8 @@ def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *
     in_leaves, in_tree = jax.tree_util.tree_flatten_with_path(plain)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)
 
-    _check_keys(closed, layout, mesh)
+    patterns = find_attention(closed)
+    _check_keys(closed, layout, mesh, patterns)
     if len(layout.in_specs) != len(in_leaves):
         raise RealizeError(f"layout has {len(layout.in_specs)} input specs, the program has "
                            f"{len(in_leaves)} input leaves")
@@ -376,13 +453,14 @@ def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *
             out_shardings = jax.tree_util.tree_unflatten(
                 out_tree, [_sharding(mesh, tuple(s)) for s in out_specs])
 
-    ctx = _Ctx(layout, mesh, attention_impl, interpret)
+    ctx = _Ctx(layout, mesh, attention_impl, interpret, patterns)
     n_in = len(in_leaves)
 
     def run(*args):
         flat = jax.tree_util.tree_leaves(args)
         if len(flat) != n_in:
             raise RealizeError(f"realized program takes {n_in} input leaves, got {len(flat)}")
+        ctx.captured.clear()
         outs = _eval(closed.jaxpr, closed.consts, flat, "", ctx)
         if out_specs is not None and out_shardings is None:
             outs = [o if s is None else jax.lax.with_sharding_constraint(o, _sharding(mesh, tuple(s)))

@@ -47,8 +47,19 @@ that argument's next value: ``ProgramIR.state_aliases`` lists ``[output leaf, in
 so the planner can keep them in one layout (the next step's input is this step's output, and
 the buffers can be donated).
 
+Attention however it is written (``jax.nn.dot_product_attention``, Flax, einsum -> softmax ->
+einsum, a hand-called splash kernel; :mod:`aoizora.extract.attention_patterns`) is one node of kind ``attention`` keyed by the
+region's last eqn (the p @ v ``dot_general``); the region's other eqns are not nodes. Its operands
+are q, k, v (and the mask, if any) as the region reads them, in their own dim order: the labels
+``b``, ``h``, ``s``/``t``, ``d`` mark the dims with those roles (more dims of one role get ``s1``,
+``s2``..., role ``fused``, not split); ``params`` has ``scale``, ``pattern`` and the canonical
+``shape`` [B, H, S, T, D] (and ``guesses``: the roles read by position, which the plan's words
+repeat). ``ProgramIR.notes`` says, per such node, how its dims were read and which
+were guessed; an attention-like chain that is not recognised is one line in ``warnings``.
+
 A primitive the IR does not know becomes a node of kind ``unknown`` (replicated only); all of them
-are listed in ``ProgramIR.warnings`` and one ``warnings.warn``. Nothing is dropped.
+are listed in ``ProgramIR.warnings`` and one ``warnings.warn``; so is each direct ``pallas_call``
+(a kernel that is not a full-mask splash call: one opaque node, replicated). Nothing is dropped.
 """
 
 from __future__ import annotations
@@ -62,7 +73,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend.core import Literal
 
+from aoizora.extract.attention_patterns import AttentionMatch, Patterns, find_attention
 from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, sub_jaxpr, walk
 
 IR_VERSION = 2   # 2: hints are names on tensors, not nodes
@@ -93,7 +106,8 @@ class Tensor:
     value: float | None = None     # literal scalars
     repeat: int = 1                # scan body inputs: times bound per call (as the body's nodes)
     trip: int = 1                  # scan body inputs: the scan's length (1 for while: unknown)
-    names: list[str | None] | None = None  # logical dim names from an ``aoizora_hint``, if any
+    names: list[str | None] | None = None  # logical dim names from an ``aoizora_hint``, else
+                                           # read from a found attention's roles (its q, k, v)
 
 
 @dataclasses.dataclass
@@ -126,6 +140,7 @@ class ProgramIR:
     outputs: list[str]             # tensor ids of the flattened output leaves
     output_paths: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)   # how attention dims were read
     version: int = IR_VERSION
     state_aliases: list[list[int]] = dataclasses.field(default_factory=list)  # [out leaf, in leaf]
 
@@ -178,7 +193,8 @@ class ProgramIR:
                 "tensors": {k: dataclasses.asdict(t) for k, t in self.tensors.items()},
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
                 "output_paths": list(self.output_paths), "warnings": list(self.warnings),
-                "state_aliases": [list(a) for a in self.state_aliases]}
+                "state_aliases": [list(a) for a in self.state_aliases],
+                "notes": list(self.notes)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ProgramIR":
@@ -186,7 +202,8 @@ class ProgramIR:
                    tensors={k: Tensor(**t) for k, t in d["tensors"].items()},
                    inputs=list(d["inputs"]), outputs=list(d["outputs"]),
                    output_paths=list(d.get("output_paths", [])),
-                   warnings=list(d.get("warnings", [])), version=d.get("version", IR_VERSION),
+                   warnings=list(d.get("warnings", [])), notes=list(d.get("notes", [])),
+                   version=d.get("version", IR_VERSION),
                    state_aliases=[[int(o), int(i)] for o, i in d.get("state_aliases", [])])
 
     def dumps(self) -> str:
@@ -587,11 +604,16 @@ def _inner_flops(jaxpr) -> float:
 # builder
 
 class _Builder:
-    def __init__(self):
+    def __init__(self, patterns: Patterns | None = None):
         self.tensors: dict[str, Tensor] = {}
         self.nodes: list[Node] = []
         self.unknown: list[str] = []
         self._n = 0
+        self.pat = patterns or Patterns({}, frozenset(), [])
+        self.needed = self.pat.needed
+        self.captured: dict[tuple[str, int], str] = {}   # (eqn key, operand) -> tensor id
+        self.notes: list[str] = []
+        self.kernels: list[str] = []    # direct pallas_call lines for ``warnings``
 
     def new(self, aval, kind, scope="", **kw) -> str:
         tid = f"t{self._n}"
@@ -602,7 +624,6 @@ class _Builder:
         return tid
 
     def operand(self, env, v, scope) -> str:
-        from jax.extend.core import Literal
         if isinstance(v, Literal):
             val = v.val
             try:
@@ -612,7 +633,15 @@ class _Builder:
             return self.new(v.aval, "literal", scope, value=fval)
         if v not in env:  # a const var of a closed jaxpr without a binding
             env[v] = self.new(v.aval, "const", scope)
+        if env[v] is None:
+            raise IRError("internal: a value inside a recognised attention is used outside it")
         return env[v]
+
+    def maybe(self, env, v, scope) -> str | None:
+        """operand(), or None for a value inside a recognised attention (only passed along)."""
+        if not isinstance(v, Literal) and v in env and env[v] is None:
+            return None
+        return self.operand(env, v, scope)
 
     def run(self, jaxpr, env, prefix="", repeat=1, scope=""):
         consts = getattr(jaxpr, "consts", None)
@@ -627,12 +656,12 @@ class _Builder:
                 inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr", eqn.params.get("fun_jaxpr")))
                 ij = getattr(inner, "jaxpr", inner)
                 ienv = {}
-                ops = [self.operand(env, v, scope) for v in eqn.invars]
+                ops = [self.maybe(env, v, scope) for v in eqn.invars]
                 for iv, t in zip(ij.invars, ops[len(ops) - len(ij.invars):]):
                     ienv[iv] = t
                 self.run(inner, ienv, key + ".", repeat, scope)
                 for ov, iv in zip(eqn.outvars, ij.outvars):
-                    env[ov] = self.operand(ienv, iv, scope)
+                    env[ov] = self.maybe(ienv, iv, scope)
             elif name == "scan":
                 self._scan(eqn, env, key, repeat, scope)
             elif name == "while":
@@ -687,6 +716,25 @@ class _Builder:
         for k, ov in enumerate(eqn.outvars):
             env[ov] = self.new(ov.aval, "scan_carry_out", scope, inner=bouts[k])
 
+    def _pattern(self, eqn, env, key, repeat, scope):
+        """The attention node of a recognised region, at its last eqn (module docstring)."""
+        m = self.pat.matches[key]
+        node = _pattern_node(self, eqn, key, m, repeat, scope)
+        for ov in eqn.outvars:       # a kernel's other results: its scratch, unused
+            env[ov] = None
+        tid = self.new(eqn.outvars[m.out_index].aval, "node", scope, producer=key)
+        env[eqn.outvars[m.out_index]] = tid
+        node.results.append(tid)
+        node.bytes = float(sum(self.tensors[t].bytes for t in node.operands + node.results))
+        node.name_stack, node.source = _source(eqn)
+        b_, h_, s_, t_, d_ = m.shape
+        self.notes.append(f"attention {key} ({m.source or node.source}): recognised, q "
+                          f"{self.tensors[node.operands[0]].shape} read as batch {b_}, heads {h_}, "
+                          f"sequence {s_} (keys {t_}), head dim {d_}, scale {m.scale:.4g}"
+                          f"{', key mask' if m.mask else ''}"
+                          f"{'; guessed: ' + '; '.join(m.guesses) if m.guesses else ''}")
+        self.nodes.append(node)
+
     def _hint(self, eqn, env, scope):
         """An identity that names dims: its result is its operand's tensor (module docstring)."""
         (tid,) = [self.operand(env, v, scope) for v in eqn.invars]
@@ -699,6 +747,15 @@ class _Builder:
         name = eqn.primitive.name
         if name == HINT_NAME:
             return self._hint(eqn, env, scope)
+        if key in self.pat.skip or key in self.pat.matches:
+            for k in range(len(eqn.invars)):
+                if (key, k) in self.needed:
+                    self.captured[(key, k)] = self.operand(env, eqn.invars[k], scope)
+            if key in self.pat.skip:
+                for ov in eqn.outvars:
+                    env[ov] = None
+                return None
+            return self._pattern(eqn, env, key, repeat, scope)
         kind = _kind(name)
         ops = [self.operand(env, v, scope) for v in eqn.invars]
         node = Node(key=key, primitive=name, kind=kind, operands=ops, results=[], flops=0.0,
@@ -731,7 +788,59 @@ class _Builder:
         if kind == "unknown" and not any(u.startswith(f"{key} ") for u in self.unknown):
             self.unknown.append(f"{key} {name}")
         node.name_stack, node.source = _source(eqn)
+        if name == "pallas_call":
+            self.kernels.append(f"{name} {node.params.get('name', '?')} at {key}"
+                                f"{' (' + node.source + ')' if node.source else ''}: a direct kernel "
+                                "call is kept as one replicated op, not planned as attention")
         self.nodes.append(node)
+
+
+_ROLE = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
+_NAME = {"b": "batch", "h": "heads", "s": "seq", "t": "seq", "d": "head_dim"}
+
+
+def _group_labels(groups: list[list[int]], letters: str, rank: int, k: int) -> tuple[list[str], dict]:
+    """Labels of an operand's dims from its canonical groups (module docstring)."""
+    labels = [""] * rank
+    roles: dict[str, str] = {}
+    for g, letter in zip(groups, letters):
+        for n, d in enumerate(g):
+            lab = letter if n == 0 else f"{letter}{n}"
+            labels[d] = lab
+            roles[lab] = _ROLE.get(letter, "fused") if n == 0 else "fused"
+    for d in range(rank):
+        if not labels[d]:
+            labels[d] = f"u{k}_{d}"   # operand k's dim outside every group (a mask's broadcast dims)
+            roles[labels[d]] = "fused"
+    return labels, roles
+
+
+def _pattern_node(b: "_Builder", eqn, key: str, m: AttentionMatch, repeat: int, scope: str) -> Node:
+    ops = [b.captured[m.q], b.captured[m.k], b.captured[m.v]]
+    groups = [(m.q_groups, "bhsd"), (m.k_groups, "bhtd"), (m.v_groups, "bhtd")]
+    if m.mask is not None:
+        ops.append(b.captured[m.mask])
+        groups.append((m.mask_groups, "bt"))
+    node = Node(key=key, primitive="attention_pattern", kind="attention", operands=ops, results=[],
+                flops=m.flops, bytes=0.0, repeat=repeat, scope=scope)
+    roles: dict[str, str] = {}
+    for k, (tid, (g, letters)) in enumerate(zip(ops, groups)):
+        labs, r = _group_labels(g, letters, len(b.tensors[tid].shape), k)
+        node.operand_labels.append(labs)
+        roles.update(r)
+    labs, r = _group_labels(m.out_groups, "bhsd", len(m.out_shape), 9)
+    node.result_labels = [labs]
+    roles.update(r)
+    node.roles = {lab: roles[lab] for lab in sorted(roles)}
+    for tid, labs in list(zip(ops, node.operand_labels))[:3]:   # names read, not hinted
+        t = b.tensors[tid]
+        if t.names is None and t.kind != "literal":
+            t.names = [_NAME.get(lab) for lab in labs]
+    node.params = {"scale": m.scale, "pattern": "splash kernel" if m.form == "splash" else
+                   "dot_general-softmax-dot_general",
+                   "shape": list(m.shape), "mask": m.mask is not None, "region": list(m.keys),
+                   "guesses": list(m.guesses)}
+    return node
 
 
 def _arg_names(fn, n: int) -> list[str]:
@@ -778,7 +887,8 @@ def build_ir(fn, *abstract_args) -> ProgramIR:
     except Exception as e:
         raise IRError(f"could not trace the function: {type(e).__name__}: {str(e).splitlines()[0]} "
                       f"(check the abstract inputs' shapes and dtypes)") from e
-    b = _Builder()
+    patterns = find_attention(closed)
+    b = _Builder(patterns)
     leaves = jax.tree_util.tree_flatten_with_path(tuple(abstract_args))[0]
     j = closed.jaxpr
     if len(leaves) != len(j.invars):
@@ -804,15 +914,18 @@ def build_ir(fn, *abstract_args) -> ProgramIR:
         if not b.tensors[tid].path:
             b.tensors[tid].path = pth
     # the keys must be exactly the shared walk's keys, hints aside (the realizer relies on them)
-    walk_keys = [w.key for w in walk(closed.jaxpr) if w.eqn.primitive.name != HINT_NAME]
+    walk_keys = [w.key for w in walk(closed.jaxpr) if w.eqn.primitive.name != HINT_NAME
+                 and w.key not in patterns.skip]
     ir_keys = [n.key for n in b.nodes]
     if walk_keys != ir_keys:
         raise IRError("internal: IR node keys differ from the shared walk's keys")
-    warns = []
+    warns = list(patterns.warnings) + list(dict.fromkeys(b.kernels))
+    for w in warns:
+        _warnings.warn(w, stacklevel=2)
     if b.unknown:
         warns.append(f"{len(b.unknown)} op(s) the IR does not understand are kept replicated-only: "
                      + ", ".join(b.unknown))
-        _warnings.warn(warns[0], stacklevel=2)
+        _warnings.warn(warns[-1], stacklevel=2)
     return ProgramIR(nodes=b.nodes, tensors=b.tensors, inputs=inputs, outputs=outputs,
-                     output_paths=out_paths, warnings=warns,
+                     output_paths=out_paths, warnings=warns, notes=b.notes,
                      state_aliases=state_aliases(tuple(abstract_args), out_shape))

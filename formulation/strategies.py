@@ -441,13 +441,18 @@ class _Builder:
         Offered only when every kv shard is a whole number of 128-token splash blocks."""
         axes = assign["s"]
         p = math.prod(self.sizes[a] for a in axes)
-        skv = self.T[n.operands[1]].shape[2]
+        # keys, values (and a key mask) split on their key-sequence dim (label "t"): dim 2 of
+        # the marker's [B,H,T,D]; wherever it is for an attention found in the program
+        ring_ops = [k for k in range(1, len(n.operands)) if k in req and "t" in n.operand_labels[k]]
+        k1 = n.operand_labels[1]
+        skv = int(n.params["shape"][3]) if "shape" in n.params else self.T[n.operands[1]].shape[k1.index("t")]
         if skv % (p * RING_BLOCK):
             return None
-        kv_req = {k: tuple(axes if d == 2 else req[k][d] for d in range(4)) for k in (1, 2)}
+        kv_req = {k: tuple(axes if lab == "t" else req[k][d] for d, lab in enumerate(n.operand_labels[k]))
+                  for k in ring_ops}
         req2 = dict(req)
         req2.update(kv_req)
-        per = sum(shard_bytes(self.T[n.operands[k]], kv_req[k], self.sizes) for k in (1, 2))
+        per = sum(shard_bytes(self.T[n.operands[k]], kv_req[k], self.sizes) for k in ring_ops)
         comm = 0.0
         for a in axes:
             per *= self.sizes[a]

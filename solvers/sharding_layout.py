@@ -93,7 +93,9 @@ def layout_words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
             n = nodes[G.anchor]
             w = next((p for p in (_weight_path(ir, nodes, o) for o in n.operands[1:2]) if p), "")
             text = st.words if not w else st.words.replace("dot:", f"dot {w}:", 1)
-            out.append(f"{text} [{gid}{' ' + n.source if n.source else ''}]")
+            guessed = n.params.get("guesses") if n.kind == "attention" else None
+            out.append(f"{text} [{gid}{' ' + n.source if n.source else ''}]"
+                       + (f" (dims guessed: {'; '.join(guessed)})" if guessed else ""))
         elif G.kind == "input":
             t = ir.tensors[G.anchor]
             out.append(f"input {t.path or G.anchor} {list(t.shape)}: {spec_str(st.specs[G.anchor])}")

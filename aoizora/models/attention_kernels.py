@@ -25,10 +25,17 @@ sequence to ``seq degree x block_q`` multiples and the keys to block multiples (
 padded keys 1), so padded keys get no weight; padded query rows are sliced off. The reference
 path pads only what the sequence split needs (to a multiple of the seq degree) and masks the
 same way. Padding is visible in the compiled program, so its cost is counted.
+
+Key mask. ``kv_mask`` [B, Skv] (bool, True = attend) masks keys per batch row, the same for every
+head and query (a key-padding mask): it enters the ``shard_map`` split like the keys' batch (and,
+in a ring, their sequence), and joins the padding mask in the segment ids (splash) or the
+``where`` (reference). A query row whose keys are all masked gets no well-defined softmax: splash
+and the reference return different values there (the user's dense softmax averages every key).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -147,8 +154,10 @@ def _specs(layout: AttentionLayout):
 # per-shard pieces: (out normalised, logsumexp [b, h, q]) of local q against one kv chunk
 
 def _reference_partial(q, k, v, kv_valid, scale):
+    """kv_valid: [lkv] or [b, lkv] bool."""
     s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
-    s = jnp.where(kv_valid[None, None, None, :], s, _NEG)
+    kv_valid = jnp.broadcast_to(kv_valid, (q.shape[0], k.shape[2]))
+    s = jnp.where(kv_valid[:, None, None, :], s, _NEG)
     m = jnp.max(s, axis=-1, keepdims=True)
     p = jnp.exp(s - m)
     l = jnp.sum(p, axis=-1, keepdims=True)
@@ -177,35 +186,46 @@ def _scaled(q, scale):
 
 def _splash_partial(qs, k, v, kv_valid, bq, bkv, interpret):
     """Splash on already scaled queries ``qs`` (a ring scales them once, outside its loop)."""
-    from jax.experimental.pallas.ops.tpu import splash_attention as sa
-
     b, h, lq, _ = qs.shape
     lkv = k.shape[2]
     kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True)
-    seg = sa.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=(~kv_valid).astype(jnp.int32))
-    o, (lse,) = jax.vmap(lambda a, b_, c: kernel(a, b_, c, segment_ids=seg))(qs, k, v)
+    o, (lse,) = _splash_segments(kernel, qs, k, v, kv_valid)
     return o.astype(jnp.float32), lse
 
 
-def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret):
+def _splash_segments(kernel, qs, k, v, kv_valid):
+    """The kernel over the batch with keys masked by kv_valid ([lkv] or [b, lkv]): query segment
+    0, valid keys 0, masked keys 1."""
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
+    lq = qs.shape[2]
+    q_seg = jnp.zeros((lq,), jnp.int32)
+    if kv_valid.ndim == 1:
+        seg = sa.SegmentIds(q=q_seg, kv=(~kv_valid).astype(jnp.int32))
+        return jax.vmap(lambda a, b_, c: kernel(a, b_, c, segment_ids=seg))(qs, k, v)
+    kv_seg = (~kv_valid).astype(jnp.int32)
+    return jax.vmap(lambda a, b_, c, m: kernel(a, b_, c, segment_ids=sa.SegmentIds(q=q_seg, kv=m)))(
+        qs, k, v, kv_seg)
+
+
+def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret):
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
     kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False)
     qs = _scaled(q, scale)
     if kv_valid is None:
         return jax.vmap(lambda a, b_, c: kernel(a, b_, c))(qs, k, v)
-    seg = sa.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=(~kv_valid).astype(jnp.int32))
-    return jax.vmap(lambda a, b_, c: kernel(a, b_, c, segment_ids=seg))(qs, k, v)
+    return _splash_segments(kernel, qs, k, v, kv_valid)
 
 
 # ---------------------------------------------------------------------------------------------
 
 def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
                       impl: str = "auto", interpret: bool = False, block: int = SPLASH_BLOCK,
-                      grad: bool = False):
+                      kv_mask=None, grad: bool = False):
     """Attention of global q [B,H,Sq,D], k, v [B,H,Skv,D] in ``layout`` on ``mesh``.
+
+    kv_mask: None, or bool [B, Skv] (True = attend; module docstring).
 
     impl: "splash" (Pallas kernel; ``interpret=True`` runs it on CPU), "reference" (dense softmax
     per shard), or "auto" (splash on TPU meshes, reference otherwise). grad: it will be
@@ -225,18 +245,25 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
                                           grad=grad)
     if sq_p != sq:
         q = jnp.pad(q, ((0, 0), (0, 0), (0, sq_p - sq), (0, 0)))
+    if kv_mask is not None and tuple(kv_mask.shape) != (q.shape[0], skv):
+        raise AttentionLayoutError(f"attention key mask {tuple(kv_mask.shape)}: want [B, Skv] = "
+                                   f"{(q.shape[0], skv)}")
     if skv_p != skv:
         k = jnp.pad(k, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
         v = jnp.pad(v, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
+        if kv_mask is not None:
+            kv_mask = jnp.pad(kv_mask, ((0, 0), (0, skv_p - skv)))
     qspec, kvspec = _specs(layout)
     if layout.kv == "ring" and n_seq > 1:
-        body = functools.partial(_ring_body, impl=impl, scale=scale, skv=skv, n=n_seq,
-                                 axes=tuple(layout.seq), blocks=(bq, bkv), interpret=interpret)
+        body = functools.partial(_ring_body, kern=_Kern(impl, scale, bq, bkv, interpret), skv=skv,
+                                 n=n_seq, axes=tuple(layout.seq))
     else:
-        body = functools.partial(_gather_body, impl=impl, scale=scale, skv=skv, bq=bq, bkv=bkv,
-                                 interpret=interpret)
-    out = jax.shard_map(body, mesh=mesh, in_specs=(qspec, kvspec, kvspec), out_specs=qspec,
-                        check_vma=False)(q, k, v)
+        body = functools.partial(_gather_body, kern=_Kern(impl, scale, bq, bkv, interpret), skv=skv)
+    specs, args = (qspec, kvspec, kvspec), (q, k, v)
+    if kv_mask is not None:
+        specs, args = specs + (P(kvspec[0], kvspec[2]),), args + (kv_mask.astype(bool),)
+    out = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=qspec,
+                        check_vma=False)(*args)
     return out[:, :, :sq] if sq_p != sq else out
 
 
@@ -247,9 +274,22 @@ def splash_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
                              interpret=interpret, block=block)
 
 
-def _gather_body(q, k, v, *, impl, scale, skv, bq, bkv, interpret):
+@dataclasses.dataclass(frozen=True)
+class _Kern:
+    """How each shard attends: impl "splash" | "reference", the scale, splash blocks."""
+    impl: str
+    scale: float
+    bq: int
+    bkv: int
+    interpret: bool
+
+
+def _gather_body(q, k, v, mask=None, *, kern: _Kern, skv):
+    impl, scale, bq, bkv, interpret = kern.impl, kern.scale, kern.bq, kern.bkv, kern.interpret
     lkv = k.shape[2]
     kv_valid = None if lkv == skv else jnp.arange(lkv) < skv
+    if mask is not None:
+        kv_valid = mask if kv_valid is None else mask & kv_valid[None, :]
     if impl == "splash":
         return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret)
     if kv_valid is None:
@@ -258,11 +298,10 @@ def _gather_body(q, k, v, *, impl, scale, skv, bq, bkv, interpret):
     return o.astype(q.dtype)
 
 
-def _ring_body(q, k, v, *, impl, scale, skv, n, axes, blocks, interpret):
+def _ring_body(q, k, v, mask=None, *, kern: _Kern, skv, n, axes):
     """Ring attention over the ``axes`` (size n): at step t this shard holds the kv chunk of shard
-    (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all.
-    ``blocks``: the splash kernel's (q block, kv block) sizes."""
-    bq, bkv = blocks
+    (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all."""
+    impl, scale, bq, bkv, interpret = kern.impl, kern.scale, kern.bq, kern.bkv, kern.interpret
     lkv = k.shape[2]
     me = jax.lax.axis_index(axes)
     perm = [(i, (i + 1) % n) for i in range(n)]
@@ -270,14 +309,16 @@ def _ring_body(q, k, v, *, impl, scale, skv, n, axes, blocks, interpret):
     # over q per step, 0.14 ms of a 1.18 ms step at Wan 2.1 14B's sizes on v5e-16)
     qs = _scaled(q, scale) if impl == "splash" else None
 
-    def partial_(kc, vc, src):
+    def partial_(kc, vc, mc, src):
         kv_valid = src * lkv + jnp.arange(lkv) < skv
+        if mask is not None:
+            kv_valid = kv_valid[None, :] & mc
         if impl == "splash":
             return _splash_partial(qs, kc, vc, kv_valid, bq, bkv, interpret)
         return _reference_partial(q, kc, vc, kv_valid, scale)
 
-    def combine(o_acc, lse_acc, kc, vc, src):
-        o_t, lse_t = partial_(kc, vc, src)
+    def combine(o_acc, lse_acc, kc, vc, mc, src):
+        o_t, lse_t = partial_(kc, vc, mc, src)
         new = jnp.logaddexp(lse_acc, lse_t)
         o_acc = (o_acc * jnp.exp(lse_acc - new)[..., None]
                  + o_t * jnp.exp(lse_t - new)[..., None])
@@ -286,14 +327,17 @@ def _ring_body(q, k, v, *, impl, scale, skv, n, axes, blocks, interpret):
     def step(t, carry):
         # send the chunk on while computing with it: the two are independent, so the compiler
         # can overlap the collective-permute with the kernel
-        o_acc, lse_acc, kc, vc = carry
+        o_acc, lse_acc, kc, vc, mc = carry
         nk = jax.lax.ppermute(kc, axes, perm)
         nv = jax.lax.ppermute(vc, axes, perm)
-        o_acc, lse_acc = combine(o_acc, lse_acc, kc, vc, (me - t) % n)
-        return o_acc, lse_acc, nk, nv
+        nm = jax.lax.ppermute(mc, axes, perm) if mask is not None else mc
+        o_acc, lse_acc = combine(o_acc, lse_acc, kc, vc, mc, (me - t) % n)
+        return o_acc, lse_acc, nk, nv, nm
 
     b, h, lq, d = q.shape
-    init = (jnp.zeros((b, h, lq, d), jnp.float32), jnp.full((b, h, lq), -jnp.inf, jnp.float32), k, v)
-    o, lse, kc, vc = jax.lax.fori_loop(0, n - 1, step, init)
-    o, _ = combine(o, lse, kc, vc, (me - (n - 1)) % n)
+    m0 = mask if mask is not None else jnp.zeros((), bool)   # no mask: a dummy carry
+    init = (jnp.zeros((b, h, lq, d), jnp.float32), jnp.full((b, h, lq), -jnp.inf, jnp.float32), k, v,
+            m0)
+    o, lse, kc, vc, mc = jax.lax.fori_loop(0, n - 1, step, init)
+    o, _ = combine(o, lse, kc, vc, mc, (me - (n - 1)) % n)
     return o.astype(q.dtype)
