@@ -68,6 +68,9 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     time_limited += [f"final annealing of the plan's placement{f' ({did})' if did else ''}"
                      f": {w}" for w in anneal_limited]
     notes = _notes(stop_reason, learned, time_limited)
+    ir = state.program.ir
+    if ir is not None:   # what the IR could not read (ops kept replicated, attention not taken)
+        notes += [f"program: {w}" for w in (*getattr(ir, "warnings", ()), *getattr(ir, "notes", ()))]
     fits = best.fits
     if verify and state.budget.fits("verify", max_compile_s):
         fits = _verify(state, fn, args, notes)

@@ -75,6 +75,8 @@ def test_flax_linen_module_plans_and_applies_directly():
     plan = aoizora.plan(model.apply, variables, x, target="v5e-8", time_budget_s=60,
                         meshes=[{"x": 2, "y": 4}], max_iterations=1, top_k=1)
     assert len(plan.layout.attention) == 1 and _split(plan.layout.attention)
+    # the plan says how it read the attention it found, and what it guessed
+    assert any(n.startswith("program: attention") and "guessed" in n for n in plan.notes)
     got = plan.jit(model.apply, plan.make_mesh(jax.devices()[:8]))(variables, x)
     want = model.apply(variables, x)
     assert float(jnp.max(jnp.abs(got - want))) < 1e-4
