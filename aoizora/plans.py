@@ -128,8 +128,11 @@ class Plan:
                     axis_types=(AxisType.Auto,) * len(names))
 
     def jit(self, fn: Callable, mesh):
-        """fn jitted with the plan's shardings on mesh. Refuses another program (checked on the
-        first call, from the arguments' shapes) with a PlanError."""
+        """fn jitted with the plan's shardings on mesh, its attention tiles
+        (``layout.attention[...].block_*``) and, on a TPU mesh, its compiler options
+        (``layout.compiler_options``, given to the compile as ``compiler_options``; the same
+        flags as LIBTPU_INIT_ARGS). Refuses another program (checked on the first call, from
+        the arguments' shapes) with a PlanError."""
         from aoizora.realize import realize
 
         cache: dict[str, Any] = {}
@@ -139,7 +142,7 @@ class Plan:
                 key = program_key(fn, args, self.target)
                 self.check_key(key)
                 realized = realize(fn, args, self.layout, mesh)
-                cache["f"] = realized.fn
+                cache["f"] = realized.runner()
             return cache["f"](*args)
 
         return run

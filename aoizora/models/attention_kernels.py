@@ -19,7 +19,8 @@ Mesh axes the layout does not name replicate the computation.
 Padding. Splash needs per-shard key lengths that are multiples of its block (128: key blocks are
 lane-sized) and per-shard query lengths that are multiples of its query block (128, or one block
 of the whole shard rounded up to 8 when a shard is shorter than 128; longer blocks where the
-kernel's mask metadata would not fit in SMEM, ``splash_blocks``). The wrapper pads the query
+kernel's mask metadata would not fit in SMEM, ``splash_blocks``), unless the layout sets its own
+tiles (``AttentionLayout.block_q``, ``block_kv``, ``block_kv_compute``). The wrapper pads the query
 sequence to ``seq degree x block_q`` multiples and the keys to block multiples (ring: to
 ``seq degree x block``), and masks the padded keys with segment ids (queries 0; real keys 0,
 padded keys 1), so padded keys get no weight; padded query rows are sliced off. The reference
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from aoizora.formulation.layout import AttentionLayout
+from aoizora.formulation.layout import AttentionLayout, tile_problems
 from aoizora.models.primitives import reference_attention
 
 SPLASH_BLOCK = 128
@@ -96,17 +97,21 @@ def splash_blocks(lq: int, lkv: int, block: int = SPLASH_BLOCK) -> tuple[int, in
 
 
 def padded_lengths(sq: int, skv: int, n_seq: int, *, kv: str, impl: str,
-                   block: int = SPLASH_BLOCK) -> tuple[int, int, int, int]:
+                   block: int = SPLASH_BLOCK, block_q: int | None = None,
+                   block_kv: int | None = None) -> tuple[int, int, int, int]:
     """(Sq padded, Skv padded, block_q, block_kv) for ``impl`` ("splash" | "reference").
 
     Splash: the key block is ``block`` (the kernel wants key blocks in multiples of 128 lanes),
     the query block may be smaller for short shards (multiples of 8 sublanes); for long shards
-    both double until the kernel's mask metadata fits in SMEM (``splash_blocks``)."""
+    both double until the kernel's mask metadata fits in SMEM (``splash_blocks``). A tile the
+    layout sets (``block_q``, ``block_kv``) replaces the automatic one; the lengths are padded
+    to its multiples all the same."""
     kv_split = n_seq if kv == "ring" else 1
     if impl == "splash":
         if block % 128:
             raise AttentionLayoutError(f"splash block {block} must be a multiple of 128")
         bq, bkv = splash_blocks(-(-sq // n_seq), -(-skv // kv_split), block)
+        bq, bkv = block_q or bq, block_kv or bkv
         return _round_up(sq, n_seq * bq), _round_up(skv, kv_split * bkv), bq, bkv
     return _round_up(sq, n_seq), _round_up(skv, kv_split), 1, 1
 
@@ -123,6 +128,9 @@ def check_layout(shape_q, shape_kv, layout: AttentionLayout, mesh) -> None:
         raise AttentionLayoutError(f"attention layout {layout.to_json()} uses a mesh axis twice")
     if layout.kv not in ("gather", "ring"):
         raise AttentionLayoutError(f"attention kv mode {layout.kv!r}: use 'gather' or 'ring'")
+    bad = tile_problems(layout.block_q, layout.block_kv, layout.block_kv_compute)
+    if bad:
+        raise AttentionLayoutError(f"attention tiles {layout.tiles}: {bad[0]}")
     b, h = shape_q[0], shape_q[1]
     for what, n, axes in (("batch", b, layout.batch), ("heads", h, layout.heads)):
         d = _axes_size(mesh, axes)
@@ -154,11 +162,11 @@ def _reference_partial(q, k, v, kv_valid, scale):
 
 
 def _splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool,
-                   save_residuals: bool):
+                   save_residuals: bool, bkvc: int | None = None):
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     mask = sa.MultiHeadMask([sa.FullMask((lq, lkv))] * h)
-    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv)
+    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkvc or bkv)
     return sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
                               save_residuals=save_residuals, interpret=interpret)
 
@@ -168,24 +176,24 @@ def _scaled(q, scale):
     return (q.astype(jnp.float32) * scale).astype(q.dtype)
 
 
-def _splash_partial(qs, k, v, kv_valid, bq, bkv, interpret):
+def _splash_partial(qs, k, v, kv_valid, bq, bkv, interpret, bkvc=None):
     """Splash on already scaled queries ``qs`` (a ring scales them once, outside its loop)."""
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     b, h, lq, _ = qs.shape
     lkv = k.shape[2]
-    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True)
+    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True, bkvc)
     seg = sa.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=(~kv_valid).astype(jnp.int32))
     o, (lse,) = jax.vmap(lambda a, b_, c: kernel(a, b_, c, segment_ids=seg))(qs, k, v)
     return o.astype(jnp.float32), lse
 
 
-def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret):
+def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc=None):
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
-    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False)
+    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False, bkvc)
     qs = _scaled(q, scale)
     if kv_valid is None:
         return jax.vmap(lambda a, b_, c: kernel(a, b_, c))(qs, k, v)
@@ -212,7 +220,12 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
     check_layout(q.shape, k.shape, layout, mesh)
     sq, skv = q.shape[2], k.shape[2]
     n_seq = _axes_size(mesh, layout.seq)
-    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl, block=block)
+    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl, block=block,
+                                          block_q=layout.block_q, block_kv=layout.block_kv)
+    bkvc = layout.block_kv_compute if impl == "splash" else None
+    if bkvc is not None and bkv % bkvc:
+        raise AttentionLayoutError(f"attention tiles {layout.tiles}: block_kv_compute {bkvc} "
+                                   f"does not divide the key block {bkv}")
     if sq_p != sq:
         q = jnp.pad(q, ((0, 0), (0, 0), (0, sq_p - sq), (0, 0)))
     if skv_p != skv:
@@ -221,10 +234,11 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
     qspec, kvspec = _specs(layout)
     if layout.kv == "ring" and n_seq > 1:
         body = functools.partial(_ring_body, impl=impl, scale=scale, skv=skv, n=n_seq,
-                                 axes=tuple(layout.seq), bq=bq, bkv=bkv, interpret=interpret)
+                                 axes=tuple(layout.seq), bq=bq, bkv=bkv, interpret=interpret,
+                                 bkvc=bkvc)
     else:
         body = functools.partial(_gather_body, impl=impl, scale=scale, skv=skv, bq=bq, bkv=bkv,
-                                 interpret=interpret)
+                                 interpret=interpret, bkvc=bkvc)
     out = jax.shard_map(body, mesh=mesh, in_specs=(qspec, kvspec, kvspec), out_specs=qspec,
                         check_vma=False)(q, k, v)
     return out[:, :, :sq] if sq_p != sq else out
@@ -237,18 +251,18 @@ def splash_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
                              interpret=interpret, block=block)
 
 
-def _gather_body(q, k, v, *, impl, scale, skv, bq, bkv, interpret):
+def _gather_body(q, k, v, *, impl, scale, skv, bq, bkv, interpret, bkvc=None):
     lkv = k.shape[2]
     kv_valid = None if lkv == skv else jnp.arange(lkv) < skv
     if impl == "splash":
-        return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret)
+        return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc)
     if kv_valid is None:
         return reference_attention(q, k, v, scale=scale)
     o, _ = _reference_partial(q, k, v, kv_valid, scale)
     return o.astype(q.dtype)
 
 
-def _ring_body(q, k, v, *, impl, scale, skv, n, axes, bq, bkv, interpret):
+def _ring_body(q, k, v, *, impl, scale, skv, n, axes, bq, bkv, interpret, bkvc=None):
     """Ring attention over the ``axes`` (size n): at step t this shard holds the kv chunk of shard
     (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all."""
     lkv = k.shape[2]
@@ -261,7 +275,7 @@ def _ring_body(q, k, v, *, impl, scale, skv, n, axes, bq, bkv, interpret):
     def partial_(kc, vc, src):
         kv_valid = src * lkv + jnp.arange(lkv) < skv
         if impl == "splash":
-            return _splash_partial(qs, kc, vc, kv_valid, bq, bkv, interpret)
+            return _splash_partial(qs, kc, vc, kv_valid, bq, bkv, interpret, bkvc)
         return _reference_partial(q, kc, vc, kv_valid, scale)
 
     def combine(o_acc, lse_acc, kc, vc, src):
