@@ -6,19 +6,24 @@ The kernel (``jax.experimental.pallas.ops.tpu.splash_attention``, forward, no ma
 runs a grid of ``lead x n_q x n_kv`` steps, ``lead`` = batch x heads of the shard,
 ``n_q = Lq / bq``, ``n_kv = Lkv / bkv`` (lengths already padded to tile multiples). Each step
 loads one key and one value block [bkv, D] from HBM (the query block [bq, D] and the output
-block are fetched / written once per query block) and runs ``bkv / bkvc`` inner iterations of
-QK^T [bq, bkvc] and PV on the MXUs. Pallas double-buffers the blocks, so a step's copies overlap
-the previous step's compute:
+block are fetched / written once per query block) and runs ``bkv / bkvc`` inner iterations,
+each QK^T [bq, bkvc] and PV on the MXUs and the online softmax on the vector unit. Pallas
+double-buffers the blocks, so a step's copies overlap the previous step's compute; the MXU and
+the vector unit are taken to overlap too (the most optimistic schedule):
 
-    flops_step = 4 * bq * bkvc_m * D_m * (bkv / bkvc)       (QK^T and PV, 2 FLOP per MAC;
-                 bkvc_m, D_m = bkvc, D rounded up to the MXU side: a partial MXU tile costs a
-                 whole one)
-    bytes_step = 2 * bkv * D * e + 2 * bq * D * e / n_kv    (k, v blocks; q in, o out amortized)
-    t_step     = max(flops_step / peak_flops, bytes_step / hbm_Bps) + STEP_OVERHEAD_S
-    t_call     = lead * n_q * n_kv * t_step + bytes_step / hbm_Bps     (the first copy is exposed)
+    mxu_step  = 4 * bq * bkvc_m * D_m * (bkv / bkvc) / peak_flops     (QK^T and PV, 2 FLOP per
+                MAC; bkvc_m, D_m = bkvc, D rounded up to the MXU side: a partial MXU tile costs
+                a whole one)
+    vpu_step  = (bkv / bkvc) * (SCORE_OPS * bq * bkvc + ACC_OPS * bq * D)
+                / (VREG_ELEMS * VPU_OPS_PER_CYCLE * clock_hz)
+                (the online softmax per score element: max, subtract, exp, sum, cast; per
+                accumulator element per inner iteration: rescale by alpha and add P V)
+    dma_step  = (2 * bkv * D * e + 2 * bq * D * e / n_kv) / hbm_Bps   (k, v blocks; q in, o out
+                amortized over the query block's steps)
+    t_step    = max(mxu_step, vpu_step, dma_step) + STEP_OVERHEAD_S
+    t_call    = lead * n_q * n_kv * t_step + dma_step                    (first copy exposed)
 
-``e`` = bytes per element of q, k, v. Approximations: the softmax (exp, max, sum on the vector
-unit) is taken to hide behind the MXU work; no mask sparsity (the kernel skips no block).
+``e`` = bytes per element of q, k, v. Approximation: no mask sparsity (the kernel skips no block).
 
 Scoped VMEM the kernel allocates (bytes), checked against the compiler's scoped limit:
 
@@ -31,9 +36,10 @@ libtpu 0.0.42.1 on v5e reported scoped allocations of 22.36M for (bq, bkv, bkvc,
 the formula gives 22.50M and 23.00M. It is a pre-filter; the compiler's verdict (a
 ``CompileError`` naming VMEM) decides.
 
-Constants (cited at each): the MXU side per generation, the scoped VMEM limit, the per-step
-overhead. Peak FLOP/s and HBM bandwidth come from the caller (``extract.targets.ChipSpec``), so
-they are the same numbers the rest of Q2 uses. This module has no jax import.
+Constants (cited at each): the MXU side per generation, the vreg size, the vector-unit op counts,
+the scoped VMEM limit, the per-step overhead. Peak FLOP/s, HBM bandwidth and the clock come
+from the caller (``extract.targets.ChipSpec``), so they are the numbers the rest of Q2 uses.
+No constant here was fitted to a result this project reports. This module has no jax import.
 """
 
 from __future__ import annotations
@@ -41,6 +47,15 @@ from __future__ import annotations
 import dataclasses
 
 LANES = 128          # vector lanes per vreg (TPU v4-v6e; jax TpuInfo num_lanes)
+VREG_ELEMS = 8 * 128  # 32-bit elements per vreg: 8 sublanes x 128 lanes (jax TpuInfo)
+# Vector-unit ops per element, counted in the splash forward kernel body (jax 0.10.2
+# jax/experimental/pallas/ops/tpu/splash_attention/splash_attention_kernel.py, flash_attention_
+# kernel): per score element max, subtract m, exp, sum, cast to the PV dtype; per accumulator
+# element per inner iteration alpha * o and + P V.
+SCORE_OPS = 5
+ACC_OPS = 2
+# Vreg-wide vector ops issued per cycle: 1 assumed (not documented publicly for v4-v6e).
+VPU_OPS_PER_CYCLE = 1
 
 # The MXU is a systolic array of MXU_SIDE x MXU_SIDE MACs: 128 on v4/v5e/v5p, 256 on v6e
 # (jax 0.10.2 jax/_src/pallas/mosaic/tpu_info.py: mxu_column_size MXU_COLUMN_SIZE_GEN_LT_6 = 128,
@@ -83,20 +98,22 @@ class KernelChip:
     hbm_Bps: float
     mxu_side: int
     scoped_vmem_bytes: int
+    clock_hz: float
     step_overhead_s: float = STEP_OVERHEAD_S
 
 
-def kernel_chip(generation: str, peak_flops: float, hbm_Bps: float) -> KernelChip:
+def kernel_chip(generation: str, peak_flops: float, hbm_Bps: float,
+                clock_hz: float) -> KernelChip:
     """The KernelChip of a TPU generation ("v5e", "v6e", "v5p", "v4") with the caller's peak
-    FLOP/s and HBM bandwidth (per core)."""
+    FLOP/s, HBM bandwidth (per core) and TensorCore clock."""
     if generation not in MXU_SIDE:
         raise KernelModelError(f"no kernel model for TPU generation {generation!r}; known: "
                                f"{', '.join(MXU_SIDE)}")
-    if peak_flops <= 0 or hbm_Bps <= 0:
-        raise KernelModelError(f"kernel model needs a positive peak ({peak_flops}) and HBM "
-                               f"bandwidth ({hbm_Bps})")
+    if peak_flops <= 0 or hbm_Bps <= 0 or clock_hz <= 0:
+        raise KernelModelError(f"kernel model needs a positive peak ({peak_flops}), HBM "
+                               f"bandwidth ({hbm_Bps}) and clock ({clock_hz})")
     return KernelChip(generation, float(peak_flops), float(hbm_Bps), MXU_SIDE[generation],
-                      SCOPED_VMEM_BYTES[generation])
+                      SCOPED_VMEM_BYTES[generation], float(clock_hz))
 
 
 def _round_up(n: int, m: int) -> int:
@@ -128,11 +145,14 @@ def splash_seconds(shape: SplashShape, bq: int, bkv: int, bkvc: int, chip: Kerne
     lq, lkv = _round_up(shape.lq, bq), _round_up(shape.lkv, bkv)
     n_q, n_kv = lq // bq, lkv // bkv
     d, e = shape.head_dim, shape.dtype_bytes
-    flops_step = 4.0 * bq * _round_up(bkvc, chip.mxu_side) * _round_up(d, chip.mxu_side) \
-        * (bkv // bkvc)
-    bytes_step = 2.0 * bkv * d * e + 2.0 * bq * d * e / n_kv
-    t_step = max(flops_step / chip.peak_flops, bytes_step / chip.hbm_Bps) + chip.step_overhead_s
-    return shape.lead * n_q * n_kv * t_step + bytes_step / chip.hbm_Bps
+    inner = bkv // bkvc
+    mxu = 4.0 * bq * _round_up(bkvc, chip.mxu_side) * _round_up(d, chip.mxu_side) * inner \
+        / chip.peak_flops
+    vpu = inner * (SCORE_OPS * bq * bkvc + ACC_OPS * bq * d) \
+        / (VREG_ELEMS * VPU_OPS_PER_CYCLE * chip.clock_hz)
+    dma = (2.0 * bkv * d * e + 2.0 * bq * d * e / n_kv) / chip.hbm_Bps
+    t_step = max(mxu, vpu, dma) + chip.step_overhead_s
+    return shape.lead * n_q * n_kv * t_step + dma
 
 
 def splash_flops(shape: SplashShape) -> float:

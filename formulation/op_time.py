@@ -30,11 +30,12 @@ from aoizora.formulation.kernel_model import (KernelModelError, SplashShape, ker
                                               splash_seconds)
 
 
-def splash_op_seconds(kernel: dict, generation: str, network: Network) -> float | None:
+def splash_op_seconds(kernel: dict, generation: str, network: Network,
+                      clock_hz: float) -> float | None:
     """One run of a splash kernel op by the kernel model; None when the model cannot price it
     (unknown generation, no chip numbers, incomplete kernel info)."""
     try:
-        chip = kernel_chip(generation, network.peak_flops, network.hbm_bandwidth_Bps)
+        chip = kernel_chip(generation, network.peak_flops, network.hbm_bandwidth_Bps, clock_hz)
         shape = SplashShape(kernel["lead"], kernel["lq"], kernel["lkv"], kernel["head_dim"],
                             kernel.get("dtype_bytes", 2))
         return splash_seconds(shape, kernel["block_q"], kernel["block_kv"],
@@ -49,7 +50,8 @@ def op_seconds(op, evidence: Evidence, network: Network) -> float | None:
     if op.estimated_cycles is not None and evidence.clock_hz > 0:
         return op.estimated_cycles / evidence.clock_hz
     if getattr(op, "kernel", None):
-        t = splash_op_seconds(op.kernel, evidence.target.split(":")[0], network)
+        t = splash_op_seconds(op.kernel, evidence.target.split(":")[0], network,
+                              evidence.clock_hz)
         if t is not None:
             return t
     parts = []
