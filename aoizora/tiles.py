@@ -43,20 +43,10 @@ from aoizora.formulation.kernel_model import (KernelChip, SplashShape, kernel_ch
                                               splash_seconds, splash_vmem_bytes)
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
+from aoizora.models.recipes import MAXDIFFUSION_OPTIONS
 
-# maxdiffusion's Wan 2.1 generation recipe (AI-Hypercomputer/maxdiffusion README, Wan section):
-# LIBTPU_INIT_ARGS="--xla_tpu_enable_async_collective_fusion=true
-# --xla_tpu_enable_async_collective_fusion_fuse_all_reduce=true
-# --xla_tpu_enable_async_collective_fusion_multiple_steps=true
-# --xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_reduce=true".
-# libtpu 0.0.42.1 accepts each as a per-compile option.
-RECIPE_OPTIONS: dict[str, bool] = {
-    "xla_tpu_enable_async_collective_fusion": True,
-    "xla_tpu_enable_async_collective_fusion_fuse_all_reduce": True,
-    "xla_tpu_enable_async_collective_fusion_multiple_steps": True,
-    "xla_tpu_overlap_compute_collective_tc": True,
-    "xla_enable_async_all_reduce": True,
-}
+# maxdiffusion's Wan 2.1 generation recipe (``models.recipes``)
+RECIPE_OPTIONS: dict[str, bool] = dict(MAXDIFFUSION_OPTIONS)
 MAX_BKV_COMPUTE = 2048
 
 
