@@ -10,7 +10,11 @@ shapes under ``layout``:
         Lq(bq)  = roundup(S, n_s * bq) / n_s          (the wrapper pads S to n_s * bq)
         Lkv(bkv) = roundup(T, r * bkv) / r
     cost(bq, bkv, bkvc) = r * splash_seconds(lead, Lq(bq), Lkv(bkv), D; bq, bkv, bkvc)
-    (r kernel calls per ring; ``formulation.kernel_model``), over the candidates
+                          + pad_s(bq, bkv)
+    (r kernel calls per ring; ``formulation.kernel_model``), where a tile that makes the wrapper
+    pad a tensor the program did not pad pays its copy (XLA materializes the padded array):
+        pad_s = 2 e lead D (Lq [S % (n_s bq) != 0] + 2 Lkv [T % (r bkv) != 0]) / hbm_Bps
+    (read and written once; [.] is 1 when true), over the candidates
 
         bq   in {128 * 2^i <= Lq} u {roundup(ceil(S / n_s) / m, 8) : m = 1..8}
         bkv  in {128 * 2^i <= Lkv} u {roundup(ceil(T / r) / m, 128) : m = 1..16}
@@ -25,6 +29,14 @@ The compiler decides feasibility: with ``check`` (a callable that compiles a lay
 ``extract.aot_compile.CompileError``), a compile that overflows VMEM or SMEM makes the choice
 again with ``vmem_fraction`` x 0.75 (at most ``retries`` times); if none compiles, the layout
 comes back without tiles (the automatic choice). Other compile errors propagate.
+
+Call site in the planner (``aoizora.planner._finish``, before the verifying compile; the IR is
+the one the planner built):
+
+    layout = choose_tiles(best.solution.layout, ir, tgt)
+    ev = compile_layout(fn, args, tgt, layout, best.placement)   # compile_layout passing
+    # compiler_options=compiler_options or layout.compiler_options or None
+    q2t = predict_step(ev, best.placement, network)   # keep layout and q2t if it fits and is lower
 
 ``choose_compiler_options(layout, price)`` prices the layout under libtpu's defaults and under
 the options of a practitioner's recipe (``RECIPE_OPTIONS``, maxdiffusion's Wan 2.1 recipe) with
@@ -97,6 +109,11 @@ def _size(mesh_axes: dict[str, int], axes: tuple[str, ...]) -> int:
     return math.prod(mesh_axes[a] for a in axes)
 
 
+def _pad_seconds(shape: AttentionShape, lead: int, lq: int, lkv: int, chip: KernelChip) -> float:
+    """``pad_s``: copying the padded q (lq > 0) and k, v (lkv > 0) once, read and written."""
+    return 2.0 * shape.dtype_bytes * lead * shape.head_dim * (lq + 2 * lkv) / chip.hbm_Bps
+
+
 def node_tiles(shape: AttentionShape, al: AttentionLayout, mesh_axes: dict[str, int],
                chip: KernelChip, vmem_fraction: float = 1.0) -> TileChoice | None:
     """The fastest feasible tiles of one node under ``al`` (module docstring); None if none."""
@@ -118,7 +135,9 @@ def node_tiles(shape: AttentionShape, al: AttentionLayout, mesh_axes: dict[str, 
                 vmem = splash_vmem_bytes(sh, bq, bkv, bkvc)
                 if vmem > chip.scoped_vmem_bytes * vmem_fraction:
                     continue
-                t = r * splash_seconds(sh, bq, bkv, bkvc, chip)
+                t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + _pad_seconds(
+                    shape, lead, lq if shape.q_len % (n_s * bq) else 0,
+                    lkv if shape.kv_len % (r * bkv) else 0, chip)
                 key = (t, vmem, bq, bkv, bkvc)
                 if best is None or key < best[0]:
                     best = (key, TileChoice(bq, bkv, bkvc, t, vmem))

@@ -7,7 +7,7 @@ with libtpu's default options (the tiles are the only difference):
 - ``published``: maxdiffusion's published tiles scaled to the per-shard lengths
   (``models.recipes.published_tiles``, as the expert carries them);
 - ``chosen``: the layout after ``aoizora.tiles.choose_tiles`` (kernel-model tiles per
-  attention node).
+  attention node, the compile as its feasibility check).
 Each is priced by Q2 (``formulation.latency.predict_step``), whose compute term prices every
 splash call with ``formulation.kernel_model`` at the tiles and per-shard shapes read off the
 compiled kernel. Seconds are PREDICTIONS of AoiZora's models.
@@ -60,10 +60,15 @@ def run(model: str, workload: str, target: str) -> list[dict[str, Any]]:
         k: dataclasses.replace(a, block_q=None, block_kv=None, block_kv_compute=None)
         for k, a in e.layout.attention.items()})
     published = dataclasses.replace(e.layout, compiler_options={})
-    chosen = choose_tiles(plain, build_ir(e.fn, *e.args), tgt)
+    compiled = {}
+
+    def check(layout):           # the compiler's verdict on the chosen tiles; its evidence kept
+        compiled["chosen"] = compile_layout(e.fn, e.args, tgt, layout, order)
+
+    chosen = choose_tiles(plain, build_ir(e.fn, *e.args), tgt, check=check)
     rows = []
     for label, layout in (("automatic", plain), ("published", published), ("chosen", chosen)):
-        ev = compile_layout(e.fn, e.args, tgt, layout, order)
+        ev = compiled.get(label) or compile_layout(e.fn, e.args, tgt, layout, order)
         q2 = predict_step(ev, order, network)
         rows.append({"tiles": label, "step_s": q2.step_s, "compute_s": q2.compute_s,
                      "communication_s": q2.communication_s, "latency_s": q2.latency_s,

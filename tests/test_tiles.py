@@ -206,12 +206,13 @@ def test_a_non_default_tile_reaches_the_compiled_kernel_and_q2():
     metadata (the evidence reads them) and Q2 prices the two tile choices differently."""
     from aoizora.extract.aot_compile import compile_evidence, target_mesh
     from aoizora.extract.network import Network
+    from aoizora.extract.targets import get_target
     from aoizora.formulation.op_time import op_seconds
     from aoizora.models.attention_kernels import sharded_attention
 
     mesh = target_mesh("v5e-8", {"x": 2, "y": 4}, platform="tpu")
     q = jax.ShapeDtypeStruct((2, 4, 4096, 128), jnp.bfloat16)
-    net = Network.from_target("v5e-8")
+    net = Network.from_target(get_target("v5e-8"))
     got = {}
     for tiles in ({}, {"block_q": 256, "block_kv": 512, "block_kv_compute": 256}):
         al = AttentionLayout(batch=("x",), seq=("y",), **tiles)
