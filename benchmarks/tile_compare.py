@@ -1,6 +1,7 @@
 """Two tile choices for one layout, compiled and priced by Q2 with the splash kernel model.
 
-Cell: Wan 2.1 1.3B, 480p-21f, v5e-8; layout: the expert cfg2_context (data 2 x context 4), in
+Cell (default; ``--cell MODEL WORKLOAD TARGET`` for another): Wan 2.1 1.3B, 480p-81f, v5e-8;
+layout: the expert cfg2_context (data 2 x context 4), in
 JAX's default device order. Compiled ahead of time by libtpu three times (no TPU is run), each
 with libtpu's default options (the tiles are the only difference):
 - ``automatic``: the layout without tiles (``splash_blocks``: 128);
@@ -13,7 +14,7 @@ splash call with ``formulation.kernel_model`` at the tiles and per-shard shapes 
 compiled kernel. Seconds are PREDICTIONS of AoiZora's models.
 
 Run: ``python -m benchmarks.tile_compare`` (three compiles, a few minutes on 2 cores) ->
-``benchmarks/results/tile_compare.json`` and ``.md``.
+``benchmarks/results/tile_compare_<model>_<workload>_<target>.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from aoizora.planner import compile_layout
 from aoizora.tiles import choose_tiles
 from benchmarks.machine import git_state, machine_info, machine_line, write_results
 
-CELL = ("wan2.1-1.3b", "480p-21f", "v5e-8")
+CELL = ("wan2.1-1.3b", "480p-81f", "v5e-8")
 EXPERT = "cfg2_context"
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -102,18 +103,23 @@ def write(doc: dict[str, Any], out_dir: str = RESULTS) -> None:
             lines.append(f"| {r['tiles']} | {k['node']} | {k['block_q']} / {k['block_kv']} / "
                          f"{k['block_kv_compute']} | {k['lead']} x {k['lq']} x {k['lkv']} x "
                          f"{k['head_dim']} | {k['count']} | {1e3 * k['seconds_per_run']:.3f} |")
-    write_results(out_dir, "tile_compare", doc, lines)
+    write_results(out_dir, result_name(doc["cell"]), doc, lines)
+
+
+def result_name(cell) -> str:
+    return "tile_compare_" + "_".join(cell)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=RESULTS, help="directory for tile_compare.json and .md")
+    ap.add_argument("--out", default=RESULTS, help="directory for the .json and .md results")
+    ap.add_argument("--cell", nargs=3, default=list(CELL), metavar=("MODEL", "WORKLOAD", "TARGET"))
     a = ap.parse_args(argv)
-    doc = {"machine": machine_info(), "git": git_state(), "cell": list(CELL), "expert": EXPERT}
-    doc["rows"] = run(*CELL)
+    doc = {"machine": machine_info(), "git": git_state(), "cell": list(a.cell), "expert": EXPERT}
+    doc["rows"] = run(*a.cell)
     doc["machine_end"] = machine_info()
     write(doc, a.out)
-    print(open(os.path.join(a.out, "tile_compare.md")).read())
+    print(open(os.path.join(a.out, result_name(a.cell) + ".md")).read())
     return 0
 
 

@@ -29,12 +29,13 @@ Scoped VMEM the kernel allocates (bytes), checked against the compiler's scoped 
 
     vmem = 2 * (2 * bq * D * e + 2 * bkv * D * e)     (q, o, k, v blocks, double-buffered)
          + (2 * bq * LANES + bq * D) * 4               (m, l, o accumulators, f32)
-         + bq * bkvc * 4                               (one f32 score tile)
+         + bq * bkv * 4                                (f32 scores of the whole key block)
 
 libtpu 0.0.42.1 on v5e reported scoped allocations of 22.36M for (bq, bkv, bkvc, D) =
-(1024, 4096, 4096, 128) and 22.98M for (2048, 2048, 2048, 128), both over its 16.00M limit;
-the formula gives 22.50M and 23.00M. It is a pre-filter; the compiler's verdict (a
-``CompileError`` naming VMEM) decides.
+(1024, 4096, 4096, 128), 22.98M for (2048, 2048, 2048, 128) and 55.13M for
+(1216, 9728, 512, 128) (all over its 16.00M limit); the formula gives 22.50M, 23.00M and
+57.59M. The scores take the whole key block even when block_kv_compute is smaller (the third
+case). It is a pre-filter; the compiler's verdict (a ``CompileError`` naming VMEM) decides.
 
 Constants (cited at each): the MXU side per generation, the vreg size, the vector-unit op counts,
 the scoped VMEM limit, the per-step overhead. Peak FLOP/s, HBM bandwidth and the clock come
@@ -134,7 +135,7 @@ def splash_vmem_bytes(shape: SplashShape, bq: int, bkv: int, bkvc: int) -> int:
     d, e = shape.head_dim, shape.dtype_bytes
     io = 2 * (2 * bq * d * e + 2 * bkv * d * e)
     acc = (2 * bq * LANES + bq * d) * 4
-    score = bq * bkvc * 4
+    score = bq * bkv * 4
     return io + acc + score
 
 

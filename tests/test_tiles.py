@@ -54,7 +54,7 @@ def test_a_partial_mxu_tile_costs_a_whole_one():
 
 def test_vmem_grows_with_the_tiles_and_bad_input_is_refused():
     assert splash_vmem_bytes(SELF, 1024, 2048, 1024) > splash_vmem_bytes(SELF, 512, 2048, 1024)
-    assert splash_vmem_bytes(SELF, 512, 2048, 2048) > splash_vmem_bytes(SELF, 512, 2048, 512)
+    assert splash_vmem_bytes(SELF, 512, 4096, 512) > splash_vmem_bytes(SELF, 512, 2048, 512)
     with pytest.raises(KernelModelError, match="divide"):
         splash_seconds(SELF, 128, 512, 384, V5E)
     with pytest.raises(KernelModelError, match="generation"):
@@ -261,3 +261,17 @@ def test_plan_jit_runs_a_plan_with_tiles_and_options_on_cpu():
     x, w = np.ones((8, 16), np.float32), np.ones((16, 4), np.float32)
     out = p.jit(_f, mesh)(x, w)
     assert np.allclose(np.asarray(out), np.tanh(16.0))
+
+
+def test_published_tiles_are_scaled_to_the_shard_lengths():
+    from aoizora.models.recipes import MAXDIFFUSION_TILES, published_tiles
+
+    # long shards: the published tiles where they divide, else the largest that divides
+    assert published_tiles(3024 * 4, 2048 * 6) == MAXDIFFUSION_TILES
+    assert published_tiles(2432, 9728) == {"block_q": 2432, "block_kv": 512,
+                                           "block_kv_compute": 512}
+    # shorter than a tile and divisible by none: one block rounded up (the wrapper pads)
+    assert published_tiles(100, 60) == {"block_q": 104, "block_kv": 128, "block_kv_compute": 128}
+    for lq, lkv in ((2432, 9728), (100, 60), (19000, 76032)):
+        t = published_tiles(lq, lkv)
+        assert not tile_problems(t["block_q"], t["block_kv"], t["block_kv_compute"])
