@@ -26,6 +26,7 @@ from typing import Any
 
 import aoizora  # noqa: F401  (libtpu environment first)
 
+from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.evidence import attention_node_of
 from aoizora.extract.network import Network, default_device_order
 from aoizora.extract.program_ir import build_ir
@@ -69,7 +70,14 @@ def run(model: str, workload: str, target: str) -> list[dict[str, Any]]:
     chosen = choose_tiles(plain, build_ir(e.fn, *e.args), tgt, check=check)
     rows = []
     for label, layout in (("automatic", plain), ("published", published), ("chosen", chosen)):
-        ev = compiled.get(label) or compile_layout(e.fn, e.args, tgt, layout, order)
+        try:
+            ev = compiled.get(label) or compile_layout(e.fn, e.args, tgt, layout, order)
+        except CompileError as err:      # the compiler's verdict on these tiles
+            rows.append({"tiles": label, "error": str(err).splitlines()[0][:300],
+                         "attention": {k: a.to_json() for k, a in layout.attention.items()},
+                         "kernels": []})
+            print(rows[-1], flush=True)
+            continue
         q2 = predict_step(ev, order, network)
         rows.append({"tiles": label, "step_s": q2.step_s, "compute_s": q2.compute_s,
                      "communication_s": q2.communication_s, "latency_s": q2.latency_s,
@@ -93,6 +101,9 @@ def write(doc: dict[str, Any], out_dir: str = RESULTS) -> None:
              "| tiles | step ms | compute ms | exposed communication ms | fits HBM |",
              "|---|---|---|---|---|"]
     for r in doc["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['tiles']} | does not compile: {r['error'][:120]} | | | |")
+            continue
         lines.append(f"| {r['tiles']} | {1e3 * r['step_s']:.2f} | {1e3 * r['compute_s']:.2f} "
                      f"| {1e3 * r['communication_s']:.2f} | {r['fits_hbm']} |")
     lines += ["", "Splash kernels (per run, kernel model):", "",

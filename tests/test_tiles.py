@@ -275,3 +275,14 @@ def test_published_tiles_are_scaled_to_the_shard_lengths():
     for lq, lkv in ((2432, 9728), (100, 60), (19000, 76032)):
         t = published_tiles(lq, lkv)
         assert not tile_problems(t["block_q"], t["block_kv"], t["block_kv_compute"])
+
+
+def test_published_tiles_shrink_to_the_scoped_vmem():
+    from aoizora.models.recipes import published_tiles
+
+    # Wan 2.1 1.3B 480p-81f, context 4: 2048 / 2048 / 1024 needs 21.33M of v5e's 16M (libtpu)
+    assert published_tiles(8192, 32768) == {"block_q": 2048, "block_kv": 2048,
+                                            "block_kv_compute": 1024}
+    t = published_tiles(8192, 32768, 16 << 20)
+    assert t == {"block_q": 1024, "block_kv": 2048, "block_kv_compute": 1024}
+    assert splash_vmem_bytes(SplashShape(1, 8192, 32768, 128), *t.values()) <= 16 << 20

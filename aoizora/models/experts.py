@@ -66,6 +66,7 @@ from aoizora.models import workloads as W
 from aoizora.models.attention_kernels import SPLASH_BLOCK
 from aoizora.models.config import HunyuanConfig, WanConfig
 from aoizora.models.primitives import ATTENTION, HINT
+from aoizora.formulation.kernel_model import SCOPED_VMEM_BYTES
 from aoizora.models.recipes import MAXDIFFUSION_OPTIONS, published_tiles
 
 # the configurations that follow maxdiffusion's recipe: its libtpu options and splash tiles
@@ -247,8 +248,9 @@ def weight_bytes_per_device(args, in_specs, mesh_axes: dict[str, int]) -> int:
     return total
 
 
-def _build(name, model, wl, n, dtype, block, unit="chips"):
-    """(Layout | None, reason, pad_multiple, fn, args)."""
+def _build(name, model, wl, n, dtype, block, unit="chips", generation=None):
+    """(Layout | None, reason, pad_multiple, fn, args); ``generation`` (e.g. "v5e") bounds the
+    maxdiffusion tiles by its scoped VMEM."""
     heads, mlp, width = _model_dims(model)
     batch = 2 * wl.batch                           # the CFG pair runs as one batch
     if name in ("cfg2_context", "tp_cfg", "cfg2_ulysses"):
@@ -333,7 +335,8 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
     options = {}
     if name in MAXDIFFUSION:
         options = dict(MAXDIFFUSION_OPTIONS)
-        attention = {k: _with_published_tiles(a, nodes[k][1], nodes[k][2], mesh)
+        limit = SCOPED_VMEM_BYTES.get(generation)
+        attention = {k: _with_published_tiles(a, nodes[k][1], nodes[k][2], mesh, limit)
                      for k, a in attention.items()}
 
     in_specs = []
@@ -354,12 +357,12 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
     return layout, how, pad, fn, args
 
 
-def _with_published_tiles(a: AttentionLayout, sq: int, skv: int,
-                          mesh: dict[str, int]) -> AttentionLayout:
+def _with_published_tiles(a: AttentionLayout, sq: int, skv: int, mesh: dict[str, int],
+                          vmem_limit: int | None) -> AttentionLayout:
     """``a`` with maxdiffusion's tiles scaled to its per-shard lengths (``recipes``)."""
     n_s = math.prod(mesh[x] for x in a.seq)
     r = n_s if a.kv == "ring" else 1
-    return a.with_tiles(**published_tiles(-(-sq // n_s), -(-skv // r)))
+    return a.with_tiles(**published_tiles(-(-sq // n_s), -(-skv // r), vmem_limit))
 
 
 def _as_model(model) -> "registry.Model":
@@ -384,7 +387,8 @@ def expert_layouts(model, workload, target, *, dtype=jnp.bfloat16,
     out = []
     for name in EXPERTS:
         unit = "chips" if tgt.chip.devices_per_chip == 1 else "devices"
-        layout, reason, pad, fn, args = _build(name, model, wl, n, dtype, block, unit)
+        layout, reason, pad, fn, args = _build(name, model, wl, n, dtype, block, unit,
+                                               tgt.chip.generation)
         if layout is not None:
             wb = weight_bytes_per_device(args, layout.in_specs, layout.mesh_axes)
             if wb > hbm:
