@@ -16,6 +16,10 @@ except on v4, which shows two devices per chip):
 - every axis in ``layout.in_specs``, ``out_specs``, ``node_specs``, ``attention`` (batch, heads,
   seq) and ``rules`` is a mesh axis, at most once per spec; ``in_specs`` has one spec per entry
   of ``key.input_shapes``, of that input's rank (or null);
+- ``layout.attention`` tiles (``block_q``, ``block_kv``, ``block_kv_compute``, optional):
+  positive integers, block_q a multiple of 8, the key/value tiles multiples of 128,
+  block_kv_compute dividing block_kv; ``layout.compiler_options``: names ``xla_...``, values
+  bool, number or string;
 - ``predicted``: ``step_s``, ``compute_s``, ``communication_s`` and every other ``*_s`` entry
   is a finite number >= 0 (seconds; the optional ones may be null).
 """
@@ -30,6 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
 from aoizora.extract.targets import Target, TargetError, get_target
+from aoizora.formulation.layout import tile_problems
 
 PLAN_FORMAT = "aoizora-plan/1"
 
@@ -51,6 +56,17 @@ Count = Annotated[int, Field(strict=True, ge=0)]
 AxisSize = Annotated[int, Field(strict=True, gt=0)]
 AxisName = Annotated[str, Field(strict=True, min_length=1)]
 Shape = Annotated[str, Field(strict=True, pattern=r"^\w+\[(\d+(,\d+)*)?\]$")]
+Tile = Annotated[int, Field(strict=True, gt=0)]
+
+
+def _option_value(v: Any) -> Any:
+    """A compiler option's value: a bool, a number or a string (as LIBTPU_INIT_ARGS spells)."""
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    raise ValueError(f"a compiler option is a bool, a number or a string, not {v!r:.40}")
+
+
+OptionValue = Annotated[Any, PlainValidator(_option_value)]
 
 
 def _spec_entry(v: Any) -> Any:
@@ -81,6 +97,9 @@ class AttentionModel(_Strict):
     heads: list[AxisName] = []
     seq: list[AxisName] = []
     kv: Literal["gather", "ring"] = "gather"
+    block_q: Tile | None = None
+    block_kv: Tile | None = None
+    block_kv_compute: Tile | None = None
 
 
 class LayoutModel(_Strict):
@@ -91,6 +110,7 @@ class LayoutModel(_Strict):
     node_specs: dict[str, Spec] = {}
     attention: dict[str, AttentionModel] = {}
     rules: dict[str, list[AxisName]] = {}
+    compiler_options: dict[Annotated[str, Field(pattern=r"^xla_\w+$")], OptionValue] = {}
 
 
 class LinkModel(_Strict):
@@ -196,6 +216,7 @@ def validate_plan_json(d: Any, source: str | None = None) -> PlanModel:
     _check_in_specs(m, source)
     for field, spec in _specs(m.layout):
         _check_axes(field, spec, m.layout.mesh_axes, source)
+    _check_tiles(m.layout, source)
     _check_predicted_seconds(m.predicted, source)
     return m
 
@@ -300,6 +321,13 @@ def _check_axes(field: str, spec: list, mesh: dict[str, int], source: str | None
     twice = [a for a, k in Counter(used).items() if k > 1]
     if twice:
         raise plan_error(field, f"axis {twice[0]!r} is used more than once", source)
+
+
+def _check_tiles(layout: LayoutModel, source: str | None) -> None:
+    for k, a in layout.attention.items():
+        bad = tile_problems(a.block_q, a.block_kv, a.block_kv_compute)
+        if bad:
+            raise plan_error(field_path(("layout", "attention", k)), bad[0], source)
 
 
 def _check_predicted_seconds(pr: PredictedModel, source: str | None) -> None:

@@ -128,10 +128,13 @@ class Plan:
                     axis_types=(AxisType.Auto,) * len(names))
 
     def jit(self, fn: Callable, mesh, donate_argnums: tuple[int, ...] = ()):
-        """fn jitted with the plan's shardings on mesh. Refuses another program (checked on the
-        first call, from the arguments' shapes) with a PlanError. ``donate_argnums``: positional
-        args whose buffers the step may reuse (a training step: ``(0,)``, its state; the caller
-        must not use the donated arrays after the call)."""
+        """fn jitted with the plan's shardings on mesh, its attention tiles
+        (``layout.attention[...].block_*``) and, on a TPU mesh, its compiler options
+        (``layout.compiler_options``, given to the compile as ``compiler_options``; the same
+        flags as LIBTPU_INIT_ARGS). Refuses another program (checked on the first call, from
+        the arguments' shapes) with a PlanError. ``donate_argnums``: positional args whose
+        buffers the step may reuse (a training step: ``(0,)``, its state; the caller must not
+        use the donated arrays after the call)."""
         from aoizora.realize import realize
 
         cache: dict[str, Any] = {}
@@ -141,7 +144,7 @@ class Plan:
                 key = program_key(fn, args, self.target)
                 self.check_key(key)
                 realized = realize(fn, args, self.layout, mesh, donate_argnums=donate_argnums)
-                cache["f"] = realized.fn
+                cache["f"] = realized.runner()
             return cache["f"](*args)
 
         return run

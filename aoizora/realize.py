@@ -49,6 +49,10 @@ the dim and the axes).
 
 The mesh must have ``AxisType.Auto`` axes (``aoizora.models.experts.default_mesh`` builds one):
 the realizer annotates and lets the partitioner propagate.
+
+``layout.compiler_options`` (libtpu flags) apply on TPU meshes: ``Realized.compile()`` and
+``Realized.runner()`` compile with them; on other meshes they are left out (CPU XLA refuses
+TPU flags).
 """
 
 from __future__ import annotations
@@ -92,6 +96,10 @@ class Realized:
     in_shardings: tuple
     out_shardings: Any
     traced: Any = None          # fn traced on args at realize time (every spec already checked)
+    # the layout's libtpu options when the mesh is a TPU mesh, else {} (they are TPU flags);
+    # ``fn`` itself is jitted without them, so it can be wrapped in another jit (as
+    # ``extract.aot_compile.compile_evidence`` does, which takes them as ``compiler_options``)
+    compiler_options: dict = dataclasses.field(default_factory=dict)
 
     def __iter__(self):
         return iter((self.fn, self.args))
@@ -100,7 +108,15 @@ class Realized:
         return self.traced.lower() if self.traced is not None else self.fn.lower(*self.args)
 
     def compile(self):
-        return self.lower().compile()
+        """The compiled program, with the layout's compiler options."""
+        return self.lower().compile(compiler_options=self.compiler_options or None)
+
+    def runner(self) -> Callable:
+        """``fn`` jitted with the layout's compiler options (``fn`` when it has none): the
+        function a plan runs."""
+        if not self.compiler_options:
+            return self.fn
+        return jax.jit(self.fn, compiler_options=dict(self.compiler_options))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,4 +494,6 @@ def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *
                                   plain, in_sh_tree)
     # trace now: a hint or node spec that does not fit raises RealizeError here, not at compile
     traced = jitted.trace(*args)
-    return Realized(jitted, tuple(args), mesh, layout, tuple(in_sh_tree), out_shardings, traced)
+    tpu = mesh.devices.flat[0].platform == "tpu"
+    return Realized(jitted, tuple(args), mesh, layout, tuple(in_sh_tree), out_shardings, traced,
+                    dict(layout.compiler_options) if tpu else {})

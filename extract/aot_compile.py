@@ -185,6 +185,11 @@ def _scratch_space(msg: str) -> str:
     """"SMEM" or "VMEM" when a RESOURCE_EXHAUSTED is about a core's scratch memory, not HBM
     ("Ran out of memory in memory space smem", "Allocation ... space=smem"), else ""."""
     line = _oom_text(msg) if "RESOURCE_EXHAUSTED" in msg else ""
+    # libtpu 0.0.42.1 also says "RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:" with the
+    # "memory space vmem" line after it
+    oom = re.search(r"CompileTimeScoped([SV]mem)Oom", line, re.IGNORECASE)
+    if oom:
+        return oom.group(1).upper()
     m = re.search(r"memory space ([sv]mem)\b|space=([sv]mem)\b", line, re.IGNORECASE)
     return (m.group(1) or m.group(2)).upper() if m and "HBM" not in line else ""
 

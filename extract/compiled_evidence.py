@@ -232,6 +232,31 @@ def attention_kernel_flops(ins: Instruction) -> float:
     return 4.0 * lead * q[-2] * k[-2] * q[-1]
 
 
+_TILE = {k: re.compile(r'"' + k + r'"\s*:\s*(\d+)')
+         for k in ("block_q", "block_kv", "block_kv_compute")}
+_ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3fn": 1, "f8e5m2": 1}
+
+
+def splash_kernel_info(ins: Instruction) -> dict[str, int]:
+    """The splash forward kernel's tiles and per-shard shapes, {} for any other kernel:
+    block_q / block_kv / block_kv_compute from the kernel's own ``kernel_metadata``
+    (``xprof_metadata`` in its frontend_attributes), lead (product of q's leading dims: batch x
+    heads), lq, lkv (query / key lengths as the kernel sees them: padded), head_dim, dtype_bytes
+    from its q and k operands."""
+    if "splash_mha_fwd" not in ins.metadata.get("op_name", "") and "splash" not in ins.name:
+        return {}
+    meta = ins.attrs.get("frontend_attributes", "").replace('\\"', '"')
+    tiles = {k: int(m.group(1)) for k, rx in _TILE.items() if (m := rx.search(meta))}
+    text = ins.attrs.get("operand_layout_constraints", "") or ins.operand_text
+    shapes = [(dt, [int(v) for v in dims.split(",")]) for dt, dims in _SHAPE.findall(text)]
+    shapes = [(dt, sh) for dt, sh in shapes if len(sh) >= 3]
+    if len(tiles) < 3 or len(shapes) < 3:
+        return {}
+    (dt, q), (_, k) = shapes[-3], shapes[-2]
+    return {**tiles, "lead": int(math.prod(q[:-2])), "lq": q[-2], "lkv": k[-2],
+            "head_dim": q[-1], "dtype_bytes": _ELEM_BYTES[dt]}
+
+
 def _cost_estimate(ins: Instruction) -> dict:
     """A kernel's own cost estimate (flops, bytes_accessed) from its backend config, if any."""
     cfg = ins.backend_config
@@ -447,6 +472,7 @@ class _Walker:
         flops = _kernel_flops(ins)
         self._add_compute(ins, comp, count, flops)
         op = self.compute[-1]
+        op.kernel = splash_kernel_info(ins)
         if est.get("bytes_accessed"):
             op.bytes = float(est["bytes_accessed"])
         target = ins.custom_call_target

@@ -83,6 +83,9 @@ class ComputeOp:
     op_name: str = ""
     custom_call_target: str = ""
     index: int = 0                             # schedule position (same numbering as Collective)
+    # a splash attention kernel's tiles and per-shard shapes (block_q, block_kv,
+    # block_kv_compute, lead, lq, lkv, head_dim, dtype_bytes); {} for any other op
+    kernel: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -4,7 +4,9 @@ A PREDICTION of AoiZora's link-load model, not a measurement.
 
     step_s          = compute_s + communication_s + latency_s
     compute_s       = sum_o count_o * t_o,  t_o = estimated_cycles_o / clock_hz when the compiler
-                      gave cycles, else max(flops_o / peak_flops, bytes_o / hbm_bandwidth)
+                      gave cycles; for a splash attention kernel the kernel model
+                      (``formulation.kernel_model``: its tiles at its per-shard shapes); else
+                      max(flops_o / peak_flops, bytes_o / hbm_bandwidth)
     communication_s = sum_p count_p * max(0, T_p - O_p)                (exposed)
     T_p             = max_l load_{p,l} / bandwidth_l                   (seconds)
     load_{p,l}      = bytes on directed link l of the collectives of phase p, one run

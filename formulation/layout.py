@@ -7,7 +7,9 @@ both, x major). JSON spells tuples as lists.
 ``Layout.node_specs`` is keyed by IR node key (see ``aoizora.extract.jaxpr_walk``): the output of
 that node is constrained to the spec. ``Layout.attention`` is keyed the same way for attention
 nodes (the ``aoizora_attention`` primitive); ``"*"`` is the default for every attention node.
-``Layout.rules`` maps logical dimension names (``batch``, ``seq``, ``heads``, ``embed``, ``mlp``, ...,
+``Layout.compiler_options`` are the libtpu options the layout is compiled with (in the JSON only
+when set, as are an attention layout's tiles). ``Layout.rules`` maps logical dimension names
+(``batch``, ``seq``, ``heads``, ``embed``, ``mlp``, ...,
 the names a model writes on its ``aoizora_hint`` annotations) to mesh axes; a hint whose names
 have rules is constrained to them.
 """
@@ -48,21 +50,56 @@ class AttentionLayout:
     With ``kv="gather"`` keys and values are all-gathered along the sequence axes (context
     parallel); with ``kv="ring"`` they travel around a ring over the sequence axes instead.
     Ulysses is heads split over the axes the surrounding activations split the sequence on.
+
+    block_q / block_kv / block_kv_compute: the splash kernel's tiles for this node (tokens per
+    query block, per key/value block loaded from HBM, per key/value block computed at once);
+    None: the automatic choice (``aoizora.models.attention_kernels.splash_blocks``). Rules
+    (``tile_problems``): block_q a positive multiple of 8, block_kv and block_kv_compute positive
+    multiples of 128, block_kv_compute dividing block_kv.
     """
 
     batch: tuple[str, ...] = ()
     heads: tuple[str, ...] = ()
     seq: tuple[str, ...] = ()
     kv: str = "gather"
+    block_q: int | None = None
+    block_kv: int | None = None
+    block_kv_compute: int | None = None
+
+    @property
+    def tiles(self) -> dict[str, int]:
+        """The tiles this layout sets (absent: automatic)."""
+        return {k: getattr(self, k) for k in TILE_FIELDS if getattr(self, k) is not None}
+
+    def with_tiles(self, **tiles: int | None) -> "AttentionLayout":
+        return dataclasses.replace(self, **tiles)
 
     def to_json(self) -> dict[str, Any]:
         return {"batch": list(self.batch), "heads": list(self.heads), "seq": list(self.seq),
-                "kv": self.kv}
+                "kv": self.kv, **self.tiles}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "AttentionLayout":
         return cls(tuple(d.get("batch", ())), tuple(d.get("heads", ())), tuple(d.get("seq", ())),
-                   d.get("kv", "gather"))
+                   d.get("kv", "gather"), *(d.get(k) for k in TILE_FIELDS))
+
+
+TILE_FIELDS = ("block_q", "block_kv", "block_kv_compute")
+
+
+def tile_problems(block_q: Any, block_kv: Any, block_kv_compute: Any) -> list[str]:
+    """What is wrong with a set of splash tiles (None: automatic), one phrase per problem."""
+    out = []
+    for name, v, m in (("block_q", block_q, 8), ("block_kv", block_kv, 128),
+                       ("block_kv_compute", block_kv_compute, 128)):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v % m:
+            out.append(f"{name} {v!r} is not a positive multiple of {m}")
+    if (not out and block_kv is not None and block_kv_compute is not None
+            and block_kv % block_kv_compute):
+        out.append(f"block_kv_compute {block_kv_compute} does not divide block_kv {block_kv}")
+    return out
 
 
 @dataclasses.dataclass
@@ -74,12 +111,16 @@ class Layout:
     attention: dict[str, AttentionLayout] = dataclasses.field(default_factory=dict)
     rules: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     name: str = ""                                  # e.g. "expert:ulysses" or "ilp"
+    # libtpu / XLA options for compiling this layout (jax ``compile(compiler_options=...)``,
+    # the same flags as LIBTPU_INIT_ARGS without the leading "--"), e.g.
+    # {"xla_tpu_enable_async_collective_fusion": True}; empty: libtpu's defaults
+    compiler_options: dict[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
 
     def attention_for(self, key: str) -> AttentionLayout:
         return self.attention.get(key) or self.attention.get("*") or AttentionLayout()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d = {
             "name": self.name, "mesh_axes": dict(self.mesh_axes),
             "in_specs": [spec_to_json(s) for s in self.in_specs],
             "out_specs": None if self.out_specs is None else [spec_to_json(s) for s in self.out_specs],
@@ -87,6 +128,9 @@ class Layout:
             "attention": {k: v.to_json() for k, v in self.attention.items()},
             "rules": {k: list(v) for k, v in self.rules.items()},
         }
+        if self.compiler_options:
+            d["compiler_options"] = dict(self.compiler_options)
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Layout":
@@ -98,4 +142,5 @@ class Layout:
             attention={k: AttentionLayout.from_json(v) for k, v in d.get("attention", {}).items()},
             rules={k: tuple(v) for k, v in d.get("rules", {}).items()},
             name=d.get("name", ""),
+            compiler_options=dict(d.get("compiler_options", {})),
         )

@@ -1,8 +1,11 @@
 """Seconds of compiled compute: one op, the whole program, and the window of each async collective.
 
     t_o   = estimated_cycles_o / clock_hz                  when the compiler gave cycles
-          = max(flops_o / peak_flops, bytes_o / hbm_bandwidth)   otherwise (e.g. an opaque
-            custom call such as the splash-attention kernel)
+          = splash_seconds(shape_o, tiles_o, chip)          for a splash attention kernel whose
+            tiles and per-shard shapes the evidence read (``ComputeOp.kernel``): the kernel
+            model of ``formulation.kernel_model`` (tile efficiency, padding, per-step overhead)
+          = max(flops_o / peak_flops, bytes_o / hbm_bandwidth)   otherwise (another opaque
+            custom call)
     compute_s = sum_o count_o * t_o
 
     W_c   = sum over compute ops o scheduled strictly inside collective c's window
@@ -23,6 +26,22 @@ import numpy as np
 
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
+from aoizora.formulation.kernel_model import (KernelModelError, SplashShape, kernel_chip,
+                                              splash_seconds)
+
+
+def splash_op_seconds(kernel: dict, generation: str, network: Network,
+                      clock_hz: float) -> float | None:
+    """One run of a splash kernel op by the kernel model; None when the model cannot price it
+    (unknown generation, no chip numbers, incomplete kernel info)."""
+    try:
+        chip = kernel_chip(generation, network.peak_flops, network.hbm_bandwidth_Bps, clock_hz)
+        shape = SplashShape(kernel["lead"], kernel["lq"], kernel["lkv"], kernel["head_dim"],
+                            kernel.get("dtype_bytes", 2))
+        return splash_seconds(shape, kernel["block_q"], kernel["block_kv"],
+                              kernel["block_kv_compute"], chip)
+    except (KernelModelError, KeyError):
+        return None
 
 
 def op_seconds(op, evidence: Evidence, network: Network) -> float | None:
@@ -30,6 +49,11 @@ def op_seconds(op, evidence: Evidence, network: Network) -> float | None:
     chip peak to price its flops / bytes with."""
     if op.estimated_cycles is not None and evidence.clock_hz > 0:
         return op.estimated_cycles / evidence.clock_hz
+    if getattr(op, "kernel", None):
+        t = splash_op_seconds(op.kernel, evidence.target.split(":")[0], network,
+                              evidence.clock_hz)
+        if t is not None:
+            return t
     parts = []
     if op.flops and network.peak_flops > 0:
         parts.append(op.flops / network.peak_flops)

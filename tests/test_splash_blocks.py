@@ -68,6 +68,9 @@ def test_scratch_memory_overflow_is_told_apart_from_hbm():
     assert _scratch_space("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
                           "required for HLO temporaries (15.88G) exceeds available HBM") == ""
     assert _scratch_space("INVALID_ARGUMENT: something else") == ""
+    # libtpu 0.0.42.1 on a splash kernel whose tiles overflow the scoped VMEM
+    assert _scratch_space("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: \nRan out of "
+                          "memory in memory space vmem while allocating on stack") == "VMEM"
 
 
 @pytest.mark.tpu_compiler

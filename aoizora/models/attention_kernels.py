@@ -19,7 +19,8 @@ Mesh axes the layout does not name replicate the computation.
 Padding. Splash needs per-shard key lengths that are multiples of its block (128: key blocks are
 lane-sized) and per-shard query lengths that are multiples of its query block (128, or one block
 of the whole shard rounded up to 8 when a shard is shorter than 128; longer blocks where the
-kernel's mask metadata would not fit in SMEM, ``splash_blocks``). The wrapper pads the query
+kernel's mask metadata would not fit in SMEM, ``splash_blocks``), unless the layout sets its own
+tiles (``AttentionLayout.block_q``, ``block_kv``, ``block_kv_compute``). The wrapper pads the query
 sequence to ``seq degree x block_q`` multiples and the keys to block multiples (ring: to
 ``seq degree x block``), and masks the padded keys with segment ids (queries 0; real keys 0,
 padded keys 1), so padded keys get no weight; padded query rows are sliced off. The reference
@@ -44,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from aoizora.formulation.layout import AttentionLayout
+from aoizora.formulation.layout import AttentionLayout, tile_problems
 from aoizora.models.primitives import reference_attention
 
 SPLASH_BLOCK = 128
@@ -103,19 +104,23 @@ def splash_blocks(lq: int, lkv: int, block: int = SPLASH_BLOCK) -> tuple[int, in
 
 
 def padded_lengths(sq: int, skv: int, n_seq: int, *, kv: str, impl: str,
-                   block: int = SPLASH_BLOCK, grad: bool = False) -> tuple[int, int, int, int]:
+                   block: int = SPLASH_BLOCK, block_q: int | None = None,
+                   block_kv: int | None = None, grad: bool = False) -> tuple[int, int, int, int]:
     """(Sq padded, Skv padded, block_q, block_kv) for ``impl`` ("splash" | "reference").
 
     Splash: the key block is ``block`` (the kernel wants key blocks in multiples of 128 lanes),
     the query block may be smaller for short shards (multiples of 8 sublanes); for long shards
-    both double until the kernel's mask metadata fits in SMEM (``splash_blocks``). ``grad``: the
-    backward runs too; its dk/dv kernel masks whole 128-lane query blocks, so the query block is
-    at least ``block`` (short query shards are padded up to one block)."""
+    both double until the kernel's mask metadata fits in SMEM (``splash_blocks``). A tile the
+    layout sets (``block_q``, ``block_kv``) replaces the automatic one; the lengths are padded
+    to its multiples all the same. ``grad``: the backward runs too; its dk/dv kernel masks whole
+    128-lane query blocks, so the query block is at least ``block`` (short query shards are
+    padded up to one block)."""
     kv_split = n_seq if kv == "ring" else 1
     if impl == "splash":
         if block % 128:
             raise AttentionLayoutError(f"splash block {block} must be a multiple of 128")
         bq, bkv = splash_blocks(-(-sq // n_seq), -(-skv // kv_split), block)
+        bq, bkv = block_q or bq, block_kv or bkv
         bq = max(bq, block) if grad else bq
         return _round_up(sq, n_seq * bq), _round_up(skv, kv_split * bkv), bq, bkv
     return _round_up(sq, n_seq), _round_up(skv, kv_split), 1, 1
@@ -133,6 +138,9 @@ def check_layout(shape_q, shape_kv, layout: AttentionLayout, mesh) -> None:
         raise AttentionLayoutError(f"attention layout {layout.to_json()} uses a mesh axis twice")
     if layout.kv not in ("gather", "ring"):
         raise AttentionLayoutError(f"attention kv mode {layout.kv!r}: use 'gather' or 'ring'")
+    bad = tile_problems(layout.block_q, layout.block_kv, layout.block_kv_compute)
+    if bad:
+        raise AttentionLayoutError(f"attention tiles {layout.tiles}: {bad[0]}")
     b, h = shape_q[0], shape_q[1]
     for what, n, axes in (("batch", b, layout.batch), ("heads", h, layout.heads)):
         d = _axes_size(mesh, axes)
@@ -166,13 +174,13 @@ def _reference_partial(q, k, v, kv_valid, scale):
 
 
 def _splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool,
-                   save_residuals: bool):
+                   save_residuals: bool, bkvc: int | None = None):
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     mask = sa.MultiHeadMask([sa.FullMask((lq, lkv))] * h)
     # the backward (dq kernel, dk/dv kernel) in the forward's blocks, so a training step's
     # attention backward has the same padding and SMEM budget as its forward
-    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv, block_q_dkv=bq,
+    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkvc or bkv, block_q_dkv=bq,
                           block_kv_dkv=bkv, block_kv_dkv_compute=bkv, block_q_dq=bq,
                           block_kv_dq=bkv)
     return sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
@@ -184,11 +192,11 @@ def _scaled(q, scale):
     return (q.astype(jnp.float32) * scale).astype(q.dtype)
 
 
-def _splash_partial(qs, k, v, kv_valid, bq, bkv, interpret):
+def _splash_partial(qs, k, v, kv_valid, bq, bkv, interpret, bkvc=None):
     """Splash on already scaled queries ``qs`` (a ring scales them once, outside its loop)."""
     b, h, lq, _ = qs.shape
     lkv = k.shape[2]
-    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True)
+    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True, bkvc)
     o, (lse,) = _splash_segments(kernel, qs, k, v, kv_valid)
     return o.astype(jnp.float32), lse
 
@@ -208,10 +216,10 @@ def _splash_segments(kernel, qs, k, v, kv_valid):
         qs, k, v, kv_seg)
 
 
-def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret):
+def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc=None):
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
-    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False)
+    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False, bkvc)
     qs = _scaled(q, scale)
     if kv_valid is None:
         return jax.vmap(lambda a, b_, c: kernel(a, b_, c))(qs, k, v)
@@ -242,7 +250,12 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
     sq, skv = q.shape[2], k.shape[2]
     n_seq = _axes_size(mesh, layout.seq)
     sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl, block=block,
+                                          block_q=layout.block_q, block_kv=layout.block_kv,
                                           grad=grad)
+    bkvc = layout.block_kv_compute if impl == "splash" else None
+    if bkvc is not None and bkv % bkvc:
+        raise AttentionLayoutError(f"attention tiles {layout.tiles}: block_kv_compute {bkvc} "
+                                   f"does not divide the key block {bkv}")
     if sq_p != sq:
         q = jnp.pad(q, ((0, 0), (0, 0), (0, sq_p - sq), (0, 0)))
     if kv_mask is not None and tuple(kv_mask.shape) != (q.shape[0], skv):
@@ -255,10 +268,11 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
             kv_mask = jnp.pad(kv_mask, ((0, 0), (0, skv_p - skv)))
     qspec, kvspec = _specs(layout)
     if layout.kv == "ring" and n_seq > 1:
-        body = functools.partial(_ring_body, kern=_Kern(impl, scale, bq, bkv, interpret), skv=skv,
-                                 n=n_seq, axes=tuple(layout.seq))
+        body = functools.partial(_ring_body, kern=_Kern(impl, scale, bq, bkv, interpret, bkvc),
+                                 skv=skv, n=n_seq, axes=tuple(layout.seq))
     else:
-        body = functools.partial(_gather_body, kern=_Kern(impl, scale, bq, bkv, interpret), skv=skv)
+        body = functools.partial(_gather_body, kern=_Kern(impl, scale, bq, bkv, interpret, bkvc),
+                                 skv=skv)
     specs, args = (qspec, kvspec, kvspec), (q, k, v)
     if kv_mask is not None:
         specs, args = specs + (P(kvspec[0], kvspec[2]),), args + (kv_mask.astype(bool),)
@@ -276,22 +290,25 @@ def splash_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
 
 @dataclasses.dataclass(frozen=True)
 class _Kern:
-    """How each shard attends: impl "splash" | "reference", the scale, splash blocks."""
+    """How each shard attends: impl "splash" | "reference", the scale, splash blocks (bkvc: the
+    key block's compute block, None: the key block)."""
     impl: str
     scale: float
     bq: int
     bkv: int
     interpret: bool
+    bkvc: int | None = None
 
 
 def _gather_body(q, k, v, mask=None, *, kern: _Kern, skv):
     impl, scale, bq, bkv, interpret = kern.impl, kern.scale, kern.bq, kern.bkv, kern.interpret
+    bkvc = kern.bkvc
     lkv = k.shape[2]
     kv_valid = None if lkv == skv else jnp.arange(lkv) < skv
     if mask is not None:
         kv_valid = mask if kv_valid is None else mask & kv_valid[None, :]
     if impl == "splash":
-        return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret)
+        return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc)
     if kv_valid is None:
         return reference_attention(q, k, v, scale=scale)
     o, _ = _reference_partial(q, k, v, kv_valid, scale)
@@ -302,6 +319,7 @@ def _ring_body(q, k, v, mask=None, *, kern: _Kern, skv, n, axes):
     """Ring attention over the ``axes`` (size n): at step t this shard holds the kv chunk of shard
     (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all."""
     impl, scale, bq, bkv, interpret = kern.impl, kern.scale, kern.bq, kern.bkv, kern.interpret
+    bkvc = kern.bkvc
     lkv = k.shape[2]
     me = jax.lax.axis_index(axes)
     perm = [(i, (i + 1) % n) for i in range(n)]
@@ -314,7 +332,7 @@ def _ring_body(q, k, v, mask=None, *, kern: _Kern, skv, n, axes):
         if mask is not None:
             kv_valid = kv_valid[None, :] & mc
         if impl == "splash":
-            return _splash_partial(qs, kc, vc, kv_valid, bq, bkv, interpret)
+            return _splash_partial(qs, kc, vc, kv_valid, bq, bkv, interpret, bkvc)
         return _reference_partial(q, kc, vc, kv_valid, scale)
 
     def combine(o_acc, lse_acc, kc, vc, mc, src):

@@ -27,6 +27,11 @@
   both axes; self-attention heads over ulysses and keys/values in a ring over ring; weights
   replicated, as xDiT keeps them. Rejected when the heads divide n (that is ``ulysses``).
 
+The maxdiffusion configurations (``context``, ``cfg2_context``, ``cfg2_ulysses``) carry its
+published libtpu options (``Layout.compiler_options``) and its splash tiles scaled to each
+attention node's per-shard lengths (``models.recipes``); the others keep libtpu's defaults and
+the automatic tiles (their authors publish none for TPU).
+
 Mesh axes in ``jax.make_mesh`` order (``default_mesh``): that is the default device order a user
 gets. Attention layouts are per attention node (keys of ``aoizora.extract.jaxpr_walk``): the
 video self-attention (HunyuanVideo's joint attention) takes the configuration's layout, the
@@ -61,7 +66,11 @@ from aoizora.models import workloads as W
 from aoizora.models.attention_kernels import SPLASH_BLOCK
 from aoizora.models.config import HunyuanConfig, WanConfig
 from aoizora.models.primitives import ATTENTION, HINT
+from aoizora.formulation.kernel_model import SCOPED_VMEM_BYTES
+from aoizora.models.recipes import MAXDIFFUSION_OPTIONS, published_tiles
 
+# the configurations that follow maxdiffusion's recipe: its libtpu options and splash tiles
+MAXDIFFUSION = ("context", "cfg2_context", "cfg2_ulysses")
 EXPERTS = ("ulysses", "context", "cfg2_context", "fsdp_sp", "tp_cfg", "cfg2_ulysses", "usp")
 
 # Layer roles by the param dict key that holds {"w", "b"} (both models' names).
@@ -120,9 +129,14 @@ def default_mesh(target, mesh_axes: dict[str, int]):
 def attention_roles(fn, args) -> dict[str, str]:
     """Attention node key -> "self" (video / joint sequence), "cross" (video queries, text keys)
     or "text" (text-only), from the hint names on q and k (else from their lengths)."""
+    return {k: role for k, (role, _, _) in attention_nodes(fn, args).items()}
+
+
+def attention_nodes(fn, args) -> dict[str, tuple[str, int, int]]:
+    """Attention node key -> (role as in ``attention_roles``, query length, key length)."""
     closed = jax.make_jaxpr(fn)(*args)
     producer: dict = {}
-    roles: dict[str, str] = {}
+    roles: dict[str, tuple[str, int, int]] = {}
     for w in walk(closed.jaxpr):
         for v in w.eqn.outvars:
             producer[v] = w.eqn
@@ -135,13 +149,14 @@ def attention_roles(fn, args) -> dict[str, str]:
         sq, skv = w.eqn.invars[0].aval.shape[2], w.eqn.invars[1].aval.shape[2]
         qn, kn = names
         if qn == "text":
-            roles[w.key] = "text"
+            role = "text"
         elif qn == "seq" and kn == "seq":
-            roles[w.key] = "self"
+            role = "self"
         elif qn == "seq":
-            roles[w.key] = "cross"
+            role = "cross"
         else:
-            roles[w.key] = "self" if sq == skv else "cross"
+            role = "self" if sq == skv else "cross"
+        roles[w.key] = (role, sq, skv)
     return roles
 
 
@@ -233,8 +248,9 @@ def weight_bytes_per_device(args, in_specs, mesh_axes: dict[str, int]) -> int:
     return total
 
 
-def _build(name, model, wl, n, dtype, block, unit="chips"):
-    """(Layout | None, reason, pad_multiple, fn, args)."""
+def _build(name, model, wl, n, dtype, block, unit="chips", generation=None):
+    """(Layout | None, reason, pad_multiple, fn, args); ``generation`` (e.g. "v5e") bounds the
+    maxdiffusion tiles by its scoped VMEM."""
     heads, mlp, width = _model_dims(model)
     batch = 2 * wl.batch                           # the CFG pair runs as one batch
     if name in ("cfg2_context", "tp_cfg", "cfg2_ulysses"):
@@ -314,8 +330,14 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
     pad = block * seq_deg
     fn = registry.denoise_step(model, pad)
     args = registry.abstract_inputs(model, wl, dtype)
-    roles = attention_roles(fn, args)
-    attention = {k: {"self": main, "cross": cross, "text": text}[r] for k, r in roles.items()}
+    nodes = attention_nodes(fn, args)
+    attention = {k: {"self": main, "cross": cross, "text": text}[r] for k, (r, _, _) in nodes.items()}
+    options = {}
+    if name in MAXDIFFUSION:
+        options = dict(MAXDIFFUSION_OPTIONS)
+        limit = SCOPED_VMEM_BYTES.get(generation)
+        attention = {k: _with_published_tiles(a, nodes[k][1], nodes[k][2], mesh, limit)
+                     for k, a in attention.items()}
 
     in_specs = []
     for keys, leaf in _param_leaves(args):
@@ -331,8 +353,16 @@ def _build(name, model, wl, n, dtype, block, unit="chips"):
         else:
             in_specs.append(None)
     layout = Layout(mesh_axes=mesh, in_specs=in_specs, out_specs=None, attention=attention,
-                    rules=rules, name=f"expert:{name}")
+                    rules=rules, name=f"expert:{name}", compiler_options=options)
     return layout, how, pad, fn, args
+
+
+def _with_published_tiles(a: AttentionLayout, sq: int, skv: int, mesh: dict[str, int],
+                          vmem_limit: int | None) -> AttentionLayout:
+    """``a`` with maxdiffusion's tiles scaled to its per-shard lengths (``recipes``)."""
+    n_s = math.prod(mesh[x] for x in a.seq)
+    r = n_s if a.kv == "ring" else 1
+    return a.with_tiles(**published_tiles(-(-sq // n_s), -(-skv // r), vmem_limit))
 
 
 def _as_model(model) -> "registry.Model":
@@ -357,7 +387,8 @@ def expert_layouts(model, workload, target, *, dtype=jnp.bfloat16,
     out = []
     for name in EXPERTS:
         unit = "chips" if tgt.chip.devices_per_chip == 1 else "devices"
-        layout, reason, pad, fn, args = _build(name, model, wl, n, dtype, block, unit)
+        layout, reason, pad, fn, args = _build(name, model, wl, n, dtype, block, unit,
+                                               tgt.chip.generation)
         if layout is not None:
             wb = weight_bytes_per_device(args, layout.in_specs, layout.mesh_axes)
             if wb > hbm:

@@ -1,0 +1,199 @@
+"""Splash attention tiles and libtpu options for a layout: what practitioners tune by hand.
+
+``choose_tiles(layout, ir, target)`` gives every attention node of ``ir`` the splash tiles
+(block_q, block_kv, block_kv_compute) the kernel model prices fastest at the node's per-shard
+shapes under ``layout``:
+
+    per shard (n_b, n_h, n_s = sizes of the layout's batch, heads, seq axes; ring: r = n_s,
+    gather: r = 1):
+        lead = B / n_b * H / n_h
+        Lq(bq)  = roundup(S, n_s * bq) / n_s          (the wrapper pads S to n_s * bq)
+        Lkv(bkv) = roundup(T, r * bkv) / r
+    cost(bq, bkv, bkvc) = r * splash_seconds(lead, Lq(bq), Lkv(bkv), D; bq, bkv, bkvc)
+                          + pad_s(bq, bkv)
+    (r kernel calls per ring; ``formulation.kernel_model``), where a tile that makes the wrapper
+    pad a tensor the program did not pad pays its copy (XLA materializes the padded array):
+        pad_s = 2 e lead D (Lq [S % (n_s bq) != 0] + 2 Lkv [T % (r bkv) != 0]) / hbm_Bps
+    (read and written once; [.] is 1 when true), over the candidates
+
+        bq   in {128 * 2^i <= Lq} u {roundup(ceil(S / n_s) / m, 8) : m = 1..8}
+        bkv  in {128 * 2^i <= Lkv} u {roundup(ceil(T / r) / m, 128) : m = 1..16}
+        bkvc in {multiples of 128 dividing bkv, at most 2048}
+
+    that fit: scoped VMEM (``kernel_model.splash_vmem_bytes``) within the chip's scoped limit
+    times ``vmem_fraction``, and the mask metadata within SMEM
+    (``models.attention_kernels.splash_metadata_bytes``). Ties go to less VMEM, then to smaller
+    tiles (deterministic).
+
+The compiler decides feasibility: with ``check`` (a callable that compiles a layout and raises
+``extract.aot_compile.CompileError``), a compile that overflows VMEM or SMEM makes the choice
+again with ``vmem_fraction`` x 0.75 (at most ``retries`` times); if none compiles, the layout
+comes back without tiles (the automatic choice). Other compile errors propagate.
+
+Call site in the planner (``aoizora.planner._finish``, before the verifying compile; the IR is
+the one the planner built):
+
+    layout = choose_tiles(best.solution.layout, ir, tgt)
+    ev = compile_layout(fn, args, tgt, layout, best.placement)   # compile_layout passing
+    # compiler_options=compiler_options or layout.compiler_options or None
+    q2t = predict_step(ev, best.placement, network)   # keep layout and q2t if it fits and is lower
+
+``choose_compiler_options(layout, price)`` prices the layout under libtpu's defaults and under
+the options of a practitioner's recipe (``RECIPE_OPTIONS``, maxdiffusion's Wan 2.1 recipe) with
+``price`` (Q2 of a compile with ``layout.compiler_options``) and keeps the cheaper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+from aoizora.extract.aot_compile import CompileError
+from aoizora.extract.targets import Target, get_target
+from aoizora.formulation.kernel_model import (KernelChip, SplashShape, kernel_chip,
+                                              splash_seconds, splash_vmem_bytes)
+from aoizora.formulation.layout import AttentionLayout, Layout
+from aoizora.models.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
+from aoizora.models.recipes import MAXDIFFUSION_OPTIONS
+
+# maxdiffusion's Wan 2.1 generation recipe (``models.recipes``)
+RECIPE_OPTIONS: dict[str, bool] = dict(MAXDIFFUSION_OPTIONS)
+MAX_BKV_COMPUTE = 2048
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionShape:
+    """Global q [B, H, S, D] and k, v [B, H, T, D] of one attention node; e bytes per element."""
+
+    batch: int
+    heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    dtype_bytes: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class TileChoice:
+    block_q: int
+    block_kv: int
+    block_kv_compute: int
+    seconds: float           # kernel-model seconds of the node's kernel calls per run
+    vmem_bytes: int
+
+
+def attention_shapes(ir) -> dict[str, AttentionShape]:
+    """Attention node key -> its global shapes, from a ``extract.program_ir.ProgramIR``."""
+    out = {}
+    for n in ir.by_kind("attention"):
+        q, k = (ir.tensors[t] for t in n.operands[:2])
+        e = max(q.bytes // max(math.prod(q.shape), 1), 1)
+        out[n.key] = AttentionShape(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], e)
+    return out
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _candidates(length: int, align: int, splits: int) -> list[int]:
+    """128 * 2^i up to ``length``, and ``length`` split in m = 1..splits blocks rounded up to
+    ``align``."""
+    out = {128 * 2 ** i for i in range(16) if 128 * 2 ** i <= length}
+    out |= {_round_up(-(-length // m), align) for m in range(1, splits + 1)}
+    return sorted(out)
+
+
+def _size(mesh_axes: dict[str, int], axes: tuple[str, ...]) -> int:
+    return math.prod(mesh_axes[a] for a in axes)
+
+
+def _pad_seconds(shape: AttentionShape, lead: int, lq: int, lkv: int, chip: KernelChip) -> float:
+    """``pad_s``: copying the padded q (lq > 0) and k, v (lkv > 0) once, read and written."""
+    return 2.0 * shape.dtype_bytes * lead * shape.head_dim * (lq + 2 * lkv) / chip.hbm_Bps
+
+
+def node_tiles(shape: AttentionShape, al: AttentionLayout, mesh_axes: dict[str, int],
+               chip: KernelChip, vmem_fraction: float = 1.0) -> TileChoice | None:
+    """The fastest feasible tiles of one node under ``al`` (module docstring); None if none."""
+    n_b, n_h, n_s = (_size(mesh_axes, a) for a in (al.batch, al.heads, al.seq))
+    r = n_s if al.kv == "ring" else 1
+    lead = shape.batch // n_b * (shape.heads // n_h)
+    lq0, lkv0 = -(-shape.q_len // n_s), -(-shape.kv_len // r)
+    best = None
+    for bq in _candidates(lq0, 8, 8):
+        lq = _round_up(shape.q_len, n_s * bq) // n_s
+        for bkv in _candidates(lkv0, 128, 16):
+            lkv = _round_up(shape.kv_len, r * bkv) // r
+            if splash_metadata_bytes(lq, lkv, bq, bkv) > SPLASH_SMEM_BUDGET:
+                continue
+            for bkvc in range(128, min(bkv, MAX_BKV_COMPUTE) + 1, 128):
+                if bkv % bkvc:
+                    continue
+                sh = SplashShape(lead, lq, lkv, shape.head_dim, shape.dtype_bytes)
+                vmem = splash_vmem_bytes(sh, bq, bkv, bkvc)
+                if vmem > chip.scoped_vmem_bytes * vmem_fraction:
+                    continue
+                t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + _pad_seconds(
+                    shape, lead, lq if shape.q_len % (n_s * bq) else 0,
+                    lkv if shape.kv_len % (r * bkv) else 0, chip)
+                key = (t, vmem, bq, bkv, bkvc)
+                if best is None or key < best[0]:
+                    best = (key, TileChoice(bq, bkv, bkvc, t, vmem))
+    return best[1] if best else None
+
+
+def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: "str | Target",
+                 vmem_fraction: float = 1.0) -> tuple[Layout, dict[str, TileChoice]]:
+    """``layout`` with every node of ``shapes`` given its ``node_tiles`` (a node with no
+    feasible tiles keeps the automatic choice)."""
+    tgt = get_target(target)
+    # the same chip numbers Q2's network carries (``extract.network.Network.from_target``)
+    chip = kernel_chip(tgt.chip.generation, tgt.chip.peak_bf16_flops, tgt.chip.hbm_bandwidth_Bps,
+                       tgt.chip.clock_hz)
+    attention = dict(layout.attention)
+    chosen = {}
+    for key, shape in sorted(shapes.items()):
+        al = layout.attention_for(key)
+        c = node_tiles(shape, al, layout.mesh_axes, chip, vmem_fraction)
+        if c is None:
+            continue
+        chosen[key] = c
+        attention[key] = al.with_tiles(block_q=c.block_q, block_kv=c.block_kv,
+                                       block_kv_compute=c.block_kv_compute)
+    return dataclasses.replace(layout, attention=attention), chosen
+
+
+def choose_tiles(layout: Layout, ir_or_shapes: Any, target: "str | Target", *,
+                 check: Callable[[Layout], Any] | None = None, retries: int = 3) -> Layout:
+    """``layout`` with kernel-model tiles on every attention node (module docstring).
+
+    ir_or_shapes: a ``ProgramIR`` or ``{node key: AttentionShape}``. check: compiles a layout,
+    raising ``CompileError`` (e.g. ``lambda L: compile_layout(fn, args, tgt, L, order)``)."""
+    shapes = ir_or_shapes if isinstance(ir_or_shapes, dict) else attention_shapes(ir_or_shapes)
+    fraction = 1.0
+    for _ in range(retries + 1):
+        tiled, _chosen = tiled_layout(layout, shapes, target, fraction)
+        if check is None:
+            return tiled
+        try:
+            check(tiled)
+            return tiled
+        except CompileError as e:
+            if "VMEM" not in str(e) and "SMEM" not in str(e):
+                raise
+        fraction *= 0.75
+    return layout
+
+
+def choose_compiler_options(layout: Layout, price: Callable[[Layout], float],
+                            options: dict[str, Any] | None = None) -> tuple[Layout, dict]:
+    """The cheaper of ``layout`` under libtpu's defaults and under ``options`` (default
+    ``RECIPE_OPTIONS``) by ``price`` (seconds, e.g. Q2's step_s of the layout compiled with
+    its ``compiler_options``). Returns (layout, {"default_s", "recipe_s"})."""
+    opts = dict(RECIPE_OPTIONS if options is None else options)
+    plain = dataclasses.replace(layout, compiler_options={})
+    tuned = dataclasses.replace(layout, compiler_options=opts)
+    a, b = float(price(plain)), float(price(tuned))
+    return (tuned if b < a else plain), {"default_s": a, "recipe_s": b}
