@@ -42,7 +42,8 @@ def test_padding_follows_the_blocks():
 
 
 def test_a_larger_block_computes_the_same_attention():
-    """The doubled block is the same kernel call with block=256 (interpret mode on CPU)."""
+    """A 256 block (the layout's tiles, as a doubled block is) computes the same attention
+    (interpret mode on CPU)."""
     import numpy as np
     from jax.sharding import AxisType, Mesh
 
@@ -51,10 +52,9 @@ def test_a_larger_block_computes_the_same_attention():
     ks = jax.random.split(jax.random.PRNGKey(2), 3)
     q = jax.random.normal(ks[0], (2, 4, 300, 32))
     k, v = (jax.random.normal(kk, (2, 4, 280, 32)) for kk in ks[1:])
-    al = AttentionLayout(batch=("x",), heads=("y",))
+    al = AttentionLayout(batch=("x",), heads=("y",), block_q=256, block_kv=256)
     got = jax.jit(lambda q, k, v: sharded_attention(q, k, v, layout=al, mesh=mesh, scale=0.2,
-                                                    impl="splash", interpret=True,
-                                                    block=256))(q, k, v)
+                                                    impl="splash", interpret=True))(q, k, v)
     err = float(jnp.max(jnp.abs(got - reference_attention(q, k, v, scale=0.2))))
     assert err < 1e-5, f"splash block 256 (interpret) vs reference: max abs error {err:.3g}"
 

@@ -229,8 +229,8 @@ def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc=None):
 # ---------------------------------------------------------------------------------------------
 
 def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
-                      impl: str = "auto", interpret: bool = False, block: int = SPLASH_BLOCK,
-                      kv_mask=None, grad: bool = False):
+                      impl: str = "auto", interpret: bool = False, kv_mask=None,
+                      grad: bool = False):
     """Attention of global q [B,H,Sq,D], k, v [B,H,Skv,D] in ``layout`` on ``mesh``.
 
     kv_mask: None, or bool [B, Skv] (True = attend; module docstring).
@@ -249,7 +249,7 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
     check_layout(q.shape, k.shape, layout, mesh)
     sq, skv = q.shape[2], k.shape[2]
     n_seq = _axes_size(mesh, layout.seq)
-    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl, block=block,
+    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl,
                                           block_q=layout.block_q, block_kv=layout.block_kv,
                                           grad=grad)
     bkvc = layout.block_kv_compute if impl == "splash" else None
@@ -282,10 +282,11 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
 
 
 def splash_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
-                     interpret: bool = False, block: int = SPLASH_BLOCK):
-    """The Pallas splash kernel in ``layout`` (see :func:`sharded_attention`)."""
+                     interpret: bool = False):
+    """The Pallas splash kernel in ``layout`` (see :func:`sharded_attention`; its tiles are the
+    layout's ``block_q`` / ``block_kv`` / ``block_kv_compute``, else automatic)."""
     return sharded_attention(q, k, v, layout=layout, mesh=mesh, scale=scale, impl="splash",
-                             interpret=interpret, block=block)
+                             interpret=interpret)
 
 
 @dataclasses.dataclass(frozen=True)
