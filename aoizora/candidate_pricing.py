@@ -38,11 +38,12 @@ from aoizora.solvers.placement_step import choose_by_step
 def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence[int],
                    compiler_options: dict[str, Any] | None = None) -> Evidence:
     """Realize `layout` on the target's devices in `device_order` and compile it ahead of time
-    (``compiler_options``: libtpu options for this compile only, as ``compile_evidence`` takes)."""
+    (``compiler_options``: libtpu options for this compile only, as ``compile_evidence`` takes;
+    default the layout's own ``compiler_options``)."""
     mesh = target_mesh(tgt, layout.mesh_axes, list(device_order))
     realized = realize(fn, args, layout, mesh)
     return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt,
-                            compiler_options=compiler_options)
+                            compiler_options=compiler_options or layout.compiler_options or None)
 
 
 def compile_job(fn, args, tgt: Target, layout: Layout,

@@ -5,7 +5,10 @@ learned (``Plan.calibration``), and notes.
 When the best is a seed with its own program variant, the plan is for that program (its key,
 ``Plan.program``). With ``verify`` and time left for one more compile (the budget's ``verify``
 margin), the plan is compiled again in its own device order and its HBM fit read from that
-compile. The plan's status is OPTIMAL only when both certificates (sharding, placement) are.
+compile. Before that, a plan whose attention has no tiles yet gets the kernel model's tiles
+(``_tile``): compiled in the plan's device order, kept when Q2 prices them lower, and that
+compile is then the verification. The plan's status is OPTIMAL only when both certificates
+(sharding, placement) are.
 """
 
 from __future__ import annotations
@@ -18,14 +21,19 @@ import numpy as np
 from aoizora import time_limits
 from aoizora.candidate import Candidate, mesh_str
 from aoizora.candidate_pricing import compile_layout
-from aoizora.extract.aot_compile import compiler_identity
+from aoizora.extract.aot_compile import CompileError, compiler_identity
 from aoizora.extract.network import Network
 from aoizora.formulation.calibration import Calibration
-from aoizora.formulation.latency import Q2
+from aoizora.formulation.latency import Q2, predict_step
 from aoizora.loop_state import LoopState
 from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
 from aoizora.plans import Plan, program_key
+from aoizora.realize import RealizeError
+from aoizora.tiles import attention_shapes, tiled_layout
+
+TILE_VMEM_FRACTION = 0.75   # of the scoped VMEM the tile model may plan for (its estimate is
+                            # within 10% of libtpu's; the compile is the verdict)
 
 
 def no_plan_error(state: LoopState) -> PlanningError:
@@ -72,7 +80,10 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     if ir is not None:   # what the IR could not read (ops kept replicated, attention not taken)
         notes += [f"program: {w}" for w in (*getattr(ir, "warnings", ()), *getattr(ir, "notes", ()))]
     fits = best.fits
-    if verify and state.budget.fits("verify", max_compile_s):
+    tiled = verify and state.budget.fits("verify", max_compile_s) and _tile(state, fn, args, notes)
+    if tiled:
+        fits = best.fits
+    elif verify and state.budget.fits("verify", max_compile_s):
         fits = _verify(state, fn, args, notes)
     else:
         notes.append("not re-compiled in the planned device order (time budget); HBM use is "
@@ -90,6 +101,43 @@ def _notes(stop_reason: str, learned: Calibration, time_limited: list[str]) -> l
                      f"{str(src.get('program', '?'))[:12]}, input shapes "
                      f"{', '.join(src.get('input_shapes', [])[:1]) or '?'}...)")
     return notes
+
+
+def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
+    """The plan's attention tiles (``aoizora.tiles``): the kernel model's best tiles for each
+    attention node at its per-shard shapes, compiled in the planned device order and priced by
+    Q2; kept when they fit and price lower, which makes that compile the plan's verification
+    (True). A layout that already has tiles (a seed with its authors' tiles), or no attention,
+    or tiles that do not compile or price higher: nothing changes (False)."""
+    best, prog = state.best, state.program
+    layout = best.solution.layout
+    shapes = attention_shapes(prog.ir) if prog.ir is not None else {}
+    shapes = {k: v for k, v in shapes.items() if k in layout.attention or "*" in layout.attention}
+    if not shapes or any(a.tiles for a in layout.attention.values()):
+        return False
+    tiled, _ = tiled_layout(layout, shapes, prog.target, TILE_VMEM_FRACTION)
+    if tiled == layout:
+        return False
+    state.progress.stage("choosing attention tiles: compiling the plan with them in its order")
+    try:
+        ev = compile_layout(fn, args, prog.target, tiled, best.placement)
+    except (CompileError, RealizeError) as e:
+        notes.append(f"attention tiles not used: {str(e).splitlines()[0][:160]}")
+        return False
+    q2 = predict_step(ev, best.placement, prog.network)
+    if not ev.memory.fits or q2.step_s >= best.q2.step_s:
+        notes.append(f"attention tiles not used: {q2.step_s * 1e3:.3f} ms (Q2) with them, "
+                     f"{best.q2.step_s * 1e3:.3f} ms without"
+                     f"{'' if ev.memory.fits else '; they do not fit in HBM'}")
+        return False
+    tiles = sorted({str(a.tiles) for a in tiled.attention.values()})
+    notes.append(f"attention tiles {'; '.join(tiles)}: "
+                 f"{best.q2.step_s * 1e3:.3f} -> {q2.step_s * 1e3:.3f} ms (Q2); verified: "
+                 f"compiles for {prog.target.name} in the planned device order, fits in HBM")
+    best.solution.layout, best.evidence, best.q2 = tiled, ev, q2
+    if best.q2_default is not None and getattr(best, "default_order", None):
+        best.q2_default = predict_step(ev, best.default_order, prog.network)
+    return True
 
 
 def _verify(state: LoopState, fn, args, notes: list[str]) -> bool:

@@ -89,6 +89,10 @@ def attention_shapes(ir) -> dict[str, AttentionShape]:
     for n in ir.by_kind("attention"):
         q, k = (ir.tensors[t] for t in n.operands[:2])
         e = max(q.bytes // max(math.prod(q.shape), 1), 1)
+        if "shape" in n.params:   # found in the program: its canonical [B, H, S, T, D]
+            b, h, sq, skv, d = (int(v) for v in n.params["shape"])
+            out[n.key] = AttentionShape(b, h, sq, skv, d, e)
+            continue
         out[n.key] = AttentionShape(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], e)
     return out
 
