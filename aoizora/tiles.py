@@ -30,13 +30,8 @@ The compiler decides feasibility: with ``check`` (a callable that compiles a lay
 again with ``vmem_fraction`` x 0.75 (at most ``retries`` times); if none compiles, the layout
 comes back without tiles (the automatic choice). Other compile errors propagate.
 
-Call site in the planner (``aoizora.planner._finish``, before the verifying compile; the IR is
-the one the planner built):
-
-    layout = choose_tiles(best.solution.layout, ir, tgt)
-    ev = compile_layout(fn, args, tgt, layout, best.placement)   # compile_layout passing
-    # compiler_options=compiler_options or layout.compiler_options or None
-    q2t = predict_step(ev, best.placement, network)   # keep layout and q2t if it fits and is lower
+The planner uses ``tiled_layout`` on its best candidate before the verifying compile
+(``aoizora.plan_assembly._tile``): kept when the compile fits and Q2 prices it lower.
 
 ``choose_compiler_options(layout, price)`` prices the layout under libtpu's defaults and under
 the options of a practitioner's recipe (``RECIPE_OPTIONS``, maxdiffusion's Wan 2.1 recipe) with

@@ -39,15 +39,19 @@ PLACEMENT_SMALL = 0.005   # a placement gain under this counts as small (0.5%)
 OTHER_RESULTS = (
     ("plan_wan2.1-1.3b_480p-81f_v5e-8.md", "the default `aoizora plan`, its summary and iterations",
      "python -m benchmarks.plan_default"),
-    ("ilp_only_wan2.1-1.3b_480p-81f_v5e-8.md", "the same without the expert seeds",
-     "python -m benchmarks.plan_default --no-seeds"),
+    ("ilp_only.md", "every grid cell planned with no seed layouts: what the ILP's own layouts "
+     "are worth against the best expert", "python -m benchmarks.ilp_only"),
+    ("hint_invariance_v5e-16.md", "a 4.1e9-parameter joint text+video DiT with and without "
+     "hints, before and after the fix", "python -m benchmarks.hint_invariance"),
+    ("tile_compare_wan2.1-1.3b_480p-81f_v5e-8.md", "one layout under three splash tile choices, "
+     "priced by Q2's kernel model", "python -m benchmarks.tile_compare"),
     ("placement_solver.md", "placement CP-SAT against heuristics on v5e-16, v5e-64, v5e-256",
      "python -m benchmarks.placement_solver"),
     ("sharding_vs_heuristics.md", "sharding ILP against heuristic searches (Q1)",
      "python -m benchmarks.sharding_vs_heuristics"),
     ("sharding_solvers.md", "HiGHS against CBC at the planner's per-mesh limit",
      "python -m benchmarks.sharding_solvers --force"),
-    ("simulator_validation.md", "the reference simulator against the scaling book's collectives",
+    ("simulator_validation.md", "the independent simulator against 17 measured public TPU figures",
      "python -m benchmarks.simulator_validation"),
     ("expert_compile.md", "the expert configurations compiled for v5e-8",
      "python -m benchmarks.expert_compile"),
@@ -129,7 +133,10 @@ def grid_table(cells: Sequence[dict[str, Any]]) -> list[str]:
         "over the cells (least-largest). Baselines: the best of seven expert configurations "
         "(`aoizora/models/experts.py`) in JAX's default order; Alpa-style search (the sharding "
         "ILP with fixed alpha-beta costs, default order); the plan's own layout in "
-        "`jax.make_mesh`'s order (what placement alone gains).", "",
+        "`jax.make_mesh`'s order (what placement alone gains). **Planned and simulated before this "
+        "round's changes** (hints, Q2's splash kernel model, tiles: `CHANGELOG.md`) by the "
+        "simulator of that time, which priced compute as Q2 did (splash at 100% of peak): not "
+        "re-run yet.", "",
         "| cells | n | vs best expert | vs Alpa-style search | placement vs `jax.make_mesh` order, "
         "largest | never slower | top-1 |",
         "|---|---|---|---|---|---|---|"]
