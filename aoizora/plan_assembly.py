@@ -30,10 +30,7 @@ from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
 from aoizora.plans import Plan, program_key
 from aoizora.realize import RealizeError
-from aoizora.tiles import attention_shapes, tiled_layout
-
-TILE_VMEM_FRACTION = 0.75   # of the scoped VMEM the tile model may plan for (its estimate is
-                            # within 10% of libtpu's; the compile is the verdict)
+from aoizora.tiles import attention_shapes, choose_tiles
 
 
 def no_plan_error(state: LoopState) -> PlanningError:
@@ -104,10 +101,10 @@ def _notes(stop_reason: str, learned: Calibration, time_limited: list[str]) -> l
 
 
 def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
-    """The plan's attention tiles (``aoizora.tiles``): the kernel model's best tiles for each
-    attention node at its per-shard shapes, compiled in the planned device order and priced by
-    Q2; kept when they fit and price lower, which makes that compile the plan's verification
-    (True). A layout that already has tiles (a seed with its authors' tiles), or no attention,
+    """The plan's attention tiles (``aoizora.tiles.choose_tiles``): the kernel model's best
+    tiles for each attention node at its per-shard shapes, compiled in the planned device order
+    (a VMEM / SMEM overflow makes the choice again within less VMEM) and priced by Q2; kept
+    when they fit and price lower, which makes that compile the plan's verification (True). A layout that already has tiles (a seed with its authors' tiles), or no attention,
     or tiles that do not compile or price higher: nothing changes (False)."""
     best, prog = state.best, state.program
     layout = best.solution.layout
@@ -115,15 +112,20 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     shapes = {k: v for k, v in shapes.items() if k in layout.attention or "*" in layout.attention}
     if not shapes or any(a.tiles for a in layout.attention.values()):
         return False
-    tiled, _ = tiled_layout(layout, shapes, prog.target, TILE_VMEM_FRACTION)
-    if tiled == layout:
-        return False
+    compiled = {}
+
+    def check(candidate):   # the compiler's verdict (VMEM / SMEM); its evidence kept
+        compiled["ev"] = compile_layout(fn, args, prog.target, candidate, best.placement)
+
     state.progress.stage("choosing attention tiles: compiling the plan with them in its order")
     try:
-        ev = compile_layout(fn, args, prog.target, tiled, best.placement)
+        tiled = choose_tiles(layout, shapes, prog.target, check=check)
     except (CompileError, RealizeError) as e:
         notes.append(f"attention tiles not used: {str(e).splitlines()[0][:160]}")
         return False
+    if tiled == layout or "ev" not in compiled:
+        return False
+    ev = compiled["ev"]
     q2 = predict_step(ev, best.placement, prog.network)
     if not ev.memory.fits or q2.step_s >= best.q2.step_s:
         notes.append(f"attention tiles not used: {q2.step_s * 1e3:.3f} ms (Q2) with them, "
