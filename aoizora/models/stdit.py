@@ -93,8 +93,8 @@ def pos_embed_2d(h: int, w: int, dim: int):
     column, each as (sin, cos) of position x 10000^(-2i/(dim/2)) (PositionEmbedding2D)."""
     half = dim // 2
     inv = 1.0 / (10000.0 ** (jnp.arange(0, half, 2, dtype=jnp.float32) / half))
-    rows = jnp.repeat(jnp.arange(h, dtype=jnp.float32), w)
-    cols = jnp.tile(jnp.arange(w, dtype=jnp.float32), h)
+    rows = jnp.broadcast_to(jnp.arange(h, dtype=jnp.float32)[:, None], (h, w)).reshape(-1)
+    cols = jnp.broadcast_to(jnp.arange(w, dtype=jnp.float32)[None, :], (h, w)).reshape(-1)
 
     def sincos(p):
         a = p[:, None] * inv[None]
