@@ -4,7 +4,9 @@ The program is one denoising step with classifier-free guidance (``models.regist
 on abstract bf16 inputs. The video sequence is padded to a multiple of ``128 x devices`` so that
 any split of the sequence over the target's devices gives every shard whole 128-token splash
 blocks; the padding is part of the traced shapes, so every cost counts it. Small test models
-(fewer tokens than that) use 16-token blocks.
+(fewer tokens than that) use 16-token blocks. A spatial-temporal DiT (STDiT3) pads its frames and
+its spatial tokens each to a multiple of the devices (its attentions run over one or the other;
+the attention wrapper pads each to the kernel's blocks).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 from typing import Any, Callable
 
 from aoizora.extract.targets import Target, get_target
-from aoizora.models import registry
+from aoizora.models import registry, stdit
 from aoizora.models.attention_kernels import SPLASH_BLOCK
 
 DEFAULT_MODEL = "wan2.1-1.3b"
@@ -38,6 +40,9 @@ class Job:
     @property
     def padded_tokens(self) -> int:
         p = self.pad_multiple
+        if self.model.family == "stdit":         # frames and spatial tokens padded each
+            tp, sp = stdit.padded_grid(self.workload.grid, p)
+            return tp * sp
         return -(-self.workload.tokens // p) * p
 
     def describe(self) -> str:
@@ -71,6 +76,8 @@ def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RES
     tgt = get_target(target)
     n = tgt.num_devices
     block = SPLASH_BLOCK if wl.tokens >= SPLASH_BLOCK * n else 16
+    if m.family == "stdit":      # its sequences are the frames and the space: split each n ways
+        block = 1
     pad = int(pad_multiple) if pad_multiple else block * n
     fn = registry.denoise_step(m, pad_multiple=pad)
     args = registry.abstract_inputs(m, wl)
@@ -89,8 +96,10 @@ def builtin_job(model: str = DEFAULT_MODEL, resolution: str | None = DEFAULT_RES
 # chip; tensor parallel; FSDP with the sequence split, last in most cells. Before, the second
 # seed was context and then the ``EXPERTS`` order (fsdp_sp, tp_cfg, cfg2_ulysses): in the Wan
 # 14B and HunyuanVideo cells, where 4-7 compiles fit in 240 s, cfg2_ulysses was rarely compiled,
-# and in HunyuanVideo 720p-129f on v5e-16 it is the fastest expert (simulated).
-SEED_ORDER = ("cfg2_context", "cfg2_ulysses", "usp", "context", "ulysses", "tp_cfg", "fsdp_sp")
+# and in HunyuanVideo 720p-129f on v5e-16 it is the fastest expert (simulated). Dynamic sequence
+# parallelism (dsp) is valid only for spatial-temporal DiTs, where it is the published recipe
+# (Open-Sora / VideoSys), so it comes first there and changes nothing elsewhere.
+SEED_ORDER = ("dsp", "cfg2_context", "cfg2_ulysses", "usp", "context", "ulysses", "tp_cfg", "fsdp_sp")
 
 
 def expert_seed_layouts(job: Job) -> list:

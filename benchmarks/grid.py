@@ -107,9 +107,15 @@ def grid_cells() -> list[Cell]:
     # cheapest first: tokens x model size / devices is a fair proxy for compile and plan time
     size = {"wan2.1-1.3b": 1, "wan2.1-14b": 10, "hunyuanvideo-13b": 12}
     res_cost = {"480p": 1, "720p": 2.3}
-    return sorted(cells, key=lambda c: (size[c.model], res_cost[c.resolution],
-                                        int(c.target.split("-")[1]) > 8, c.target.startswith("v6e"),
-                                        c.frames, int(c.target.split("-")[1])))
+    cells = sorted(cells, key=lambda c: (size[c.model], res_cost[c.resolution],
+                                         int(c.target.split("-")[1]) > 8, c.target.startswith("v6e"),
+                                         c.frames, int(c.target.split("-")[1])))
+    # the spatial-temporal family (Open-Sora STDiT3, its published 51-frame settings), last so
+    # that the cells above keep their order; cheapest first within it
+    for res in ("240p", "480p", "720p"):
+        for tgt in ("v5e-8", "v5e-16"):
+            cells.append(Cell("opensora-stdit3-xl", res, 51, tgt))
+    return cells
 
 
 SMOKE_CELL = Cell("wan2.1-small", "128p", 9, "v5e-8")

@@ -87,3 +87,44 @@ WAN_SMALL = WanConfig(dim=256, ffn_dim=512, heads=8, layers=2, text_len=32, text
 HUNYUAN_13B = HunyuanConfig()
 HUNYUAN_SMALL = HunyuanConfig(hidden=256, heads=8, double_blocks=2, single_blocks=2, text_len=32,
                               text_dim=128, clip_dim=64, rope_dims=(8, 12, 12))
+
+
+@dataclasses.dataclass(frozen=True)
+class STDiTConfig:
+    """Open-Sora 1.2's STDiT3 (hpcaitech/Open-Sora, ``opensora/models/stdit/stdit3.py``,
+    ``STDiT3-XL/2``; ``configs/opensora-v1-2/inference/sample.py``): ``depth`` pairs of blocks,
+    each a spatial block then a temporal block (self-attention + cross-attention + MLP each)."""
+
+    hidden: int = 1152
+    heads: int = 16
+    depth: int = 28              # spatial blocks = temporal blocks = depth
+    mlp_ratio: float = 4.0
+    text_len: int = 300          # T5 tokens (model_max_length)
+    text_dim: int = 4096         # T5-v1.1-XXL width (caption_channels)
+    freq_dim: int = 256          # sinusoidal timestep / fps embedding width
+    in_channels: int = 4         # Open-Sora 1.2 VAE latent channels
+    out_channels: int = 4        # pred_sigma=False
+    patch: tuple[int, int, int] = (1, 2, 2)
+    fps: float = 24.0            # the fps conditioning the sampler passes (sample.py: fps = 24)
+    eps: float = 1e-6
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def mlp_dim(self) -> int:
+        return int(self.hidden * self.mlp_ratio)
+
+    def __post_init__(self):
+        if self.hidden % self.heads:
+            raise ValueError(f"STDiTConfig: hidden {self.hidden} must be a multiple of heads {self.heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"STDiTConfig: head_dim {self.head_dim} must be even (temporal RoPE pairs)")
+        if self.hidden % 4:
+            raise ValueError(f"STDiTConfig: hidden {self.hidden} must be a multiple of 4 (2D sin-cos)")
+
+
+STDIT3_XL = STDiTConfig()
+# Same structure, small: 8 heads of 32, 2 block pairs.
+STDIT_SMALL = STDiTConfig(hidden=256, heads=8, depth=2, text_len=32, text_dim=128)

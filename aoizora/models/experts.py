@@ -26,6 +26,9 @@
   u the largest Ulysses degree below n that divides the heads; activations sequence-split over
   both axes; self-attention heads over ulysses and keys/values in a ring over ring; weights
   replicated, as xDiT keeps them. Rejected when the heads divide n (that is ``ulysses``).
+- ``dsp`` (Dynamic Sequence Parallelism, Open-Sora / VideoSys): only for spatial-temporal DiTs
+  (``models.stdit``), whose experts ``models.stdit_experts`` builds (which of the above apply
+  there and why); rejected for Wan and HunyuanVideo, whose tokens attend as one sequence.
 
 The maxdiffusion configurations (``context``, ``cfg2_context``, ``cfg2_ulysses``) carry its
 published libtpu options (``Layout.compiler_options``) and its splash tiles scaled to each
@@ -61,7 +64,7 @@ from jax.sharding import AxisType
 from aoizora.extract.jaxpr_walk import walk
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.models import registry
+from aoizora.models import registry, stdit_experts
 from aoizora.models import workloads as W
 from aoizora.models.attention_kernels import SPLASH_BLOCK
 from aoizora.models.config import HunyuanConfig, WanConfig
@@ -71,7 +74,7 @@ from aoizora.models.recipes import MAXDIFFUSION_OPTIONS, published_tiles
 
 # the configurations that follow maxdiffusion's recipe: its libtpu options and splash tiles
 MAXDIFFUSION = ("context", "cfg2_context", "cfg2_ulysses")
-EXPERTS = ("ulysses", "context", "cfg2_context", "fsdp_sp", "tp_cfg", "cfg2_ulysses", "usp")
+EXPERTS = ("ulysses", "context", "cfg2_context", "fsdp_sp", "tp_cfg", "cfg2_ulysses", "usp", "dsp")
 
 # Layer roles by the param dict key that holds {"w", "b"} (both models' names).
 _COLUMN = frozenset({"q", "k", "v", "qkv", "fc1", "linear1"})      # output dim = heads / mlp
@@ -251,6 +254,11 @@ def weight_bytes_per_device(args, in_specs, mesh_axes: dict[str, int]) -> int:
 def _build(name, model, wl, n, dtype, block, unit="chips", generation=None):
     """(Layout | None, reason, pad_multiple, fn, args); ``generation`` (e.g. "v5e") bounds the
     maxdiffusion tiles by its scoped VMEM."""
+    if model.family == "stdit":
+        return stdit_experts.build(name, model, wl, n, dtype, unit, _param_leaves, _fsdp_spec)
+    if name == "dsp":
+        return None, ("no spatial and temporal attention stages to switch between: the video "
+                      "tokens attend as one sequence"), 1, None, None
     heads, mlp, width = _model_dims(model)
     batch = 2 * wl.batch                           # the CFG pair runs as one batch
     if name in ("cfg2_context", "tp_cfg", "cfg2_ulysses"):

@@ -8,7 +8,8 @@ samplers do: ``pred_uncond + guidance * (pred_cond - pred_uncond)``.
 params and activations) for tracing and compiling without allocating; ``init_params`` gives real
 random arrays (small configs).
 
-Text inputs are dicts: Wan ``{"context": [B, 512, 4096]}`` (umT5); HunyuanVideo
+Text inputs are dicts: Wan ``{"context": [B, 512, 4096]}`` (umT5); Open-Sora STDiT3
+``{"context": [B, 300, 4096]}`` (T5-v1.1-XXL); HunyuanVideo
 ``{"context": [B, 256, 4096], "pooled": [B, 768]}`` (LLM hidden states + the CLIP-L vector).
 """
 
@@ -21,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from aoizora.models import config as C
-from aoizora.models import hunyuan, layers, wan
+from aoizora.models import hunyuan, layers, stdit, wan
 from aoizora.models import workloads as W
 
 
@@ -32,8 +33,8 @@ class UnknownModelError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Model:
     name: str
-    family: str                        # "wan" | "hunyuan"
-    config: Any                        # WanConfig | HunyuanConfig
+    family: str                        # "wan" | "hunyuan" | "stdit"
+    config: Any                        # WanConfig | HunyuanConfig | STDiTConfig
     nominal_params: float              # the size in the name (parameters)
     workloads: tuple[W.Workload, ...]
 
@@ -68,7 +69,7 @@ class Model:
 
 
 def _impl(model: Model):
-    return wan if model.family == "wan" else hunyuan
+    return {"wan": wan, "hunyuan": hunyuan, "stdit": stdit}[model.family]
 
 
 MODELS: dict[str, Model] = {m.name: m for m in (
@@ -77,8 +78,10 @@ MODELS: dict[str, Model] = {m.name: m for m in (
     Model("hunyuanvideo-13b", "hunyuan", C.HUNYUAN_13B, 13e9, tuple(W.HUNYUAN)),
     Model("wan2.1-small", "wan", C.WAN_SMALL, 0.0, tuple(W.SMALL)),
     Model("hunyuanvideo-small", "hunyuan", C.HUNYUAN_SMALL, 0.0, tuple(W.SMALL)),
+    Model("opensora-stdit3-xl", "stdit", C.STDIT3_XL, 1.1e9, tuple(W.OPENSORA)),
+    Model("opensora-stdit3-small", "stdit", C.STDIT_SMALL, 0.0, tuple(W.OPENSORA_SMALL)),
 )}
-FULL_SIZE = ("wan2.1-1.3b", "wan2.1-14b", "hunyuanvideo-13b")
+FULL_SIZE = ("wan2.1-1.3b", "wan2.1-14b", "hunyuanvideo-13b", "opensora-stdit3-xl")
 
 
 def get_model(name: "str | Model") -> Model:
@@ -92,8 +95,9 @@ def get_model(name: "str | Model") -> Model:
 def forward(model: Model, params, latents, timestep, text: dict, pad_multiple: int = 1):
     """One DiT forward (no guidance): the model's prediction for ``latents``."""
     model = get_model(model)
-    if model.family == "wan":
-        return wan.forward(params, model.config, latents, timestep, text["context"], pad_multiple)
+    if model.family in ("wan", "stdit"):
+        return _impl(model).forward(params, model.config, latents, timestep, text["context"],
+                                    pad_multiple)
     return hunyuan.forward(params, model.config, latents, timestep, text["context"], text["pooled"],
                            pad_multiple)
 
@@ -101,10 +105,12 @@ def forward(model: Model, params, latents, timestep, text: dict, pad_multiple: i
 def denoise_step(model: "str | Model", pad_multiple: int = 1) -> Callable:
     """``step(params, latents, timestep, text, text_uncond, guidance) -> guided prediction``.
 
-    latents [B, 16, F, H, W]; timestep [B] (0..1000); text / text_uncond dicts (see module doc);
+    latents [B, C, F, H, W] (C = 16; 4 for STDiT3); timestep [B] (0..1000); text / text_uncond
+    dicts (see module doc);
     guidance a scalar. The conditional and unconditional inputs are one batch of 2B through the
     model; the output [B, 16, F, H, W] is ``uncond + guidance * (cond - uncond)``. The token
-    sequence is zero-padded inside to a multiple of ``pad_multiple``.
+    sequence is zero-padded inside to a multiple of ``pad_multiple`` (STDiT3: the frames and the
+    spatial tokens each, ``stdit`` module doc).
     """
     model = get_model(model)
     padded_length_check = layers.padded_length(1, pad_multiple)  # validates pad_multiple

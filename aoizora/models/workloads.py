@@ -81,3 +81,32 @@ HUNYUAN = [make("544p", 129), make("720p", 129)]
 # Small: 9 frames at 128x128 -> 3 x 8 x 8 = 192 tokens (divisible by 2, 4, 8); at 112x112 ->
 # 3 x 7 x 7 = 147 tokens (odd: a sequence split needs padding, as at 32,760 tokens).
 SMALL = [Workload("tiny-9f", "128p", 128, 128, 9), Workload("tiny-odd-9f", "112p", 112, 112, 9)]
+
+
+# Open-Sora 1.2 (hpcaitech/Open-Sora, configs/opensora-v1-2/inference/sample.py): its VAE encodes
+# micro-clips of 17 frames (micro_frame_size) with 8x spatial and 4x temporal compression, each
+# clip padded to a multiple of 4 frames first: 17 frames -> 5 latent frames, so 51 -> 15, 102 -> 30.
+OPENSORA_MICRO_FRAMES = 17
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenSoraWorkload(Workload):
+    """A workload of Open-Sora 1.2's VAE: latent frames = 5 per full 17-frame micro-clip plus
+    ceil(rest / 4) for a partial one; 8x spatial as above."""
+
+    @property
+    def latent_frames(self) -> int:
+        full, rest = divmod(self.frames, OPENSORA_MICRO_FRAMES)
+        return full * (-(-OPENSORA_MICRO_FRAMES // VAE_STRIDE[0])) + -(-rest // VAE_STRIDE[0])
+
+
+# Open-Sora's published settings: sample.py's 240p 51 frames (240x426: its VAE gives 53 latent
+# columns, which STDiT3 pads to the patch, 54 -- written here as 432 pixels), 480p (480x854 -> 107
+# latent columns padded to 108 -> 864 pixels) and 720p (720x1280), 51 frames ("2s" at 24 fps).
+# Tokens: 15 x 15 x 27 = 6,075; 15 x 30 x 54 = 24,300; 15 x 45 x 80 = 54,000.
+OPENSORA = [OpenSoraWorkload("240p-51f", "240p", 432, 240, 51),
+            OpenSoraWorkload("480p-51f", "480p", 864, 480, 51),
+            OpenSoraWorkload("720p-51f", "720p", 1280, 720, 51)]
+# Small: 17 frames at 128x128 -> 5 x 8 x 8 = 320 tokens; at 112x112 -> 5 x 7 x 7 = 245 (odd).
+OPENSORA_SMALL = [OpenSoraWorkload("tiny-17f", "128p", 128, 128, 17),
+                  OpenSoraWorkload("tiny-odd-17f", "112p", 112, 112, 17)]
