@@ -21,11 +21,13 @@ chose on the IR names the same op here:
   of the same tensor is dropped from later dims; a hint with no ruled name is left alone;
 - at an ``aoizora_attention`` eqn the attention runs in ``layout.attention_for(key)`` through
   :func:`aoizora.models.attention_kernels.sharded_attention` (splash on TPU meshes, the reference
-  on CPU meshes, both inside the same ``shard_map``);
+  on CPU meshes, both inside the same ``shard_map``), with the marker's key mask (its fourth
+  operand, if any) as ``kv_mask``: split like the keys' batch (and sequence, in a ring);
 - at an ``aoizora_attention_bwd`` eqn (q, k, v, do -> dq, dk, dv; ``jax.grad`` of an attention)
   the backward runs in ``layout.attention_for(key)`` as the VJP of that same sharded attention:
   splash's own backward kernels (dq, dk/dv) inside the ``shard_map`` on TPU meshes, the
-  reference's VJP on CPU meshes; the VJP recomputes the forward for its residuals.
+  reference's VJP on CPU meshes; the VJP recomputes the forward for its residuals (with the
+  eqn's key mask, its fifth operand, if any).
 - an attention written without the marker (``jax.nn.dot_product_attention``, Flax, einsum ->
   softmax -> einsum, a full-mask splash kernel called by hand;
   :mod:`aoizora.extract.attention_patterns`) runs the same way at its region's last eqn: q, k, v
@@ -299,13 +301,14 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
         elif name == "while":
             outs = _while(eqn, invals, key, ctx)
         elif name == ATTENTION:
-            q, k, v = invals
+            q, k, v, *mask = invals          # the key mask, if the marker has one
             # the scope names the node in the compiled ops' op_name metadata, so that compiled
             # attention time can be read back per node (``extract.evidence.ATTENTION_SCOPE``)
             with jax.named_scope(attention_scope(key)):
                 outs = [sharded_attention(q, k, v, layout=ctx.layout.attention_for(key),
                                           mesh=ctx.mesh, scale=eqn.params["scale"],
-                                          impl=ctx.attention_impl, interpret=ctx.interpret)]
+                                          impl=ctx.attention_impl, interpret=ctx.interpret,
+                                          kv_mask=mask[0] if mask else None)]
         elif name == ATTENTION_BWD:
             with jax.named_scope(attention_scope(key)):
                 outs = attention_backward(invals, ctx.layout.attention_for(key), ctx,
@@ -340,12 +343,14 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
 
 
 def attention_backward(invals, layout, ctx: _Ctx, scale: float) -> list:
-    """[dq, dk, dv] of the sharded attention in ``layout`` at (q, k, v) for the cotangent do."""
-    q, k, v, do = invals
+    """[dq, dk, dv] of the sharded attention in ``layout`` at (q, k, v) for the cotangent do
+    (invals: q, k, v, do and the key mask, if any: the same mask as the forward's)."""
+    q, k, v, do, *mask = invals
 
     def fwd(a, b, c):
         return sharded_attention(a, b, c, layout=layout, mesh=ctx.mesh, scale=scale,
-                                 impl=ctx.attention_impl, interpret=ctx.interpret, grad=True)
+                                 impl=ctx.attention_impl, interpret=ctx.interpret, grad=True,
+                                 kv_mask=mask[0] if mask else None)
 
     _, vjp = jax.vjp(fwd, q, k, v)
     return list(vjp(do))

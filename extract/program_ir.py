@@ -12,9 +12,12 @@ what it is:
 
 - ``dot_general`` / ``conv``: ``batch``, ``lhs_free``, ``rhs_free``, ``contracting``
   (``conv``: ``spatial`` dims are not shared between input and output);
-- ``attention``: ``batch``, ``heads``, ``q_seq``, ``kv_seq``, ``head_dim`` (q [B,H,S,D], k/v [B,H,T,D]);
+- ``attention``: ``batch``, ``heads``, ``q_seq``, ``kv_seq``, ``head_dim`` (q [B,H,S,D], k/v [B,H,T,D];
+  the marker's key mask, if any, is a fourth operand [B,T] labelled ``b``, ``t``, and
+  ``params["mask"]`` is True: the representation of a found attention's mask);
 - ``attention_bwd`` (``aoizora_attention_bwd``, what ``jax.grad`` makes of an attention): the same
-  roles; operands q, k, v, do (do labelled like q), results dq (like q), dk, dv (like k, v);
+  roles; operands q, k, v, do (do labelled like q) and the forward's key mask, if any (fifth,
+  ``b``, ``t``; ``params["mask"]``), results dq (like q), dk, dv (like k, v);
 - ``elementwise``: ``aligned`` (one label per output dim; scalar operands have none);
 - ``reduce``: ``kept`` and ``reduced`` (in the operand only);
 - ``broadcast``: ``aligned``, ``new`` (output only), ``expanded`` (a size-1 operand dim that grows);
@@ -395,6 +398,8 @@ def _labels_attention(node: Node, p, op_shapes, res_shapes):
     rl: list[list[str]] = [[] for _ in res_shapes]
     roles: dict[str, str] = {}
     ol = [["b", "h", "s", "d"], ["b", "h", "t", "d"], ["b", "h", "t", "d"]]
+    if len(op_shapes) == 4:             # the key mask [B, T], as a found attention's mask
+        ol.append(["b", "t"])
     rl = [["b", "h", "s", "d"]]
     roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
     return ol, rl, roles
@@ -407,6 +412,8 @@ def _labels_attention_bwd(node: Node, p, op_shapes, res_shapes):
     roles: dict[str, str] = {}
     q, kv = ["b", "h", "s", "d"], ["b", "h", "t", "d"]
     ol, rl = [q, kv, list(kv), list(q)], [list(q), list(kv), list(kv)]
+    if len(op_shapes) == 5:             # the forward's key mask [B, T]
+        ol.append(["b", "t"])
     roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
     return ol, rl, roles
 
@@ -875,6 +882,7 @@ class _Builder:
         res_shapes = [self.tensors[t].shape for t in node.results]
         if kind in ("attention", "attention_bwd"):
             node.params["scale"] = float(eqn.params["scale"])
+            node.params["mask"] = len(ops) > (3 if kind == "attention" else 4)
         else:
             for k, v in eqn.params.items():
                 if k in ("jaxpr", "call_jaxpr", "body_jaxpr", "cond_jaxpr", "kernel"):

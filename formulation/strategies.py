@@ -10,12 +10,15 @@ dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis)
 - ``attention``: batch, heads and query sequence (keys/values are required gathered along the
   kv sequence, so a split query sequence is context parallel with kv gathered on the edge); with
   the query sequence split, also the ring variant (``kv="ring"``): keys/values split like the
-  queries and passed around the sequence axes, overlapped with compute;
+  queries and passed around the sequence axes, overlapped with compute. A key mask (labels
+  ``b``, ``t``: the marker's fourth operand, or a found attention's) is split like the keys:
+  on the batch axes, gathered along the key sequence, or split on it in a ring;
 - ``attention_bwd`` (the backward of an attention, q, k, v, do -> dq, dk, dv): the forward's
   batch, heads and query-sequence strategies with keys/values gathered (the splash kernel's own
-  backward inside the same ``shard_map``); dq is laid out like q, dk / dv like the gathered
-  k / v, and with the query sequence split over axes A each device holds a partial dk / dv
-  (its queries' share), summed by an all-reduce over A -- the node's own communication;
+  backward inside the same ``shard_map``); dq is laid out like q, dk / dv (and the key mask
+  the backward reads, if any) like the gathered k / v, and with the query sequence split over
+  axes A each device holds a partial dk / dv (its queries' share), summed by an all-reduce
+  over A -- the node's own communication;
 - the replicated strategy is always present.
 
 Attention compute may be scaled by ``attention_scale[node][kv]`` (node key, or ``"*"`` for every
@@ -363,6 +366,8 @@ class _Builder:
         q_spec = tuple(assign.get(lab, ()) for lab in n.operand_labels[0])
         kv_spec = tuple(assign.get(lab, ()) if lab != "t" else () for lab in n.operand_labels[1])
         req = {0: q_spec, 1: kv_spec, 2: kv_spec, 3: q_spec}
+        for k in range(4, len(n.operands)):     # the key mask: split like the keys' batch
+            req[k] = tuple(assign.get(lab, ()) if lab != "t" else () for lab in n.operand_labels[k])
         req = {k: sp for k, sp in req.items() if self.T[n.operands[k]].kind != "literal"}
         outs = {n.results[0]: q_spec, n.results[1]: kv_spec, n.results[2]: kv_spec}
         bytes_dev = sum(shard_bytes(self.T[n.operands[k]], sp, self.sizes) for k, sp in req.items()) \

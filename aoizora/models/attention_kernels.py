@@ -46,10 +46,10 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from aoizora.formulation.layout import AttentionLayout, tile_problems
-from aoizora.models.primitives import reference_attention
+from aoizora.models.primitives import MASK_VALUE, reference_attention
 
 SPLASH_BLOCK = 128
-_NEG = -0.7 * float(np.finfo(np.float32).max)   # the splash kernel's own mask value
+_NEG = MASK_VALUE   # the splash kernel's own mask value
 
 
 class AttentionLayoutError(ValueError):

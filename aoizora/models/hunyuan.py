@@ -18,11 +18,15 @@ Forward for one batch (h = hidden, T = text tokens):
 RoPE: head_dim 128 split [16, 56, 56] over (t, h, w), theta 256, interleaved pairs.
 Every attention goes through ``primitives.attention``; activations carry ``primitives.hint`` names
 ("seq" is the joint video+text sequence inside attention and the single blocks, "text" the text
-stream). Padding (``pad_multiple``): video tokens are zero-padded so that the joint sequence
-(video + T text tokens) is a multiple of ``pad_multiple``; for a multiple 128*n with n | T this
-keeps the video part divisible by n as well. The text attention mask of the original (for
-prompts shorter than T) is not modelled: all T text tokens take part -- the shapes, and so the
-costs, are the same.
+stream). Padding (``pad_multiple``): the n video tokens are zero-padded to L so that the joint
+sequence (video + T text tokens) is a multiple of ``pad_multiple``; for a multiple 128*n' with
+n' | T this keeps the video part divisible by n' as well. The joint attentions (dual- and
+single-stream) mask the padded video keys: ``kv_mask`` [B, L + T] is True on the n real video
+tokens and on the T text tokens, False on positions n..L-1 (the padding sits between the video
+and the text). Every other op is per token, so on the real tokens the padded forward computes
+the unpadded one (up to rounding); padded video rows are dropped before unpatchify. The text
+attention mask of the original (for prompts shorter than T) is not modelled: all T text tokens
+take part -- the shapes, and so the costs, are the same.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ import jax.numpy as jnp
 
 from aoizora.models.config import HunyuanConfig
 from aoizora.models.layers import (apply_rope, gelu_tanh, layer_norm, linear, linear_spec,
-                                   norm_spec, padded_length, patchify, rms_norm, rope_tables,
-                                   timestep_embedding, unpatchify)
+                                   norm_spec, padded_length, patchify, real_tokens, rms_norm,
+                                   rope_tables, timestep_embedding, unpatchify)
 from aoizora.models.primitives import attention, hint
 
 
@@ -88,10 +92,11 @@ def _qkv(x, p_lin, heads):
     return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
 
-def _attend(q, k, v, seq_name: str):
-    """q, k, v [B, S, H, hd] -> [B, S, H*hd] through the attention primitive, hinted."""
+def _attend(q, k, v, seq_name: str, kv_mask=None):
+    """q, k, v [B, S, H, hd] -> [B, S, H*hd] through the attention primitive, hinted; kv_mask
+    None or bool [B, S] (True = a real key)."""
     t = lambda x: hint(x.transpose(0, 2, 1, 3), "batch", "heads", seq_name, "head_dim")
-    o = hint(attention(t(q), t(k), t(v)), "batch", "heads", seq_name, "head_dim")
+    o = hint(attention(t(q), t(k), t(v), kv_mask=kv_mask), "batch", "heads", seq_name, "head_dim")
     b, hh, s, d = o.shape
     return o.transpose(0, 2, 1, 3).reshape(b, s, hh * d)
 
@@ -125,7 +130,7 @@ def _refiner(cfg: HunyuanConfig, params, text, timestep):
     return x
 
 
-def _double(cfg: HunyuanConfig, img, txt, p, vec_a, cos, sin):
+def _double(cfg: HunyuanConfig, img, txt, p, vec_a, cos, sin, kv_mask=None):
     dt = img.dtype
     img = hint(img, "batch", "seq", "embed")
     txt = hint(txt, "batch", "text", "embed")
@@ -142,7 +147,7 @@ def _double(cfg: HunyuanConfig, img, txt, p, vec_a, cos, sin):
     qi, ki = apply_rope(qi, cos, sin), apply_rope(ki, cos, sin)
     qt, kt, vt = qkv(txt, pt, mt)
     o = _attend(jnp.concatenate([qi, qt], 1), jnp.concatenate([ki, kt], 1),
-                jnp.concatenate([vi, vt], 1), "seq")
+                jnp.concatenate([vi, vt], 1), "seq", kv_mask)
     n = img.shape[1]
 
     def finish(x, o, ps, mod, seq_name):
@@ -155,7 +160,7 @@ def _double(cfg: HunyuanConfig, img, txt, p, vec_a, cos, sin):
     return finish(img, o[:, :n], pi, mi, "seq"), finish(txt, o[:, n:], pt, mt, "text")
 
 
-def _single(cfg: HunyuanConfig, x, p, vec_a, cos, sin, n_img: int):
+def _single(cfg: HunyuanConfig, x, p, vec_a, cos, sin, n_img: int, kv_mask=None):
     dt = x.dtype
     h = cfg.hidden
     x = hint(x, "batch", "seq", "embed")
@@ -168,7 +173,7 @@ def _single(cfg: HunyuanConfig, x, p, vec_a, cos, sin, n_img: int):
     v = qkv[:, :, 2]
     q = jnp.concatenate([apply_rope(q[:, :n_img], cos, sin), q[:, n_img:]], 1)
     k = jnp.concatenate([apply_rope(k[:, :n_img], cos, sin), k[:, n_img:]], 1)
-    o = _attend(q, k, v, "seq")
+    o = _attend(q, k, v, "seq", kv_mask)
     mlp = hint(gelu_tanh(hint(mlp, "batch", "seq", "mlp")), "batch", "seq", "mlp")
     out = linear(p["linear2"], jnp.concatenate([o, mlp], axis=-1))
     return x + out * gate
@@ -200,16 +205,17 @@ def forward(params: dict, cfg: HunyuanConfig, latents, timestep, text, pooled, p
     txt = hint(_refiner(cfg, params["txt_in"], text, timestep), "batch", "text", "embed")
 
     cos, sin = rope_tables(grid, cfg.rope_dims, cfg.rope_theta, length)
+    kv_mask = real_tokens(b, n, length, tail=T)        # joint video + text keys
 
     def dbody(carry, p):
-        return _double(cfg, *carry, p, vec_a, cos, sin), None
+        return _double(cfg, *carry, p, vec_a, cos, sin, kv_mask), None
 
     (img, txt), _ = jax.lax.scan(dbody, (img, txt), params["double_blocks"])
 
     x = jnp.concatenate([img, txt], axis=1)
 
     def sbody(x, p):
-        return _single(cfg, x, p, vec_a, cos, sin, length), None
+        return _single(cfg, x, p, vec_a, cos, sin, length, kv_mask), None
 
     x, _ = jax.lax.scan(sbody, x, params["single_blocks"])
     img = hint(x[:, :length], "batch", "seq", "embed")

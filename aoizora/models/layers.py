@@ -149,6 +149,22 @@ def padded_length(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def real_tokens(batch: int, n: int, length: int, tail: int = 0):
+    """The key mask of a sequence of ``n`` real tokens zero-padded to ``length`` (then ``tail``
+    more real tokens, e.g. text after the video): bool [batch, length + tail], True = real.
+    None when nothing is padded (length == n): the attention then takes no mask.
+    Computed with jnp (iota and compare), so under jit it is traced ops, not a constant."""
+    if length < n:
+        raise ValueError(f"real_tokens: length {length} < real tokens {n}")
+    if length == n:
+        return None
+    pos = jnp.arange(length + tail, dtype=jnp.int32)
+    real = pos < n
+    if tail:
+        real = real | (pos >= length)
+    return jnp.broadcast_to(real, (batch, length + tail))
+
+
 def patchify(latents, patch: tuple[int, int, int]):
     """[B, C, F, H, W] -> tokens [B, f*h*w, C*pt*ph*pw] (channel-major per patch, as Conv3d flattens)."""
     b, c, F, H, W = latents.shape

@@ -35,11 +35,19 @@ embedding, ("batch", "sframes", "sspace", ...) inside spatial blocks and ("batch
 q/k are ("sbatch" | "tbatch" | "batch", "heads", "space" | "frames" | "sseq" | "tseq" | "text",
 "head_dim").
 
-Padding (``pad_multiple`` = p): the frames and the spatial tokens of each frame are each
-zero-padded to a multiple of p (so a split of either over p devices is even); padded tokens take
-part in the attentions (the attention primitive has no mask; the shapes, and so the costs, are the
-padded ones) and are dropped before the final layer. The text mask of Open-Sora (prompts shorter
-than 300 tokens) is not modelled: all 300 text tokens take part.
+Padding (``pad_multiple`` = p): the f frames and the s spatial tokens of each frame are each
+zero-padded to a multiple of p (T and S; so a split of either over p devices is even) and dropped
+before the final layer. The self-attentions mask the padded keys, per stage: the spatial
+attention's ``kv_mask`` [T*B, S] is True on the s real spatial positions (every row), the
+temporal attention's [S*B, T] on the f real frames (every row). So a real token (frame < f,
+position < s) attends only to real tokens, and every other op is per token (norms, linears,
+modulation, cross-attention, whose queries are the padded tokens too but whose keys are the
+text: a padded query's row is its own and is dropped), so on the real tokens the padded forward
+computes the unpadded one (up to rounding). No row is masked whole: a padded frame's spatial
+rows still see s positions, a padded position's temporal rows f frames (their values are
+dropped). The shapes, and so the costs, are the padded ones; nothing padded: no mask operand.
+The text mask of Open-Sora (prompts shorter than 300 tokens) is not modelled: all 300 text
+tokens take part.
 """
 
 from __future__ import annotations
@@ -49,8 +57,8 @@ import jax.numpy as jnp
 
 from aoizora.models.config import STDiTConfig
 from aoizora.models.layers import (ParamSpec, apply_rope, gelu_tanh, layer_norm, linear, linear_spec,
-                                   norm_spec, padded_length, patchify, rms_norm, timestep_embedding,
-                                   unpatchify)
+                                   norm_spec, padded_length, patchify, real_tokens, rms_norm,
+                                   timestep_embedding, unpatchify)
 from aoizora.models.primitives import attention, hint
 
 ROPE_THETA = 10000.0     # rotary_embedding_torch's default, as STDiT3's RotaryEmbedding(head_dim)
@@ -123,7 +131,10 @@ def _unfold(o, shape, temporal: bool):
     return o.reshape(t, b, h, s, d).transpose(1, 0, 3, 2, 4).reshape(b, t, s, h * d)
 
 
-def _self_attn(cfg: STDiTConfig, a, h, cos, sin, temporal: bool):
+def _self_attn(cfg: STDiTConfig, a, h, rope, kv_mask, temporal: bool):
+    """Spatial or temporal self-attention of h [B, T, S, C]; rope (cos, sin) over the frames;
+    kv_mask None or bool [T*B, S] (spatial) / [S*B, T] (temporal), True = a real key."""
+    cos, sin = rope
     b, t, s, c = h.shape
     shape = (b, t, s, cfg.heads, cfg.head_dim)
     q, k, v = jnp.split(linear(a["qkv"], h), 3, axis=-1)
@@ -135,7 +146,7 @@ def _self_attn(cfg: STDiTConfig, a, h, cos, sin, temporal: bool):
         k = apply_rope(k.transpose(0, 2, 1, 3), cos, sin).transpose(0, 2, 1, 3)
     names = ("tbatch", "heads", "frames", "head_dim") if temporal else \
         ("sbatch", "heads", "space", "head_dim")
-    o = attention(hint(q, *names), hint(k, *names), hint(v, *names))
+    o = attention(hint(q, *names), hint(k, *names), hint(v, *names), kv_mask=kv_mask)
     o = hint(o, *names)
     return linear(a["o"], _unfold(o, shape, temporal))
 
@@ -158,8 +169,9 @@ def _cross_attn(cfg: STDiTConfig, p, x, y, temporal: bool):
     return linear(p["o"], o)
 
 
-def _block(cfg: STDiTConfig, x, p, t0, y, cos, sin, temporal: bool):
-    """One STDiT3Block. x [B, T, S, C]; t0 [B, 6, C] f32; y [B, text, C]."""
+def _block(cfg: STDiTConfig, x, p, t0, y, rope, kv_mask, temporal: bool):
+    """One STDiT3Block. x [B, T, S, C]; t0 [B, 6, C] f32; y [B, text, C]; rope (cos, sin);
+    kv_mask: its self-attention's key mask (``_self_attn``) or None."""
     dt = x.dtype
     names = ("batch", "tframes", "tspace") if temporal else ("batch", "sframes", "sspace")
     x = hint(x, *names, "embed")
@@ -167,7 +179,7 @@ def _block(cfg: STDiTConfig, x, p, t0, y, cos, sin, temporal: bool):
     m = [m[:, i][:, None, None, :] for i in range(6)]             # each [B, 1, 1, C]
     h = (layer_norm(x, eps=cfg.eps).astype(jnp.float32) * (1 + m[1]) + m[0]).astype(dt)
     h = hint(h, *names, "embed")
-    y_attn = _self_attn(cfg, p["attn"], h, cos, sin, temporal)
+    y_attn = _self_attn(cfg, p["attn"], h, rope, kv_mask, temporal)
     x = (x.astype(jnp.float32) + m[2] * y_attn.astype(jnp.float32)).astype(dt)
     x = hint(x, *names, "embed")
     x = x + _cross_attn(cfg, p["cross_attn"], x, y, temporal)
@@ -203,11 +215,13 @@ def forward(params: dict, cfg: STDiTConfig, latents, timestep, text, pad_multipl
 
     inv = 1.0 / (ROPE_THETA ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim))
     ang = jnp.arange(tp, dtype=jnp.float32)[:, None] * inv[None]                   # [T, D/2]
-    cos, sin = jnp.cos(ang), jnp.sin(ang)
+    rope = (jnp.cos(ang), jnp.sin(ang))
+    s_mask = real_tokens(tp * b, gh * gw, sp)          # spatial keys: real positions
+    t_mask = real_tokens(sp * b, f, tp)                # temporal keys: real frames
 
     def body(x, ps):
-        x = _block(cfg, x, ps[0], t0, y, cos, sin, temporal=False)
-        return _block(cfg, x, ps[1], t0, y, cos, sin, temporal=True), None
+        x = _block(cfg, x, ps[0], t0, y, rope, s_mask, temporal=False)
+        return _block(cfg, x, ps[1], t0, y, rope, t_mask, temporal=True), None
 
     x, _ = jax.lax.scan(body, x, (params["spatial_blocks"], params["temporal_blocks"]))
     x = hint(x, "batch", "frames", "space", "embed")

@@ -14,11 +14,14 @@ Forward of ``WanModel`` for one batch:
   head: LN(x) * (1 + s1) + s0, s = head.modulation[2, dim] + e; linear to pt*ph*pw*16; unpatchify.
 
 Every attention goes through ``primitives.attention`` and the main activations carry
-``primitives.hint`` names. Sequence padding (``pad_multiple``): the token sequence is padded with
-zeros to a multiple, as the Wan repo pads for sequence parallelism; padded positions get no RoPE
-rotation and are dropped before unpatchify. (The Wan repo also masks the padded keys via
-``k_lens``; the attention primitive has no mask, so here they take part in the softmax -- the
-shapes, and so the costs, are the padded ones either way.)
+``primitives.hint`` names. Sequence padding (``pad_multiple``): the token sequence of n tokens is
+padded with zeros to L = a multiple, as the Wan repo pads for sequence parallelism; padded
+positions get no RoPE rotation and are dropped before unpatchify. The self-attention masks the
+padded keys (``kv_mask`` [B, L] = position < n, as the Wan repo's ``k_lens``), so a padded
+token gets no weight in any real token's softmax; every other op is per token (norms,
+linears, modulation, cross-attention queries), so on the real tokens the padded forward computes
+the unpadded one (up to rounding). Padded queries compute values that are dropped. The shapes,
+and so the costs, are the padded ones. Unpadded (L = n): no mask operand.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ import jax.numpy as jnp
 
 from aoizora.models.config import WanConfig
 from aoizora.models.layers import (ParamSpec, apply_rope, gelu_tanh, layer_norm, linear, linear_spec,
-                                   norm_spec, padded_length, patchify, rms_norm, rope_tables,
-                                   timestep_embedding, unpatchify)
+                                   norm_spec, padded_length, patchify, real_tokens, rms_norm,
+                                   rope_tables, timestep_embedding, unpatchify)
 from aoizora.models.primitives import attention, hint
 
 
@@ -76,8 +79,9 @@ def _merge(o):
     return o.transpose(0, 2, 1, 3).reshape(b, s, h * dh)
 
 
-def _block(cfg: WanConfig, x, p, e0, ctx, cos, sin):
-    """One Wan attention block. x [B, L, dim]; e0 [B, 6, dim] f32; ctx [B, T, dim]."""
+def _block(cfg: WanConfig, x, p, e0, ctx, cos, sin, kv_mask=None):
+    """One Wan attention block. x [B, L, dim]; e0 [B, 6, dim] f32; ctx [B, T, dim]; kv_mask None
+    or bool [B, L], True = a real token (module docstring)."""
     dt = x.dtype
     x = hint(x, "batch", "seq", "embed")
     m = p["modulation"].astype(jnp.float32)[None] + e0          # [B, 6, dim]
@@ -89,7 +93,7 @@ def _block(cfg: WanConfig, x, p, e0, ctx, cos, sin):
     q = apply_rope(_heads(rms_norm(linear(a["q"], h), a["norm_q"], cfg.eps), cfg.heads), cos, sin)
     k = apply_rope(_heads(rms_norm(linear(a["k"], h), a["norm_k"], cfg.eps), cfg.heads), cos, sin)
     v = _heads(linear(a["v"], h), cfg.heads)
-    o = attention(_to_bhsd(q, "seq"), _to_bhsd(k, "seq"), _to_bhsd(v, "seq"))
+    o = attention(_to_bhsd(q, "seq"), _to_bhsd(k, "seq"), _to_bhsd(v, "seq"), kv_mask=kv_mask)
     o = hint(o, "batch", "heads", "seq", "head_dim")
     y = linear(a["o"], _merge(o))
     x = (x.astype(jnp.float32) + y.astype(jnp.float32) * m[2][:, None]).astype(dt)
@@ -139,9 +143,10 @@ def forward(params: dict, cfg: WanConfig, latents, timestep, text, pad_multiple:
     ctx = hint(ctx, "batch", "text", "embed")
 
     cos, sin = rope_tables(grid, cfg.rope_dims, cfg.rope_theta, length)
+    kv_mask = real_tokens(x.shape[0], n, length)
 
     def body(x, p):
-        return _block(cfg, x, p, e0, ctx, cos, sin), None
+        return _block(cfg, x, p, e0, ctx, cos, sin, kv_mask), None
 
     x, _ = jax.lax.scan(body, x, params["blocks"])
     x = hint(x, "batch", "seq", "embed")
