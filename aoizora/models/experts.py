@@ -48,7 +48,11 @@ whether the activations fit too is the compiler's verdict.
 Padding: the video sequence is padded (as the Wan repo pads for sequence parallelism) to
 ``pad_multiple`` = 128 x (sequence degree) -- so every shard holds whole 128-token splash blocks
 and the attention wrapper never pads again -- or 128 without a sequence split. The padded
-program is ``Expert.fn``; its padding is part of every cost.
+program is ``Expert.fn``; its padding is part of every cost. The models mask the padded keys
+(``primitives.attention``'s ``kv_mask``; STDiT3 per stage), so the padded program computes the
+unpadded one on the real tokens; on TPU the mask reaches splash as segment ids, which mask
+scores inside the key blocks and skip no block, so the padded blocks' work is still done (and
+priced) -- the padding costs what it did before it was masked.
 """
 
 from __future__ import annotations
