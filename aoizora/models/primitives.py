@@ -19,8 +19,9 @@ logical name of each activation dimension.
   (dense softmax) attention; the realizer replaces it with the Pallas splash kernel inside
   ``jax.shard_map`` on TPU targets, in the layout of the plan (the mask as splash segment ids).
   Differentiable: ``jax.grad`` through it gives one ``aoizora_attention_bwd`` eqn per attention
-  (q, k, v, do[, mask] -> dq, dk, dv), so a training step's backward attention is one op too, which the
-  realizer runs as the kernel's own backward (splash's dq and dk/dv kernels) in the plan's layout.
+  (q, k, v, do[, mask] -> dq, dk, dv), so a training step's backward attention is one op too,
+  which the realizer runs as the kernel's own backward (splash's dq and dk/dv kernels) in the
+  plan's layout.
   How: the JVP of ``aoizora_attention`` is ``aoizora_attention_jvp`` (q, k, v, tq, tk, tv[, mask]
   -> the output tangent; linear in tq, tk, tv; the mask is boolean and has no tangent), whose
   transpose is ``aoizora_attention_bwd`` bound on the output cotangent do. Run or compiled
