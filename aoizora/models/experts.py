@@ -51,8 +51,9 @@ and the attention wrapper never pads again -- or 128 without a sequence split. T
 program is ``Expert.fn``; its padding is part of every cost. The models mask the padded keys
 (``primitives.attention``'s ``kv_mask``; STDiT3 per stage), so the padded program computes the
 unpadded one on the real tokens; on TPU the mask reaches splash as segment ids, which mask
-scores inside the key blocks and skip no block, so the padded blocks' work is still done (and
-priced) -- the padding costs what it did before it was masked.
+scores inside the key blocks and skip no block, so the padded blocks' work is still done and
+priced (Q2's kernel model prices the kernel as before); the mask itself adds a little compiled
+work (its segment ids; in a ring, one more small collective-permute per step).
 """
 
 from __future__ import annotations
