@@ -71,16 +71,18 @@ def test_refinement_keeps_attention_and_rules_and_changes_only_parameters(cfg2):
 
 
 def test_tied_optima_keep_the_seeds_parameter_layout():
-    """Wan 2.1 1.3B 480p-81f on v6e-8 (real shapes, abstract: nothing is allocated): around
+    """Wan 2.1 1.3B 480p-81f on v5e-8 (real shapes, abstract: nothing is allocated): around
     cfg2_context's attention Q1 ties the patch embedding's weight split over context (the seed's)
-    and replicated; the refinement takes the seed's, at the same proven Q1."""
+    and replicated; the refinement takes the seed's, at the same proven Q1. (On v6e-8, where
+    this tie was first found, the padded program's key mask changes the model by a few bytes and
+    HiGHS's own answer is then the seed's split: nothing left to settle there.)"""
     import aoizora.solvers.sharding as S
     from aoizora.seed_refinement import seed_strategies
 
-    ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", "v6e-8")
+    ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", "v5e-8")
               if e.name == "cfg2_context")
     ir = build_ir(ex.fn, *ex.args)
-    tgt = get_target("v6e-8")
+    tgt = get_target("v5e-8")
     leaves = jax.tree_util.tree_leaves_with_path(ex.args[0])
     n = len(leaves)
     ref = refine_seed(ir, tgt, ex.layout, range(n), time_limit_s=30, seed=0)
