@@ -71,3 +71,21 @@ def test_policy_names_and_one_line_errors():
         with pytest.raises(training.TrainingError, match=msg) as e:
             training.TrainConfig(remat=bad)
         assert "\n" not in str(e.value)
+
+
+def test_ir_reads_checkpoint_names_as_tags_not_ops():
+    """``checkpoint_name`` is an identity: no node (no replicated-only warning), a tag on the
+    tensor; both in the inference step and in the training step's forward."""
+    import warnings
+
+    from aoizora.extract.program_ir import build_ir
+
+    cfg = training.TrainConfig()
+    st, b = training.abstract_train_inputs(MODEL, WORKLOAD, BATCH, cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ir = build_ir(training.train_step(MODEL, cfg), st, b)
+        inf = build_ir(registry.denoise_step(MODEL), *registry.abstract_inputs(MODEL, WORKLOAD))
+    for r in (ir, inf):
+        assert not [n for n in r.nodes if n.primitive == "name"]
+        assert {t.checkpoint for t in r.tensors.values()} - {None} == set(ACTIVATION_NAMES)
