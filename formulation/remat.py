@@ -68,6 +68,16 @@ from aoizora.formulation.strategies import Hardware, StrategyGraph, shard_bytes
 HOST_LINK_BPS = 1.5e10
 CHOICES = ("keep", "recompute", "offload")
 TRACED = "traced"
+REMAT_KEY = "remat"   # in a forbidden combination: the remat part (``remat_key``)
+
+
+def remat_key(remat: dict[str, str] | None) -> str:
+    """A remat choice as one string: "traced", or "name=choice,..." sorted."""
+    return TRACED if remat is None else ",".join(f"{a}={c}" for a, c in sorted(remat.items()))
+
+
+def parse_remat_key(key: str) -> dict[str, str] | None:
+    return None if key == TRACED else dict(x.split("=", 1) for x in key.split(",") if x)
 
 
 @dataclasses.dataclass
@@ -306,6 +316,17 @@ def add_remat(prob, ir, graph: StrategyGraph, s, problem: RematProblem) -> Remat
                                       _by_group(vals, 2.0 * G.trip / problem.host_bps))
         memory.append(mem)
     return RematVars(traced, y, memory, objective, problem)
+
+
+def remat_literals(vars_: RematVars | None, key: str) -> list:
+    """The remat binaries that are all 1 under the choice ``key`` (``remat_key``): for a no-good
+    over a (layout, remat) pair (the compiler said it did not fit). None / no decision: []."""
+    if vars_ is None or isinstance(vars_.traced, int):
+        return []
+    remat = parse_remat_key(key)
+    if remat is None:
+        return [vars_.traced]
+    return [vars_.y[(a, c)] for a, c in remat.items() if (a, c) in vars_.y]
 
 
 def add_remat_cut(prob, vars_: RematVars, s_terms: list, remat: dict[str, str] | None,

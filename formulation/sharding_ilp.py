@@ -51,7 +51,8 @@ from typing import Any
 
 import pulp
 
-from aoizora.formulation.remat import RematProblem, RematVars, add_remat, evaluate_remat
+from aoizora.formulation.remat import (REMAT_KEY, RematProblem, RematVars, add_remat,
+                                       evaluate_remat, remat_literals)
 from aoizora.formulation.strategies import StrategyGraph, shard_bytes
 
 TIME_SCALE = 1e6      # model objective unit: microseconds
@@ -296,7 +297,9 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
             prob += (_lin([(s[g][k], v * MEM_SCALE) for (g, k), v in r.terms.items()])
                      + stacks(r) <= (hbm_budget - r.const) * MEM_SCALE), f"mem_{ri}"
     for ci, combo in enumerate(forbidden or []):
-        add_no_good(prob, graph, s, combo, f"forbid_{ci}")
+        combo = dict(combo)
+        extra = remat_literals(rv, combo.pop(REMAT_KEY, "traced"))
+        add_no_good(prob, graph, s, combo, f"forbid_{ci}", extra)
     ev = None if remat is None else (
         lambda choice, rm: evaluate_remat(ir, graph, remat, choice, rm))
     return ILPModel(prob, s, x, rows, hbm_budget, constant, rv, ev)
@@ -347,9 +350,11 @@ def strategy_corrections(graph: StrategyGraph, corrections: dict[str, Any]) -> d
     return out
 
 
-def add_no_good(prob, graph: StrategyGraph, s, combo: dict[str, str], name: str) -> None:
-    """Forbid the combination {group/node key: strategy name} (at least one must differ)."""
-    vs = []
+def add_no_good(prob, graph: StrategyGraph, s, combo: dict[str, str], name: str,
+                extra: list | None = None) -> None:
+    """Forbid the combination {group/node key: strategy name} (at least one must differ);
+    ``extra``: more binaries of the combination (a remat choice, ``formulation.remat``)."""
+    vs = list(extra or [])
     fixed_true = 0
     for key, sname in combo.items():
         gid = _group_of(graph, key)

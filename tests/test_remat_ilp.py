@@ -1,0 +1,89 @@
+"""Remat as a decision of the sharding ILP (formulation/remat.py) on wan2.1-small's training
+step: under a large HBM budget the ILP keeps every residual (the program as traced); under a
+small one it recomputes, and its peak memory row drops below what any layout of the traced
+program needs; the plan's remat, applied by plan.jit (the step retraced with that policy) on 8
+CPU devices, gives the unsharded loss."""
+
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+from aoizora.extract.program_ir import build_ir
+from aoizora.extract.targets import get_target
+from aoizora.formulation.remat import CHOICES, layer_groups, remat_key, parse_remat_key
+from aoizora.formulation.sharding_ilp import build_model
+from aoizora.models import registry, training
+from aoizora.models.wan import ACTIVATION_NAMES
+from aoizora.models.workloads import Workload
+from aoizora.plans import Plan, program_key
+from aoizora.rematerialize import retraceable
+from aoizora.solvers.mip_run import run_solver
+from aoizora.solvers.sharding import ShardingProblem, build_problem, solve_sharding
+
+MODEL = "wan2.1-small"
+WORKLOAD = Workload("t-256p-17f", "256p", 256, 256, 17)   # 1280 tokens: activations dominate
+MESH = {"x": 2, "y": 2}                                   # v5p-8: 4 chips
+
+
+def _ir(workload, batch=2):
+    cfg = training.TrainConfig()
+    step = training.train_step(MODEL, cfg)
+    args = training.abstract_train_inputs(MODEL, workload, batch, cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return step, args, build_ir(step, *args)
+
+
+@pytest.fixture(scope="module")
+def program():
+    return _ir(WORKLOAD)
+
+
+def test_layer_group_and_activations_come_from_the_ir(program):
+    step, _, ir = program
+    assert retraceable(step)
+    (G,) = layer_groups(ir)
+    assert G.trip == registry.get_model(MODEL).config.layers
+    assert set(G.activations) == set(ACTIVATION_NAMES)
+    assert len(G.activations["qkv"]) == 3 and G.segments["attn_out"]
+    # the attention is recomputed with attn_out, not with qkv (the projections' dots)
+    kinds = {a: {ir.node(k).kind for k in ks} for a, ks in G.segments.items()}
+    assert "attention" in kinds["attn_out"] and "dot" in kinds["qkv"]
+    assert parse_remat_key(remat_key({"qkv": "keep"})) == {"qkv": "keep"}
+
+
+def _min_peak(ir, graph, hw, remat):
+    from aoizora.formulation.remat import remat_problem
+    m = build_model(ir, graph, float("inf"), objective="memory", small_bytes=20e3,
+                    remat=remat_problem(ir, hw))
+    m.remat.fix(remat)
+    r = run_solver(m.prob, "highs", 60, 0, 1)
+    assert r["status"] == "OPTIMAL"
+    return r["objective"] * 1e6
+
+
+def test_small_budget_trades_layout_against_remat(program):
+    _, _, ir = program
+    target = get_target("v5p-8")
+    hw, _, graph, _ = build_problem(ir, target, MESH, ShardingProblem(remat="decide"))
+    traced_min = _min_peak(ir, graph, hw, None)            # any layout, every residual kept
+    keep_min = _min_peak(ir, graph, hw, {a: "keep" for a in ACTIVATION_NAMES})
+
+    def solve(budget):
+        return solve_sharding(ir, target, MESH, ShardingProblem(
+            remat="decide", hbm_bytes=budget, graph=graph), time_limit_s=45).best
+
+    big = solve(1e9)                                       # 1 GB: everything fits
+    assert big.layout.remat is None and big.predicted["recompute_s"] == 0
+    small = solve(0.8 * traced_min)                        # no traced layout fits
+    assert small.layout.remat is not None and small.predicted["recompute_s"] > 0
+    assert small.peak_bytes <= 0.8 * traced_min < big.peak_bytes
+    tight = solve(0.95 * keep_min)                         # not even every name kept
+    assert tight.layout.remat is not None
+    assert any(c in ("recompute", "offload") for c in tight.layout.remat.values())
+    assert set(tight.layout.remat.values()) <= set(CHOICES)
+    assert tight.peak_bytes <= 0.95 * keep_min < small.peak_bytes
+    print("remat chosen:", small.layout.remat, tight.layout.remat,
+          [round(x / 1e6, 2) for x in (big.peak_bytes, small.peak_bytes, tight.peak_bytes)])
