@@ -18,7 +18,7 @@ the layout's node keys (``node_specs``, ``attention``) moved to fn''s keys by al
 programs' walks (the shared walk of ``extract.jaxpr_walk``): eqns matched in order by primitive
 and result shapes (``difflib``); the backward's recomputed ops match nothing and are left to the
 partitioner, except recomputed attentions, which take the layout of the forward attention of the
-same shapes. Keys with no match are dropped (their count is in ``RematApplied.dropped``).
+same shapes. Keys with no match are dropped (listed in ``RematApplied.dropped``).
 """
 
 from __future__ import annotations
@@ -77,13 +77,13 @@ def key_map(closed_a, closed_b) -> dict[str, str]:
 class RematApplied:
     fn: Callable
     layout: Layout
-    dropped: int           # node keys of the layout with no counterpart in fn'
+    dropped: list[str]     # node keys of the layout with no counterpart in fn'
 
 
 def apply_remat(fn: Callable, args: Sequence[Any], layout: Layout) -> RematApplied:
     """fn' and the layout on fn''s keys (module docstring); ``layout.remat`` None: as is."""
     if layout.remat is None:
-        return RematApplied(fn, layout, 0)
+        return RematApplied(fn, layout, [])
     if not callable(getattr(fn, "with_remat", None)):
         raise RematError(f"layout {layout.name or ''} rematerializes ({layout.remat}) but the "
                          f"program has no with_remat(mapping): build it with "
@@ -98,8 +98,8 @@ def apply_remat(fn: Callable, args: Sequence[Any], layout: Layout) -> RematAppli
     for k, src in km.items():
         if k.startswith("recomputed:") and src in layout.attention:
             attention[k.split(":", 1)[1]] = layout.attention[src]
-    dropped = sum(k not in km for k in layout.node_specs) + sum(
-        k != "*" and k not in km for k in layout.attention)
+    dropped = sorted({k for k in [*layout.node_specs, *layout.attention]
+                      if k != "*" and k not in km})
     new_layout = dataclasses.replace(layout, node_specs=node_specs, attention=attention,
                                      remat=None)
     return RematApplied(new_fn, new_layout, dropped)
