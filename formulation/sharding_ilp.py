@@ -11,6 +11,7 @@ Variables
 Objective (Q1, the placement-oblivious step latency; seconds, scaled by ``TIME_SCALE`` in the model)
   minimise  sum_g sum_k s[g][k] * (cost[g][k] + correction[g][k])
           + sum_e sum_{p,q} x[e][p][q] * r[e][p][q]
+          + remat_time(s, traced, y)       (recompute and offload, ``formulation.remat``)
   cost[g][k]: compute of every op in the group (one shard: max(flops/peak, bytes/HBM bandwidth))
   plus its own communication (partial-sum all-reduce or reduce-scatter, gathers a follower cannot
   avoid), times each op's repeat (a scan body is in the model once: its costs are times the trip
@@ -29,6 +30,29 @@ Constraints
              for a previous solution whose attention groups A (those offering keys/values both
              gathered and in a ring) ran them as kv*_g: every one of them the other way
              (``add_kv_mode_cut``; the planner's diverse top-K)
+
+Rematerialization (``remat``, a training step's layer groups; ``formulation.remat`` states its
+variables, objective terms and the memory term): every memory row from a forward scan's first
+step to its backward scan's last also holds that layer group's stacked residuals,
+``trip * bytes(residual | s)`` (as traced, or the kept named activations and the carry), and with
+decisions the objective adds the recompute and offload seconds:
+  (memory)   ... + sum_{G live at i} stacks_G(s, traced, y) <= hbm_budget
+  (no-good)  a (layout, remat) pair the compiler said did not fit: the cut also holds the remat
+             binaries of that choice (``REMAT_KEY`` in a forbidden combination)
+
+Optimizer state (ZeRO as points of this one model): every leaf of a training step's state --
+the fp32 master weight, AdamW's mu and nu -- is a program input with a group of its own
+(``in:<tensor>``, every spec over the mesh), so each chooses its spec independently; the new
+state is tied to the old one's spec (state edges). The bf16 compute copy is the cast that
+follows the master weight's group (same spec) and reaches each consumer's required spec on an
+edge (an all-gather where the master is split: priced per use, times the scan's trip, and
+counted in memory as the consumer's operand copy). The gradient comes out of the backward dots
+with the batch contraction split: all-reduced when the gradient's spec is replicated,
+reduce-scattered when it is split (the dot's own communication). Hence: DP = all replicated;
+ZeRO-1 = mu, nu split, master replicated (the update's all-gather to the master's spec is the
+edge into the replicated weight update); ZeRO-2 = also the gradient split (reduce-scatter);
+ZeRO-3 / FSDP = the master split too (gathered for compute at each use). Not modelled: a bf16
+copy whose spec differs from its master's and is kept across the step (the cast follows).
 
 Memory, an over-approximation of the live buffers the program itself needs (it does not see the
 compiler's own temporaries, kernel scratch or collective buffers: the solver keeps a reserve of

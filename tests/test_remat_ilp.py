@@ -12,7 +12,8 @@ import pytest
 
 from aoizora.extract.program_ir import build_ir
 from aoizora.extract.targets import get_target
-from aoizora.formulation.remat import CHOICES, layer_groups, remat_key, parse_remat_key
+from aoizora.formulation.remat import (CHOICES, layer_groups, parse_remat_key, remat_key,
+                                       remat_problem)
 from aoizora.formulation.sharding_ilp import build_model
 from aoizora.models import registry, training
 from aoizora.models.wan import ACTIVATION_NAMES
@@ -55,7 +56,6 @@ def test_layer_group_and_activations_come_from_the_ir(program):
 
 
 def _min_peak(ir, graph, hw, remat):
-    from aoizora.formulation.remat import remat_problem
     m = build_model(ir, graph, float("inf"), objective="memory", small_bytes=20e3,
                     remat=remat_problem(ir, hw))
     m.remat.fix(remat)
@@ -123,3 +123,34 @@ def test_realized_step_with_the_chosen_remat_matches_the_unsharded_step():
     print("remat applied:", sol.layout.remat, "peak MB", round(sol.peak_bytes / 1e6, 2),
           "of", round(budget / 1e6, 2), "dropped keys", applied.dropped,
           [ir.node(k).primitive for k in applied.dropped])
+
+
+def test_a_layout_and_remat_that_did_not_fit_is_cut_together(program):
+    """The loop's feedback: the compiler said (layout, remat) did not fit -> the pair is a
+    forbidden combination (its remat part under REMAT_KEY) and the ILP solved again answers
+    something else; the same layout under another remat stays allowed."""
+    from aoizora.formulation.remat import REMAT_KEY
+
+    _, _, ir = program
+    target = get_target("v5p-8")
+    _, _, graph, _ = build_problem(ir, target, MESH, ShardingProblem(remat="decide"))
+
+    def solve(forbidden=None):
+        return solve_sharding(ir, target, MESH, ShardingProblem(
+            remat="decide", hbm_bytes=1e9, graph=graph, forbidden=forbidden),
+            time_limit_s=45).best
+
+    first = solve()
+    cut = {**first.choice, REMAT_KEY: remat_key(first.layout.remat)}
+    again = solve([cut])
+    assert (again.choice, again.layout.remat) != (first.choice, first.layout.remat)
+    # the cut holds the remat binaries: fixing the layout, another remat is still feasible
+    hw = build_problem(ir, target, MESH)[0]
+    m = build_model(ir, graph, 1e9, forbidden=[cut], remat=remat_problem(ir, hw))
+    m.remat.fix({a: "keep" for a in ACTIVATION_NAMES})
+    for gid, name in first.choice.items():
+        k = [st.name for st in graph.groups[gid].strategies].index(name)
+        for j, v in enumerate(m.s[gid]):
+            if not isinstance(v, int):
+                v.lowBound = v.upBound = 1 if j == k else 0
+    assert run_solver(m.prob, "highs", 60, 0, 1)["status"] in ("OPTIMAL", "FEASIBLE")
