@@ -254,9 +254,12 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
         run.stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the "
                                       f"{cbc_need:.3f} s the MIP solver needs before it can stop "
                                       f"({nnz} nonzeros)")
+    if run.remat:   # the program as traced first, then a bound, then the other fixed remats
+        _remat_fixed_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, REMAT_TRIALS[:1])
+        left = run.deadline - clock()
     _lp_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, left)
-    if run.remat:
-        _remat_fixed_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz)
+    if run.remat and run.proven is None:
+        _remat_fixed_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, REMAT_TRIALS[1:])
     mip = _mip_stage(run, cbc_need)
     return _answer(run, mip, clock() - t0)
 
@@ -322,7 +325,10 @@ def _lp_stage(run: _ModelSolve, lp_need: float, left: float) -> None:
         run.bounds.append(r["bound"])
         ch = _integral_choice(model)
         stages["lp_integral"] = ch is not None
-        if run.remat:      # a bound only: Q1's evaluate does not price the remat part
+        if run.remat:      # a bound only (Q1's evaluate does not price the remat part); it
+            fixed = min((c for c in run.cands if c[2] == "remat-fixed"), default=None)
+            if fixed and fixed[0] - r["bound"] <= PROOF_REL_TOL * max(abs(fixed[0]), 1.0):
+                run.proven = fixed                      # proves a fixed-remat layout optimal
             return
         if ch is None:
             ch = chosen(model)       # rounding: each group's largest value
@@ -336,16 +342,19 @@ def _lp_stage(run: _ModelSolve, lp_need: float, left: float) -> None:
 REMAT_TRIALS = (None, "keep", "recompute", "offload")   # traced, then every name one way
 
 
-def _remat_fixed_stage(run: _ModelSolve, lp_need: float) -> None:
+def _remat_fixed_stage(run: _ModelSolve, lp_need: float, trials: tuple) -> None:
     """With remat decisions: the LP relaxation with the remat binaries fixed to each of
-    ``REMAT_TRIALS`` (the same model, bounds moved); an integral answer is a layout priced by the
-    whole objective (its LP value), and the best one a candidate beside the MIP's answer (which
-    may mix choices per activation). Needs HiGHS in process; skipped without it."""
+    ``REMAT_TRIALS`` (the same model, bounds moved; run before the free relaxation, traced
+    first, so a short budget still gets the program as traced); each answer rounded (each
+    group's largest value) and kept if it holds every row (``_remat_candidate``), priced by the
+    whole objective; the best one is a candidate beside the MIP's answer (which may mix choices
+    per activation), proven optimal when the free relaxation's bound meets it. Needs HiGHS in
+    process; skipped without it."""
     rv = run.model.remat
     if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
         return
     best = None
-    for trial in REMAT_TRIALS:
+    for trial in trials:
         if (trial is not None and trial not in rv.problem.choices) or \
                 run.deadline - clock() < lp_need:
             continue
@@ -361,7 +370,9 @@ def _remat_fixed_stage(run: _ModelSolve, lp_need: float) -> None:
              "objective": None if obj is None else obj[0]})
         if obj is not None and (best is None or obj[0] < best[0]):
             best = (obj[0], obj[1], rm)
-    if best is not None:
+    prev = [c for c in run.cands if c[2] == "remat-fixed"]
+    if best is not None and (not prev or best[0] < prev[0][0]):
+        run.cands[:] = [c for c in run.cands if c[2] != "remat-fixed"]   # one: the best
         run.cands.append((best[0], 1, "remat-fixed", best[1]))
         run.remat_fixed = best[2]
 
