@@ -154,3 +154,30 @@ def test_a_layout_and_remat_that_did_not_fit_is_cut_together(program):
             if not isinstance(v, int):
                 v.lowBound = v.upBound = 1 if j == k else 0
     assert run_solver(m.prob, "highs", 60, 0, 1)["status"] in ("OPTIMAL", "FEASIBLE")
+
+
+def test_plan_file_carries_the_remat_and_checks_it(tmp_path):
+    import json
+
+    from aoizora.formulation.layout import Layout
+    from aoizora.plans import load_plan
+    from aoizora.plan_schema import PlanError
+
+    step, args, _ = _ir("tiny-9f")
+    target = get_target("v5p-8")
+    n = len(jax.tree.leaves(args))
+    plan = Plan(key=program_key(step, args, target.name), target=target.name,
+                layout=Layout(mesh_axes={"x": 2, "y": 2}, in_specs=[None] * n,
+                              remat={"qkv": "keep", "ffn_hidden": "offload"}),
+                device_order=list(range(4)), device_coords=[(i % 2, i // 2, 0) for i in range(4)],
+                predicted={"step_s": 1e-3, "compute_s": 1e-3, "communication_s": 0.0},
+                certificates={})
+    path = str(tmp_path / "plan.json")
+    plan.save(path)
+    assert load_plan(path).layout.remat == {"qkv": "keep", "ffn_hidden": "offload"}
+    d = json.load(open(path))
+    d["layout"]["remat"]["qkv"] = "save"
+    json.dump(d, open(path, "w"))
+    with pytest.raises(PlanError, match="layout.remat") as e:
+        load_plan(path)
+    assert "\n" not in str(e.value)
