@@ -181,3 +181,25 @@ def test_plan_file_carries_the_remat_and_checks_it(tmp_path):
     with pytest.raises(PlanError, match="layout.remat") as e:
         load_plan(path)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.tpu_compiler
+def test_the_compiler_sees_the_remat_the_ilp_chose(program):
+    """The verdict: libtpu's memory analysis of the step compiled for v5p-8 under the ILP's
+    large-budget choice (as traced) and under its small-budget remat: the remat's program needs
+    less HBM (the compile is what the planner's feedback reads)."""
+    from aoizora.candidate_pricing import compile_layout
+    from aoizora.extract.network import default_device_order
+
+    step, args, ir = program
+    target = get_target("v5p-8")
+    mems = []
+    for budget in (1e9, 60e6):
+        sol = solve_sharding(ir, target, MESH, ShardingProblem(remat="decide", hbm_bytes=budget),
+                             time_limit_s=45).best
+        ev = compile_layout(step, args, target, sol.layout, default_device_order(target, MESH))
+        assert ev.memory.fits
+        mems.append((sol.layout.remat, ev.memory.temp_bytes, ev.memory.total_bytes))
+    (r0, temp0, total0), (r1, temp1, total1) = mems
+    assert r0 is None and r1 is not None
+    assert temp1 < 0.8 * temp0 and total1 < total0, mems
