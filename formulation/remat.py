@@ -102,6 +102,15 @@ class RematProblem:
     decide: bool = True
     offload: bool = True
     host_bps: float = HOST_LINK_BPS
+    compute_scale: float = 1.0                 # the ILP's factor on non-attention compute
+    attention_scale: dict[str, Any] | None = None   # node key or "*" -> {kv mode: factor}
+
+    def scale(self, node) -> float:
+        """The planner's calibration of Q1's compute, as the strategies apply it."""
+        if node.kind not in ("attention", "attention_bwd"):
+            return self.compute_scale
+        a = self.attention_scale or {}
+        return float((a.get(node.key) or a.get("*") or {}).get("gather", 1.0))
 
     @property
     def names(self) -> list[str]:
@@ -121,8 +130,8 @@ class RematVars:
     problem: RematProblem
 
     def fix(self, remat: dict[str, str] | None) -> None:
-        """Fix the remat binaries to ``remat`` (None: as traced) by their bounds; ``fix`` with
-        ``unfix=True`` semantics is ``unfix()``."""
+        """Fix the remat binaries to ``remat`` (None: as traced) by their bounds (``unfix``
+        frees them again)."""
         if isinstance(self.traced, int):
             return
         self.traced.lowBound = self.traced.upBound = 1 if remat is None else 0
@@ -193,15 +202,19 @@ def layer_groups(ir) -> list[LayerGroup]:
     return out
 
 
-def remat_problem(ir, hardware: Hardware, *, decide: bool = True, offload: bool = True
+def remat_problem(ir, hardware: Hardware, *, decide: bool = True, offload: bool = True,
+                  compute_scale: float = 1.0, attention_scale: dict[str, Any] | None = None
                   ) -> RematProblem | None:
     """The remat part of a sharding instance (None when the program has no layer group); with
-    ``decide`` only where a layer group has named activations."""
+    ``decide`` only where a layer group has named activations. The scales: the planner's
+    calibration of compute (``strategies.Options.compute_scale``, ``attention_scale``), applied
+    to the recompute time as to the ops' own compute."""
     groups = layer_groups(ir)
     if not groups:
         return None
     decide = decide and any(G.activations for G in groups)
-    return RematProblem(groups, hardware, decide=decide, offload=offload)
+    return RematProblem(groups, hardware, decide=decide, offload=offload,
+                        compute_scale=compute_scale, attention_scale=attention_scale)
 
 
 # --- per-strategy values: (group id or None, one value per strategy)
@@ -224,8 +237,10 @@ def tensor_values(ir, graph: StrategyGraph, tid: str) -> tuple[str | None, list[
     return o[0], [shard_bytes(t, _spec(graph, tid, k), graph.mesh_axes) for k in range(n)]
 
 
-def node_values(ir, graph: StrategyGraph, hw: Hardware, node) -> tuple[str | None, list[float]]:
+def node_values(ir, graph: StrategyGraph, problem: RematProblem, node
+                ) -> tuple[str | None, list[float]]:
     """Seconds to run ``node`` again (times its repeat) under each strategy of its group."""
+    hw, scale = problem.hardware, problem.scale(node)
     gid = graph.group_of_node.get(node.key)
     strategies = graph.groups[gid].strategies if gid else [None]
     out = []
@@ -242,7 +257,7 @@ def node_values(ir, graph: StrategyGraph, hw: Hardware, node) -> tuple[str | Non
             if spec is not None:
                 frac = min(frac, shard_bytes(t, spec, graph.mesh_axes) / t.bytes)
         out.append(max(node.flops * frac / hw.peak_flops,
-                       node.bytes * frac / hw.hbm_bandwidth_Bps) * node.repeat)
+                       node.bytes * frac / hw.hbm_bandwidth_Bps) * node.repeat * scale)
     return gid, out
 
 
@@ -295,7 +310,6 @@ def add_remat(prob, ir, graph: StrategyGraph, s, problem: RematProblem) -> Remat
             prob += pulp.lpSum(y[(a, c)] for c in choices) + traced == 1, f"remat_onehot_{a}"
     prod = _Products(prob, s)
     nodes = {n.key: n for n in ir.nodes}
-    hw = problem.hardware
     memory, objective = [], pulp.LpAffineExpression()
     for G in problem.groups:
         tv = {t: tensor_values(ir, graph, t) for t in G.residuals}
@@ -304,13 +318,13 @@ def add_remat(prob, ir, graph: StrategyGraph, s, problem: RematProblem) -> Remat
         if problem.decide:
             mem += prod(1 - traced, _by_group([tensor_values(ir, graph, t) for t in G.carry],
                                               G.trip))
-            objective += prod(1 - traced, _by_group([node_values(ir, graph, hw, nodes[k])
+            objective += prod(1 - traced, _by_group([node_values(ir, graph, problem, nodes[k])
                                                      for k in G.base]))
             for a in names:
                 vals = [tensor_values(ir, graph, t) for t in G.activations.get(a, [])]
                 mem += prod(y[(a, "keep")], _by_group(vals, G.trip))
                 objective += prod(y[(a, "recompute")], _by_group(
-                    [node_values(ir, graph, hw, nodes[k]) for k in G.segments.get(a, [])]))
+                    [node_values(ir, graph, problem, nodes[k]) for k in G.segments.get(a, [])]))
                 if "offload" in choices:
                     objective += prod(y[(a, "offload")],
                                       _by_group(vals, 2.0 * G.trip / problem.host_bps))
@@ -347,7 +361,6 @@ def evaluate_remat(ir, graph: StrategyGraph, problem: RematProblem, choice: dict
                    remat: dict[str, str] | None) -> dict[str, Any]:
     """Seconds and bytes of a (layout choice, remat) pair: recompute_s, offload_s, and per layer
     group the bytes its stacks hold (``stack_bytes``)."""
-    hw = problem.hardware
     nodes = {n.key: n for n in ir.nodes}
 
     def at(gv):
@@ -362,10 +375,10 @@ def evaluate_remat(ir, graph: StrategyGraph, problem: RematProblem, choice: dict
         stacks.append(G.trip * sum(at(tensor_values(ir, graph, t)) for t in kept))
         if remat is None:
             continue
-        rec += sum(at(node_values(ir, graph, hw, nodes[k])) for k in G.base)
+        rec += sum(at(node_values(ir, graph, problem, nodes[k])) for k in G.base)
         for a, c in remat.items():
             if c == "recompute":
-                rec += sum(at(node_values(ir, graph, hw, nodes[k])) for k in G.segments.get(a, []))
+                rec += sum(at(node_values(ir, graph, problem, nodes[k])) for k in G.segments.get(a, []))
             elif c == "offload":
                 off += 2.0 * G.trip * sum(at(tensor_values(ir, graph, t))
                                           for t in G.activations.get(a, [])) / problem.host_bps

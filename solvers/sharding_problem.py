@@ -82,8 +82,10 @@ def build_problem(ir, target, mesh_axes: dict[str, int], problem: ShardingProble
         graph = build_strategies(ir, axis_costs, hardware, p.options, p.attention_scale)
     if p.remat not in ("stacks", "decide", "off"):
         raise ShardingSolveError(f"remat={p.remat!r}: use 'stacks', 'decide' or 'off'")
-    rp = None if p.remat == "off" else remat_problem(ir, hardware, decide=p.remat == "decide",
-                                                     offload=p.offload)
+    rp = None if p.remat == "off" else remat_problem(
+        ir, hardware, decide=p.remat == "decide", offload=p.offload,
+        compute_scale=p.options.compute_scale if p.options else 1.0,
+        attention_scale=p.attention_scale)
     model = build_model(ir, graph, budget, corrections=p.corrections, forbidden=p.forbidden,
                         remat=rp)
     return hardware, budget, graph, model
