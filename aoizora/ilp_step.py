@@ -25,6 +25,7 @@ from aoizora.formulation.strategies import Options
 from aoizora.loop_state import LoopState
 from aoizora.seeds import first_compile_alone, refine_seeds
 from aoizora.solvers.budget import Budget, clock
+from aoizora.rematerialize import retraceable
 from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolveError,
                                      solve_sharding)
 
@@ -105,7 +106,8 @@ def _solve(state: LoopState, m: dict[str, int], limit: float, rec: dict[str, Any
         state.program.ir, state.program.target, m, ShardingProblem(
             axis_costs=st.costs, corrections=st.corrections, forbidden=st.forbidden or None,
             attention_scale=state.attention_scale or None,
-            options=Options(compute_scale=state.compute_scale)),
+            options=Options(compute_scale=state.compute_scale),
+            remat="decide" if retraceable(state.program.fn) else "stacks"),
         k_best=top_k, distinct="kv", time_limit_s=limit, seed=state.settings.seed)
     state.ilp_seconds[mesh_key(m)] = clock() - t_ilp
     for k, sol in enumerate(res.all()):

@@ -29,6 +29,7 @@ from aoizora.loop_state import LoopState, new_record
 from aoizora.planning_errors import BudgetError, PlanningError
 from aoizora.pricing_order import diverse, pricing_rank, with_unproven_near
 from aoizora.seeds import seed_solution
+from aoizora.formulation.remat import REMAT_KEY, remat_key
 
 
 def iterate(state: LoopState) -> None:
@@ -152,9 +153,12 @@ def _record(state: LoopState, cand: Candidate, rec: dict[str, Any]) -> None:
             f"priced {-state.budget.left():.1f} s past the {state.budget.total_s:g} s budget")
     rec["candidates"].append(cand.summary())
     if cand.fits is False and sol.choice and mesh_key(m) in state.mesh_state:
-        state.mesh_state[mesh_key(m)].forbidden.append(dict(sol.choice))
-        rec["changes"].append(f"mesh {mesh_str(m)} layout {sol.layout.name}: does not fit in "
-                              f"HBM -> forbidden in the ILP")
+        # the (layout, remat) pair: a remat choice is cut with the layout (formulation.remat)
+        state.mesh_state[mesh_key(m)].forbidden.append(
+            {**sol.choice, REMAT_KEY: remat_key(sol.layout.remat)})
+        rec["changes"].append(f"mesh {mesh_str(m)} layout {sol.layout.name}"
+                              f"{'' if sol.layout.remat is None else ' with its remat'}: does "
+                              f"not fit in HBM -> forbidden in the ILP")
     if cand.q2 is None:
         return
     state.priced.append(cand)

@@ -19,7 +19,8 @@ except on v4, which shows two devices per chip):
 - ``layout.attention`` tiles (``block_q``, ``block_kv``, ``block_kv_compute``, optional):
   positive integers, block_q a multiple of 8, the key/value tiles multiples of 128,
   block_kv_compute dividing block_kv; ``layout.compiler_options``: names ``xla_...``, values
-  bool, number or string;
+  bool, number or string; ``layout.remat`` (optional, a training step's rematerialization):
+  activation name -> "keep" | "recompute" | "offload";
 - ``predicted``: ``step_s``, ``compute_s``, ``communication_s`` and every other ``*_s`` entry
   is a finite number >= 0 (seconds; the optional ones may be null).
 """
@@ -111,6 +112,8 @@ class LayoutModel(_Strict):
     attention: dict[str, AttentionModel] = {}
     rules: dict[str, list[AxisName]] = {}
     compiler_options: dict[Annotated[str, Field(pattern=r"^xla_\w+$")], OptionValue] = {}
+    remat: dict[Annotated[str, Field(pattern=r"^\w+$")],
+                Literal["keep", "recompute", "offload"]] | None = None
 
 
 class LinkModel(_Strict):

@@ -37,6 +37,10 @@ chose on the IR names the same op here:
   the region; a call around some of them passes them along unread; a kernel's scratch results
   are never read).
 
+``layout.remat`` (a training step's rematerialization, ``formulation.remat``): the program is
+first retraced as ``fn.with_remat(layout.remat)`` and the layout's node keys moved to it
+(``aoizora.rematerialize``); a program without ``with_remat`` raises :class:`RealizeError`.
+
 Keys the layout names that this program does not have (or attention layouts on a node that is
 not an attention) raise :class:`RealizeError`: a layout made for another program is refused.
 ``realize`` traces the program once, so every error (specs that do not divide, attention layouts
@@ -76,6 +80,7 @@ from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, axes_of
 from aoizora.models.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
 from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, HINT
+from aoizora.rematerialize import RematError, apply_remat
 
 
 class RealizeError(ValueError):
@@ -446,6 +451,12 @@ def realize(fn: Callable, abstract_args: Sequence, layout: Layout, mesh: Mesh, *
     abstract_args = tuple(abstract_args)
     _check_mesh(layout, mesh)
     plain = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), abstract_args)
+    if layout.remat is not None:   # retrace under the chosen remat, keys moved to it
+        try:
+            applied = apply_remat(fn, plain, layout)
+        except RematError as e:
+            raise RealizeError(str(e)) from None
+        fn, layout = applied.fn, applied.layout
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*plain)
     in_leaves, in_tree = jax.tree_util.tree_flatten_with_path(plain)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)

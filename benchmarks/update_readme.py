@@ -43,6 +43,8 @@ OTHER_RESULTS = (
      "are worth against the best expert", "python -m benchmarks.ilp_only"),
     ("hint_invariance_v5e-16.md", "a 4.1e9-parameter joint text+video DiT with and without "
      "hints, before and after the fix", "python -m benchmarks.hint_invariance"),
+    ("refactor_invariance.md", "three grid cells planned before and after the refactor of the "
+     "planner: the same plans", "python -m benchmarks.refactor_invariance"),
     ("tile_compare_wan2.1-1.3b_480p-81f_v5e-8.md", "one layout under three splash tile choices, "
      "priced by Q2's kernel model", "python -m benchmarks.tile_compare"),
     ("placement_solver.md", "placement CP-SAT against heuristics on v5e-16, v5e-64, v5e-256",

@@ -7,7 +7,9 @@ both, x major). JSON spells tuples as lists.
 ``Layout.node_specs`` is keyed by IR node key (see ``aoizora.extract.jaxpr_walk``): the output of
 that node is constrained to the spec. ``Layout.attention`` is keyed the same way for attention
 nodes (the ``aoizora_attention`` primitive); ``"*"`` is the default for every attention node.
-``Layout.compiler_options`` are the libtpu options the layout is compiled with (in the JSON only
+``Layout.remat`` is the rematerialization of a training step's blocks the planner chose
+(``aoizora.formulation.remat``): None (absent in the JSON) runs the program as traced, else a
+mapping {activation name: "keep" | "recompute" | "offload"}. ``Layout.compiler_options`` are the libtpu options the layout is compiled with (in the JSON only
 when set, as are an attention layout's tiles). ``Layout.rules`` maps logical dimension names
 (``batch``, ``seq``, ``heads``, ``embed``, ``mlp``, ...,
 the names a model writes on its ``aoizora_hint`` annotations) to mesh axes; a hint whose names
@@ -115,6 +117,10 @@ class Layout:
     # the same flags as LIBTPU_INIT_ARGS without the leading "--"), e.g.
     # {"xla_tpu_enable_async_collective_fusion": True}; empty: libtpu's defaults
     compiler_options: dict[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
+    # rematerialization of a training step's blocks (``formulation.remat``): None, the program
+    # as traced; else {activation name: "keep" | "recompute" | "offload"} for the step's
+    # ``with_remat`` (``aoizora.realize``); in the JSON only when set
+    remat: dict[str, str] | None = None
 
     def attention_for(self, key: str) -> AttentionLayout:
         return self.attention.get(key) or self.attention.get("*") or AttentionLayout()
@@ -130,6 +136,8 @@ class Layout:
         }
         if self.compiler_options:
             d["compiler_options"] = dict(self.compiler_options)
+        if self.remat is not None:
+            d["remat"] = dict(self.remat)
         return d
 
     @classmethod
@@ -143,4 +151,5 @@ class Layout:
             rules={k: tuple(v) for k, v in d.get("rules", {}).items()},
             name=d.get("name", ""),
             compiler_options=dict(d.get("compiler_options", {})),
+            remat=None if d.get("remat") is None else dict(d["remat"]),
         )

@@ -11,6 +11,7 @@ Variables
 Objective (Q1, the placement-oblivious step latency; seconds, scaled by ``TIME_SCALE`` in the model)
   minimise  sum_g sum_k s[g][k] * (cost[g][k] + correction[g][k])
           + sum_e sum_{p,q} x[e][p][q] * r[e][p][q]
+          + remat_time(s, traced, y)       (recompute and offload, ``formulation.remat``)
   cost[g][k]: compute of every op in the group (one shard: max(flops/peak, bytes/HBM bandwidth))
   plus its own communication (partial-sum all-reduce or reduce-scatter, gathers a follower cannot
   avoid), times each op's repeat (a scan body is in the model once: its costs are times the trip
@@ -29,6 +30,29 @@ Constraints
              for a previous solution whose attention groups A (those offering keys/values both
              gathered and in a ring) ran them as kv*_g: every one of them the other way
              (``add_kv_mode_cut``; the planner's diverse top-K)
+
+Rematerialization (``remat``, a training step's layer groups; ``formulation.remat`` states its
+variables, objective terms and the memory term): every memory row from a forward scan's first
+step to its backward scan's last also holds that layer group's stacked residuals,
+``trip * bytes(residual | s)`` (as traced, or the kept named activations and the carry), and with
+decisions the objective adds the recompute and offload seconds:
+  (memory)   ... + sum_{G live at i} stacks_G(s, traced, y) <= hbm_budget
+  (no-good)  a (layout, remat) pair the compiler said did not fit: the cut also holds the remat
+             binaries of that choice (``REMAT_KEY`` in a forbidden combination)
+
+Optimizer state (ZeRO as points of this one model): every leaf of a training step's state --
+the fp32 master weight, AdamW's mu and nu -- is a program input with a group of its own
+(``in:<tensor>``, every spec over the mesh), so each chooses its spec independently; the new
+state is tied to the old one's spec (state edges). The bf16 compute copy is the cast that
+follows the master weight's group (same spec) and reaches each consumer's required spec on an
+edge (an all-gather where the master is split: priced per use, times the scan's trip, and
+counted in memory as the consumer's operand copy). The gradient comes out of the backward dots
+with the batch contraction split: all-reduced when the gradient's spec is replicated,
+reduce-scattered when it is split (the dot's own communication). Hence: DP = all replicated;
+ZeRO-1 = mu, nu split, master replicated (the update's all-gather to the master's spec is the
+edge into the replicated weight update); ZeRO-2 = also the gradient split (reduce-scatter);
+ZeRO-3 / FSDP = the master split too (gathered for compute at each use). Not modelled: a bf16
+copy whose spec differs from its master's and is kept across the step (the cast follows).
 
 Memory, an over-approximation of the live buffers the program itself needs (it does not see the
 compiler's own temporaries, kernel scratch or collective buffers: the solver keeps a reserve of
@@ -51,6 +75,8 @@ from typing import Any
 
 import pulp
 
+from aoizora.formulation.remat import (REMAT_KEY, RematProblem, RematVars, add_remat,
+                                       evaluate_remat, remat_literals)
 from aoizora.formulation.strategies import StrategyGraph, shard_bytes
 
 TIME_SCALE = 1e6      # model objective unit: microseconds
@@ -62,6 +88,8 @@ class MemoryRow:
     step: str                                   # node key of the step
     terms: dict[tuple[str, int], float]         # (group, strategy) -> bytes
     const: float                                # bytes fixed whatever the layout
+    index: int = -1                             # the step's position in program order
+    stacks: tuple[int, ...] = ()                # layer groups whose residual stacks are live here
 
 
 @dataclasses.dataclass
@@ -72,6 +100,8 @@ class ILPModel:
     memory_rows: list[MemoryRow]
     hbm_budget: float
     constant_s: float                           # objective part no variable changes, seconds
+    remat: RematVars | None = None              # rematerialization (``formulation.remat``)
+    remat_eval: Any = None                      # (choice, remat) -> evaluate_remat's dict
 
     def size(self) -> dict[str, int]:
         return {"binaries": sum(1 for v in self.prob.variables() if v.cat == pulp.LpInteger),
@@ -87,7 +117,10 @@ def _strategy_index(graph: StrategyGraph, group: str, name: str) -> int:
     raise KeyError(f"group {group} has no strategy {name!r}")
 
 
-def memory_rows(ir, graph: StrategyGraph, small_bytes: float) -> list[MemoryRow]:
+def memory_rows(ir, graph: StrategyGraph, small_bytes: float,
+                remat: RematProblem | None = None) -> list[MemoryRow]:
+    """The (memory) rows; with ``remat`` each row says which layer groups' residual stacks are
+    live at its step (``MemoryRow.stacks``; their bytes are ``formulation.remat``'s)."""
     T = ir.tensors
     order = {n.key: i for i, n in enumerate(ir.nodes)}
     N = len(ir.nodes)
@@ -179,7 +212,9 @@ def memory_rows(ir, graph: StrategyGraph, small_bytes: float) -> list[MemoryRow]
                 else:
                     for k, v in enumerate(vals):
                         terms[(gid, k)] = terms.get((gid, k), 0.0) + v
-        rows.append(MemoryRow(n.key, terms, const))
+        live = tuple(gi for gi, G in enumerate(remat.groups if remat else ())
+                     if G.first <= i <= G.last)
+        rows.append(MemoryRow(n.key, terms, const, i, live))
     return _drop_implied(rows)
 
 
@@ -190,6 +225,8 @@ def _drop_implied(rows: list[MemoryRow]) -> list[MemoryRow]:
     for r in rows:
         implied = False
         for q in kept:
+            if q.stacks != r.stacks:
+                continue
             if q.const >= r.const and all(q.terms.get(k, -1.0) >= v for k, v in r.terms.items()):
                 implied = True
                 break
@@ -202,10 +239,12 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
                 corrections: dict[str, Any] | None = None,
                 forbidden: list[dict[str, str]] | None = None,
                 small_bytes: float | None = None,
-                objective: str = "latency") -> ILPModel:
+                objective: str = "latency", remat: RematProblem | None = None) -> ILPModel:
     """The PuLP model (see the module docstring). `forbidden`: combinations {node key or group id:
     strategy name} that may not all hold at once. `objective="memory"` minimises the largest
-    memory row instead (to tell how much is missing when nothing fits)."""
+    memory row instead (to tell how much is missing when nothing fits). `remat`: the layer
+    groups of a training step (``formulation.remat``): their residual stacks in the memory rows
+    and, with ``remat.decide``, keep / recompute / offload per named activation."""
     prob = pulp.LpProblem("sharding", pulp.LpMinimize)
     s: dict[str, list[Any]] = {}
     gids = graph.order()
@@ -259,24 +298,35 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
             prob += _eq([xe[(p, q)] for p in range(len(e.p_specs))],
                         [sc[k] for k in range(len(sc)) if e.q_of[k] == q]), f"col_{ei}_{q}"
         x.append(xe)
-    rows = memory_rows(ir, graph, small_bytes if small_bytes is not None else hbm_budget * 1e-3)
+    rows = memory_rows(ir, graph, small_bytes if small_bytes is not None else hbm_budget * 1e-3,
+                       remat)
+    rv = add_remat(prob, ir, graph, s, remat) if remat is not None else None
+
+    def stacks(r):
+        return pulp.lpSum(rv.memory[gi] * MEM_SCALE for gi in r.stacks) if r.stacks else 0
+
     if objective == "memory":
         M = prob.add_variable("peak_MB", 0, None)
         prob += M
         for ri, r in enumerate(rows):
             prob += (_lin([(s[g][k], v * MEM_SCALE) for (g, k), v in r.terms.items()])
-                     + r.const * MEM_SCALE <= M), f"mem_{ri}"
+                     + stacks(r) + r.const * MEM_SCALE <= M), f"mem_{ri}"
     else:
         coef: dict[Any, float] = {}
         for v, c in obj_terms:
             coef[v] = coef.get(v, 0.0) + c * TIME_SCALE
-        prob += pulp.LpAffineExpression(list(coef.items()), constant=constant * TIME_SCALE)
+        obj = pulp.LpAffineExpression(list(coef.items()), constant=constant * TIME_SCALE)
+        prob += obj + (rv.objective * TIME_SCALE if rv is not None else 0)
         for ri, r in enumerate(rows):
             prob += (_lin([(s[g][k], v * MEM_SCALE) for (g, k), v in r.terms.items()])
-                     <= (hbm_budget - r.const) * MEM_SCALE), f"mem_{ri}"
+                     + stacks(r) <= (hbm_budget - r.const) * MEM_SCALE), f"mem_{ri}"
     for ci, combo in enumerate(forbidden or []):
-        add_no_good(prob, graph, s, combo, f"forbid_{ci}")
-    return ILPModel(prob, s, x, rows, hbm_budget, constant)
+        combo = dict(combo)
+        extra = remat_literals(rv, combo.pop(REMAT_KEY, "traced"))
+        add_no_good(prob, graph, s, combo, f"forbid_{ci}", extra)
+    ev = None if remat is None else (
+        lambda choice, rm: evaluate_remat(ir, graph, remat, choice, rm))
+    return ILPModel(prob, s, x, rows, hbm_budget, constant, rv, ev)
 
 
 def _lin(pairs) -> pulp.LpAffineExpression:
@@ -324,9 +374,11 @@ def strategy_corrections(graph: StrategyGraph, corrections: dict[str, Any]) -> d
     return out
 
 
-def add_no_good(prob, graph: StrategyGraph, s, combo: dict[str, str], name: str) -> None:
-    """Forbid the combination {group/node key: strategy name} (at least one must differ)."""
-    vs = []
+def add_no_good(prob, graph: StrategyGraph, s, combo: dict[str, str], name: str,
+                extra: list | None = None) -> None:
+    """Forbid the combination {group/node key: strategy name} (at least one must differ);
+    ``extra``: more binaries of the combination (a remat choice, ``formulation.remat``)."""
+    vs = list(extra or [])
     fixed_true = 0
     for key, sname in combo.items():
         gid = _group_of(graph, key)
@@ -388,10 +440,16 @@ def evaluate(graph: StrategyGraph, choice: dict[str, int], corrections: dict | N
             "other_compute_s": other}
 
 
-def peak_memory(model: ILPModel, choice: dict[str, int]) -> float:
-    """Largest memory row under a choice, bytes per device."""
+def peak_memory(model: ILPModel, choice: dict[str, int], remat: Any = "solved") -> float:
+    """Largest memory row under a choice, bytes per device; with layer groups, their stacks
+    under ``remat`` (a mapping, None: as traced; "solved": the model's solved remat choice)."""
+    stacks: list[float] = []
+    if model.remat_eval is not None:
+        if remat == "solved":
+            remat = model.remat.choice() if model.remat is not None else None
+        stacks = model.remat_eval(choice, remat)["stack_bytes"]
     best = 0.0
     for r in model.memory_rows:
         v = r.const + sum(b for (g, k), b in r.terms.items() if choice.get(g) == k)
-        best = max(best, v)
+        best = max(best, v + sum(stacks[gi] for gi in r.stacks))
     return best

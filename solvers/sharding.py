@@ -42,6 +42,7 @@ from typing import Any
 import pulp
 
 from aoizora.formulation.layout import Layout
+from aoizora.formulation.remat import remat_words
 from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, add_kv_mode_cut,
                                               add_no_good, build_model, chosen, evaluate,
                                               peak_memory)
@@ -242,7 +243,9 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
         raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
     t0 = clock()
     run = _ModelSolve(graph, model, solver, seed, threads, corrections, deadline=t0 + time_limit_s)
-    if incumbent:
+    # remat decisions: the incumbent and the LP rounding see strategies only; the solver decides
+    run.remat = model.remat is not None and model.remat.problem.decide
+    if incumbent and not run.remat:
         _incumbent_stage(run, INCUMBENT_SHARE * time_limit_s)
     nnz = _nonzeros(model.prob)
     cbc_need = CBC_MIN_S_PER_NONZERO * nnz
@@ -251,7 +254,12 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
         run.stages["short_budget"] = (f"{left:.3f} s left, less than {CBC_COMFORT:g} x the "
                                       f"{cbc_need:.3f} s the MIP solver needs before it can stop "
                                       f"({nnz} nonzeros)")
+    if run.remat:   # the program as traced first, then a bound, then the other fixed remats
+        _remat_fixed_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, REMAT_TRIALS[:1])
+        left = run.deadline - clock()
     _lp_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, left)
+    if run.remat and run.proven is None:
+        _remat_fixed_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, REMAT_TRIALS[1:])
     mip = _mip_stage(run, cbc_need)
     return _answer(run, mip, clock() - t0)
 
@@ -273,6 +281,9 @@ class _ModelSolve:
     names: list[str] = dataclasses.field(default_factory=list)
     infeasible: bool = False
     proven: tuple | None = None                       # the candidate a solver proved optimal
+    remat: bool = False                               # the model decides rematerialization
+    remat_choice: dict[str, str] | None = None        # the solver's remat choice (None: traced)
+    remat_fixed: dict[str, str] | None = None         # the remat of the "remat-fixed" candidate
 
 
 def _incumbent_stage(run: _ModelSolve, limit_s: float) -> None:
@@ -314,6 +325,11 @@ def _lp_stage(run: _ModelSolve, lp_need: float, left: float) -> None:
         run.bounds.append(r["bound"])
         ch = _integral_choice(model)
         stages["lp_integral"] = ch is not None
+        if run.remat:      # a bound only (Q1's evaluate does not price the remat part); it
+            fixed = min((c for c in run.cands if c[2] == "remat-fixed"), default=None)
+            if fixed and fixed[0] - r["bound"] <= PROOF_REL_TOL * max(abs(fixed[0]), 1.0):
+                run.proven = fixed                      # proves a fixed-remat layout optimal
+            return
         if ch is None:
             ch = chosen(model)       # rounding: each group's largest value
         if _rows_hold(model, ch):
@@ -321,6 +337,57 @@ def _lp_stage(run: _ModelSolve, lp_need: float, left: float) -> None:
             run.cands.append((obj, 1, "lp-relaxation", ch))
             if stages["lp_integral"] and obj - r["bound"] <= PROOF_REL_TOL * max(abs(obj), 1.0):
                 run.proven = run.cands[-1]
+
+
+REMAT_TRIALS = (None, "keep", "recompute", "offload")   # traced, then every name one way
+
+
+def _remat_fixed_stage(run: _ModelSolve, lp_need: float, trials: tuple) -> None:
+    """With remat decisions: the LP relaxation with the remat binaries fixed to each of
+    ``REMAT_TRIALS`` (the same model, bounds moved; run before the free relaxation, traced
+    first, so a short budget still gets the program as traced); each answer rounded (each
+    group's largest value) and kept if it holds every row (``_remat_candidate``), priced by the
+    whole objective; the best one is a candidate beside the MIP's answer (which may mix choices
+    per activation), proven optimal when the free relaxation's bound meets it. Needs HiGHS in
+    process; skipped without it."""
+    rv = run.model.remat
+    if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
+        return
+    best = None
+    for trial in trials:
+        if (trial is not None and trial not in rv.problem.choices) or \
+                run.deadline - clock() < lp_need:
+            continue
+        rm = None if trial is None else {a: trial for a in rv.problem.names}
+        rv.fix(rm)
+        try:
+            r = run_highs(run.model.prob, run.deadline, run.seed, run.threads, mip=False)
+        finally:
+            rv.unfix()
+        obj = _remat_candidate(run, rm) if r["status"] == "OPTIMAL" else None
+        run.stages.setdefault("remat_fixed", []).append(
+            {"remat": trial or "traced", "status": r["status"], "bound": r["bound"],
+             "objective": None if obj is None else obj[0]})
+        if obj is not None and (best is None or obj[0] < best[0]):
+            best = (obj[0], obj[1], rm)
+    prev = [c for c in run.cands if c[2] == "remat-fixed"]
+    if best is not None and (not prev or best[0] < prev[0][0]):
+        run.cands[:] = [c for c in run.cands if c[2] != "remat-fixed"]   # one: the best
+        run.cands.append((best[0], 1, "remat-fixed", best[1]))
+        run.remat_fixed = best[2]
+
+
+def _remat_candidate(run: _ModelSolve, rm: dict[str, str] | None):
+    """(objective in model units, choice) of the solved LP's rounding (each group's largest
+    value) under the remat ``rm``, if it keeps every row: the strategy-only rows by
+    ``_rows_hold``, the memory rows with the stacks by ``peak_memory``; else None."""
+    model = run.model
+    ch = _integral_choice(model) or chosen(model)
+    if not _rows_hold(model, ch) or peak_memory(model, ch, rm) > model.hbm_budget * (1 + 1e-9):
+        return None
+    rmv = model.remat_eval(ch, rm)
+    q = evaluate(run.graph, ch, run.corrections)["total_s"] + rmv["recompute_s"] + rmv["offload_s"]
+    return q * TIME_SCALE, ch
 
 
 def _mip_stage(run: _ModelSolve, cbc_need: float) -> dict[str, Any] | None:
@@ -348,6 +415,8 @@ def _mip_stage(run: _ModelSolve, cbc_need: float) -> dict[str, Any] | None:
     if r["bound"] is not None and r["status"] != "OPTIMAL":
         run.bounds.append(r["bound"])
     if r["objective"] is not None:
+        if run.remat:
+            run.remat_choice = run.model.remat.choice()
         run.cands.append((r["objective"], 0, "solver", chosen(run.model)))
         if r["status"] == "OPTIMAL":
             run.proven = run.cands[-1]
@@ -390,7 +459,8 @@ def _answer(run: _ModelSolve, mip: dict[str, Any] | None, time_s: float) -> dict
     if source == "incumbent":
         name = f"coordinate descent (incumbent) + {name}"
     return {"status": status, "objective": obj, "bound": bound, "solver": name,
-            "detail": detail, "choice": ch, "time_s": time_s}
+            "detail": detail, "choice": ch, "time_s": time_s,
+            "remat": {"solver": run.remat_choice, "remat-fixed": run.remat_fixed}.get(source)}
 
 
 def _why_not_solver(stages: dict[str, Any], mip: dict[str, Any] | None) -> str:
@@ -411,6 +481,12 @@ def _why_not_solver(stages: dict[str, Any], mip: dict[str, Any] | None) -> str:
 def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], run: _Run,
               rank: int) -> ShardingSolution:
     pred = evaluate(graph, choice, run.corrections)
+    remat = res.get("remat")
+    if model.remat_eval is not None:
+        rm = model.remat_eval(choice, remat)
+        pred.update(recompute_s=rm["recompute_s"], offload_s=rm["offload_s"],
+                    stack_bytes=sum(rm["stack_bytes"]))
+        pred["total_s"] += rm["recompute_s"] + rm["offload_s"]
     obj = res["objective"] / TIME_SCALE if res["objective"] is not None else None
     bound = res["bound"] / TIME_SCALE if res["bound"] is not None else None
     if obj is not None and bound is not None:
@@ -420,11 +496,14 @@ def _solution(ir, graph, model: ILPModel, res: dict, choice: dict[str, int], run
     cert = Certificate(solver=res["solver"], status=res["status"], objective=obj, bound=bound,
                        time_s=res["time_s"], unit="s", seed=run.seed, workers=run.threads,
                        time_limit_s=run.time_limit_s, detail=detail)
+    layout = to_layout(ir, graph, choice, name="ilp" if rank == 0 else f"ilp#{rank + 1}")
+    layout.remat = remat
     return ShardingSolution(
-        layout=to_layout(ir, graph, choice, name="ilp" if rank == 0 else f"ilp#{rank + 1}"),
+        layout=layout,
         certificate=cert,
         choice={g: graph.groups[g].strategies[k].name for g, k in choice.items()},
-        words=layout_words(ir, graph, choice), predicted=pred, peak_bytes=peak_memory(model, choice),
+        words=layout_words(ir, graph, choice) + ([remat_words(remat)] if model.remat else []),
+        predicted=pred, peak_bytes=peak_memory(model, choice, remat),
         attention={g: {"kv": graph.groups[g].strategies[k].kv,
                        "compute_s": graph.groups[g].strategies[k].compute}
                    for g, k in choice.items()
@@ -541,8 +620,8 @@ def _settle_preferred(graph, model, res: dict[str, Any], prefer: dict[str, str] 
     """(choice, solve result): the solver's choice moved to ``prefer``'s strategies among Q1's
     tied optima (``settle_ties``), and the result updated when a group moved."""
     first = res["choice"]
-    if not prefer:
-        return first, res
+    if not prefer or (model.remat is not None and model.remat.problem.decide):
+        return first, res     # remat rows are not checked by settle_ties' _rows_hold
     names = {g: [st.name for st in graph.groups[g].strategies]
              for g in prefer if g in graph.groups}
     idx = {g: names[g].index(name) for g, name in prefer.items()

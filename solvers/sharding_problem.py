@@ -17,7 +17,11 @@ chip's numbers and no feedback):
   (``formulation.attention_calibration``);
 - ``prefer``: group id -> strategy name to take among tied optima of the best layout
   (``solvers.sharding.settle_ties``); it does not change the model;
-- ``graph``: the StrategyGraph already built for these inputs, to skip building it again.
+- ``graph``: the StrategyGraph already built for these inputs, to skip building it again;
+- ``remat``: a training step's layer groups (``formulation.remat``): "stacks" (default: their
+  residual stacks in the memory rows, the program as traced), "decide" (keep / recompute /
+  offload per named activation, for a step that can be retraced: ``aoizora.realize``), "off"
+  (not modelled); ``offload``: offer host offload in "decide".
 
 ``build_problem`` builds the instance (hardware, HBM budget in bytes, StrategyGraph, ILPModel);
 ``solvers.sharding.solve_sharding`` solves it and ``solvers.sharding_heuristics`` searches it.
@@ -29,6 +33,7 @@ import dataclasses
 from typing import Any
 
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
+from aoizora.formulation.remat import remat_problem
 from aoizora.formulation.sharding_ilp import build_model
 from aoizora.formulation.strategies import Hardware, Options, build_strategies
 from aoizora.solvers.mip_run import ShardingSolveError
@@ -50,6 +55,8 @@ class ShardingProblem:
     attention_scale: dict[str, Any] | None = None
     prefer: dict[str, str] | None = None
     graph: Any = None
+    remat: str = "stacks"
+    offload: bool = True
 
 
 def build_problem(ir, target, mesh_axes: dict[str, int], problem: ShardingProblem | None = None):
@@ -73,5 +80,12 @@ def build_problem(ir, target, mesh_axes: dict[str, int], problem: ShardingProble
     graph = p.graph
     if graph is None:
         graph = build_strategies(ir, axis_costs, hardware, p.options, p.attention_scale)
-    model = build_model(ir, graph, budget, corrections=p.corrections, forbidden=p.forbidden)
+    if p.remat not in ("stacks", "decide", "off"):
+        raise ShardingSolveError(f"remat={p.remat!r}: use 'stacks', 'decide' or 'off'")
+    rp = None if p.remat == "off" else remat_problem(
+        ir, hardware, decide=p.remat == "decide", offload=p.offload,
+        compute_scale=p.options.compute_scale if p.options else 1.0,
+        attention_scale=p.attention_scale)
+    model = build_model(ir, graph, budget, corrections=p.corrections, forbidden=p.forbidden,
+                        remat=rp)
     return hardware, budget, graph, model
