@@ -30,6 +30,10 @@ operand's tensor, and the names go on that tensor (``Tensor.names``, the first h
 program with hints and the same program without them have the same nodes, tensors, strategies and
 costs; only ``Tensor.names`` differ (a layout's ``rules`` read the hint eqns in the realizer).
 
+A ``checkpoint_name`` (``jax.ad_checkpoint``'s ``name`` primitive, an identity that tags an
+activation for rematerialization policies) is not a node either: its result is its operand's
+tensor and the tag goes on that tensor (``Tensor.checkpoint``, the first tag wins).
+
 A ``lax.scan`` body appears once; its nodes carry ``repeat`` = the product of enclosing lengths and
 ``scope`` = the scan's key. Its body inputs are tensors of their own with ``kind`` ``scan_const``,
 ``scan_carry`` (``outer`` = the initial value, ``loop_back`` = the body's carry output) or ``scan_xs``
@@ -108,6 +112,7 @@ class Tensor:
     trip: int = 1                  # scan body inputs: the scan's length (1 for while: unknown)
     names: list[str | None] | None = None  # logical dim names from an ``aoizora_hint``, else
                                            # read from a found attention's roles (its q, k, v)
+    checkpoint: str | None = None  # the ``checkpoint_name`` tag of this activation, if any
 
 
 @dataclasses.dataclass
@@ -244,6 +249,8 @@ ATTENTION_BWD_NAME = "aoizora_attention_bwd"
 # extra work is not counted here (the planner's attention calibration measures it).
 ATTENTION_BWD_FLOPS_RATIO = 2.5
 HINT_NAME = "aoizora_hint"
+CHECKPOINT_NAME = "name"      # jax.ad_checkpoint.checkpoint_name's primitive
+ALIAS_PRIMITIVES = frozenset({HINT_NAME, CHECKPOINT_NAME})   # identities: no node, no tensor
 
 
 def _dtype_str(dt) -> str:
@@ -850,10 +857,20 @@ class _Builder:
             t.names = list(eqn.params["names"])
         env[eqn.outvars[0]] = tid
 
+    def _checkpoint_name(self, eqn, env, scope):
+        """``checkpoint_name``: its result is its operand's tensor, tagged (module docstring)."""
+        (tid,) = [self.operand(env, v, scope) for v in eqn.invars]
+        t = self.tensors[tid]
+        if t.checkpoint is None and t.kind != "literal":
+            t.checkpoint = str(eqn.params["name"])
+        env[eqn.outvars[0]] = tid
+
     def _leaf(self, eqn, env, key, repeat, scope):
         name = eqn.primitive.name
         if name == HINT_NAME:
             return self._hint(eqn, env, scope)
+        if name == CHECKPOINT_NAME and len(eqn.invars) == 1 and "name" in eqn.params:
+            return self._checkpoint_name(eqn, env, scope)
         if key in self.pat.skip or key in self.pat.matches:
             for k in range(len(eqn.invars)):
                 if (key, k) in self.needed:
@@ -1020,8 +1037,9 @@ def build_ir(fn, *abstract_args) -> ProgramIR:
     for tid, pth in zip(outputs, out_paths):
         if not b.tensors[tid].path:
             b.tensors[tid].path = pth
-    # the keys must be exactly the shared walk's keys, hints aside (the realizer relies on them)
-    walk_keys = [w.key for w in walk(closed.jaxpr) if w.eqn.primitive.name != HINT_NAME
+    # the keys must be exactly the shared walk's keys, hints and checkpoint names aside (the
+    # realizer relies on them)
+    walk_keys = [w.key for w in walk(closed.jaxpr) if w.eqn.primitive.name not in ALIAS_PRIMITIVES
                  and w.key not in patterns.skip]
     ir_keys = [n.key for n in b.nodes]
     if walk_keys != ir_keys:

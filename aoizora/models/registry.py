@@ -92,9 +92,16 @@ def get_model(name: "str | Model") -> Model:
     return MODELS[name]
 
 
-def forward(model: Model, params, latents, timestep, text: dict, pad_multiple: int = 1):
-    """One DiT forward (no guidance): the model's prediction for ``latents``."""
+def forward(model: Model, params, latents, timestep, text: dict, pad_multiple: int = 1,
+            remat=None):
+    """One DiT forward (no guidance): the model's prediction for ``latents``. ``remat`` (Wan
+    only): a function applied to the per-block scan body (``wan.forward``)."""
     model = get_model(model)
+    if remat is not None:
+        if model.family != "wan":
+            raise ValueError(f"remat is built into Wan's blocks only; {model.name} is {model.family}")
+        return wan.forward(params, model.config, latents, timestep, text["context"], pad_multiple,
+                           remat)
     if model.family in ("wan", "stdit"):
         return _impl(model).forward(params, model.config, latents, timestep, text["context"],
                                     pad_multiple)

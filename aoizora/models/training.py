@@ -20,6 +20,20 @@ Flow matching (rectified flow, as Wan 2.1 is trained; ``shared/facts/training.md
   loss = mean((model(x_t, 1000 t, context) - v)^2)    (the model's timestep is t times the 1000
   training timesteps, as the Wan samplers feed it).
 
+Rematerialization (``TrainConfig.remat``), applied to each transformer block (the body of the
+model's ``lax.scan``; one policy covers every layer):
+  "none"  keep every residual of the block for the backward (no ``jax.checkpoint``);
+  "full"  ``jax.checkpoint`` with nothing saveable: only the block's input is kept, its whole
+          forward runs again in the backward;
+  "dots"  save the matmuls without batch dims (``dots_with_no_batch_dims_saveable``, maxdiffusion's
+          ``remat_policy="minimal"``-style), recompute the rest;
+  {name: "keep" | "recompute" | "offload"}  per named activation of the block
+          (``wan.ACTIVATION_NAMES``; names left out are recomputed), built into
+          ``save_and_offload_only_these_names(names_which_can_be_saved=keep,
+          names_which_can_be_offloaded=offload, offload_src="device", offload_dst="pinned_host")``.
+A mapping is stored as a sorted tuple of (name, choice) pairs, so the config stays hashable;
+``remat_choices(config.remat)`` gives it back as a dict.
+
 ``abstract_train_inputs(model, workload, batch)`` gives (state, batch) as ``jax.ShapeDtypeStruct``
 for tracing and planning without allocating; ``init_train_state`` / ``random_batch`` give real
 arrays (small configurations).
@@ -35,6 +49,10 @@ import jax.numpy as jnp
 
 from aoizora.models import registry
 from aoizora.models import workloads as W
+from aoizora.models.wan import ACTIVATION_NAMES
+
+REMAT_POLICIES = ("none", "full", "dots")
+REMAT_CHOICES = ("keep", "recompute", "offload")
 
 NUM_TRAIN_TIMESTEPS = 1000   # Wan's scheduler: timesteps 0..1000 (num_train_timesteps)
 
@@ -54,8 +72,10 @@ class TrainConfig:
     shift: float = 5.0                    # Wan's timestep shift (t2v sample_shift)
     compute_dtype: Any = jnp.bfloat16     # forward/backward compute; params and moments stay fp32
     pad_multiple: int = 1                 # token sequence zero-padded to a multiple (sequence splits)
+    remat: Any = "none"                   # "none" | "full" | "dots" | {activation name: choice}
 
     def __post_init__(self):
+        object.__setattr__(self, "remat", normalize_remat(self.remat))
         if not self.learning_rate > 0 or not 0 <= self.b1 < 1 or not 0 <= self.b2 < 1:
             raise TrainingError(f"TrainConfig: learning_rate > 0 and 0 <= b1, b2 < 1 wanted; got "
                                 f"{self.learning_rate}, {self.b1}, {self.b2}")
@@ -67,6 +87,61 @@ class TrainConfig:
 
         return optax.adamw(self.learning_rate, b1=self.b1, b2=self.b2, eps=self.eps,
                            weight_decay=self.weight_decay)
+
+
+def normalize_remat(remat):
+    """A policy name as is; a mapping as a sorted tuple of (name, choice). One-line errors."""
+    if isinstance(remat, str):
+        if remat not in REMAT_POLICIES:
+            raise TrainingError(f"TrainConfig.remat {remat!r}: give one of {list(REMAT_POLICIES)} "
+                                f"or a mapping {{activation name: {'|'.join(REMAT_CHOICES)}}}")
+        return remat
+    try:
+        items = sorted(dict(remat).items())
+    except (TypeError, ValueError):
+        raise TrainingError(f"TrainConfig.remat {remat!r}: give one of {list(REMAT_POLICIES)} or a "
+                            f"mapping {{activation name: {'|'.join(REMAT_CHOICES)}}}") from None
+    for name, choice in items:
+        if name not in ACTIVATION_NAMES:
+            raise TrainingError(f"TrainConfig.remat: unknown activation {name!r}; Wan's block "
+                                f"names {list(ACTIVATION_NAMES)}")
+        if choice not in REMAT_CHOICES:
+            raise TrainingError(f"TrainConfig.remat[{name!r}] = {choice!r}: give one of "
+                                f"{list(REMAT_CHOICES)}")
+    return tuple(items)
+
+
+def remat_choices(remat) -> dict[str, str]:
+    """Every block activation's choice under ``remat`` (a policy name or a mapping): "keep",
+    "recompute" or "offload" ("dots" keeps the projections and fc1, recomputes the rest)."""
+    remat = normalize_remat(remat)
+    if remat == "none":
+        return {n: "keep" for n in ACTIVATION_NAMES}
+    if remat == "full":
+        return {n: "recompute" for n in ACTIVATION_NAMES}
+    if remat == "dots":
+        dots = ("qkv", "proj_out", "cross_q", "cross_kv", "ffn_hidden")
+        return {n: "keep" if n in dots else "recompute" for n in ACTIVATION_NAMES}
+    return {n: dict(remat).get(n, "recompute") for n in ACTIVATION_NAMES}
+
+
+def remat_wrapper(remat) -> Callable | None:
+    """The function applied to each block's scan body for ``remat`` (None for "none")."""
+    remat = normalize_remat(remat)
+    if remat == "none":
+        return None
+    cp = jax.checkpoint_policies
+    if remat == "full":
+        policy = cp.nothing_saveable
+    elif remat == "dots":
+        policy = cp.dots_with_no_batch_dims_saveable
+    else:
+        choice = dict(remat)
+        policy = cp.save_and_offload_only_these_names(
+            names_which_can_be_saved=[n for n, c in choice.items() if c == "keep"],
+            names_which_can_be_offloaded=[n for n, c in choice.items() if c == "offload"],
+            offload_src="device", offload_dst="pinned_host")
+    return lambda body: jax.checkpoint(body, policy=policy, prevent_cse=False)
 
 
 def _wan(model) -> registry.Model:
@@ -86,6 +161,7 @@ def flow_matching_loss(model, config: TrainConfig) -> Callable:
     before the shift, eps shaped like the latents. params fp32, cast to ``config.compute_dtype``."""
     m = _wan(model)
     cdt = config.compute_dtype
+    wrap = remat_wrapper(config.remat)
 
     def loss(params, latents, context, u, eps):
         p = jax.tree.map(lambda a: a.astype(cdt), params)
@@ -94,7 +170,7 @@ def flow_matching_loss(model, config: TrainConfig) -> Callable:
         tb = t.reshape((-1,) + (1,) * (x0.ndim - 1))
         xt = (1.0 - tb) * x0 + tb * eps
         pred = registry.forward(m, p, xt.astype(cdt), t * NUM_TRAIN_TIMESTEPS,
-                                {"context": context.astype(cdt)}, config.pad_multiple)
+                                {"context": context.astype(cdt)}, config.pad_multiple, wrap)
         target = eps - x0
         return jnp.mean(jnp.square(pred.astype(jnp.float32) - target))
 

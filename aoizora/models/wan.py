@@ -14,7 +14,19 @@ Forward of ``WanModel`` for one batch:
   head: LN(x) * (1 + s1) + s0, s = head.modulation[2, dim] + e; linear to pt*ph*pw*16; unpatchify.
 
 Every attention goes through ``primitives.attention`` and the main activations carry
-``primitives.hint`` names. Sequence padding (``pad_multiple``): the token sequence is padded with
+``primitives.hint`` names. The block's activations that a training step may keep, recompute or
+offload carry ``jax.ad_checkpoint.checkpoint_name`` tags (``ACTIVATION_NAMES``, per block):
+  qkv         the self-attention q, k, v projections (before qk-norm and RoPE)   3 x [B, L, dim]
+  attn_out    the self-attention output (splash's o), heads merged              [B, L, dim]
+  proj_out    the o-projection and fc2 outputs (before the gated residual add)  2 x [B, L, dim]
+  cross_q     the cross-attention q projection (before qk-norm)                 [B, L, dim]
+  cross_kv    the cross-attention k, v projections of the text                  2 x [B, T, dim]
+  cross_out   the cross-attention output, heads merged                          [B, L, dim]
+  ffn_hidden  fc1's output (before gelu)                                        [B, L, ffn_dim]
+  residual    the residual stream after self- and after cross-attention         2 x [B, L, dim]
+Anything else in the block (norms, RoPE, gelu, casts) is cheap elementwise work recomputed from
+these under any policy that does not keep everything. ``forward(..., remat=wrap)`` runs the scan
+body as ``wrap(body)`` (e.g. ``jax.checkpoint`` with a policy; ``aoizora.models.training``). Sequence padding (``pad_multiple``): the token sequence is padded with
 zeros to a multiple, as the Wan repo pads for sequence parallelism; padded positions get no RoPE
 rotation and are dropped before unpatchify. (The Wan repo also masks the padded keys via
 ``k_lens``; the attention primitive has no mask, so here they take part in the softmax -- the
@@ -25,12 +37,16 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from aoizora.models.config import WanConfig
 from aoizora.models.layers import (ParamSpec, apply_rope, gelu_tanh, layer_norm, linear, linear_spec,
                                    norm_spec, padded_length, patchify, rms_norm, rope_tables,
                                    timestep_embedding, unpatchify)
 from aoizora.models.primitives import attention, hint
+
+ACTIVATION_NAMES = ("qkv", "attn_out", "proj_out", "cross_q", "cross_kv", "cross_out",
+                    "ffn_hidden", "residual")
 
 
 def param_specs(cfg: WanConfig) -> dict:
@@ -86,38 +102,44 @@ def _block(cfg: WanConfig, x, p, e0, ctx, cos, sin):
     # self-attention with RMS qk-norm and 3D RoPE
     a = p["self_attn"]
     h = (layer_norm(x, eps=cfg.eps).astype(jnp.float32) * (1 + m[1][:, None]) + m[0][:, None]).astype(dt)
-    q = apply_rope(_heads(rms_norm(linear(a["q"], h), a["norm_q"], cfg.eps), cfg.heads), cos, sin)
-    k = apply_rope(_heads(rms_norm(linear(a["k"], h), a["norm_k"], cfg.eps), cfg.heads), cos, sin)
-    v = _heads(linear(a["v"], h), cfg.heads)
+    q, k, v = (checkpoint_name(linear(a[n], h), "qkv") for n in ("q", "k", "v"))
+    q = apply_rope(_heads(rms_norm(q, a["norm_q"], cfg.eps), cfg.heads), cos, sin)
+    k = apply_rope(_heads(rms_norm(k, a["norm_k"], cfg.eps), cfg.heads), cos, sin)
+    v = _heads(v, cfg.heads)
     o = attention(_to_bhsd(q, "seq"), _to_bhsd(k, "seq"), _to_bhsd(v, "seq"))
     o = hint(o, "batch", "heads", "seq", "head_dim")
-    y = linear(a["o"], _merge(o))
+    y = checkpoint_name(linear(a["o"], checkpoint_name(_merge(o), "attn_out")), "proj_out")
     x = (x.astype(jnp.float32) + y.astype(jnp.float32) * m[2][:, None]).astype(dt)
-    x = hint(x, "batch", "seq", "embed")
+    x = checkpoint_name(hint(x, "batch", "seq", "embed"), "residual")
 
     # cross-attention to the text
     c = p["cross_attn"]
     h = layer_norm(x, p["norm3"], cfg.eps)
-    q = _heads(rms_norm(linear(c["q"], h), c["norm_q"], cfg.eps), cfg.heads)
-    k = _heads(rms_norm(linear(c["k"], ctx), c["norm_k"], cfg.eps), cfg.heads)
-    v = _heads(linear(c["v"], ctx), cfg.heads)
+    q = _heads(rms_norm(checkpoint_name(linear(c["q"], h), "cross_q"), c["norm_q"], cfg.eps),
+               cfg.heads)
+    k = _heads(rms_norm(checkpoint_name(linear(c["k"], ctx), "cross_kv"), c["norm_k"], cfg.eps),
+               cfg.heads)
+    v = _heads(checkpoint_name(linear(c["v"], ctx), "cross_kv"), cfg.heads)
     o = attention(_to_bhsd(q, "seq"), _to_bhsd(k, "text"), _to_bhsd(v, "text"))
     o = hint(o, "batch", "heads", "seq", "head_dim")
-    x = x + linear(c["o"], _merge(o))
-    x = hint(x, "batch", "seq", "embed")
+    x = x + linear(c["o"], checkpoint_name(_merge(o), "cross_out"))
+    x = checkpoint_name(hint(x, "batch", "seq", "embed"), "residual")
 
     # FFN
     f = p["ffn"]
     h = (layer_norm(x, eps=cfg.eps).astype(jnp.float32) * (1 + m[4][:, None]) + m[3][:, None]).astype(dt)
-    h = hint(gelu_tanh(linear(f["fc1"], h)), "batch", "seq", "mlp")
-    y = linear(f["fc2"], h)
+    h = checkpoint_name(linear(f["fc1"], h), "ffn_hidden")
+    h = hint(gelu_tanh(h), "batch", "seq", "mlp")
+    y = checkpoint_name(linear(f["fc2"], h), "proj_out")
     x = (x.astype(jnp.float32) + y.astype(jnp.float32) * m[5][:, None]).astype(dt)
     return x
 
 
-def forward(params: dict, cfg: WanConfig, latents, timestep, text, pad_multiple: int = 1):
+def forward(params: dict, cfg: WanConfig, latents, timestep, text, pad_multiple: int = 1,
+            remat=None):
     """The denoiser: latents [B, 16, F, H, W], timestep [B], text [B, text_len, text_dim]
-    -> prediction [B, 16, F, H, W] (dtype of the latents)."""
+    -> prediction [B, 16, F, H, W] (dtype of the latents). ``remat``: None, or a function
+    applied to the scan body ``(x, block_params) -> (x, None)`` (e.g. a ``jax.checkpoint``)."""
     dt = latents.dtype
     latents = hint(latents, "batch", "channels", None, None, None)
     tokens, grid = patchify(latents, cfg.patch)
@@ -143,7 +165,7 @@ def forward(params: dict, cfg: WanConfig, latents, timestep, text, pad_multiple:
     def body(x, p):
         return _block(cfg, x, p, e0, ctx, cos, sin), None
 
-    x, _ = jax.lax.scan(body, x, params["blocks"])
+    x, _ = jax.lax.scan(body if remat is None else remat(body), x, params["blocks"])
     x = hint(x, "batch", "seq", "embed")
 
     hd = params["head"]
