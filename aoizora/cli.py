@@ -187,7 +187,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from aoizora.extract.evidence_summary import summarize_evidence
     from aoizora.extract.network import default_device_order
-    from aoizora.models.experts import expert_layouts
     from aoizora.planner import compile_layout
     from aoizora.plans import load_plan, program_key
 
@@ -198,7 +197,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         p.check_key(program_key(fn, fargs, job.target.name), ignore_target=False)
         what = f"plan {args.plan}"
     else:
-        exs = {e.name: e for e in expert_layouts(job.model, job.workload, job.target)}
+        from aoizora.compare import job_experts
+
+        exs = {e.name: e for e in job_experts(job)}
         if args.expert not in exs:
             raise UsageError(f"unknown expert configuration {args.expert!r}; known: {', '.join(exs)}")
         ex = exs[args.expert]

@@ -149,7 +149,11 @@ class TrainingExpert:
 
     @property
     def remat(self) -> Any:
-        return getattr(self.config, "remat", "none") if self.config is not None else None
+        """The TrainConfig's remat: a policy name, or {activation name: choice} (JSON-ready)."""
+        if self.config is None:
+            return None
+        r = getattr(self.config, "remat", "none")
+        return dict(r) if isinstance(r, tuple) else r
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "valid": self.valid, "reason": self.reason,
