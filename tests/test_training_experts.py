@@ -28,7 +28,9 @@ def test_verdicts_on_v5p_with_reasons():
     assert ex["fsdp_tp"].layout.mesh_axes == {"fsdp": 2, "tensor": 2}
     ex16 = _by_name("wan2.1-1.3b", "480p-21f", "v5p-16", 2)
     assert ex16["dp_fsdp"].layout.mesh_axes == {"data": 2, "fsdp": 4}     # the published fsdp 4
-    assert "ring over 8" in ex16["fsdp_ulysses"].reason                  # 12 heads, 8 chips
+    assert ex16["fsdp_ulysses"].layout.mesh_axes == {"dp": 2, "sp": 4}  # 12 heads, 8 chips
+    assert "Ulysses 4 leaves data parallel 2" in _by_name(
+        "wan2.1-1.3b", "480p-21f", "v5p-16", 1)["fsdp_ulysses"].reason
     for e in ex.values():
         assert e.source == SOURCES[e.name] and e.source
     # Wan 14B: 12 bytes of state per parameter do not fit one v5e chip's 15.75 GiB over 4 chips

@@ -27,9 +27,12 @@ global batch (videos per step).
   8 processes, bf16, no offload) with its USP config ``accelerate_config_zero2_usp.yaml``, and
   the Wan 2.1 repo's ``--dit_fsdp --ulysses_size n``): mesh ``sp = n``; every weight and both
   AdamW moments sharded over sp on their largest dim that n divides (ZeRO-3 / FSDP, all-gathered
-  at use); tokens split over sp; self-attention Ulysses (heads over sp, all-to-all in and out)
-  when the heads divide n, else a ring over sp (the Wan repo's fallback); cross-attention queries
-  split like the tokens. DiffSynth's ``use_gradient_checkpointing=True`` (its train.py default):
+  at use); tokens split over sp; self-attention Ulysses (heads over sp, all-to-all in and out);
+  cross-attention queries split like the tokens. When the heads do not divide n, the Ulysses
+  degree u is the largest divisor of n and the heads, and the other n / u ranks are data parallel
+  (DeepSpeed: world = data x sequence parallel), mesh ``dp = n / u x sp = u``, the batch over dp
+  (B must divide by it) and ZeRO-3 over all n; USP's ring is not used (the ring's splash
+  backward is not differentiable here: "Higher-order AD not supported"). DiffSynth's ``use_gradient_checkpointing=True`` (its train.py default):
   every block recomputed in the backward (``remat="full"``). libtpu defaults, automatic tiles.
 - ``dp_fsdp`` (data x FSDP: maxdiffusion's multi-host Wan training example,
   ``ici_data_parallelism=32 ici_fsdp_parallelism=4``): mesh ``data = n / f x fsdp = f`` with the
@@ -246,8 +249,14 @@ def _mesh_of(name: str, model, n: int, batch: int):
     if name == "maxdiffusion":
         return ({"fsdp": n}, (), ("fsdp",), None, f"fsdp {n}: sequence and weight width over fsdp")
     if name == "fsdp_ulysses":
-        how = "Ulysses" if c.heads % n == 0 else f"ring over {n} ({c.heads} heads do not divide {n})"
-        return ({"sp": n}, (), ("sp",), None, f"ZeRO-3 over sp {n}, sequence split, {how}")
+        if c.heads % n == 0:
+            return ({"sp": n}, (), ("sp",), None, f"ZeRO-3 over sp {n}, sequence split, Ulysses")
+        u = max(d for d in range(1, n + 1) if n % d == 0 and c.heads % d == 0)
+        if u == 1 or batch % (n // u):
+            return None, (f"{c.heads} heads do not divide {n} chips: Ulysses {u} leaves data "
+                          f"parallel {n // u}, which global batch {batch} does not divide")
+        return ({"dp": n // u, "sp": u}, ("dp",), ("sp",), None,
+                f"ZeRO-3 over dp {n // u} x sp {u}, batch over dp, Ulysses over sp")
     if name == "dp_fsdp":
         f = 4 if n >= 8 else n // 2
         if f < 1 or n % f or n // f < 2:
@@ -277,8 +286,9 @@ def _merge(a, b):
 
 
 def _param_spec(name: str, keys, shape, mesh: dict[str, int], width: int):
-    if name == "fsdp_ulysses":
-        return E.fsdp_spec(keys, shape, ("sp",), mesh["sp"])
+    if name == "fsdp_ulysses":     # ZeRO-3 over every rank (dp and sp)
+        axes = tuple(mesh)
+        return E.fsdp_spec(keys, shape, axes, math.prod(mesh.values()))
     spec = E.embed_spec(keys, shape, "fsdp", mesh["fsdp"], width)
     if "tensor" in mesh:
         spec = _merge(E.tp_spec(keys, shape, "tensor", mesh["tensor"]), spec)
@@ -302,9 +312,7 @@ def _attention(name, mesh, batch_axes, seq_axes, tensor, heads: int):
     bat = tuple(batch_axes)
     hx = (tensor,) if tensor else ()
     if name == "fsdp_ulysses":
-        n = mesh["sp"]
-        main = (AttentionLayout(heads=("sp",)) if heads % n == 0
-                else AttentionLayout(seq=("sp",), kv="ring"))
+        main = AttentionLayout(batch=bat, heads=("sp",))
     else:
         main = AttentionLayout(batch=bat, heads=hx, seq=tuple(seq_axes))
     return {"self": main, "cross": AttentionLayout(batch=bat, heads=hx, seq=tuple(seq_axes))}
