@@ -173,6 +173,7 @@ def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, 
                                                       if k != "links"},
                "q2_links": (p.predicted.get("links") or [])[:TOP_LINKS],
                "iterations": len(p.iterations), "time_limited": p.time_limited,
+               "layout_in_words": list(p.layout_in_words), "notes": list(p.notes),
                "plan": p.to_json()}
     log(f"  plan: {p.layout.name} mesh {p.mesh}, Q2 {p.predicted['step_s'] * 1e3:.2f} ms; "
         f"compiling it again for the HLO")
@@ -280,6 +281,8 @@ def cell_lines(c: dict[str, Any]) -> list[str]:
     f = c["model_flops"]
     p = c.get("plan") or {}
     out = [f"## {c['model']} {c['workload']}, batch {c['batch']}, {c['target']}", "",
+           f"The plan: `{p.get('layout_name', '-')}` on mesh {p.get('mesh')}"
+           f" ({'; '.join(p.get('layout_in_words', [])[:4])}).", "",
            f"{c['tokens']:,} video tokens (padded to {c['padded_tokens']:,}); model FLOPs "
            f"{f['flops'] / 1e12:.1f} TFLOP per step ({f['dense'] / 1e12:.1f} dense + "
            f"{f['attention'] / 1e12:.1f} attention). Planning budget {c['budget_s']:g} s, "
