@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import training_grid as TG
 
-pytestmark = pytest.mark.tpu_compiler
+pytestmark = [pytest.mark.tpu_compiler, pytest.mark.slow]   # about 4 minutes on 2 cores
 
 
 def test_one_small_cell_end_to_end(tmp_path):
