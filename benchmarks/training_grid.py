@@ -134,7 +134,10 @@ def memory_row(ev) -> dict[str, Any]:
             "alias_bytes": m.alias_bytes, "compile_s": round(ev.compile_s, 1)}
 
 
-def expert_row(ex, job: Job, sim: Simulator, flops: float, log) -> dict[str, Any]:
+def expert_row(ex, job: Job, sim: Simulator, flops: float, log, same=None) -> dict[str, Any]:
+    """The expert compiled in the default order; ``same``: (layout JSON, program, evidence, HLO)
+    of the plan's compile, reused when the expert is that very layout and program (the evidence
+    is in logical ranks: one compile serves every placement)."""
     row = {"name": f"expert:{ex.name}", "valid": ex.valid, "reason": ex.reason,
            "source": ex.source, "remat": ex.remat,
            "mesh": dict(ex.layout.mesh_axes) if ex.valid else None}
@@ -143,9 +146,13 @@ def expert_row(ex, job: Job, sim: Simulator, flops: float, log) -> dict[str, Any
     row["optimizer_sharding"] = optimizer_sharding(ex.args, ex.layout)
     row["compiler_options"] = dict(ex.layout.compiler_options)
     order = default_device_order(job.target, ex.layout.mesh_axes)
-    log(f"  compiling expert {ex.name} {ex.layout.mesh_axes} (default order)")
     try:
-        ev, hlo = compile_hlo(ex.fn, ex.args, job.target, ex.layout, order)
+        if same and same[0] == ex.layout.to_json() and same[1] == _program(ex):
+            ev, hlo = same[2], same[3]
+            row["compile"] = "the plan's compile (the same layout and program), default order"
+        else:
+            log(f"  compiling expert {ex.name} {ex.layout.mesh_axes} (default order)")
+            ev, hlo = compile_hlo(ex.fn, ex.args, job.target, ex.layout, order)
     except (CompileError, RealizeError) as e:
         row.update(valid=False, reason=f"does not compile: {str(e).splitlines()[0][:300]}")
         return row
@@ -157,8 +164,13 @@ def expert_row(ex, job: Job, sim: Simulator, flops: float, log) -> dict[str, Any
     return row
 
 
+def _program(ex) -> dict[str, Any]:
+    return {"pad_multiple": ex.pad_multiple, "remat": ex.remat}
+
+
 def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, log):
-    """(plan summary, [plan row, plan-layout-in-default-order row])."""
+    """(plan summary, [plan row, plan-layout-in-default-order row], (layout JSON, program,
+    evidence, HLO) of the plan's compile)."""
     seeds = expert_seed_layouts(job)
     t0 = time.perf_counter()
     p = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget, seed=seed,
@@ -185,7 +197,12 @@ def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, 
     default = default_device_order(job.target, p.layout.mesh_axes)
     rows.append({"name": "aoizora-layout/default-order", **common,
                  **price(ev, hlo, default, job, sim, flops)})
-    return summary, rows
+    prog = {"pad_multiple": pj.pad_multiple, "remat": _json_remat(p.program.get("remat"))}
+    return summary, rows, (p.layout.to_json(), prog, ev, hlo)
+
+
+def _json_remat(r):
+    return dict(r) if isinstance(r, (list, tuple)) else r
 
 
 def run_cell(cell: Cell, budget: float, seed: int, log=print) -> dict[str, Any]:
@@ -198,15 +215,16 @@ def run_cell(cell: Cell, budget: float, seed: int, log=print) -> dict[str, Any]:
                            "tokens": job.workload.tokens, "padded_tokens": job.padded_tokens,
                            "model_flops": flops, "labels": {"q2": Q2_LABEL, "sim": SIM_LABEL},
                            "rows": [], "errors": []}
+    same = None
     try:
-        out["plan"], rows = plan_rows(job, budget, seed, sim, flops["flops"], log)
+        out["plan"], rows, same = plan_rows(job, budget, seed, sim, flops["flops"], log)
         out["rows"] += rows
     except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
         out["errors"].append({"where": "plan", "error": traceback.format_exc()[-2000:]})
         log(f"  plan failed: {e}")
     for ex in training_expert_layouts(job.model, job.workload, job.target, job.batch):
         try:
-            out["rows"].append(expert_row(ex, job, sim, flops["flops"], log))
+            out["rows"].append(expert_row(ex, job, sim, flops["flops"], log, same))
         except Exception as e:  # noqa: BLE001
             out["errors"].append({"where": ex.name, "error": traceback.format_exc()[-2000:]})
             log(f"  expert {ex.name} failed: {e}")
