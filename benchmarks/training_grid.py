@@ -336,7 +336,7 @@ def _remat(r) -> str:
         r = dict(r)
     if isinstance(r, dict):
         return ", ".join(f"{k}: {v}" for k, v in sorted(r.items())) + " (rest recomputed)"
-    return str(r or "none")
+    return str(r) if r else "-"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
