@@ -70,6 +70,7 @@ def _cli(*args, cwd):
 
 
 @pytest.mark.tpu_compiler
+@pytest.mark.slow      # about 4 minutes on a loaded 2-core machine
 def test_training_plan_compare_and_check_from_the_file(tmp_path):
     job = [*SMALL, "--target", "v5p-8", "--task", "train", "--batch", "2"]
     r = _cli("plan", *job, "--time-budget", "90", "--quiet", "--out", "plan.json", cwd=tmp_path)
