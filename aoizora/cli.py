@@ -115,8 +115,13 @@ def _job(args: argparse.Namespace, plan=None):
     """The built-in job of the arguments; with a plan, the program variant the plan was made for."""
     from aoizora.builtin import builtin_job
 
-    pad = (plan.program or {}).get("pad_multiple") if plan is not None else None
-    return builtin_job(args.model, args.resolution, args.frames, args.target, pad_multiple=pad)
+    prog = (plan.program or {}) if plan is not None else {}
+    task = getattr(args, "task", "denoise")
+    if task == "train" and prog.get("batch") not in (None, args.batch):
+        raise UsageError(f"--batch {args.batch}: the plan was made for batch {prog['batch']}")
+    return builtin_job(args.model, args.resolution, args.frames, args.target,
+                       pad_multiple=prog.get("pad_multiple"), task=task,
+                       batch=getattr(args, "batch", 1), remat=prog.get("remat"))
 
 
 def _plan_json(p) -> dict:
@@ -148,7 +153,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
              seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog,
              calibration=calibration)
     if not p.program:
-        p.program = {"pad_multiple": job.pad_multiple}
+        p.program = job.program()
     if args.out:
         p.save(args.out)
     if args.json:
@@ -182,7 +187,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from aoizora.extract.evidence_summary import summarize_evidence
     from aoizora.extract.network import default_device_order
-    from aoizora.models.experts import expert_layouts
     from aoizora.planner import compile_layout
     from aoizora.plans import load_plan, program_key
 
@@ -193,7 +197,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         p.check_key(program_key(fn, fargs, job.target.name), ignore_target=False)
         what = f"plan {args.plan}"
     else:
-        exs = {e.name: e for e in expert_layouts(job.model, job.workload, job.target)}
+        from aoizora.compare import job_experts
+
+        exs = {e.name: e for e in job_experts(job)}
         if args.expert not in exs:
             raise UsageError(f"unknown expert configuration {args.expert!r}; known: {', '.join(exs)}")
         ex = exs[args.expert]
@@ -290,6 +296,11 @@ def _add_job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resolution", default=B.DEFAULT_RESOLUTION, help=f"480p, 720p, 544p (default {B.DEFAULT_RESOLUTION})")
     p.add_argument("--frames", type=int, default=B.DEFAULT_FRAMES, help=f"video frames (default {B.DEFAULT_FRAMES})")
     p.add_argument("--target", default=B.DEFAULT_TARGET, help=f"TPU slice (default {B.DEFAULT_TARGET}; see aoizora targets)")
+    p.add_argument("--task", choices=B.TASKS, default="denoise",
+                   help="denoise: one CFG denoising step (default); train: one Wan 2.1 training "
+                        "step (flow matching, AdamW) with --batch videos")
+    p.add_argument("--batch", type=_COUNT, default=1,
+                   help="training: global batch, videos per step (default 1)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -363,13 +374,14 @@ def _user_errors() -> tuple:
     from aoizora.builtin import WorkloadError
     from aoizora.extract.targets import TargetError
     from aoizora.formulation.calibration import CalibrationError
+    from aoizora.models.training import TrainingError
     from aoizora.planner import PlanningError
     from aoizora.plans import PlanError
     from aoizora.realize import RealizeError
     from aoizora.solvers.sharding import ShardingSolveError
 
     return (UsageError, TargetError, WorkloadError, PlanningError, PlanError, RealizeError,
-            ShardingSolveError, CalibrationError)
+            ShardingSolveError, CalibrationError, TrainingError)
 
 
 def main(argv: list[str] | None = None) -> int:

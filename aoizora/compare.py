@@ -86,7 +86,7 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
         rows.append(_row("alpa-logical", planning_time_s=alpa_t, q1_s=best[0],
                          **_clean(d, keep_evidence)))
 
-    for ex in expert_layouts(job.model, job.workload, job.target):
+    for ex in job_experts(job):
         progress.stage(f"expert configuration {ex.name}")
         if not ex.valid:
             rows.append(_row(f"expert:{ex.name}", valid=False, reason=ex.reason))
@@ -104,6 +104,16 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
             "rows": rows, "best_expert": best_expert["name"] if best_expert else None,
             "speedup_over_best_expert": best_expert["speedup"] if best_expert else None,
             "plan": plan}
+
+
+def job_experts(job: Job) -> list:
+    """The expert configurations of the job's task: inference (``models.experts``) or training
+    (``models.training_experts``, each with its own train step and remat)."""
+    if getattr(job, "task", "denoise") == "train":
+        from aoizora.models.training_experts import training_expert_layouts
+
+        return training_expert_layouts(job.model, job.workload, job.target, job.batch)
+    return expert_layouts(job.model, job.workload, job.target)
 
 
 def alpa_logical(job: Job, *, seed: int = 0, time_limit_s: float = 30.0):
@@ -130,11 +140,13 @@ def plan_job(job: Job, plan: Plan) -> Job:
     """The job's program in the variant the plan was made for (e.g. a seed's smaller padding)."""
     from aoizora.builtin import builtin_job
 
-    pad = (plan.program or {}).get("pad_multiple")
-    if not pad or pad == job.pad_multiple:
+    prog = plan.program or {}
+    pad, remat = prog.get("pad_multiple"), prog.get("remat")
+    if (not pad or pad == job.pad_multiple) and remat == getattr(job, "remat", None):
         return job
     return builtin_job(job.model.name, None, None, job.target, workload=job.workload.name,
-                       pad_multiple=pad)
+                       pad_multiple=pad or job.pad_multiple, task=getattr(job, "task", "denoise"),
+                       batch=getattr(job, "batch", 1), remat=remat)
 
 
 def _clean(d: dict[str, Any], keep_evidence: bool) -> dict[str, Any]:

@@ -409,3 +409,9 @@ def expert_layouts(model, workload, target, *, dtype=jnp.bfloat16,
                                         f"more than the {hbm / 2**30:.2f} GiB of HBM")
         out.append(Expert(name, layout, reason, pad, fn, args))
     return out
+
+
+# public names for the other expert modules (models.training_experts)
+fsdp_spec = _fsdp_spec
+embed_spec = _embed_spec
+tp_spec = _tp_spec

@@ -43,9 +43,10 @@ def _largest_divisor(length: int, cap: int, align: int) -> int | None:
 
 
 def published_tiles(lq: int, lkv: int, vmem_limit: int | None = None, head_dim: int = 128,
-                    dtype_bytes: int = 2) -> dict[str, int]:
-    """maxdiffusion's tiles scaled to per-shard query / key lengths (module docstring)."""
-    p = MAXDIFFUSION_TILES
+                    dtype_bytes: int = 2, published: dict[str, int] | None = None) -> dict[str, int]:
+    """maxdiffusion's tiles scaled to per-shard query / key lengths (module docstring);
+    ``published``: another published set (default ``MAXDIFFUSION_TILES``, the 720p inference one)."""
+    p = published or MAXDIFFUSION_TILES
     cap_q, cap_kv = min(p["block_q"], -(-lq // 8) * 8), min(p["block_kv"], -(-lkv // 128) * 128)
     bq = _largest_divisor(lq, cap_q, 8) or cap_q
     bkv = _largest_divisor(lkv, cap_kv, 128) or cap_kv

@@ -1,0 +1,380 @@
+"""The training grid: AoiZora's plan of a Wan 2.1 training step against the expert training
+configurations on v5p, cell by cell (model, workload, global batch, target).
+
+    python -m benchmarks.training_grid [--cells NAME,...] [--budget S] [--seed N] [--force] [--list]
+    python -m benchmarks.training_grid --report     # the markdown summary from the written cells
+
+In each cell (``builtin_job(..., task="train", batch=B)``: flow matching, AdamW, fp32 state):
+- ``aoizora``: ``aoizora.plan`` of the train step with the expert training configurations as
+  seeds (``builtin.expert_seed_layouts``), within ``--budget`` seconds; then its layout compiled
+  once more (its own program variant: padding, remat), the state donated as ``plan.jit(...,
+  donate_argnums=(0,))`` runs it, to keep the HLO. That one program is priced under the plan's
+  placement and under ``jax.make_mesh``'s default order (the evidence is in logical ranks, so one
+  compile serves both placements): the difference is what placement alone gains;
+- ``expert:NAME``: each expert training configuration (``models.training_experts``, each with its
+  own remat, tiles and libtpu options) compiled in ``jax.make_mesh``'s default order, donated.
+
+Per compiled row: the step time **predicted by Q2** (``formulation.latency.predict_step``) and
+**simulated by the AoiZora reference simulator** (``benchmarks.simulator``, on the compiled HLO:
+its own compute, kernel and network models); HBM per chip from the compiler's memory analysis
+(arguments + outputs + temporaries - aliased, per device); MFU = model FLOPs / (chips x bf16
+peak x simulated step); the remat of the row's program and how it shards the AdamW moments;
+speedup = the row's simulated step / the plan's (> 1: the plan faster). Model FLOPs per step
+(stated in each cell): ``6 x params x B x S + 12 x layers x B x S x (S + S_text) x dim`` -- the
+dense weights' forward and backward (2 + 4 FLOPs per parameter per video token) plus attention's
+(QK^T and PV: 4 x S x S_kv x dim per layer forward, x 3 with the backward; self over the S video
+tokens, cross over the S_text text tokens); S the unpadded video tokens; recomputation under
+remat and padding are not model FLOPs. The plan's busiest links (simulated) are listed too.
+
+No TPU runs here: every step time is a prediction (Q2) or a simulation (reference simulator).
+Results: one JSON per cell in ``benchmarks/results/training_grid/`` (a cell whose JSON exists is
+skipped unless ``--force``) and ``benchmarks/results/training_grid.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Sequence
+
+import aoizora  # noqa: F401  -- sets libtpu's environment first
+from aoizora.builtin import Job, builtin_job, expert_seed_layouts
+from aoizora.compare import plan_job
+from aoizora.extract.aot_compile import CompileError, target_mesh
+from aoizora.extract.compiled_evidence import evidence_from_compiled
+from aoizora.extract.network import Network, default_device_order
+from aoizora.formulation.latency import predict_step
+from aoizora.models.training_experts import optimizer_sharding, training_expert_layouts
+from aoizora.planner import plan as make_plan
+from aoizora.progress import Progress
+from aoizora.realize import RealizeError, realize
+from benchmarks.machine import git_state, machine_info
+from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
+
+Q2_LABEL = "predicted (Q2)"
+RESULTS = Path(__file__).resolve().parent / "results" / "training_grid"
+SUMMARY = Path(__file__).resolve().parent / "results" / "training_grid.md"
+TOP_LINKS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    model: str
+    workload: str
+    batch: int
+    target: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}_{self.workload}_b{self.batch}_{self.target}"
+
+
+def training_cells() -> list[Cell]:
+    """The cells, smallest first (the order they are run in)."""
+    out = []
+    for model in ("wan2.1-1.3b", "wan2.1-14b"):
+        for wl in ("480p-21f", "480p-41f", "480p-81f", "720p-21f", "720p-41f", "720p-81f"):
+            for batch in (1, 2, 4):
+                for tgt in ("v5p-8", "v5p-16"):
+                    out.append(Cell(model, wl, batch, tgt))
+    return out
+
+
+def model_flops(job: Job) -> dict[str, Any]:
+    """Model FLOPs of one training step (module docstring): value and formula."""
+    m, c = job.model, job.model.config
+    b, s = job.batch, job.workload.tokens
+    dense = 6 * m.params * b * s
+    attn = 12 * c.layers * b * s * (s + c.text_len) * c.dim
+    return {"flops": float(dense + attn), "dense": float(dense), "attention": float(attn),
+            "formula": "6 x params x B x S + 12 x layers x B x S x (S + S_text) x dim",
+            "params": m.params, "B": b, "S": s, "S_text": c.text_len, "layers": c.layers,
+            "dim": c.dim}
+
+
+def compile_hlo(fn, args, tgt, layout, order):
+    """(Evidence, HLO text) of ``layout`` realized in ``order``, the state (arg 0) donated."""
+    import jax
+
+    mesh = target_mesh(tgt, layout.mesh_axes, list(order))
+    r = realize(fn, args, layout, mesh, donate_argnums=(0,))
+    t0 = time.perf_counter()
+    try:
+        with jax.set_mesh(mesh):
+            compiled = r.fn.lower(*r.args).compile(compiler_options=layout.compiler_options or None)
+    except Exception as err:  # noqa: BLE001 -- the compiler's verdict
+        raise CompileError(f"XLA cannot compile for {tgt.name}: {str(err).splitlines()[0]}") from err
+    ev = evidence_from_compiled(compiled, target=tgt, mesh=mesh, compile_s=time.perf_counter() - t0)
+    return ev, compiled.as_text()
+
+
+def price(ev, hlo, order, job: Job, sim: Simulator, flops: float) -> dict[str, Any]:
+    """Q2 and the simulator on one compiled program under one placement."""
+    q = predict_step(ev, order, Network.from_target(job.target))
+    r = sim.run(ev, order, hlo=hlo)
+    n = job.target.num_devices
+    peak = job.target.chip.peak_bf16_flops
+    return {"q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
+            "q2_communication_s": q.communication_s, "sim_step_s": r.step_s,
+            "sim_compute_s": r.compute_s, "sim_communication_s": r.communication_s,
+            "mfu_sim": flops / (n * peak * r.step_s) if r.step_s else None,
+            "links_sim": [dataclasses.asdict(l) for l in r.busiest_links[:TOP_LINKS]],
+            "device_order": list(order)}
+
+
+def memory_row(ev) -> dict[str, Any]:
+    m = ev.memory
+    return {"hbm_bytes_per_chip": m.total_bytes, "hbm_gib_per_chip": m.total_bytes / 2**30,
+            "hbm_capacity_gib": m.hbm_bytes / 2**30, "fits_hbm": m.fits,
+            "argument_bytes": m.argument_bytes, "temp_bytes": m.temp_bytes,
+            "alias_bytes": m.alias_bytes, "compile_s": round(ev.compile_s, 1)}
+
+
+def expert_row(ex, job: Job, sim: Simulator, flops: float, log, same=None) -> dict[str, Any]:
+    """The expert compiled in the default order; ``same``: (layout JSON, program, evidence, HLO)
+    of the plan's compile, reused when the expert is that very layout and program (the evidence
+    is in logical ranks: one compile serves every placement)."""
+    row = {"name": f"expert:{ex.name}", "valid": ex.valid, "reason": ex.reason,
+           "source": ex.source, "remat": ex.remat,
+           "mesh": dict(ex.layout.mesh_axes) if ex.valid else None}
+    if not ex.valid:
+        return row
+    row["optimizer_sharding"] = optimizer_sharding(ex.args, ex.layout)
+    row["compiler_options"] = dict(ex.layout.compiler_options)
+    order = default_device_order(job.target, ex.layout.mesh_axes)
+    try:
+        if same and same[0] == ex.layout.to_json() and same[1] == _program(ex):
+            ev, hlo = same[2], same[3]
+            row["compile"] = "the plan's compile (the same layout and program), default order"
+        else:
+            log(f"  compiling expert {ex.name} {ex.layout.mesh_axes} (default order)")
+            ev, hlo = compile_hlo(ex.fn, ex.args, job.target, ex.layout, order)
+    except (CompileError, RealizeError) as e:
+        row.update(valid=False, reason=f"does not compile: {str(e).splitlines()[0][:300]}")
+        return row
+    row.update(memory_row(ev))
+    if not ev.memory.fits:
+        row.update(valid=False, reason="does not fit in HBM: " + ev.memory.oom_message[:200])
+        return row
+    row.update(price(ev, hlo, order, job, sim, flops))
+    return row
+
+
+def _program(ex) -> dict[str, Any]:
+    return {"pad_multiple": ex.pad_multiple, "remat": ex.remat}
+
+
+def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, log):
+    """(plan summary, [plan row, plan-layout-in-default-order row], (layout JSON, program,
+    evidence, HLO) of the plan's compile)."""
+    seeds = expert_seed_layouts(job)
+    t0 = time.perf_counter()
+    p = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget, seed=seed,
+                  seed_layouts=seeds, progress=_LogProgress(log))
+    wall = time.perf_counter() - t0
+    if not p.program:
+        p.program = job.program()
+    pj = plan_job(job, p)
+    summary = {"planning_time_s": p.planning_time_s, "planning_wall_s": wall,
+               "status": p.status, "mesh": p.mesh, "layout_name": p.layout.name,
+               "program": p.program, "q2_predicted": {k: v for k, v in p.predicted.items()
+                                                      if k != "links"},
+               "q2_links": (p.predicted.get("links") or [])[:TOP_LINKS],
+               "iterations": len(p.iterations), "time_limited": p.time_limited,
+               "layout_in_words": list(p.layout_in_words), "notes": list(p.notes),
+               "plan": p.to_json()}
+    log(f"  plan: {p.layout.name} mesh {p.mesh}, Q2 {p.predicted['step_s'] * 1e3:.2f} ms; "
+        f"compiling it again for the HLO")
+    ev, hlo = compile_hlo(pj.fn, pj.args, job.target, p.layout, p.device_order)
+    common = {"remat": p.program.get("remat", job.remat or "none"),
+              "optimizer_sharding": optimizer_sharding(pj.args, p.layout),
+              "mesh": dict(p.layout.mesh_axes), "valid": True, **memory_row(ev)}
+    rows = [{"name": "aoizora", **common, **price(ev, hlo, p.device_order, job, sim, flops)}]
+    default = default_device_order(job.target, p.layout.mesh_axes)
+    rows.append({"name": "aoizora-layout/default-order", **common,
+                 **price(ev, hlo, default, job, sim, flops)})
+    prog = {"pad_multiple": pj.pad_multiple, "remat": _json_remat(p.program.get("remat"))}
+    return summary, rows, (p.layout.to_json(), prog, ev, hlo)
+
+
+def _json_remat(r):
+    return dict(r) if isinstance(r, (list, tuple)) else r
+
+
+def run_cell(cell: Cell, budget: float, seed: int, log=print) -> dict[str, Any]:
+    job = builtin_job(cell.model, None, None, cell.target, workload=cell.workload, task="train",
+                      batch=cell.batch)
+    sim = Simulator(job.target)
+    flops = model_flops(job)
+    out: dict[str, Any] = {"cell": cell.name, **dataclasses.asdict(cell), "budget_s": budget,
+                           "seed": seed, "machine": machine_info(), "git": git_state(),
+                           "tokens": job.workload.tokens, "padded_tokens": job.padded_tokens,
+                           "model_flops": flops, "labels": {"q2": Q2_LABEL, "sim": SIM_LABEL},
+                           "rows": [], "errors": []}
+    same = None
+    try:
+        out["plan"], rows, same = plan_rows(job, budget, seed, sim, flops["flops"], log)
+        out["rows"] += rows
+    except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
+        out["errors"].append({"where": "plan", "error": traceback.format_exc()[-2000:]})
+        log(f"  plan failed: {e}")
+    for ex in training_expert_layouts(job.model, job.workload, job.target, job.batch):
+        try:
+            out["rows"].append(expert_row(ex, job, sim, flops["flops"], log, same))
+        except Exception as e:  # noqa: BLE001
+            out["errors"].append({"where": ex.name, "error": traceback.format_exc()[-2000:]})
+            log(f"  expert {ex.name} failed: {e}")
+    finish(out)
+    out["machine_end"] = machine_info()
+    return out
+
+
+def finish(out: dict[str, Any]) -> None:
+    """Speedups over each baseline and the placement gain (simulated and Q2)."""
+    rows = {r["name"]: r for r in out["rows"]}
+    plan = rows.get("aoizora")
+    if not plan:
+        return
+    for r in out["rows"]:
+        if r.get("sim_step_s") and plan.get("sim_step_s"):
+            r["speedup_sim"] = r["sim_step_s"] / plan["sim_step_s"]
+            r["speedup_q2"] = r["q2_step_s"] / plan["q2_step_s"]
+    d = rows.get("aoizora-layout/default-order")
+    if d and d.get("sim_step_s"):
+        out["placement_gain_sim"] = d["sim_step_s"] / plan["sim_step_s"] - 1
+        out["placement_gain_q2"] = d["q2_step_s"] / plan["q2_step_s"] - 1
+    experts = [r for r in out["rows"] if r["name"].startswith("expert:") and r.get("sim_step_s")]
+    if experts:
+        best = min(experts, key=lambda r: r["sim_step_s"])
+        out["best_expert"] = best["name"]
+        out["speedup_over_best_expert_sim"] = best["speedup_sim"]
+
+
+class _LogProgress(Progress):
+    def __init__(self, log):
+        self.log, self.t0 = log, time.perf_counter()
+
+    def stage(self, text):
+        self.log(f"  {time.perf_counter() - self.t0:7.1f}s {text}")
+
+    def candidate(self, k, total, text):
+        self.stage(f"candidate {k}/{total}: {text}")
+
+    def note(self, text):
+        self.stage(text)
+
+
+def write_cell(out: dict[str, Any], directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{out['cell']}.json"
+    path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    return path
+
+
+def _ms(x) -> str:
+    return f"{x * 1e3:.1f}" if x else "-"
+
+
+def report(directory: Path = RESULTS) -> list[str]:
+    """The markdown summary of every written cell."""
+    cells = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+    lines = ["# Training grid: Wan 2.1 training steps on v5p", "",
+             f"Generated by `python -m benchmarks.training_grid --report` (module docstring: "
+             f"what each row is). **No TPU ran**: `Q2 ms` is {Q2_LABEL}, `sim ms` is {SIM_LABEL} "
+             f"on the compiled HLO; both for the program libtpu compiled ahead of time for the "
+             f"target. Speedup = row's simulated step / the plan's (> 1: the plan faster). MFU = "
+             f"model FLOPs / (chips x bf16 peak x simulated step), model FLOPs = 6 x params x B x S"
+             f" + 12 x layers x B x S x (S + S_text) x dim. HBM: the compiler's memory analysis, "
+             f"per chip, state donated.", ""]
+    for c in cells:
+        lines += cell_lines(c)
+    return lines
+
+
+def cell_lines(c: dict[str, Any]) -> list[str]:
+    f = c["model_flops"]
+    p = c.get("plan") or {}
+    out = [f"## {c['model']} {c['workload']}, batch {c['batch']}, {c['target']}", "",
+           f"The plan: `{p.get('layout_name', '-')}` on mesh {p.get('mesh')}"
+           f" ({'; '.join(p.get('layout_in_words', [])[:4])}).", "",
+           f"{c['tokens']:,} video tokens (padded to {c['padded_tokens']:,}); model FLOPs "
+           f"{f['flops'] / 1e12:.1f} TFLOP per step ({f['dense'] / 1e12:.1f} dense + "
+           f"{f['attention'] / 1e12:.1f} attention). Planning budget {c['budget_s']:g} s, "
+           f"planning time {p.get('planning_time_s', 0):.0f} s, status {p.get('status', '-')}; "
+           f"machine {c['machine'].get('cpus')} CPUs, load {c['machine'].get('loadavg', [0])[0]:.1f}"
+           f", {c['machine'].get('date')}.", "",
+           "| row | mesh | remat | AdamW moments | Q2 ms | sim ms | speedup (sim) | MFU (sim) "
+           "| HBM GiB/chip | note |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in c["rows"]:
+        mesh = "x".join(f"{k}{v}" for k, v in (r.get("mesh") or {}).items()) or "-"
+        sp = f"{r['speedup_sim']:.3f}x" if r.get("speedup_sim") else "-"
+        mfu = f"{100 * r['mfu_sim']:.1f}%" if r.get("mfu_sim") else "-"
+        hbm = f"{r['hbm_gib_per_chip']:.1f}" if r.get("hbm_gib_per_chip") else "-"
+        note = "" if r.get("sim_step_s") else (r.get("reason") or "")[:120]
+        out.append(f"| {r['name']} | {mesh} | {_remat(r.get('remat'))} | "
+                   f"{r.get('optimizer_sharding') or '-'} | {_ms(r.get('q2_step_s'))} | "
+                   f"{_ms(r.get('sim_step_s'))} | {sp} | {mfu} | {hbm} | {note} |")
+    if c.get("placement_gain_sim") is not None:
+        out += ["", f"Placement alone (the plan's layout, its placement vs `jax.make_mesh`'s "
+                    f"order): {100 * c['placement_gain_sim']:+.2f}% simulated, "
+                    f"{100 * c['placement_gain_q2']:+.2f}% predicted (Q2)."]
+        plan_row = next(r for r in c["rows"] if r["name"] == "aoizora")
+        links = ", ".join(f"{l['src']}->{l['dst']} {l['utilization'] * 100:.0f}% busy "
+                          f"({l['bytes'] / 2**20:.0f} MiB)" for l in plan_row["links_sim"])
+        out.append(f"Busiest links under the plan (simulated): {links or '-'}.")
+    for e in c.get("errors", []):
+        out.append(f"Error ({e['where']}): `{e['error'].strip().splitlines()[-1][:200]}`")
+    return out + [""]
+
+
+def _remat(r) -> str:
+    if isinstance(r, (list, tuple)):
+        r = dict(r)
+    if isinstance(r, dict):
+        return ", ".join(f"{k}: {v}" for k, v in sorted(r.items())) + " (rest recomputed)"
+    return str(r) if r else "-"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.training_grid",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
+    ap.add_argument("--budget", type=float, default=300.0, help="planning budget per cell, s")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--summary", default=str(SUMMARY))
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--report", action="store_true", help="only write the summary")
+    a = ap.parse_args(argv)
+    cells = training_cells()
+    if a.list:
+        print("\n".join(c.name for c in cells))
+        return 0
+    out_dir = Path(a.out)
+    if not a.report:
+        want = [c for c in cells if not a.cells or c.name in a.cells.split(",")]
+        known = {c.name for c in cells}
+        extra = [x for x in a.cells.split(",") if x and x not in known]
+        want += [Cell(*_parse(x)) for x in extra]
+        for c in want:
+            if (out_dir / f"{c.name}.json").exists() and not a.force:
+                continue
+            print(f"cell {c.name}", flush=True)
+            write_cell(run_cell(c, a.budget, a.seed, log=lambda s: print(s, flush=True)), out_dir)
+    Path(a.summary).write_text("\n".join(report(out_dir)) + "\n")
+    return 0
+
+
+def _parse(name: str) -> tuple:
+    """A cell name model_workload_bB_target back into its fields (any model, e.g. wan2.1-small)."""
+    model, workload, b, target = name.split("_")
+    return model, workload, int(b[1:]), target
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
