@@ -230,14 +230,19 @@ class _Pricer:
         placement = [int(p) for p in placement]
         q = predict_step(ev, placement, self.net)
         t = time.perf_counter()
-        hlo = self._hlo(ev)
-        s = self.sim.run(ev, placement, hlo=hlo)
+        failed = ""
+        try:
+            hlo = self._hlo(ev)
+            s = self.sim.run(ev, placement, hlo=hlo)
+        except Exception as e:  # noqa: BLE001 -- recorded: this pair is then not independent
+            failed = f"the simulator failed on the HLO ({_err(e)}): priced without it"
+            hlo, s = None, self.sim.run(ev, placement)
         out = {"what": what, "program": program, "layout": layout_id, "placement": placement,
                "q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
                "q2_communication_s": q.communication_s, "sim_step_s": s.step_s,
                "sim_compute_s": s.compute_s, "sim_communication_s": s.communication_s,
                "sim_hlo": hlo is not None, "sim_unpriced_ops": _unpriced_ops(s.notes),
-               "sim_notes": _sim_notes(s.notes),
+               "sim_notes": ([failed] if failed else []) + _sim_notes(s.notes),
                "sim_wall_s": round(time.perf_counter() - t, 3)}
         if record:
             self.pairs.append(out)
