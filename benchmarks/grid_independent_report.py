@@ -99,7 +99,11 @@ def disagreement(cell: dict[str, Any]) -> dict[str, Any] | None:
     d_q2 = (qb[0] - qa[0], qb[1] - qa[1])          # > 0: Q2 prices B slower in that term
     d_sim = (sb[0] - sa[0], sb[1] - sa[1])         # < 0 overall: the simulator prices B faster
     shift = (d_sim[0] - d_q2[0], d_sim[1] - d_q2[1])
-    out.update(q2_delta={"compute_s": d_q2[0], "communication_s": d_q2[1]},
+    out.update(exposed_s={"q2_first": {"q2": qa[1], "sim": sa[1]},
+                          "sim_first": {"q2": qb[1], "sim": sb[1]}},
+               compute_s={"q2_first": {"q2": qa[0], "sim": sa[0]},
+                          "sim_first": {"q2": qb[0], "sim": sb[0]}},
+               q2_delta={"compute_s": d_q2[0], "communication_s": d_q2[1]},
                sim_delta={"compute_s": d_sim[0], "communication_s": d_sim[1]},
                term="compute" if abs(shift[0]) >= abs(shift[1]) else "communication",
                same_program_and_layout=(a.get("program", "job") == b.get("program", "job")
@@ -112,12 +116,17 @@ def _explain(d: dict[str, Any] | None) -> str:
         return "no pairs"
     if d["agree"]:
         return f"agree: both rank first {d['q2_first']}"
-    q, s = d["q2_delta"], d["sim_delta"]
+    q, s, e, c = d["q2_delta"], d["sim_delta"], d["exposed_s"], d["compute_s"]
     return (f"Q2 first: {d['q2_first']} (sim rank {d['sim_rank_of_q2_first']}); sim first: "
             f"{d['sim_first']} (Q2 rank {d['q2_rank_of_sim_first']}). Sim-first minus Q2-first, "
             f"compute {q['compute_s'] * 1e3:+.2f} ms by Q2 vs {s['compute_s'] * 1e3:+.2f} ms "
             f"simulated, communication {q['communication_s'] * 1e3:+.2f} vs "
-            f"{s['communication_s'] * 1e3:+.2f} ms: **{d['term']}** turns the order")
+            f"{s['communication_s'] * 1e3:+.2f} ms: **{d['term']}** turns the order. Exposed "
+            f"communication (Q2-first / sim-first): Q2 {e['q2_first']['q2'] * 1e3:.2f} / "
+            f"{e['sim_first']['q2'] * 1e3:.2f} ms, sim {e['q2_first']['sim'] * 1e3:.2f} / "
+            f"{e['sim_first']['sim'] * 1e3:.2f} ms; compute: Q2 "
+            f"{c['q2_first']['q2'] * 1e3:.2f} / {c['sim_first']['q2'] * 1e3:.2f} ms, sim "
+            f"{c['q2_first']['sim'] * 1e3:.2f} / {c['sim_first']['sim'] * 1e3:.2f} ms")
 
 
 def cell_line(c: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
