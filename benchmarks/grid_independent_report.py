@@ -148,6 +148,10 @@ def cell_line(c: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         "cell": c["cell"], "error": c.get("error") or az.get("error"),
         "load": (ms[0], me[0]), "budget_s": c.get("budget_s"),
         "planning_s": c.get("planning_time_s"), "mesh": az.get("mesh"),
+        "compiled": sum(1 for k in c.get("candidates", []) if k.get("q2_step_s")),
+        "plan_from": next((str(k.get("layout")) for k in c.get("candidates", [])
+                           if k.get("q2_step_s") and abs(k["q2_step_s"] - (az.get("q2_step_s") or 0))
+                           <= 1e-6 * k["q2_step_s"]), None),
         "plan_sim_s": az.get("sim_step_s"), "plan_q2_s": az.get("q2_step_s"),
         "plan_sim_compute_s": az.get("sim_compute_s"), "plan_q2_compute_s": az.get("q2_compute_s"),
         "best_expert": c.get("best_expert"), "best_expert_sim_s": be.get("sim_step_s"),
@@ -164,6 +168,8 @@ def cell_line(c: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         "old": ({"speedup_sim": old.get("speedup_over_best_expert"), "rho_all": of.get("rho_all"),
                  "rho_placements": of.get("rho_placements"), "top1": of.get("top1"),
                  "best_expert": old.get("best_expert"),
+                 "compiled": sum(1 for k in old.get("candidates", []) if k.get("q2_step_s")),
+                 "load": ((old.get("machine_start") or {}).get("load_average") or [None])[0],
                  "mesh": (_row(old, "aoizora") or {}).get("mesh")} if old else None),
     }
 
@@ -205,7 +211,8 @@ def markdown(lines_: list[dict[str, Any]], cells: list[dict[str, Any]], all_cell
           "rank among the pairs. Load: 1-minute load average at the cell's start / end (2 cores, "
           "shared).", "",
           "| cell | plan mesh | plan sim ms | best expert (sim) | speedup (sim) | speedup (Q2) | "
-          "rho (all) | rho (placements) | top-1 | rank | pairs with HLO | load | planning s |",
+          "rho (all) | rho (placements) | top-1 | rank | pairs with HLO | load | planning s "
+          "(layouts compiled) |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for l in lines_:
         if not l["plan_sim_s"]:
@@ -213,7 +220,7 @@ def markdown(lines_: list[dict[str, Any]], cells: list[dict[str, Any]], all_cell
                       f"{_load(l['load'])} | |")
             continue
         mesh = "x".join(str(v) for v in (l["mesh"] or {}).values())
-        plan_s = f"{l['planning_s']:.0f}" if l["planning_s"] else "-"
+        plan_s = (f"{l['planning_s']:.0f} ({l['compiled']})" if l["planning_s"] else "-")
         md.append(f"| {l['cell']} | {mesh} | {_ms(l['plan_sim_s'])} | "
                   f"{(l['best_expert'] or '-').removeprefix('expert:')} "
                   f"{_ms(l['best_expert_sim_s'])} | {_x(l['speedup_sim'])} | {_x(l['speedup_q2'])} | "
@@ -232,7 +239,9 @@ def markdown(lines_: list[dict[str, Any]], cells: list[dict[str, Any]], all_cell
            "(simulator's first minus Q2's first) in compute and in exposed communication, and "
            "the term whose difference the two models price most differently.", ""]
     for l in ok:
-        md.append(f"- **{l['cell']}**: {_explain(l['disagreement'])}. Plan compute: Q2 "
+        md.append(f"- **{l['cell']}**: {_explain(l['disagreement'])}. The plan's layout: "
+                  f"{l['plan_from'] or '?'} ({l['compiled']} layout(s) compiled and priced within "
+                  f"the budget). Plan compute: Q2 "
                   f"{_ms(l['plan_q2_compute_s'])} ms, sim {_ms(l['plan_sim_compute_s'])} ms"
                   + (f"; the sim's best pair is {l['sim_best']}, {100 * (l['gain'] - 1):.2f}% "
                      f"faster than the plan" if not l["top1"] and l.get("gain") else "")
@@ -244,17 +253,21 @@ def markdown(lines_: list[dict[str, Any]], cells: list[dict[str, Any]], all_cell
            "compute priced from the compiler's cycle estimates (as Q2 prices it), so rho and top-1 "
            "there compared two models sharing their compute term.", "",
            "| cell | speedup (sim), old -> new | rho (all), old -> new | rho (placements), old -> "
-           "new | top-1, old -> new | plan mesh, old -> new |", "|---|---|---|---|---|---|"]
+           "new | top-1, old -> new | plan mesh, old -> new | layouts compiled, old -> new | load "
+           "at start, old -> new |", "|---|---|---|---|---|---|---|---|"]
     for l in ok:
         o = l["old"]
         if not o:
-            md.append(f"| {l['cell']} | (no earlier cell) | | | | |")
+            md.append(f"| {l['cell']} | (no earlier cell) | | | | | | |")
             continue
         mo = "x".join(str(v) for v in (o["mesh"] or {}).values())
         mn = "x".join(str(v) for v in (l["mesh"] or {}).values())
         md.append(f"| {l['cell']} | {_x(o['speedup_sim'])} -> {_x(l['speedup_sim'])} | "
                   f"{_rho(o['rho_all'])} -> {_rho(l['rho_all'])} | {_rho(o['rho_placements'])} -> "
-                  f"{_rho(l['rho_placements'])} | {o['top1']} -> {l['top1']} | {mo} -> {mn} |")
+                  f"{_rho(l['rho_placements'])} | {o['top1']} -> {l['top1']} | {mo} -> {mn} | "
+                  f"{o['compiled']} -> {l['compiled']} | "
+                  f"{o['load'] if o['load'] is None else round(o['load'], 1)} -> "
+                  f"{l['load'][0] if l['load'][0] is None else round(l['load'][0], 1)} |")
     return md
 
 
