@@ -115,7 +115,10 @@ def _explain(d: dict[str, Any] | None) -> str:
     if d is None:
         return "no pairs"
     if d["agree"]:
-        return f"agree: both rank first {d['q2_first']}"
+        tail = ("" if d["q2_first"].startswith("aoizora") else
+                " (a baseline, not the plan: the planner did not price that layout itself "
+                "within its budget)")
+        return f"agree: both rank first {d['q2_first']}{tail}"
     q, s, e, c = d["q2_delta"], d["sim_delta"], d["exposed_s"], d["compute_s"]
     return (f"Q2 first: {d['q2_first']} (sim rank {d['sim_rank_of_q2_first']}); sim first: "
             f"{d['sim_first']} (Q2 rank {d['q2_rank_of_sim_first']}). Sim-first minus Q2-first, "
