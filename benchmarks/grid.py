@@ -1,5 +1,5 @@
 """The workload grid: AoiZora's plan against every baseline, cell by cell, with the reference
-simulator as the "simulated" column.
+simulator, given every program's compiled HLO, as the independent "simulated" column.
 
     python -m benchmarks.grid [--cells NAME,...] [--budget S] [--seed N] [--force] [--list]
     python -m benchmarks.grid --smoke            # one small cell, written to a temp dir (CI)
@@ -20,10 +20,20 @@ A cell is (model, workload, target). In each cell:
 - ``alpa-logical``: the sharding ILP with fixed, placement-oblivious alpha-beta costs, its best
   layout over the candidate meshes compiled in the default order (as ``aoizora.compare``);
 - ``expert:NAME``: each expert configuration in the default order, valid or with its reason.
-Every row with a compiled program has ``sim_step_s`` (``benchmarks.simulator``: "simulated
-(AoiZora reference simulator)") and ``q2_step_s`` ("predicted (Q2)"), both simulated / predicted
-on the row's own evidence under the row's own placement; ``speedup_sim`` = row / aoizora
-(> 1: AoiZora faster).
+Every row with a compiled program has ``sim_step_s`` (``benchmarks.simulator``, ``SIM_LABEL``)
+and ``q2_step_s`` ("predicted (Q2)"), both simulated / predicted on the row's own evidence under
+the row's own placement; ``speedup_sim`` = row / aoizora (> 1: AoiZora faster).
+
+Independence: every compile of a cell (the planner's, the baselines') runs inside
+``aoizora.extract.aot_compile.keeping_hlo`` and keeps its program's HLO text gzip'd in a
+temporary directory (removed with the cell); ``_Pricer`` hands the parsed HLO to
+``Simulator.run(..., hlo=...)``, so that every op is priced by the simulator's own compute,
+kernel and splash models (``benchmarks/sim/``), not by the compiler's cycle estimates that Q2
+uses. Each pair records ``sim_hlo`` (the HLO was given), ``sim_unpriced_ops`` (ops the
+simulator's model could not price, left at the compiler's estimate) and ``sim_notes``. The cells
+in ``benchmarks/results/grid/`` predate this (simulated without the HLO: the same compute price
+as Q2); the new cells go to ``benchmarks/results/grid_independent/``
+(``python -m benchmarks.grid_independent_report``).
 
 Fidelity: every (layout, placement) pair the cell evaluated is priced by both Q2 and the
 simulator: the plan's layout under the default order, CP-SAT's placement, each heuristic's, and
@@ -37,7 +47,8 @@ A cell written before an expert configuration joined ``EXPERTS`` gets its row wi
 ``--add-experts``: compiled and priced like the others, in the default order, and stamped
 ``added`` (commit, date, machine), since the cell's plan was made without it as a seed.
 
-Results: one JSON per cell in ``benchmarks/results/grid/`` (a cell whose JSON exists is skipped
+Results: one JSON per cell in ``benchmarks/results/grid_independent/`` (``--out`` for another
+directory; a cell whose JSON exists is skipped
 unless ``--force``), with the machine (nproc, CPU model, load average), versions, budget and seed.
 Evidence objects are dropped; their summary numbers are kept. A failing baseline or planner is
 recorded in the cell as an error, the grid goes on.
@@ -62,7 +73,9 @@ import numpy as np
 import aoizora  # noqa: F401  -- sets libtpu's environment first
 from aoizora.builtin import Job, builtin_job
 from aoizora.compare import alpa_logical, price_default_order
+from aoizora.extract.aot_compile import keeping_hlo, read_hlo
 from aoizora.extract.evidence import Evidence
+from aoizora.extract.hlo import parse_hlo_module
 from aoizora.extract.network import Network
 from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.latency import predict_step
@@ -70,10 +83,16 @@ from aoizora.models.experts import expert_layouts
 from aoizora.planner import Candidate, plan as make_plan
 from aoizora.progress import Progress
 from benchmarks.machine import git_state, machine_info
-from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
+from benchmarks.simulator import LABEL as SIM_LABEL_BASE, Simulator
 
 Q2_LABEL = "predicted (Q2)"
+# the "simulated" column of this grid: the simulator given every program's HLO
+SIM_LABEL = (f"{SIM_LABEL_BASE}; independent: own compute/kernel model on the compiled HLO")
+# cells priced by the simulator without the HLO (its compute was then the compiler's cycle
+# estimates, Q2's own compute price): the committed grid up to issue #34
+SIM_LABEL_OLD = SIM_LABEL_BASE
 RESULTS = Path(__file__).resolve().parent / "results" / "grid"
+INDEPENDENT = Path(__file__).resolve().parent / "results" / "grid_independent"
 RANDOM_PLACEMENTS = 10
 TIE_REL = 1e-4      # 0.01%: differences below this are ties (microseconds in a step of ms)
 ALPA_ILP_TIME_S = 30.0
@@ -181,12 +200,27 @@ def _err(e: BaseException) -> str:
 
 # ---------------------------------------------------------------------------------------------
 class _Pricer:
-    """Q2 and the simulator on (evidence, placement) pairs; every pair is recorded."""
+    """Q2 and the simulator on (evidence, placement) pairs; every pair is recorded. The
+    simulator is given the program's HLO (kept by ``keeping_hlo`` at its compile, read back from
+    the evidence's ``hlo_path``), so its compute is its own model's, not the compiler's
+    estimate; a pair without HLO is priced all the same and marked ``sim_hlo: false``."""
 
     def __init__(self, target, network: Network):
         self.net = network
         self.sim = Simulator(target, network)
         self.pairs: list[dict[str, Any]] = []
+        self._module: tuple[str | None, Any] = (None, None)   # (hlo_path, parsed module): one
+
+    def _hlo(self, ev: Evidence):
+        """The parsed HLO of ``ev`` (the last one is kept: pairs of one program come together)."""
+        path = getattr(ev, "hlo_path", None)
+        if not path:
+            return None
+        if self._module[0] != path:
+            self._module = (None, None)            # free the last module before parsing the next
+            text = read_hlo(ev)
+            self._module = (path, parse_hlo_module(text) if text is not None else None)
+        return self._module[1]
 
     def price(self, ev: Evidence, placement: Sequence[int], layout_id: str, what: str,
               record: bool = True, program: str = "job") -> dict[str, Any]:
@@ -196,15 +230,46 @@ class _Pricer:
         placement = [int(p) for p in placement]
         q = predict_step(ev, placement, self.net)
         t = time.perf_counter()
-        s = self.sim.run(ev, placement)
+        failed = ""
+        try:
+            hlo = self._hlo(ev)
+            s = self.sim.run(ev, placement, hlo=hlo)
+        except Exception as e:  # noqa: BLE001 -- recorded: this pair is then not independent
+            failed = f"the simulator failed on the HLO ({_err(e)}): priced without it"
+            hlo, s = None, self.sim.run(ev, placement)
         out = {"what": what, "program": program, "layout": layout_id, "placement": placement,
                "q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
                "q2_communication_s": q.communication_s, "sim_step_s": s.step_s,
                "sim_compute_s": s.compute_s, "sim_communication_s": s.communication_s,
+               "sim_hlo": hlo is not None, "sim_unpriced_ops": _unpriced_ops(s.notes),
+               "sim_notes": ([failed] if failed else []) + _sim_notes(s.notes),
                "sim_wall_s": round(time.perf_counter() - t, 3)}
         if record:
             self.pairs.append(out)
         return out
+
+
+def _unpriced_ops(notes: Sequence[str]) -> int:
+    """Compute ops the simulator's own model could not price (it then used the compiler's
+    estimate for them), from its notes."""
+    import re
+
+    n = 0
+    for note in notes:
+        m = re.match(r"(\d+) compute op\(s\) not priced by the simulator's model", note)
+        if m:
+            n += int(m.group(1))
+    return n
+
+
+def _sim_notes(notes: Sequence[str], keep: int = 12) -> list[str]:
+    """The simulator's notes, without the routine loop notes, deduplicated and cut short."""
+    out: list[str] = []
+    for note in notes:
+        if note.startswith("ops with count ") or note[:300] in out:
+            continue
+        out.append(note[:300])
+    return out[:keep]
 
 
 def _row(name: str, **kw) -> dict[str, Any]:
@@ -232,13 +297,27 @@ def _layout_key(mesh_axes, layout) -> str:
     return hashlib.sha1(json.dumps([dict(mesh_axes), d], sort_keys=True).encode()).hexdigest()[:12]
 
 
-def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
-             progress: Progress | None = None, log: Callable[[str], None] = print,
-             random_placements: int = RANDOM_PLACEMENTS, experts: bool = True,
-             alpa: bool = True, planner_workers: int = 2,
-             calibration_from: str | None = None) -> dict[str, Any]:
+def run_cell(cell: Cell, **kw) -> dict[str, Any]:
     """Run one cell; returns its JSON-ready dict (see the module docstring). Never raises for a
-    failing planner or baseline: the error is recorded in the row / the cell.
+    failing planner or baseline: the error is recorded in the row / the cell. Keywords: those of
+    ``_run_cell`` (budget_s, seed, progress, log, random_placements, experts, alpa,
+    planner_workers, calibration_from). Every compile of the cell (the planner's candidates, the
+    baselines) keeps its HLO text gzip'd in a temporary directory, removed when the cell is
+    done, so that the simulator prices each program with its own model."""
+    with tempfile.TemporaryDirectory(prefix="aoizora-grid-hlo-") as d, keeping_hlo(d):
+        out = _run_cell(cell, **kw)
+        out["hlo_kept"] = {"files": len(os.listdir(d)),
+                           "gzip_bytes": sum(os.path.getsize(os.path.join(d, f))
+                                             for f in os.listdir(d))}
+    return out
+
+
+def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
+              progress: Progress | None = None, log: Callable[[str], None] = print,
+              random_placements: int = RANDOM_PLACEMENTS, experts: bool = True,
+              alpa: bool = True, planner_workers: int = 2,
+              calibration_from: str | None = None) -> dict[str, Any]:
+    """``run_cell``'s work, inside its ``keeping_hlo``.
     ``calibration_from``: a cell JSON whose plan's calibration the planner starts from (a warm
     start, ``plan(..., calibration=...)``); recorded in the cell."""
     t_cell = time.perf_counter()
@@ -246,7 +325,12 @@ def run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                            "frames": cell.frames, "target_arg": cell.target,
                            "budget_s": budget_s, "seed": seed, "planner_workers": planner_workers,
                            "machine_start": machine(),
-                           "labels": {"sim": SIM_LABEL, "q2": Q2_LABEL}, "rows": [],
+                           "labels": {"sim": SIM_LABEL, "q2": Q2_LABEL,
+                                      "sim_compute": "the simulator's own compute and kernel "
+                                                     "models on each program's compiled HLO "
+                                                     "(benchmarks/sim/hlo_cost.py, "
+                                                     "kernel_model.py, mosaic.py)"},
+                           "pricing": "independent", "rows": [],
                            "errors": [], "unit": "seconds"}
     calibration = None
     if calibration_from:
@@ -544,12 +628,13 @@ def add_expert_rows(out: dict[str, Any], log: Callable[[str], None] = print) -> 
     pricer = _Pricer(job.target, network)
     stamp = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **machine()}
     added = []
-    for ex in missing:
-        log(f"[{out['cell']}] expert:{ex.name} (added)")
-        row = _expert_row(ex, job, network, pricer, out.setdefault("errors", []))
-        row["added"] = stamp
-        out["rows"].append(row)
-        added.append(row["name"])
+    with tempfile.TemporaryDirectory(prefix="aoizora-grid-hlo-") as d, keeping_hlo(d):
+        for ex in missing:
+            log(f"[{out['cell']}] expert:{ex.name} (added)")
+            row = _expert_row(ex, job, network, pricer, out.setdefault("errors", []))
+            row["added"] = stamp
+            out["rows"].append(row)
+            added.append(row["name"])
     out = refresh_cell(out)
     if "fidelity" in out:
         pairs = out["fidelity"]["pairs"]
@@ -609,7 +694,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="re-run cells whose JSON exists")
     ap.add_argument("--smoke", action="store_true", help="one small cell into a temp dir (CI)")
-    ap.add_argument("--out", default=None, help="results directory (default benchmarks/results/grid)")
+    ap.add_argument("--out", default=None, help="results directory (default "
+                    "benchmarks/results/grid_independent; benchmarks/results/grid holds the cells "
+                    "priced before the simulator was given the HLO)")
     ap.add_argument("--list", action="store_true", help="list the cells and exit")
     ap.add_argument("--planner-workers", type=int, default=2,
                     help="CP-SAT workers of the planner's placement solve (default 2, the "
@@ -635,7 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if a.add_experts:
         want = {w.strip() for w in a.cells.split(",") if w.strip()}
-        for path in sorted((Path(a.out) if a.out else RESULTS).glob("*.json")):
+        for path in sorted((Path(a.out) if a.out else INDEPENDENT).glob("*.json")):
             out = json.loads(path.read_text())
             if want and out.get("cell") not in want:
                 continue
@@ -645,7 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{path}: added {', '.join(added) or 'nothing'}")
         return 0
     if a.refresh:
-        for path in sorted((Path(a.out) if a.out else RESULTS).glob("*.json")):
+        for path in sorted((Path(a.out) if a.out else INDEPENDENT).glob("*.json")):
             write_cell(refresh_cell(json.loads(path.read_text())), path.parent, path)
             print(f"refreshed {path}")
         return 0
@@ -666,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         cells = [by[w] for w in want]
-    d = Path(a.out) if a.out else RESULTS
+    d = Path(a.out) if a.out else INDEPENDENT
     for c in cells:
         path = d / f"{c.name}.json"
         if path.exists() and not a.force:

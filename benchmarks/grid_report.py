@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from aoizora.solvers.placement_heuristics import EVALUATIONS_PER_S
-from benchmarks.grid import Q2_LABEL, RESULTS, SIM_LABEL, TIE_REL
+from benchmarks.grid import Q2_LABEL, RESULTS, SIM_LABEL_OLD as SIM_LABEL, TIE_REL
 
 OUT = RESULTS.parent
 GEOMEAN_TARGET = 1.10

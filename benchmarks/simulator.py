@@ -152,6 +152,9 @@ class Simulator:
         # bound the cache to about 40 MB of per-link arrays
         self._max_episodes = int(min(20000, max(256, 2.5e6 // max(1, self.net.num_links))))
         self._op_seconds: dict[str, float] = {}
+        # the last HLO module priced and its (op seconds, notes): one program is often simulated
+        # under many placements; pricing its ops again would give the same numbers
+        self._hlo_priced: tuple[Any, dict[str, float], list[str]] | None = None
 
     # -- compute --------------------------------------------------------------------------------
     def compute_seconds(self, op: ComputeOp, clock_hz: float) -> float:
@@ -225,9 +228,11 @@ class Simulator:
         if hlo is not None:
             from aoizora.extract.hlo import parse_hlo_module
             module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
-            self._op_seconds, cnotes = compute_seconds_by_name(
-                module, chip_model(self.target.chip.generation))
-            notes += cnotes
+            if self._hlo_priced is None or self._hlo_priced[0] is not module:
+                self._hlo_priced = (module, *compute_seconds_by_name(
+                    module, chip_model(self.target.chip.generation)))
+            _, self._op_seconds, cnotes = self._hlo_priced
+            notes += list(cnotes)
             missing = sorted({o.name for o in evidence.compute} - set(self._op_seconds))
             if missing:
                 notes.append(f"{len(missing)} compute op(s) not priced by the simulator's model "

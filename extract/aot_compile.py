@@ -7,13 +7,21 @@
   memory (SMEM, VMEM: a kernel's blocks, not the layout's HBM use) is a ``CompileError``;
 - ``compile_s`` is the wall time of ``.compile()`` (seconds; lowering excluded);
 - on a mesh of CPU devices (the fallback when libtpu is unavailable, see `target_mesh`) the
-  evidence is marked ``fidelity="cpu-low"``.
+  evidence is marked ``fidelity="cpu-low"``;
+- inside ``with keeping_hlo(directory):`` (on any thread: the planner compiles on a background
+  thread) each compile also writes its program's HLO text (``compiled.as_text()``) gzip'd into
+  `directory`, and the evidence's ``hlo_path`` names the file (``read_hlo`` reads it back): for
+  benchmarks that price the compiled program with a model of their own. Off by default.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import itertools
 import os
 import re
+import threading
 import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Sequence
@@ -27,6 +35,50 @@ from aoizora.extract.targets import Target, get_target, libtpu_available
 
 class CompileError(ValueError):
     """The candidate failed to trace, lower or compile for a reason other than HBM."""
+
+
+_HLO_DIRS: list[str] = []          # the directories of the active ``keeping_hlo`` (innermost last)
+_HLO_LOCK = threading.Lock()
+_HLO_SEQ = itertools.count()
+
+
+@contextlib.contextmanager
+def keeping_hlo(directory: "str | os.PathLike[str]"):
+    """While active, every ``compile_evidence`` (whichever thread runs it) writes its compiled
+    program's HLO text gzip'd into `directory` (created if missing) and sets the evidence's
+    ``hlo_path``. Nothing is kept in memory; the caller owns the files (e.g. a temporary
+    directory removed once they have been read)."""
+    d = os.fspath(directory)
+    os.makedirs(d, exist_ok=True)
+    with _HLO_LOCK:
+        _HLO_DIRS.append(d)
+    try:
+        yield d
+    finally:
+        with _HLO_LOCK:
+            _HLO_DIRS.remove(d)
+
+
+def _hlo_dir() -> str | None:
+    with _HLO_LOCK:
+        return _HLO_DIRS[-1] if _HLO_DIRS else None
+
+
+def _keep_hlo(directory: str, text: str, tgt: Target) -> str:
+    path = os.path.join(directory, f"{next(_HLO_SEQ):05d}-{tgt.short_name}.hlo.gz")
+    with gzip.open(path, "wt", compresslevel=1, encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def read_hlo(evidence: Evidence) -> str | None:
+    """The HLO text kept for `evidence` (``keeping_hlo``), or None when none was kept or its file
+    is gone."""
+    path = getattr(evidence, "hlo_path", None)
+    if not path or not os.path.exists(path):
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read()
 
 
 COMPILER_PACKAGES = ("jax", "jaxlib", "libtpu")
@@ -173,7 +225,12 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | 
         raise CompileError(f"XLA cannot compile {getattr(fn, '__name__', fn)} for {tgt.name}: "
                            f"{_first_line(e)}") from e
     dt = time.perf_counter() - t0
-    return evidence_from_compiled(compiled, target=tgt, mesh=mesh, compile_s=dt)
+    keep = _hlo_dir()
+    text = compiled.as_text() if keep else None
+    ev = evidence_from_compiled(compiled, target=tgt, mesh=mesh, compile_s=dt, hlo_text=text)
+    if keep:
+        ev.hlo_path = _keep_hlo(keep, text, tgt)
+    return ev
 
 
 def _first_line(e: BaseException) -> str:

@@ -681,15 +681,16 @@ def _flatten(x: Any) -> list:
 
 
 def evidence_from_compiled(compiled: Any, *, target: Any, mesh: Any, compile_s: float = 0.0,
-                           fidelity: str | None = None) -> Evidence:
-    """Evidence of a `jax.stages.Compiled` for `target` (name or Target), compiled on `mesh`."""
+                           fidelity: str | None = None, hlo_text: str | None = None) -> Evidence:
+    """Evidence of a `jax.stages.Compiled` for `target` (name or Target), compiled on `mesh`.
+    ``hlo_text``: ``compiled.as_text()`` when the caller already has it (read once)."""
     from aoizora.extract.targets import get_target
 
     tgt = get_target(target)
     platform = str(getattr(next(iter(mesh.devices.flat)), "platform", "tpu"))
     if fidelity is None:
         fidelity = "tpu" if platform == "tpu" else "cpu-low"
-    module = parse_hlo_module(compiled.as_text())
+    module = parse_hlo_module(hlo_text if hlo_text is not None else compiled.as_text())
     order = compiled_device_order(compiled, mesh)
     ev = evidence_from_hlo_module(module, target=tgt.name, mesh_axes=dict(mesh.shape),
                                   device_order=order, clock_hz=tgt.chip.clock_hz,

@@ -123,6 +123,10 @@ class Evidence:
     warnings: list[str] = dataclasses.field(default_factory=list)
     compile_s: float = 0.0
     optimal_seconds: float | None = None       # cost_analysis() estimate; None when unknown (<0)
+    # Where the compiled program's HLO text was kept (gzip'd), when the compile was asked to keep
+    # it (``aot_compile.keeping_hlo``); None otherwise. Not part of the evidence's JSON nor of
+    # its equality: it names a file of this machine, which may be gone.
+    hlo_path: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def num_devices(self) -> int:
@@ -142,11 +146,14 @@ class Evidence:
         return d
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d.pop("hlo_path", None)
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Evidence":
         d = dict(d)
+        d.pop("hlo_path", None)
         d["collectives"] = [
             Collective(**{**c, "source_target_pairs": (
                 [tuple(p) for p in c["source_target_pairs"]]

@@ -1,5 +1,6 @@
 """The grid's smoke cell (the small Wan DiT on v5e-8, small budget): every row is there, priced by
-both Q2 and the simulator on real XLA:TPU output, and fidelity is computed."""
+both Q2 and the simulator on real XLA:TPU output, the simulator given each program's HLO (its own
+compute model, independent of the compiler's estimates), and fidelity is computed."""
 
 import copy
 import math
@@ -29,7 +30,8 @@ def cell():
 
 
 def test_smoke_cell_rows(cell):
-    assert cell["labels"] == {"sim": SIM_LABEL, "q2": Q2_LABEL}
+    assert cell["labels"]["sim"] == SIM_LABEL and cell["labels"]["q2"] == Q2_LABEL
+    assert "independent" in SIM_LABEL and cell["pricing"] == "independent"
     names = [r["name"] for r in cell["rows"]]
     for want in ("aoizora", "aoizora-layout/default-order", "heuristic-placement", "alpa-logical"):
         assert want in names
@@ -69,6 +71,12 @@ def test_smoke_cell_fidelity_and_report(cell):
             assert any(p["program"] == r["name"] and p["sim_step_s"] == r["sim_step_s"]
                        for p in f["pairs"])
     assert all("evidence" not in p for p in f["pairs"])
+    # every pair was simulated with its program's compiled HLO: the simulator's own compute model
+    for p in f["pairs"]:
+        assert p["sim_hlo"], p["what"]
+        assert not any("no HLO given" in n for n in p["sim_notes"]), (p["what"], p["sim_notes"])
+    programs = {(p["program"], p["layout"]) for p in f["pairs"]}
+    assert cell["hlo_kept"]["files"] >= len(programs) and cell["hlo_kept"]["gzip_bytes"] > 0
     s = summarize([cell])
     assert "v5e-8" in s["geomean"] and not s["failed"]
     assert any(line.startswith(f"| {cell['cell']} |") for line in table([cell]))
@@ -90,6 +98,7 @@ def test_add_experts_prices_the_rows_a_written_cell_lacks(cell):
     for name in gone:
         assert by[name]["added"]["git_commit"] is not None and by[name]["added"]["date"]
     assert old["best_expert"] == cell["best_expert"]
-    assert any(p["program"] == "expert:cfg2_ulysses" for p in old["fidelity"]["pairs"])
+    assert any(p["program"] == "expert:cfg2_ulysses" and p["sim_hlo"]
+               for p in old["fidelity"]["pairs"])
     assert old["fidelity"]["pairs_evaluated"] == cell["fidelity"]["pairs_evaluated"]
     assert add_expert_rows(old, log=lambda s: None) == []                # nothing left to add
