@@ -19,11 +19,14 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
+import jax
+
 from aoizora.candidate import Candidate
 from aoizora.compile_queue import Compiled
 from aoizora.extract.aot_compile import compile_evidence, target_mesh
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import default_device_order
+from aoizora.extract.program_ir import state_arguments
 from aoizora.extract.targets import Target
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.layout import Layout
@@ -39,10 +42,14 @@ def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence
                    compiler_options: dict[str, Any] | None = None) -> Evidence:
     """Realize `layout` on the target's devices in `device_order` and compile it ahead of time
     (``compiler_options``: libtpu options for this compile only, as ``compile_evidence`` takes;
-    default the layout's own ``compiler_options``)."""
+    default the layout's own ``compiler_options``). State fed back (a training step's state,
+    ``state_arguments``) is donated, as ``plan.jit(..., donate_argnums=...)`` runs it, so the
+    memory analysis counts it once."""
     mesh = target_mesh(tgt, layout.mesh_axes, list(device_order))
     realized = realize(fn, args, layout, mesh)
+    donate = state_arguments(tuple(args), jax.eval_shape(fn, *args))
     return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt,
+                            donate_argnums=donate,
                             compiler_options=compiler_options or layout.compiler_options or None)
 
 

@@ -1012,6 +1012,16 @@ def state_aliases(abstract_args: tuple, out_shape) -> list[list[int]]:
     return out
 
 
+def state_arguments(abstract_args: tuple, out_shape) -> tuple[int, ...]:
+    """Positional arguments fed back as state (``state_aliases``' input side, by argument):
+    the ones a compile can donate, so that its memory analysis counts the state once."""
+    leaves = [len(jax.tree_util.tree_leaves(a)) for a in abstract_args]
+    starts = np.cumsum([0] + leaves).tolist()
+    taken = {i for _, i in state_aliases(tuple(abstract_args), out_shape)}
+    return tuple(i for i, n in enumerate(leaves)
+                 if n and all(starts[i] + k in taken for k in range(n)))
+
+
 def build_ir(fn, *abstract_args) -> ProgramIR:
     """Trace `fn(*abstract_args)` (pytrees of ShapeDtypeStruct or arrays) into a ProgramIR."""
     try:

@@ -221,3 +221,23 @@ def test_train_step_compiles_for_v5p_with_splash_backward_kernels(step_and_args)
     # per attention (self, cross): forward, forward again in the VJP, dq, dk/dv
     assert hlo.count('custom_call_target="tpu_custom_call"') == 2 * 4
     assert " all-reduce(" in hlo
+
+
+def test_the_planners_compile_donates_the_state(step_and_args):
+    """compile_layout (every compile of the planner, compare and check) donates a training step's
+    state as plan.jit(..., donate_argnums=(0,)) runs it: the memory analysis aliases the whole
+    state once instead of counting it as input and again as output."""
+    from aoizora.candidate_pricing import compile_layout
+    from aoizora.extract.network import default_device_order
+
+    _, step, args = step_and_args
+    target = get_target("v5p-8")
+    n = len(jax.tree.leaves(args))
+    layout = Layout(mesh_axes={"data": 2, "seq": 2}, in_specs=[None] * n,
+                    attention={"*": AttentionLayout(batch=("data",), seq=("seq",))},
+                    rules={"batch": ("data",), "seq": ("seq",)})
+    ev = compile_layout(step, args, target, layout, default_device_order(target, layout.mesh_axes))
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(args[0]))
+    assert ev.memory.alias_bytes >= state_bytes          # replicated state: all of it per device
+    assert ev.memory.total_bytes < ev.memory.argument_bytes + ev.memory.output_bytes \
+        + ev.memory.temp_bytes
