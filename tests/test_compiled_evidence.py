@@ -529,7 +529,6 @@ def test_property_random_shardings_bytes_agree():
 
 
 @pytest.mark.tpu_compiler
-@pytest.mark.slow
 def test_small_wan_model_two_device_orders():
     """A real DiT (the small Wan config, splash attention, FSDP + context parallel) compiled under
     two device orders: identical placement-open evidence; only algorithm choices move."""

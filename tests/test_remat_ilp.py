@@ -89,6 +89,7 @@ def test_small_budget_trades_layout_against_remat(program):
           [round(x / 1e6, 2) for x in (big.peak_bytes, small.peak_bytes, tight.peak_bytes)])
 
 
+@pytest.mark.slow     # about 90 s on 2 cores: `python -m pytest -m slow`
 def test_realized_step_with_the_chosen_remat_matches_the_unsharded_step():
     """8 CPU devices, v5p-16's 2x4 mesh: the ILP's layout and remat under a budget no traced
     layout meets, applied by plan.jit (retraced with that remat), state donated."""
@@ -184,6 +185,7 @@ def test_plan_file_carries_the_remat_and_checks_it(tmp_path):
 
 
 @pytest.mark.tpu_compiler
+@pytest.mark.slow     # about 90 s on 2 cores
 def test_the_compiler_sees_the_remat_the_ilp_chose(program):
     """The verdict: libtpu's memory analysis of the step compiled for v5p-8 under the ILP's
     large-budget choice (as traced) and under its small-budget remat: the remat's program needs
