@@ -23,23 +23,10 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from benchmarks.grid_report import cell_row, fmt_ms, load_cells
 from benchmarks.grid import INDEPENDENT, Q2_LABEL, RESULTS, SIM_LABEL, TIE_REL, grid_cells
 
 OUT = INDEPENDENT.parent / "grid_independent.md"
-
-
-def load(directory: Path) -> list[dict[str, Any]]:
-    order = {c.name: i for i, c in enumerate(grid_cells())}
-    cells = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
-    return sorted(cells, key=lambda c: (order.get(c["cell"], 10**6), c["cell"]))
-
-
-def _row(cell, name):
-    return next((r for r in cell.get("rows", []) if r["name"] == name), None)
-
-
-def _ms(v) -> str:
-    return f"{v * 1e3:.2f}" if v else "-"
 
 
 def _rho(v) -> str:
@@ -134,10 +121,10 @@ def _explain(d: dict[str, Any] | None) -> str:
 
 def cell_line(c: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
     """The numbers of one cell for the table (None where the cell has none)."""
-    az = _row(c, "aoizora") or {}
+    az = cell_row(c, "aoizora") or {}
     f = c.get("fidelity", {})
     pairs = f.get("pairs", [])
-    be = _row(c, c.get("best_expert") or "") or {}
+    be = cell_row(c, c.get("best_expert") or "") or {}
     experts_q2 = [r for r in c.get("rows", []) if r["name"].startswith("expert:")
                   and r.get("q2_step_s")]
     beq = min(experts_q2, key=lambda r: r["q2_step_s"]) if experts_q2 else None
@@ -173,7 +160,7 @@ def cell_line(c: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
                  "best_expert": old.get("best_expert"),
                  "compiled": sum(1 for k in old.get("candidates", []) if k.get("q2_step_s")),
                  "load": ((old.get("machine_start") or {}).get("load_average") or [None])[0],
-                 "mesh": (_row(old, "aoizora") or {}).get("mesh")} if old else None),
+                 "mesh": (cell_row(old, "aoizora") or {}).get("mesh")} if old else None),
     }
 
 
@@ -224,9 +211,9 @@ def markdown(lines_: list[dict[str, Any]], cells: list[dict[str, Any]], all_cell
             continue
         mesh = "x".join(str(v) for v in (l["mesh"] or {}).values())
         plan_s = (f"{l['planning_s']:.0f} ({l['compiled']})" if l["planning_s"] else "-")
-        md.append(f"| {l['cell']} | {mesh} | {_ms(l['plan_sim_s'])} | "
+        md.append(f"| {l['cell']} | {mesh} | {fmt_ms(l['plan_sim_s'])} | "
                   f"{(l['best_expert'] or '-').removeprefix('expert:')} "
-                  f"{_ms(l['best_expert_sim_s'])} | {_x(l['speedup_sim'])} | {_x(l['speedup_q2'])} | "
+                  f"{fmt_ms(l['best_expert_sim_s'])} | {_x(l['speedup_sim'])} | {_x(l['speedup_q2'])} | "
                   f"{_rho(l['rho_all'])} ({l['n_pairs']}) | {_rho(l['rho_placements'])} "
                   f"({l['n_placements']}) | {'yes' if l['top1'] else 'no'} | {l['rank']} | "
                   f"{l['hlo_pairs']}/{l['n_pairs']} | {_load(l['load'])} | {plan_s} |")
@@ -245,7 +232,7 @@ def markdown(lines_: list[dict[str, Any]], cells: list[dict[str, Any]], all_cell
         md.append(f"- **{l['cell']}**: {_explain(l['disagreement'])}. The plan's layout: "
                   f"{l['plan_from'] or '?'} ({l['compiled']} layout(s) compiled and priced within "
                   f"the budget). Plan compute: Q2 "
-                  f"{_ms(l['plan_q2_compute_s'])} ms, sim {_ms(l['plan_sim_compute_s'])} ms"
+                  f"{fmt_ms(l['plan_q2_compute_s'])} ms, sim {fmt_ms(l['plan_sim_compute_s'])} ms"
                   + (f"; the sim's best pair is {l['sim_best']}, {100 * (l['gain'] - 1):.2f}% "
                      f"faster than the plan" if not l["top1"] and l.get("gain") else "")
                   + (f"; up to {l['unpriced_ops']} op(s) per program left at the compiler's "
@@ -275,8 +262,8 @@ def markdown(lines_: list[dict[str, Any]], cells: list[dict[str, Any]], all_cell
 
 
 def write_report(directory: Path = INDEPENDENT, out: Path = OUT, old_dir: Path = RESULTS) -> Path:
-    cells = load(directory)
-    old = {c["cell"]: c for c in load(old_dir)} if Path(old_dir).is_dir() else {}
+    cells = load_cells(directory)
+    old = {c["cell"]: c for c in load_cells(old_dir)} if Path(old_dir).is_dir() else {}
     lines_ = [cell_line(c, old.get(c["cell"])) for c in cells]
     md = markdown(lines_, cells, [c.name for c in grid_cells()])
     out.write_text("\n".join(md) + "\n")

@@ -40,11 +40,11 @@ def load_cells(directory: Path) -> list[dict[str, Any]]:
     return sorted(cells, key=lambda c: (order.get(c["cell"], 10**6), c["cell"]))
 
 
-def _row(cell, name):
+def cell_row(cell, name):
     return next((r for r in cell.get("rows", []) if r["name"] == name), None)
 
 
-def _ms(v) -> str:
+def fmt_ms(v) -> str:
     return f"{v * 1e3:.2f}" if v else "-"
 
 
@@ -77,7 +77,7 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
     failed = []
     time_limited = []   # (cell, plan.time_limited or None where the cell's planner did not record it)
     for c in cells:
-        az = _row(c, "aoizora")
+        az = cell_row(c, "aoizora")
         if c.get("error") or not az or not az.get("sim_step_s"):
             failed.append((c["cell"], c.get("error") or (az or {}).get("error") or "no plan"))
             continue
@@ -85,7 +85,7 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
         if c.get("speedup_over_best_expert"):
             by_target.setdefault(c.get("target_arg", c.get("target")), []).append(
                 c["speedup_over_best_expert"])
-            ber = _row(c, c.get("best_expert") or "")
+            ber = cell_row(c, c.get("best_expert") or "")
             if ber and ber.get("sim_compute_s"):
                 headroom.setdefault(c.get("target_arg", c.get("target")), []).append(
                     ber["sim_step_s"] / ber["sim_compute_s"])
@@ -94,7 +94,7 @@ def summarize(cells: list[dict[str, Any]]) -> dict[str, Any]:
         pairs = c.get("fidelity", {}).get("pairs", [])
         plan_layout = next((p["layout"] for p in pairs if p["what"] == "aoizora"), None)
         for name in c.get("slower_than", []):
-            r = _row(c, name)
+            r = cell_row(c, name)
             if any(p.get("program") == name and p["layout"] == plan_layout for p in pairs):
                 same_layout.append((c["cell"], name, c.get("padded_tokens"),
                                     _same_program_placement(c, az, r)))
@@ -153,9 +153,9 @@ def budget_table(cells: list[dict[str, Any]], others: list[dict[str, Any]]) -> l
              "grid plan ms (sim) | grid budget s | this / grid | same plan |",
              "|" + "|".join(["---"] * 10) + "|"]
     for c in others:
-        az = _row(c, "aoizora") or {}
+        az = cell_row(c, "aoizora") or {}
         f = grid.get(c["cell"])
-        faz = _row(f, "aoizora") if f else None
+        faz = cell_row(f, "aoizora") if f else None
         ratio = (az["sim_step_s"] / faz["sim_step_s"]
                  if az.get("sim_step_s") and faz and faz.get("sim_step_s") else None)
         same = (None if not faz else
@@ -166,8 +166,8 @@ def budget_table(cells: list[dict[str, Any]], others: list[dict[str, Any]]) -> l
         fb = f"{f.get('budget_s') or 0:g}" if f else "-"
         lines.append(f"| {c['cell']} | {_start(c)} | {c.get('budget_s', 0):g} | "
                      f"{f'{pt:.1f}' if pt is not None else '-'} | "
-                     f"{_ms(az.get('sim_step_s'))} | {_x(c.get('speedup_over_best_expert'))} | "
-                     f"{_ms(faz.get('sim_step_s') if faz else None)} | "
+                     f"{fmt_ms(az.get('sim_step_s'))} | {_x(c.get('speedup_over_best_expert'))} | "
+                     f"{fmt_ms(faz.get('sim_step_s') if faz else None)} | "
                      f"{fb} | "
                      f"{f'{ratio:.3f}' if ratio else '-'} | "
                      f"{'n/a' if same is None else ('yes' if same else 'no')} |")
@@ -188,7 +188,7 @@ def repeat_table(cells: list[dict[str, Any]], repeats: list[dict[str, Any]]) -> 
         for run, c in runs:
             if c is None:
                 continue
-            az = _row(c, "aoizora") or {}
+            az = cell_row(c, "aoizora") or {}
             comp = sorted(k["compile_s"] for k in c.get("candidates") or [] if k.get("compile_s"))
             tl = (c.get("plan") or {}).get("time_limited")
             ms = c.get("machine_start") or {}
@@ -198,7 +198,7 @@ def repeat_table(cells: list[dict[str, Any]], repeats: list[dict[str, Any]]) -> 
                 f"{f'{comp[len(comp) // 2]:.1f}' if comp else '-'} | "
                 f"{(c.get('planning_time_s') or 0):.1f} | {'-' if tl is None else len(tl)} | "
                 + " x ".join(f"{k}={v}" for k, v in (az.get("mesh") or {}).items())
-                + f" | {_ms(az.get('sim_step_s'))} | {_x(c.get('speedup_over_best_expert'))} | "
+                + f" | {fmt_ms(az.get('sim_step_s'))} | {_x(c.get('speedup_over_best_expert'))} | "
                 f"{'yes' if not c.get('slower_than') else 'no: ' + ', '.join(c['slower_than'])} |")
     return lines
 
@@ -215,20 +215,20 @@ def table(cells: list[dict[str, Any]]) -> list[str]:
             "(placements) | rho (all pairs) | top-1 | planning s |")
     lines = [head, "|" + "|".join(["---"] * 13) + "|"]
     for c in cells:
-        az = _row(c, "aoizora")
+        az = cell_row(c, "aoizora")
         if c.get("error") or not az or not az.get("sim_step_s"):
             why = c.get("error") or (az or {}).get("error") or "no plan"
             lines.append(f"| {c['cell']} | failed: {why[:80]} |" + " |" * 11)
             continue
         be = c.get("best_expert")
-        ber = _row(c, be) if be else None
-        sp = [_x((_row(c, n) or {}).get("speedup_sim")) for n, _ in BASELINES]
+        ber = cell_row(c, be) if be else None
+        sp = [_x((cell_row(c, n) or {}).get("speedup_sim")) for n, _ in BASELINES]
         f = c.get("fidelity", {})
         top = {True: "yes", False: f"no (rank {f.get('plan_sim_rank')}/{f.get('pairs_evaluated')})",
                None: "n/a"}[f.get("top1")]
         pt = c.get("planning_time_s")
-        lines.append(f"| {c['cell']} | {_ms(az['sim_step_s'])} | {_ms(az['q2_step_s'])} | "
-                     f"{(be or '-').replace('expert:', '')} | {_ms(ber['sim_step_s'] if ber else None)} "
+        lines.append(f"| {c['cell']} | {fmt_ms(az['sim_step_s'])} | {fmt_ms(az['q2_step_s'])} | "
+                     f"{(be or '-').replace('expert:', '')} | {fmt_ms(ber['sim_step_s'] if ber else None)} "
                      f"| {_x(c.get('speedup_over_best_expert'))} | {' | '.join(sp)} | "
                      f"{_rho(f.get('rho_placements'))} | {_rho(f.get('rho_all'))} | {top} | "
                      f"{f'{pt:.1f}' if pt is not None else '-'} |")
@@ -239,7 +239,7 @@ def _same_program_placement(c: dict[str, Any], az: dict[str, Any], r: dict[str, 
     """(Q2 gain, simulated gain) of the plan's placement over JAX's default order, relative, when
     the plan's layout in the default order prices exactly as baseline row ``r`` (the same layout
     and program: only the placement differs); else None."""
-    d = _row(c, "aoizora-layout/default-order")
+    d = cell_row(c, "aoizora-layout/default-order")
     if not d or not all(x.get(k) for x in (d, r, az) for k in ("q2_step_s", "sim_step_s")):
         return None
     same = all(abs(d[k] - r[k]) <= 1e-9 * r[k] for k in ("q2_step_s", "sim_step_s"))
@@ -488,8 +488,8 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
             if r.get("added"):
                 note += (f" (added at {(r['added'].get('git_commit') or '?')[:7]}, "
                          f"after the plan)")
-            md.append(f"| {r['name']} | {mesh} | {_ms(r.get('sim_step_s'))} | "
-                      f"{_ms(r.get('q2_step_s'))} | {_x(r.get('speedup_sim'))} | {note} |")
+            md.append(f"| {r['name']} | {mesh} | {fmt_ms(r.get('sim_step_s'))} | "
+                      f"{fmt_ms(r.get('q2_step_s'))} | {_x(r.get('speedup_sim'))} | {note} |")
         for e in c.get("errors", []):
             md.append(f"\nerror in {e['row']}: {e['error']}")
         md.append("")
@@ -539,16 +539,16 @@ def readme_snippet(cells, s) -> list[str]:
              "| cell | AoiZora ms | best expert (ms) | vs best expert | vs alpa-logical | vs own layout, default order | vs heuristic | rho | top-1 | planning s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
-        az = _row(c, "aoizora")
+        az = cell_row(c, "aoizora")
         if c.get("error") or not az or not az.get("sim_step_s"):
             lines.append(f"| {c['cell']} | failed | | | | | | | | |")
             continue
         be = c.get("best_expert")
-        ber = _row(c, be) if be else None
-        sp = [_x((_row(c, n) or {}).get("speedup_sim")) for n, _ in BASELINES]
+        ber = cell_row(c, be) if be else None
+        sp = [_x((cell_row(c, n) or {}).get("speedup_sim")) for n, _ in BASELINES]
         f = c.get("fidelity", {})
-        lines.append(f"| {c['cell']} | {_ms(az['sim_step_s'])} | {(be or '-').replace('expert:', '')} "
-                     f"({_ms(ber['sim_step_s'] if ber else None)}) | "
+        lines.append(f"| {c['cell']} | {fmt_ms(az['sim_step_s'])} | {(be or '-').replace('expert:', '')} "
+                     f"({fmt_ms(ber['sim_step_s'] if ber else None)}) | "
                      f"{_x(c.get('speedup_over_best_expert'))} | {' | '.join(sp)} | "
                      f"{_rho(f.get('rho_placements'))} | "
                      f"{'yes' if f.get('top1') else ('no' if f.get('top1') is False else 'n/a')} | "
@@ -565,9 +565,9 @@ def plot(cells, path: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    ok = [c for c in cells if _row(c, "aoizora") and (_row(c, "aoizora") or {}).get("sim_step_s")]
+    ok = [c for c in cells if cell_row(c, "aoizora") and (cell_row(c, "aoizora") or {}).get("sim_step_s")]
     series = [("best expert", lambda c: c.get("speedup_over_best_expert"))] + [
-        (label, (lambda n: lambda c: (_row(c, n) or {}).get("speedup_sim"))(n))
+        (label, (lambda n: lambda c: (cell_row(c, n) or {}).get("speedup_sim"))(n))
         for n, label in BASELINES]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(ok) + 2), 4.5))
     x = np.arange(len(ok))
