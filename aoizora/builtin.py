@@ -242,16 +242,22 @@ TRAIN_SEED_ORDER = ("maxdiffusion", "fsdp_ulysses", "dp_fsdp", "fsdp_tp")
 
 def training_seed_layouts(job: Job) -> list:
     """The valid expert training configurations (``models.training_experts``) as seeds, each with
-    its own train step (its remat and padding), recorded in ``program``."""
+    its own train step (its remat and padding), recorded in ``program``; each with its
+    ``retraceable`` twin (the same layout on its step traced with every residual kept), on which
+    the seed's refinement lets the ILP choose the remat (``aoizora.seed_refinement``)."""
     from aoizora.models.training_experts import training_expert_layouts
     from aoizora.planner import Seed
 
-    valid = [ex for ex in training_expert_layouts(job.model, job.workload, job.target, job.batch)
-             if ex.valid]
-    valid.sort(key=lambda ex: TRAIN_SEED_ORDER.index(ex.name))
-    return [Seed(ex.layout, ex.fn, tuple(ex.args),
-                 {"pad_multiple": ex.pad_multiple, "task": "train", "batch": job.batch,
-                  "remat": ex.remat}) for ex in valid]
+    def seeds(remat=None) -> dict:
+        exs = training_expert_layouts(job.model, job.workload, job.target, job.batch, remat)
+        return {ex.name: Seed(ex.layout, ex.fn, tuple(ex.args),
+                              {"pad_multiple": ex.pad_multiple, "task": "train",
+                               "batch": job.batch, "remat": ex.remat})
+                for ex in exs if ex.valid}
+
+    own, twins = seeds(), seeds("none")
+    return [dataclasses.replace(own[name], retraceable=twins.get(name))
+            for name in TRAIN_SEED_ORDER if name in own]
 
 
 def _inference_seeds(job: Job) -> list:

@@ -19,12 +19,16 @@ from aoizora.solvers.sharding import ShardingSolution
 class Seed:
     """A given layout to price alongside the ILP's, optionally of its own variant of the program
     (e.g. an expert configuration that pads the sequence less): ``fn`` / ``args`` default to the
-    planned program; ``program`` says what differs (recorded in the plan, e.g. pad_multiple)."""
+    planned program; ``program`` says what differs (recorded in the plan, e.g. pad_multiple).
+    ``retraceable``: the same configuration laid out on its step as traced with every residual
+    kept (``aoizora.rematerialize.retraceable``), on which the seed's refinement lets the ILP
+    decide the remat (``aoizora.seed_refinement``); None for a step whose remat is not offered."""
 
     layout: Layout
     fn: Callable | None = None
     args: tuple | None = None
     program: dict[str, Any] = dataclasses.field(default_factory=dict)
+    retraceable: "Seed | None" = None
 
 
 @dataclasses.dataclass

@@ -26,9 +26,20 @@ two proven optima of equal Q1 (358.880 ms) that differ in the small embedding we
 to programs Q2 prices at 164.7 and 179.7 ms; the solver's pick between them was chance.
 
 The refined layout is the seed's layout (mesh, rules, attention, the specs of the other inputs)
-with the specs of the parameter leaves (``param_leaves``) taken from the ILP's solution. It is
-one more candidate: compiled, placed and priced by Q2 like the others, and kept only when Q2
-prices it lower. When the ILP keeps every parameter spec of the seed, there is no refinement.
+with the specs of the parameter leaves (``param_leaves``) taken from the ILP's solution; where
+the seed gives an output the spec of its input (a training step's donated state), the refined
+layout does too. It is one more candidate: compiled, placed and priced by Q2 like the others,
+and kept only when Q2 prices it lower. When the ILP keeps every parameter spec of the seed, there
+is no refinement.
+
+With ``remat="decide"`` (a training seed laid out on the step as traced with every residual
+kept, ``aoizora.rematerialize.retraceable``) the ILP also decides the rematerialization around
+the seed's attention (``formulation.remat``: keep / recompute / offload per named activation,
+recompute and offload time in Q1, the residual stacks in the memory rows), and the refined
+layout carries that choice (``Layout.remat``); it is always a refinement, since the seed ran its
+authors' remat policy, not the program as traced. A recipe's remat is set for the largest model
+and slice it was written for (maxdiffusion recomputes every block of Wan 2.1 1.3B on v5p-8 where
+the residuals would take a few GiB of 95); the ILP keeps what HBM holds.
 
 Why it pays: around cfg2_context's attention on Wan 2.1 1.3B the ILP replicates the 2.6 GB of
 weights instead of splitting them over the context axis, so no layer all-gathers its weights;
@@ -109,10 +120,12 @@ def seed_strategies(ir, graph, layout: Layout, param_leaves: Sequence[int]) -> d
 def refine_seed(ir, target, layout: Layout, param_leaves: Sequence[int], *,
                 time_limit_s: float = 30.0, seed: int = 0,
                 attention_scale: dict[str, Any] | None = None,
-                compute_scale: float = 1.0) -> Refinement | None:
+                compute_scale: float = 1.0, remat: str = "stacks") -> Refinement | None:
     """The refined layout of ``layout`` (module docstring) on ``ir`` (the seed's program), or None
-    when the ILP keeps every parameter spec. ``param_leaves``: indices into ``layout.in_specs`` of
-    the parameters. Raises RefinementError (no matching attention strategy, or no layout fits)."""
+    when the ILP keeps every parameter spec (and decides no remat). ``param_leaves``: indices
+    into ``layout.in_specs`` of the parameters; ``remat``: ``ShardingProblem.remat`` ("decide":
+    the ILP chooses the remat too). Raises RefinementError (no matching attention strategy, or no
+    layout fits)."""
     mesh = dict(layout.mesh_axes)
     costs = default_axis_costs(target, mesh)
     options = Options(compute_scale=compute_scale)
@@ -125,22 +138,27 @@ def refine_seed(ir, target, layout: Layout, param_leaves: Sequence[int], *,
     try:
         res = solve_sharding(ir, target, mesh, ShardingProblem(
             axis_costs=costs, forbidden=forbidden or None, attention_scale=attention_scale,
-            options=options, prefer=prefer, hardware=hardware, graph=graph),
+            options=options, prefer=prefer, hardware=hardware, graph=graph, remat=remat),
             time_limit_s=time_limit_s, seed=seed)
     except ShardingSolveError as e:
         raise RefinementError(str(e).splitlines()[0]) from None
     sol = res.best
-    specs = list(layout.in_specs)
+    specs, outs = list(layout.in_specs), list(layout.out_specs or ())
     changed = 0
     for i in param_leaves:
         new = sol.layout.in_specs[i]
-        if _norm(new) != _norm(specs[i]):
-            specs[i] = new
-            changed += 1
-    if not changed:
+        if _norm(new) == _norm(specs[i]):
+            continue
+        if i < len(outs) and _norm(outs[i]) == _norm(specs[i]):   # a donated state follows
+            outs[i] = new
+        specs[i] = new
+        changed += 1
+    if not changed and remat != "decide":
         return None
-    refined = dataclasses.replace(layout, in_specs=specs,
-                                  name=f"refined:{layout.name or 'seed'}")
+    refined = dataclasses.replace(
+        layout, in_specs=specs, out_specs=outs if layout.out_specs is not None else None,
+        remat=sol.layout.remat if remat == "decide" else layout.remat,
+        name=f"refined:{layout.name or 'seed'}")
     return Refinement(refined, sol, kept, changed)
 
 

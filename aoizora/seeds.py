@@ -6,8 +6,9 @@ priced with the ILP's in the first iteration, and their refinements.
   best are held (``CompileQueue.hold``) until the ILPs have queued it, so which layouts a
   budget leaves uncompiled does not depend on how long the ILPs took.
 - ``refine_seeds``: each seed's refinement (``aoizora.seed_refinement``: the ILP with the
-  seed's attention fixed chooses the parameter layout around it), solved before the meshes'
-  ILPs and queued to compile right after its seed; skipped when the ILP keeps the seed's.
+  seed's attention fixed chooses the parameter layout around it, and a training seed's remat on
+  its ``retraceable`` step), solved before the meshes' ILPs and queued to compile right after
+  its seed; skipped when the ILP keeps the seed's.
 - ``first_compile_alone``: wait for the first seed's compile (the cores to itself), then say
   whether the budget still holds the ILP's best after the compiles ranked before it.
 - ``seed_solution``: a seed layout dressed as a sharding solution (its certificate proves
@@ -90,8 +91,10 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
         rec["time_limited"] += time_limits.sharding(f"seed refinement of {sd.layout.name}", c)
         rec.setdefault("refinements", []).append(ref.summary())
         rec["changes"].append(f"seed {sd.layout.name}: refined, the ILP lays out "
-                              f"{ref.changed} parameter(s) otherwise around its attention")
-        rsd = Seed(ref.layout, sd.fn, sd.args, dict(sd.program))
+                              f"{ref.changed} parameter(s) otherwise around its attention"
+                              + (" and chooses the remat" if sd.retraceable else ""))
+        base = sd.retraceable or sd
+        rsd = Seed(ref.layout, base.fn, base.args, dict(base.program))
         f = state.queue.submit(compile_job(sfn, sargs, state.program.target, ref.layout),
                                priority=pricing_rank("refined", i, len(state.seeds)))
         out.append((i, rsd, _refined_solution(sd, ref), f))
@@ -102,17 +105,19 @@ def _refine(state: LoopState, sd: Seed, ilp: Budget, irs: dict[int, Any], rec: d
     """(refinement or None, the seed's fn, its args); None noted in ``rec`` (not refinable, or
     the ILP keeps the seed's parameter layout). ``irs``: the traced IRs by program."""
     prog = state.program
-    sfn = sd.fn or prog.fn
-    sargs = sd.args if sd.args is not None else prog.args
+    base = sd.retraceable or sd        # a training seed: its step as traced, the ILP's remat
+    sfn = base.fn or prog.fn
+    sargs = base.args if base.args is not None else prog.args
     try:
-        sir = prog.ir if sd.fn is None else irs.get(id(sfn)) or build_ir(sfn, *sargs)
+        sir = prog.ir if base.fn is None else irs.get(id(sfn)) or build_ir(sfn, *sargs)
         irs[id(sfn)] = sir
         n_params = len(jax.tree_util.tree_leaves(sargs[0])) if sargs else 0
-        ref = refine_seed(sir, prog.target, sd.layout, range(n_params),
+        ref = refine_seed(sir, prog.target, base.layout, range(n_params),
                           time_limit_s=ilp.share_s("ilp_solve", state.settings.ilp_time_s),
                           seed=state.settings.seed,
                           attention_scale=state.attention_scale or None,
-                          compute_scale=state.compute_scale)
+                          compute_scale=state.compute_scale,
+                          remat="decide" if sd.retraceable is not None else "stacks")
     except RefinementError as e:
         rec["changes"].append(f"seed {sd.layout.name}: not refined ({e})")
         return None, sfn, sargs

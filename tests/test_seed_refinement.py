@@ -1,6 +1,7 @@
 """Seed refinement: the ILP completes an expert layout around its attention (aoizora.seed_refinement)."""
 
 import dataclasses
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -166,3 +167,36 @@ def test_the_planner_prices_the_refined_seed(cfg2):
     assert p.layout.name == best["layout"]
     won = ex if "cfg2_context" in best["layout"] else other
     assert p.program == {"pad_multiple": won.pad_multiple}
+
+
+def test_a_training_seed_is_refined_on_its_retraceable_twin_with_the_ilps_remat():
+    """A training expert seed carries its twin (same layout, the step as traced with every
+    residual kept); its refinement decides the remat there, and the donated state's outputs
+    follow the inputs the ILP lays out."""
+    from aoizora.builtin import builtin_job, expert_seed_layouts
+    from aoizora.rematerialize import retraceable
+    from aoizora.seed_refinement import _norm
+
+    job = builtin_job("wan2.1-small", "128p", 9, "v5p-8", task="train", batch=2)
+    sd = expert_seed_layouts(job)[0]
+    assert sd.layout.name == "train-expert:maxdiffusion" and sd.program["remat"] != "none"
+    tw = sd.retraceable
+    assert tw is not None and retraceable(tw.fn) and tw.program["remat"] == "none"
+    assert tw.layout.mesh_axes == sd.layout.mesh_axes and tw.layout.rules == sd.layout.rules
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # the random ops the IR keeps replicated
+        ir = build_ir(tw.fn, *tw.args)
+    n = len(jax.tree.leaves(tw.args[0]))
+    ref = refine_seed(ir, job.target, tw.layout, range(n), remat="decide", time_limit_s=20)
+    assert ref is not None and ref.layout.name == "refined:train-expert:maxdiffusion"
+    assert "remat_fixed" in ref.solution.certificate.detail   # the ILP decided the remat
+    assert any(w.startswith("remat: ") for w in ref.solution.words)
+    assert ref.layout.remat == ref.solution.layout.remat      # and the layout carries it
+    assert ref.layout.attention == tw.layout.attention        # the seed's attention, kept
+    donated = [i for i in range(n) if _norm(tw.layout.out_specs[i]) == _norm(tw.layout.in_specs[i])]
+    assert donated and all(_norm(ref.layout.out_specs[i]) == _norm(ref.layout.in_specs[i])
+                           for i in donated)
+    # without "decide" the refinement keeps the twin's remat (the program as traced)
+    plain = refine_seed(ir, job.target, tw.layout, range(n), time_limit_s=20)
+    assert plain is None or ("remat_fixed" not in plain.solution.certificate.detail
+                             and plain.layout.remat is None)

@@ -336,15 +336,18 @@ def _remat_of(name: str):
     return DIFFSYNTH_REMAT if name == "fsdp_ulysses" else MAXDIFFUSION_REMAT
 
 
-def build(name: str, model, wl, n: int, batch: int, block: int = SPLASH_BLOCK) -> TrainingExpert:
-    """One expert for ``model`` (registry Model) at workload ``wl`` with global ``batch`` on n chips."""
+def build(name: str, model, wl, n: int, batch: int, block: int = SPLASH_BLOCK,
+          remat: Any = None) -> TrainingExpert:
+    """One expert for ``model`` (registry Model) at workload ``wl`` with global ``batch`` on n chips;
+    ``remat``: the TrainConfig remat instead of the recipe's (e.g. "none": the step as traced with
+    every residual kept, on which the planner decides the remat)."""
     got = _mesh_of(name, model, n, batch)
     if got[0] is None:
         return TrainingExpert(name, None, got[1], source=SOURCES[name])
     mesh, batch_axes, seq_axes, tensor, how = got
     seq_deg = math.prod(mesh[a] for a in seq_axes)
     pad = block * seq_deg
-    config = train_config(_remat_of(name), pad)
+    config = train_config(_remat_of(name) if remat is None else remat, pad)
     fn = training.train_step(model, config)
     args = training.abstract_train_inputs(model, wl, batch, config)
     per_role = _attention(name, mesh, batch_axes, seq_axes, tensor, model.config.heads)
@@ -389,10 +392,12 @@ def train_workload(m, workload, batch: int):
     return dataclasses.replace(workload, batch=int(batch))
 
 
-def training_expert_layouts(model, workload, target, batch: int = 1) -> list[TrainingExpert]:
+def training_expert_layouts(model, workload, target, batch: int = 1,
+                            remat: Any = None) -> list[TrainingExpert]:
     """Every expert training configuration for ``model`` (name or Model) at ``workload`` (name or
     Workload) with global ``batch`` on ``target``: valid ones with Layout, TrainConfig and train
-    step; rejected ones with the reason."""
+    step; rejected ones with the reason. ``remat``: every expert's step traced with this remat
+    instead of its recipe's (``build``)."""
     m = registry.get_model(model)
     if m.family != "wan":
         raise training.TrainingError(f"the built-in training step is Wan 2.1's; {m.name} is "
@@ -404,7 +409,7 @@ def training_expert_layouts(model, workload, target, batch: int = 1) -> list[Tra
     block = SPLASH_BLOCK if wl.tokens >= SPLASH_BLOCK * n else 16
     out = []
     for name in TRAINING_EXPERTS:
-        ex = build(name, m, wl, n, batch, block)
+        ex = build(name, m, wl, n, batch, block, remat)
         if ex.valid:
             b = state_bytes_per_chip(ex.args, ex.layout.in_specs, ex.layout.mesh_axes)
             need = b["params"] + b["moments"]
