@@ -54,6 +54,10 @@ def test_state_specs_weights_and_moments_alike_batch_on_data():
         n_state = len(jax.tree.leaves(e.args[0]))
         assert e.layout.out_specs[-1] == () and len(e.layout.out_specs) == n_state + 1
         assert "sharded" in optimizer_sharding(e.args, e.layout)
+        d = e.to_json()                                      # the Expert's fields and its own
+        assert d["valid"] and d["source"] == SOURCES[e.name] and d["layout"]["mesh_axes"]
+        assert d["optimizer_sharding"] == optimizer_sharding(e.args, e.layout)
+    assert ex["maxdiffusion"].to_json()["pad_multiple"] == ex["maxdiffusion"].pad_multiple
     data = [s for (part, k, _), s in zip(state_leaves(ex["dp_fsdp"].args),
                                          ex["dp_fsdp"].layout.in_specs)
             if part == "data" and k[0] in ("latents", "context")]

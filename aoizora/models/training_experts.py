@@ -127,28 +127,14 @@ REFUSED_OPTIONS: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
-class TrainingExpert:
-    """One expert training configuration. Unpacks as (name, layout, reason).
+class TrainingExpert(E.Expert):
+    """One expert training configuration (``models.experts.Expert``: unpacks as (name, layout,
+    reason); fn, args: the train step and its abstract (state, batch) -- realize exactly this
+    pair), with config: the TrainConfig it trains with (its remat); source: where the recipe is
+    published."""
 
-    layout None when rejected (reason says why), else reason is a one-line description;
-    config: the TrainConfig it trains with (its remat); fn, args: the train step and its abstract
-    (state, batch) -- realize exactly this pair; source: where the recipe is published."""
-
-    name: str
-    layout: Layout | None
-    reason: str
     config: Any = None
     source: str = ""
-    pad_multiple: int = 1
-    fn: Callable | None = None
-    args: tuple | None = None
-
-    def __iter__(self):
-        return iter((self.name, self.layout, self.reason))
-
-    @property
-    def valid(self) -> bool:
-        return self.layout is not None
 
     @property
     def remat(self) -> Any:
@@ -159,10 +145,8 @@ class TrainingExpert:
         return dict(r) if isinstance(r, tuple) else r
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "valid": self.valid, "reason": self.reason,
-                "source": self.source, "pad_multiple": self.pad_multiple,
-                "remat": self.remat, "optimizer_sharding": optimizer_sharding(self.layout),
-                "layout": None if self.layout is None else self.layout.to_json()}
+        return {**super().to_json(), "source": self.source, "remat": self.remat,
+                "optimizer_sharding": optimizer_sharding(self.args, self.layout)}
 
 
 def train_config(remat: Any = "none", pad_multiple: int = 1) -> "training.TrainConfig":
@@ -369,7 +353,7 @@ def build(name: str, model, wl, n: int, batch: int, block: int = SPLASH_BLOCK,
                  for s, leaf in zip(in_specs[:n_state], jax.tree.leaves(args[0]))] + [()]
     layout = Layout(mesh_axes=mesh, in_specs=in_specs, out_specs=out_specs, attention=attention,
                     rules=rules, name=f"train-expert:{name}", compiler_options=options)
-    return TrainingExpert(name, layout, how, config, SOURCES[name], pad, fn, args)
+    return TrainingExpert(name, layout, how, pad, fn, args, config=config, source=SOURCES[name])
 
 
 def node_lengths(fn, args) -> dict[str, tuple[int, int]]:
