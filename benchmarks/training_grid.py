@@ -6,13 +6,15 @@ configurations on v5p, cell by cell (model, workload, global batch, target).
 
 In each cell (``builtin_job(..., task="train", batch=B)``: flow matching, AdamW, fp32 state):
 - ``aoizora``: ``aoizora.plan`` of the train step with the expert training configurations as
-  seeds (``builtin.expert_seed_layouts``), within ``--budget`` seconds; then its layout compiled
-  once more (its own program variant: padding, remat), the state donated as ``plan.jit(...,
-  donate_argnums=(0,))`` runs it, to keep the HLO. That one program is priced under the plan's
+  seeds (``builtin.expert_seed_layouts``), within ``--budget`` seconds. Its program (its own
+  variant: padding, remat; the state donated as ``plan.jit(..., donate_argnums=(0,))`` runs it)
+  is the planner's own compile of that layout, its HLO kept (``keeping_hlo``;
+  ``PlannerCompiles``), else compiled once more. That one program is priced under the plan's
   placement and under ``jax.make_mesh``'s default order (the evidence is in logical ranks, so one
   compile serves both placements): the difference is what placement alone gains;
 - ``expert:NAME``: each expert training configuration (``models.training_experts``, each with its
-  own remat, tiles and libtpu options) compiled in ``jax.make_mesh``'s default order, donated.
+  own remat, tiles and libtpu options), donated: the planner's compile of it as a seed where it
+  made one, else compiled here in ``jax.make_mesh``'s default order.
 
 Per compiled row: the step time **predicted by Q2** (``formulation.latency.predict_step``) and
 **simulated by the AoiZora reference simulator** (``benchmarks.simulator``, on the compiled HLO:
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -44,7 +47,7 @@ from typing import Any, Sequence
 import aoizora  # noqa: F401  -- sets libtpu's environment first
 from aoizora.builtin import Job, builtin_job, expert_seed_layouts
 from aoizora.compare import plan_job
-from aoizora.extract.aot_compile import CompileError, target_mesh
+from aoizora.extract.aot_compile import CompileError, keeping_hlo, read_hlo, target_mesh
 from aoizora.extract.compiled_evidence import evidence_from_compiled
 from aoizora.extract.network import Network, default_device_order
 from aoizora.formulation.latency import predict_step
@@ -96,6 +99,33 @@ def model_flops(job: Job) -> dict[str, Any]:
             "dim": c.dim}
 
 
+class PlannerCompiles:
+    """The programs the planner compiled (its ``on_candidate``), by layout and program variant,
+    each with its evidence and its HLO (kept by ``keeping_hlo``): a row whose layout and program
+    the planner compiled reuses that compile instead of compiling it again (the evidence is in
+    logical ranks, so one compile serves every placement)."""
+
+    def __init__(self, job: Job):
+        self.job, self.by_key = job, {}
+
+    def __call__(self, cand) -> None:
+        if cand.evidence is not None and read_hlo(cand.evidence) is not None:
+            prog = cand.seed.program if cand.seed is not None else {}
+            self.by_key[self.key(cand.solution.layout, prog)] = cand.evidence
+
+    def key(self, layout, program: dict[str, Any]) -> str:
+        d = layout.to_json()
+        d.pop("name", None)
+        pad = program.get("pad_multiple") or self.job.pad_multiple
+        remat = _json_remat(program.get("remat", self.job.remat or "none"))
+        return json.dumps([d, pad, remat], sort_keys=True, default=str)
+
+    def get(self, layout, program: dict[str, Any]):
+        """(evidence, HLO text) of that compile, or None."""
+        ev = self.by_key.get(self.key(layout, program))
+        return None if ev is None else (ev, read_hlo(ev))
+
+
 def compile_hlo(fn, args, tgt, layout, order):
     """(Evidence, HLO text) of ``layout`` realized in ``order``, the state (arg 0) donated."""
     import jax
@@ -134,10 +164,10 @@ def memory_row(ev) -> dict[str, Any]:
             "alias_bytes": m.alias_bytes, "compile_s": round(ev.compile_s, 1)}
 
 
-def expert_row(ex, job: Job, sim: Simulator, flops: float, log, same=None) -> dict[str, Any]:
-    """The expert compiled in the default order; ``same``: (layout JSON, program, evidence, HLO)
-    of the plan's compile, reused when the expert is that very layout and program (the evidence
-    is in logical ranks: one compile serves every placement)."""
+def expert_row(ex, job: Job, sim: Simulator, flops: float, log,
+               compiled: PlannerCompiles | None = None) -> dict[str, Any]:
+    """The expert compiled in the default order; ``compiled``: the planner's compiles, reused
+    when the planner compiled that very layout and program (a seed)."""
     row = {"name": f"expert:{ex.name}", "valid": ex.valid, "reason": ex.reason,
            "source": ex.source, "remat": ex.remat,
            "mesh": dict(ex.layout.mesh_axes) if ex.valid else None}
@@ -147,9 +177,10 @@ def expert_row(ex, job: Job, sim: Simulator, flops: float, log, same=None) -> di
     row["compiler_options"] = dict(ex.layout.compiler_options)
     order = default_device_order(job.target, ex.layout.mesh_axes)
     try:
-        if same and same[0] == ex.layout.to_json() and same[1] == _program(ex):
-            ev, hlo = same[2], same[3]
-            row["compile"] = "the plan's compile (the same layout and program), default order"
+        got = compiled.get(ex.layout, _program(ex)) if compiled is not None else None
+        if got is not None:
+            ev, hlo = got
+            row["compile"] = "the planner's compile of this seed (the same layout and program)"
         else:
             log(f"  compiling expert {ex.name} {ex.layout.mesh_axes} (default order)")
             ev, hlo = compile_hlo(ex.fn, ex.args, job.target, ex.layout, order)
@@ -168,13 +199,14 @@ def _program(ex) -> dict[str, Any]:
     return {"pad_multiple": ex.pad_multiple, "remat": ex.remat}
 
 
-def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, log):
-    """(plan summary, [plan row, plan-layout-in-default-order row], (layout JSON, program,
-    evidence, HLO) of the plan's compile)."""
+def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, log,
+              compiled: PlannerCompiles):
+    """(plan summary, [plan row, plan-layout-in-default-order row]); ``compiled`` collects the
+    planner's compiles (call inside ``keeping_hlo``)."""
     seeds = expert_seed_layouts(job)
     t0 = time.perf_counter()
     p = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget, seed=seed,
-                  seed_layouts=seeds, progress=_LogProgress(log))
+                  seed_layouts=seeds, progress=_LogProgress(log), on_candidate=compiled)
     wall = time.perf_counter() - t0
     if not p.program:
         p.program = job.program()
@@ -187,18 +219,22 @@ def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, 
                "iterations": len(p.iterations), "time_limited": p.time_limited,
                "layout_in_words": list(p.layout_in_words), "notes": list(p.notes),
                "plan": p.to_json()}
-    log(f"  plan: {p.layout.name} mesh {p.mesh}, Q2 {p.predicted['step_s'] * 1e3:.2f} ms; "
-        f"compiling it again for the HLO")
-    ev, hlo = compile_hlo(pj.fn, pj.args, job.target, p.layout, p.device_order)
-    common = {"remat": p.program.get("remat", job.remat or "none"),
+    log(f"  plan: {p.layout.name} mesh {p.mesh}, Q2 {p.predicted['step_s'] * 1e3:.2f} ms")
+    got = compiled.get(p.layout, p.program)
+    if got is None:
+        log("  compiling the plan again for its HLO")
+        got = compile_hlo(pj.fn, pj.args, job.target, p.layout, p.device_order)
+    ev, hlo = got
+    remat = p.layout.remat if p.layout.remat is not None else p.program.get(
+        "remat", job.remat or "none")
+    common = {"remat": remat,
               "optimizer_sharding": optimizer_sharding(pj.args, p.layout),
               "mesh": dict(p.layout.mesh_axes), "valid": True, **memory_row(ev)}
     rows = [{"name": "aoizora", **common, **price(ev, hlo, p.device_order, job, sim, flops)}]
     default = default_device_order(job.target, p.layout.mesh_axes)
     rows.append({"name": "aoizora-layout/default-order", **common,
                  **price(ev, hlo, default, job, sim, flops)})
-    prog = {"pad_multiple": pj.pad_multiple, "remat": _json_remat(p.program.get("remat"))}
-    return summary, rows, (p.layout.to_json(), prog, ev, hlo)
+    return summary, rows
 
 
 def _json_remat(r):
@@ -215,19 +251,20 @@ def run_cell(cell: Cell, budget: float, seed: int, log=print) -> dict[str, Any]:
                            "tokens": job.workload.tokens, "padded_tokens": job.padded_tokens,
                            "model_flops": flops, "labels": {"q2": Q2_LABEL, "sim": SIM_LABEL},
                            "rows": [], "errors": []}
-    same = None
-    try:
-        out["plan"], rows, same = plan_rows(job, budget, seed, sim, flops["flops"], log)
-        out["rows"] += rows
-    except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
-        out["errors"].append({"where": "plan", "error": traceback.format_exc()[-2000:]})
-        log(f"  plan failed: {e}")
-    for ex in training_expert_layouts(job.model, job.workload, job.target, job.batch):
+    compiled = PlannerCompiles(job)
+    with tempfile.TemporaryDirectory(prefix="aoizora-training-hlo-") as d, keeping_hlo(d):
         try:
-            out["rows"].append(expert_row(ex, job, sim, flops["flops"], log, same))
-        except Exception as e:  # noqa: BLE001
-            out["errors"].append({"where": ex.name, "error": traceback.format_exc()[-2000:]})
-            log(f"  expert {ex.name} failed: {e}")
+            out["plan"], rows = plan_rows(job, budget, seed, sim, flops["flops"], log, compiled)
+            out["rows"] += rows
+        except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
+            out["errors"].append({"where": "plan", "error": traceback.format_exc()[-2000:]})
+            log(f"  plan failed: {e}")
+        for ex in training_expert_layouts(job.model, job.workload, job.target, job.batch):
+            try:
+                out["rows"].append(expert_row(ex, job, sim, flops["flops"], log, compiled))
+            except Exception as e:  # noqa: BLE001
+                out["errors"].append({"where": ex.name, "error": traceback.format_exc()[-2000:]})
+                log(f"  expert {ex.name} failed: {e}")
     finish(out)
     out["machine_end"] = machine_info()
     return out
@@ -336,6 +373,8 @@ def _remat(r) -> str:
         r = dict(r)
     if isinstance(r, dict):
         return ", ".join(f"{k}: {v}" for k, v in sorted(r.items())) + " (rest recomputed)"
+    if r == "none":
+        return "none (every residual kept)"
     return str(r) if r else "-"
 
 

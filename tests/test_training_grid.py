@@ -32,6 +32,8 @@ def test_one_small_cell_end_to_end(tmp_path):
         if r.get("sim_step_s"):
             assert r["speedup_sim"] > 0 and r["optimizer_sharding"]
     assert doc["placement_gain_sim"] is not None
+    # the seeds the planner compiled are priced from its compiles, not compiled again
+    assert any((r.get("compile") or "").startswith("the planner's compile") for r in doc["rows"])
     lines = "\n".join(TG.report(tmp_path))
     assert "predicted (Q2)" in lines and "simulated (AoiZora reference simulator)" in lines
     assert "| expert:maxdiffusion |" in lines and "No TPU ran" in lines

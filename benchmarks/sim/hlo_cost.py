@@ -11,7 +11,9 @@ dots, copies and transposes, kernels), seconds on one chip (``benchmarks.sim.con
   which prices XLA:TPU's batch-as-padded-spatial spelling of batched matmuls right), over the
   chip's peak; t_hbm: the bytes of the op's operands and result over HBM
   bandwidth, where an operand only sliced inside the fusion counts its slices, a result written
-  by a dynamic-update-slice counts the update, and the buffers of a collective fused in (an
+  by a dynamic-update-slice counts the update (also one output of a multi-output fusion: a
+  scan's residual stacked into its [layers, ...] buffer writes one layer's slice in place), and
+  the buffers of a collective fused in (an
   async collective fusion) count nothing (they move over ICI); t_vpu / t_eup:
   the elements of every other fused instruction (transcendentals on the EUP), as f32.
 - Any other top-level instruction (copy, transpose, reduce, sort ...): its operand and result
@@ -161,8 +163,11 @@ class HloCoster:
         elif root is not None and root.opcode == "tuple":
             for o in root.operands:       # results written by the fusion's own compute only
                 src = fcomp.by_name.get(o)
-                if src is not None and src.opcode != "parameter" \
-                        and src.opcode not in _COLLECTIVE_OPS:
+                if src is None or src.opcode == "parameter" or src.opcode in _COLLECTIVE_OPS:
+                    continue
+                if src.opcode == "dynamic-update-slice" and len(src.operands) > 1:
+                    total += fcomp.by_name[src.operands[1]].shape.bytes   # in place: the update
+                else:
                     total += src.shape.bytes
         else:
             total += ins.shape.bytes
