@@ -49,6 +49,7 @@ from aoizora.builtin import Job, builtin_job, expert_seed_layouts
 from aoizora.compare import plan_job
 from aoizora.extract.aot_compile import CompileError, keeping_hlo, read_hlo, target_mesh
 from aoizora.extract.compiled_evidence import evidence_from_compiled
+from aoizora.extract.hlo import parse_hlo_module
 from aoizora.extract.network import Network, default_device_order
 from aoizora.formulation.latency import predict_step
 from aoizora.models.training_experts import optimizer_sharding, training_expert_layouts
@@ -56,6 +57,8 @@ from aoizora.planner import plan as make_plan
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from benchmarks.machine import git_state, machine_info
+from benchmarks.sim.constants import chip_model
+from benchmarks.sim.hlo_cost import compute_breakdown
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
 
 Q2_LABEL = "predicted (Q2)"
@@ -143,15 +146,20 @@ def compile_hlo(fn, args, tgt, layout, order):
 
 
 def price(ev, hlo, order, job: Job, sim: Simulator, flops: float) -> dict[str, Any]:
-    """Q2 and the simulator on one compiled program under one placement."""
+    """Q2 and the simulator on one compiled program under one placement; where the simulated
+    step goes (``compute_breakdown``: the simulator's compute by kind, seconds per step)."""
     q = predict_step(ev, order, Network.from_target(job.target))
-    r = sim.run(ev, order, hlo=hlo)
+    module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
+    r = sim.run(ev, order, hlo=module)
     n = job.target.num_devices
     peak = job.target.chip.peak_bf16_flops
+    parts = compute_breakdown(module, chip_model(job.target.chip.generation),
+                              {o.name: o.count for o in ev.compute})
     return {"q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
             "q2_communication_s": q.communication_s, "sim_step_s": r.step_s,
             "sim_compute_s": r.compute_s, "sim_communication_s": r.communication_s,
             "mfu_sim": flops / (n * peak * r.step_s) if r.step_s else None,
+            "sim_compute_by_kind_s": {k: v for k, v in sorted(parts.items()) if v > 0},
             "links_sim": [dataclasses.asdict(l) for l in r.busiest_links[:TOP_LINKS]],
             "device_order": list(order)}
 
@@ -363,9 +371,32 @@ def cell_lines(c: dict[str, Any]) -> list[str]:
         links = ", ".join(f"{l['src']}->{l['dst']} {l['utilization'] * 100:.0f}% busy "
                           f"({l['bytes'] / 2**20:.0f} MiB)" for l in plan_row["links_sim"])
         out.append(f"Busiest links under the plan (simulated): {links or '-'}.")
+        out += where_the_step_goes(c, plan_row)
     for e in c.get("errors", []):
         out.append(f"Error ({e['where']}): `{e['error'].strip().splitlines()[-1][:200]}`")
     return out + [""]
+
+
+MFU_EXPLAINED_BELOW = 0.40
+
+
+def where_the_step_goes(c: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """For a plan under ``MFU_EXPLAINED_BELOW`` MFU: its simulated step against the model FLOPs
+    at peak, split into the simulator's compute by kind and the exposed communication."""
+    parts = row.get("sim_compute_by_kind_s")
+    if not parts or not row.get("mfu_sim") or row["mfu_sim"] >= MFU_EXPLAINED_BELOW:
+        return []
+    step = row["sim_step_s"]
+    ideal = row["mfu_sim"] * step
+    exposed = max(step - row["sim_compute_s"], 0.0)
+    items = sorted(parts.items(), key=lambda kv: -kv[1]) + [("exposed communication", exposed)]
+    words = ", ".join(f"{k} {v * 1e3:.1f} ms ({100 * v / step:.0f}%)" for k, v in items if v > 0)
+    att = sum(v for k, v in parts.items() if k.startswith("attention"))
+    return [f"Where the plan's {step * 1e3:.1f} ms go (simulated; MFU {100 * row['mfu_sim']:.1f}%"
+            f": the model FLOPs at peak would take {ideal * 1e3:.1f} ms): {words}. Attention "
+            f"kernels take {100 * att / step:.0f}% of the step, where the attention's model "
+            f"FLOPs ({c['model_flops']['attention'] / 1e12:.1f} TFLOP) at peak would take "
+            f"{ideal * c['model_flops']['attention'] / c['model_flops']['flops'] * 1e3:.1f} ms."]
 
 
 def _remat(r) -> str:

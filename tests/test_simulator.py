@@ -453,3 +453,7 @@ def test_a_multi_output_fusion_writing_a_stacked_residual_counts_the_slice():
     # read the update's input, write the update in place and the second output: 3 slices
     assert abs(secs["f"] - (OP_LAUNCH_S + 3 * slice_bytes / ch.hbm_Bps)) < 1e-9
     assert secs["f"] < 30 * slice_bytes / ch.hbm_Bps / 5
+    # the step's compute by kind: the fusion run 3 times, bound by HBM; unnamed ops not counted
+    from benchmarks.sim.hlo_cost import compute_breakdown
+    parts = compute_breakdown(parse_hlo_module(_STACKED_RESIDUAL_HLO), ch, {"f": 3})
+    assert parts == {"hbm-bound ops": pytest.approx(3 * secs["f"])}

@@ -25,6 +25,9 @@ def test_one_small_cell_end_to_end(tmp_path):
     for key in ("q2_step_s", "sim_step_s", "mfu_sim", "hbm_gib_per_chip"):
         assert plan[key] > 0, key
     assert 0 < plan["mfu_sim"] < 1 and plan["speedup_sim"] == 1.0
+    parts = plan["sim_compute_by_kind_s"]      # the simulator's compute, by kind
+    assert "attention backward (dq, dk/dv)" in parts
+    assert sum(parts.values()) == pytest.approx(plan["sim_compute_s"], rel=0.02)
     assert doc["model_flops"]["formula"].startswith("6 x params x B x S")
     assert rows["expert:maxdiffusion"]["remat"] == {"attn_out": "offload", "cross_out": "offload"}
     assert rows["expert:fsdp_ulysses"]["remat"] == "full"

@@ -175,13 +175,17 @@ class HloCoster:
 
     def seconds(self, ins: Any, comp: Any) -> float:
         """Seconds of one run of instruction ``ins`` (in computation ``comp``)."""
+        return self.terms(ins, comp)[0]
+
+    def terms(self, ins: Any, comp: Any) -> tuple[float, str]:
+        """(seconds of one run, what bounds it: "kernel" | "mxu" | "hbm" | "vpu" | "eup")."""
         if ins.opcode == "custom-call":
-            return self._custom_call(ins, comp)
+            return self._custom_call(ins, comp), "kernel"
         if ins.opcode == "fusion":
             kernels = [k for c in ins.called("calls") for k in self.m.computation(c).instructions
                        if k.opcode == "custom-call" and k.custom_call_target == "tpu_custom_call"]
             if kernels:
-                return sum(self._custom_call(k, comp) for k in kernels)
+                return sum(self._custom_call(k, comp) for k in kernels), "kernel"
             mx = vp = eu = 0.0
             for c in ins.called("calls"):
                 a, b, e = self._fused_work(c)
@@ -192,9 +196,11 @@ class HloCoster:
             mx, vp, eu = 0.0, 0.0, 0.0
         ch = self.chip
         clock = ch.clock_hz * ch.cores
-        return OP_LAUNCH_S + max(mx / ch.peak_bf16_flops, self._bytes(ins, comp) / ch.hbm_Bps,
-                                 vp / (ch.vpu_f32_ops_per_cycle * clock),
-                                 eu / (ch.eup_ops_per_cycle * clock))
+        t = {"mxu": mx / ch.peak_bf16_flops, "hbm": self._bytes(ins, comp) / ch.hbm_Bps,
+             "vpu": vp / (ch.vpu_f32_ops_per_cycle * clock),
+             "eup": eu / (ch.eup_ops_per_cycle * clock)}
+        bound = max(t, key=t.get)
+        return OP_LAUNCH_S + t[bound], bound
 
     def _custom_call(self, ins: Any, comp: Any) -> float:
         if ins.custom_call_target in _NO_COST_CALLS:
@@ -266,3 +272,34 @@ def compute_seconds_by_name(module: Any, chip: ChipModel) -> tuple[dict[str, flo
                 except (KeyError, ValueError, IndexError) as e:
                     c.notes.append(f"{ins.name}: cannot price ({e}); left to the evidence")
     return out, c.notes
+
+
+def compute_breakdown(module: Any, chip: ChipModel, runs: dict[str, int]) -> dict[str, float]:
+    """Seconds per step of the compute ``module`` runs, by what they are: Pallas kernels by their
+    name (splash forward; splash forward with residuals, which a backward runs again for its
+    log-sum-exp; splash backward dq and dk/dv; other kernels), every other op by what bounds it
+    (MXU, HBM, VPU, EUP). ``runs``: instruction name -> runs per step (the evidence's counts);
+    instructions it does not name are not counted."""
+    c = HloCoster(module, chip)
+    out: dict[str, float] = {}
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            n = runs.get(ins.name)
+            if not n or ins.opcode in _NOT_COMPUTE:
+                continue
+            try:
+                sec, bound = c.terms(ins, comp)
+            except (KeyError, ValueError, IndexError):
+                continue
+            key = _kernel_role(ins.name) if bound == "kernel" else f"{bound}-bound ops"
+            out[key] = out.get(key, 0.0) + sec * n
+    return out
+
+
+def _kernel_role(name: str) -> str:
+    if "splash_mha_fwd" in name:
+        return ("attention forward" if "no_residuals" in name
+                else "attention forward again, for the backward's residuals")
+    if "splash_mha_dq" in name or "splash_mha_dkv" in name:
+        return "attention backward (dq, dk/dv)"
+    return "other kernels"
