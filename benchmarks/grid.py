@@ -76,7 +76,7 @@ from aoizora.compare import alpa_logical, price_default_order
 from aoizora.extract.aot_compile import keeping_hlo, read_hlo
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.hlo import parse_hlo_module
-from aoizora.extract.network import Network
+from aoizora.extract.network import Network, default_device_order
 from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.latency import predict_step
 from aoizora.models.experts import expert_layouts
@@ -471,6 +471,9 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
         rows.append(_row("aoizora", valid=False, error="no evidence for the plan's layout",
                          q2_step_s=plan.predicted["step_s"]))
     out["candidates"] = [dict(c.summary(), iteration=c.iteration) for c in cands]
+    seeds_compiled = {(_layout_key(c.mesh_axes, c.solution.layout),
+                       (c.seed.program or {}).get("pad_multiple")): c.evidence
+                      for c in cands if c.seed is not None and c.evidence is not None and c.fits}
     del cands
 
     # -- Alpa-style logical search ----------------------------------------------------------------
@@ -499,7 +502,7 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                                   "traceback": traceback.format_exc(limit=4)})
         for ex in exs:
             log(f"[{cell.name}] expert:{ex.name}")
-            rows.append(_expert_row(ex, job, network, pricer, out["errors"]))
+            rows.append(_expert_row(ex, job, network, pricer, out["errors"], seeds_compiled))
 
     out["_pairs"] = pricer.pairs
     _finish_cell(out, plan_key)
@@ -519,12 +522,23 @@ def _baseline_row(name, fn, args, job: Job, layout, network, pricer: _Pricer, **
                        compile_s=d.get("compile_s"), **kw)
 
 
-def _expert_row(ex, job: Job, network, pricer: _Pricer, errors: list) -> dict[str, Any]:
+def _expert_row(ex, job: Job, network, pricer: _Pricer, errors: list,
+                seeds_compiled: dict | None = None) -> dict[str, Any]:
     """The row of one expert configuration: invalid with its reason, or compiled in the default
-    order and priced; a failure is recorded in ``errors`` and the row says so."""
+    order and priced; a failure is recorded in ``errors`` and the row says so.
+    ``seeds_compiled``: (layout key, pad multiple) -> the evidence of the planner's compile of
+    that seed, priced in the default order instead of compiling the same program again (the
+    evidence is in logical ranks)."""
     name = f"expert:{ex.name}"
     if not ex.valid:
         return _row(name, valid=False, reason=ex.reason)
+    key = _layout_key(ex.layout.mesh_axes, ex.layout)
+    ev = (seeds_compiled or {}).get((key, ex.pad_multiple))
+    if ev is not None:
+        order = default_device_order(job.target, ex.layout.mesh_axes)
+        return _priced_row(name, pricer, ev, order, key, program=name, fits_hbm=True,
+                           compile_s=ev.compile_s, description=ex.reason,
+                           compile="the planner's compile of this seed")
     try:
         return _baseline_row(name, ex.fn, ex.args, job, ex.layout, network, pricer,
                              description=ex.reason)
