@@ -390,7 +390,8 @@ def where_the_step_goes(c: dict[str, Any], row: dict[str, Any]) -> list[str]:
     ideal = row["mfu_sim"] * step
     exposed = max(step - row["sim_compute_s"], 0.0)
     items = sorted(parts.items(), key=lambda kv: -kv[1]) + [("exposed communication", exposed)]
-    words = ", ".join(f"{k} {v * 1e3:.1f} ms ({100 * v / step:.0f}%)" for k, v in items if v > 0)
+    words = ", ".join(f"{k} {v * 1e3:.1f} ms ({100 * v / step:.0f}%)" for k, v in items
+                      if v >= 5e-5)
     att = sum(v for k, v in parts.items() if k.startswith("attention"))
     return [f"Where the plan's {step * 1e3:.1f} ms go (simulated; MFU {100 * row['mfu_sim']:.1f}%"
             f": the model FLOPs at peak would take {ideal * 1e3:.1f} ms): {words}. Attention "
