@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import tempfile
 import time
 import traceback
@@ -335,9 +336,40 @@ def report(directory: Path = RESULTS) -> list[str]:
              f"model FLOPs / (chips x bf16 peak x simulated step), model FLOPs = 6 x params x B x S"
              f" + 12 x layers x B x S x (S + S_text) x dim. HBM: the compiler's memory analysis, "
              f"per chip, state donated.", ""]
+    lines += summary_lines(cells)
     for c in cells:
         lines += cell_lines(c)
     return lines
+
+
+def summary_lines(cells: list[dict[str, Any]]) -> list[str]:
+    """One row per cell (the plan against the best expert, simulated and Q2) and, per target, the
+    geometric mean of the simulated speedup over the best expert."""
+    out = ["## Summary", "",
+           "| cell | plan | remat | best expert | speedup (sim) | speedup (Q2) | MFU (sim) | "
+           "placement gain (sim) | HBM GiB/chip |", "|---|---|---|---|---|---|---|---|---|"]
+    per_target: dict[str, list[float]] = {}
+    for c in cells:
+        rows = {r["name"]: r for r in c["rows"]}
+        plan, best = rows.get("aoizora"), rows.get(c.get("best_expert") or "")
+        if not plan or not best:
+            out.append(f"| {c['cell']} | - | - | - | - | - | - | - | - |")
+            continue
+        sp = best["sim_step_s"] / plan["sim_step_s"]
+        per_target.setdefault(c["target"], []).append(sp)
+        gain = c.get("placement_gain_sim")
+        out.append(f"| {c['cell']} | `{(c.get('plan') or {}).get('layout_name', '-')}` | "
+                   f"{_remat(plan.get('remat'))} | {best['name']} | {sp:.3f}x | "
+                   f"{best['q2_step_s'] / plan['q2_step_s']:.3f}x | {100 * plan['mfu_sim']:.1f}% | "
+                   f"{'-' if gain is None else f'{100 * gain:+.1f}%'} | "
+                   f"{plan['hbm_gib_per_chip']:.1f} |")
+    out.append("")
+    for tgt, sps in sorted(per_target.items()):
+        g = math.exp(sum(math.log(x) for x in sps) / len(sps))
+        out.append(f"- {tgt}: geometric mean over the best expert {g:.3f}x (simulated) over "
+                   f"{len(sps)} cell(s); never slower than the best expert: "
+                   f"{'yes' if min(sps) >= 1 - 1e-9 else 'no'}.")
+    return out + [""]
 
 
 def cell_lines(c: dict[str, Any]) -> list[str]:
