@@ -400,9 +400,16 @@ def cell_lines(c: dict[str, Any]) -> list[str]:
                     f"order): {100 * c['placement_gain_sim']:+.2f}% simulated, "
                     f"{100 * c['placement_gain_q2']:+.2f}% predicted (Q2)."]
         plan_row = next(r for r in c["rows"] if r["name"] == "aoizora")
-        links = ", ".join(f"{l['src']}->{l['dst']} {l['utilization'] * 100:.0f}% busy "
-                          f"({l['bytes'] / 2**20:.0f} MiB)" for l in plan_row["links_sim"])
-        out.append(f"Busiest links under the plan (simulated): {links or '-'}.")
+        for what, row in (("the plan", plan_row),
+                          ("`jax.make_mesh`'s order", next(
+                              (r for r in c["rows"] if r["name"] == "aoizora-layout/default-order"),
+                              None))):
+            if row is None:
+                continue
+            links = ", ".join(f"{l['src']}->{l['dst']} {l['utilization'] * 100:.0f}% busy "
+                              f"({l['bytes'] / 2**20:.0f} MiB)" for l in row["links_sim"])
+            out.append(f"Busiest links under {what} (simulated; device order "
+                       f"{row.get('device_order')}): {links or '-'}.")
         out += where_the_step_goes(c, plan_row)
     for e in c.get("errors", []):
         out.append(f"Error ({e['where']}): `{e['error'].strip().splitlines()[-1][:200]}`")
