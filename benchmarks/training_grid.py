@@ -26,7 +26,10 @@ speedup = the row's simulated step / the plan's (> 1: the plan faster). Model FL
 dense weights' forward and backward (2 + 4 FLOPs per parameter per video token) plus attention's
 (QK^T and PV: 4 x S x S_kv x dim per layer forward, x 3 with the backward; self over the S video
 tokens, cross over the S_text text tokens); S the unpadded video tokens; recomputation under
-remat and padding are not model FLOPs. The plan's busiest links (simulated) are listed too.
+remat and padding are not model FLOPs. The busiest links (simulated) under the plan's placement
+and under ``jax.make_mesh``'s order are listed too, and the simulator's compute by kind
+(``benchmarks.sim.hlo_cost.compute_breakdown``) per row; for a plan under 40% MFU the report
+says where its step goes (``where_the_step_goes``).
 
 No TPU runs here: every step time is a prediction (Q2) or a simulation (reference simulator).
 Results: one JSON per cell in ``benchmarks/results/training_grid/`` (a cell whose JSON exists is
