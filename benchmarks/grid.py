@@ -83,6 +83,7 @@ from aoizora.models.experts import expert_layouts
 from aoizora.planner import Candidate, plan as make_plan
 from aoizora.progress import Progress
 from benchmarks.machine import git_state, machine_info
+from benchmarks.planner_compiles import PlannerCompiles
 from benchmarks.simulator import LABEL as SIM_LABEL_BASE, Simulator
 
 Q2_LABEL = "predicted (Q2)"
@@ -471,9 +472,10 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
         rows.append(_row("aoizora", valid=False, error="no evidence for the plan's layout",
                          q2_step_s=plan.predicted["step_s"]))
     out["candidates"] = [dict(c.summary(), iteration=c.iteration) for c in cands]
-    seeds_compiled = {(_layout_key(c.mesh_axes, c.solution.layout),
-                       (c.seed.program or {}).get("pad_multiple")): c.evidence
-                      for c in cands if c.seed is not None and c.evidence is not None and c.fits}
+    seeds_compiled = PlannerCompiles(job)
+    for c in cands:
+        if c.seed is not None:
+            seeds_compiled(c)
     del cands
 
     # -- Alpa-style logical search ----------------------------------------------------------------
@@ -523,19 +525,20 @@ def _baseline_row(name, fn, args, job: Job, layout, network, pricer: _Pricer, **
 
 
 def _expert_row(ex, job: Job, network, pricer: _Pricer, errors: list,
-                seeds_compiled: dict | None = None) -> dict[str, Any]:
+                seeds_compiled: PlannerCompiles | None = None) -> dict[str, Any]:
     """The row of one expert configuration: invalid with its reason, or compiled in the default
     order and priced; a failure is recorded in ``errors`` and the row says so.
-    ``seeds_compiled``: (layout key, pad multiple) -> the evidence of the planner's compile of
-    that seed, priced in the default order instead of compiling the same program again (the
-    evidence is in logical ranks)."""
+    ``seeds_compiled``: the planner's compiles of the seeds; the expert's, where there is one, is
+    priced in the default order instead of compiling the same program again (the evidence is in
+    logical ranks)."""
     name = f"expert:{ex.name}"
     if not ex.valid:
         return _row(name, valid=False, reason=ex.reason)
-    key = _layout_key(ex.layout.mesh_axes, ex.layout)
-    ev = (seeds_compiled or {}).get((key, ex.pad_multiple))
+    ev = seeds_compiled.evidence(ex.layout, {"pad_multiple": ex.pad_multiple}) \
+        if seeds_compiled is not None else None
     if ev is not None:
         order = default_device_order(job.target, ex.layout.mesh_axes)
+        key = _layout_key(ex.layout.mesh_axes, ex.layout)
         return _priced_row(name, pricer, ev, order, key, program=name, fits_hbm=True,
                            compile_s=ev.compile_s, description=ex.reason,
                            compile="the planner's compile of this seed")

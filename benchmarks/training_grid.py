@@ -51,7 +51,7 @@ from typing import Any, Sequence
 import aoizora  # noqa: F401  -- sets libtpu's environment first
 from aoizora.builtin import Job, builtin_job, expert_seed_layouts
 from aoizora.compare import plan_job
-from aoizora.extract.aot_compile import CompileError, keeping_hlo, read_hlo, target_mesh
+from aoizora.extract.aot_compile import CompileError, keeping_hlo, target_mesh
 from aoizora.extract.compiled_evidence import evidence_from_compiled
 from aoizora.extract.hlo import parse_hlo_module
 from aoizora.extract.network import Network, default_device_order
@@ -61,6 +61,7 @@ from aoizora.planner import plan as make_plan
 from aoizora.progress import Progress
 from aoizora.realize import RealizeError, realize
 from benchmarks.machine import git_state, machine_info
+from benchmarks.planner_compiles import PlannerCompiles
 from benchmarks.sim.constants import chip_model
 from benchmarks.sim.hlo_cost import compute_breakdown
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
@@ -106,33 +107,6 @@ def model_flops(job: Job) -> dict[str, Any]:
             "dim": c.dim}
 
 
-class PlannerCompiles:
-    """The programs the planner compiled (its ``on_candidate``), by layout and program variant,
-    each with its evidence and its HLO (kept by ``keeping_hlo``): a row whose layout and program
-    the planner compiled reuses that compile instead of compiling it again (the evidence is in
-    logical ranks, so one compile serves every placement)."""
-
-    def __init__(self, job: Job):
-        self.job, self.by_key = job, {}
-
-    def __call__(self, cand) -> None:
-        if cand.evidence is not None and read_hlo(cand.evidence) is not None:
-            prog = cand.seed.program if cand.seed is not None else {}
-            self.by_key[self.key(cand.solution.layout, prog)] = cand.evidence
-
-    def key(self, layout, program: dict[str, Any]) -> str:
-        d = layout.to_json()
-        d.pop("name", None)
-        pad = program.get("pad_multiple") or self.job.pad_multiple
-        remat = _json_remat(program.get("remat", self.job.remat or "none"))
-        return json.dumps([d, pad, remat], sort_keys=True, default=str)
-
-    def get(self, layout, program: dict[str, Any]):
-        """(evidence, HLO text) of that compile, or None."""
-        ev = self.by_key.get(self.key(layout, program))
-        return None if ev is None else (ev, read_hlo(ev))
-
-
 def compile_hlo(fn, args, tgt, layout, order):
     """(Evidence, HLO text) of ``layout`` realized in ``order``, the state (arg 0) donated."""
     import jax
@@ -149,23 +123,27 @@ def compile_hlo(fn, args, tgt, layout, order):
     return ev, compiled.as_text()
 
 
-def price(ev, hlo, order, job: Job, sim: Simulator, flops: float) -> dict[str, Any]:
-    """Q2 and the simulator on one compiled program under one placement; where the simulated
-    step goes (``compute_breakdown``: the simulator's compute by kind, seconds per step)."""
+def price(ev, module, order, job: Job, sim: Simulator, flops: float) -> dict[str, Any]:
+    """Q2 and the simulator on one compiled program (``module``: its parsed HLO) under one
+    placement."""
     q = predict_step(ev, order, Network.from_target(job.target))
-    module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
     r = sim.run(ev, order, hlo=module)
     n = job.target.num_devices
     peak = job.target.chip.peak_bf16_flops
-    parts = compute_breakdown(module, chip_model(job.target.chip.generation),
-                              {o.name: o.count for o in ev.compute})
     return {"q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
             "q2_communication_s": q.communication_s, "sim_step_s": r.step_s,
             "sim_compute_s": r.compute_s, "sim_communication_s": r.communication_s,
             "mfu_sim": flops / (n * peak * r.step_s) if r.step_s else None,
-            "sim_compute_by_kind_s": {k: v for k, v in sorted(parts.items()) if v > 0},
             "links_sim": [dataclasses.asdict(l) for l in r.busiest_links[:TOP_LINKS]],
             "device_order": list(order)}
+
+
+def compute_by_kind(ev, module, job: Job) -> dict[str, Any]:
+    """The simulator's compute of one compiled program by kind, seconds per step
+    (``compute_breakdown``; the same under every placement)."""
+    parts = compute_breakdown(module, chip_model(job.target.chip.generation),
+                              {o.name: o.count for o in ev.compute})
+    return {"sim_compute_by_kind_s": {k: v for k, v in sorted(parts.items()) if v > 0}}
 
 
 def memory_row(ev) -> dict[str, Any]:
@@ -203,7 +181,9 @@ def expert_row(ex, job: Job, sim: Simulator, flops: float, log,
     if not ev.memory.fits:
         row.update(valid=False, reason="does not fit in HBM: " + ev.memory.oom_message[:200])
         return row
-    row.update(price(ev, hlo, order, job, sim, flops))
+    module = parse_hlo_module(hlo)
+    row.update(price(ev, module, order, job, sim, flops))
+    row.update(compute_by_kind(ev, module, job))
     return row
 
 
@@ -242,15 +222,13 @@ def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, 
     common = {"remat": remat,
               "optimizer_sharding": optimizer_sharding(pj.args, p.layout),
               "mesh": dict(p.layout.mesh_axes), "valid": True, **memory_row(ev)}
-    rows = [{"name": "aoizora", **common, **price(ev, hlo, p.device_order, job, sim, flops)}]
+    module = parse_hlo_module(hlo)              # one program: parsed and broken down once
+    common.update(compute_by_kind(ev, module, job))
+    rows = [{"name": "aoizora", **common, **price(ev, module, p.device_order, job, sim, flops)}]
     default = default_device_order(job.target, p.layout.mesh_axes)
     rows.append({"name": "aoizora-layout/default-order", **common,
-                 **price(ev, hlo, default, job, sim, flops)})
+                 **price(ev, module, default, job, sim, flops)})
     return summary, rows
-
-
-def _json_remat(r):
-    return dict(r) if isinstance(r, (list, tuple)) else r
 
 
 def run_cell(cell: Cell, budget: float, seed: int, log=print) -> dict[str, Any]:

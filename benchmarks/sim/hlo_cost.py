@@ -258,20 +258,29 @@ def _xprof(ins: Any) -> dict:
         return {}
 
 
+def _priced(module: Any, chip: ChipModel, notes: list[str]):
+    """(instruction, seconds of one run, what bounds it) of every instruction of ``module`` that
+    the coster prices; instructions it cannot price are noted in ``notes``."""
+    c = HloCoster(module, chip)
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            if ins.opcode in _NOT_COMPUTE or ins.opcode.endswith(("-start", "-done", "-update")):
+                continue
+            try:
+                sec, bound = c.terms(ins, comp)
+            except (KeyError, ValueError, IndexError) as e:
+                notes.append(f"{ins.name}: cannot price ({e}); left to the evidence")
+                continue
+            yield ins, sec, bound
+    notes.extend(c.notes)
+
+
 def compute_seconds_by_name(module: Any, chip: ChipModel) -> tuple[dict[str, float], list[str]]:
     """Seconds of one run of every instruction of ``module`` that the coster prices, by name;
     and the notes the pricing made."""
-    c = HloCoster(module, chip)
-    out: dict[str, float] = {}
-    for comp in module.computations.values():
-        for ins in comp.instructions:
-            if ins.opcode not in _NOT_COMPUTE and not ins.opcode.endswith(("-start", "-done",
-                                                                            "-update")):
-                try:
-                    out[ins.name] = c.seconds(ins, comp)
-                except (KeyError, ValueError, IndexError) as e:
-                    c.notes.append(f"{ins.name}: cannot price ({e}); left to the evidence")
-    return out, c.notes
+    notes: list[str] = []
+    out = {ins.name: sec for ins, sec, _ in _priced(module, chip, notes)}
+    return out, notes
 
 
 def compute_breakdown(module: Any, chip: ChipModel, runs: dict[str, int]) -> dict[str, float]:
@@ -280,17 +289,10 @@ def compute_breakdown(module: Any, chip: ChipModel, runs: dict[str, int]) -> dic
     log-sum-exp; splash backward dq and dk/dv; other kernels), every other op by what bounds it
     (MXU, HBM, VPU, EUP). ``runs``: instruction name -> runs per step (the evidence's counts);
     instructions it does not name are not counted."""
-    c = HloCoster(module, chip)
     out: dict[str, float] = {}
-    for comp in module.computations.values():
-        for ins in comp.instructions:
-            n = runs.get(ins.name)
-            if not n or ins.opcode in _NOT_COMPUTE:
-                continue
-            try:
-                sec, bound = c.terms(ins, comp)
-            except (KeyError, ValueError, IndexError):
-                continue
+    for ins, sec, bound in _priced(module, chip, []):
+        n = runs.get(ins.name)
+        if n:
             key = _kernel_role(ins.name) if bound == "kernel" else f"{bound}-bound ops"
             out[key] = out.get(key, 0.0) + sec * n
     return out
