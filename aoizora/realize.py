@@ -23,11 +23,14 @@ chose on the IR names the same op here:
   :func:`aoizora.models.attention_kernels.sharded_attention` (splash on TPU meshes, the reference
   on CPU meshes, both inside the same ``shard_map``), with the marker's key mask (its fourth
   operand, if any) as ``kv_mask``: split like the keys' batch (and sequence, in a ring);
-- at an ``aoizora_attention_bwd`` eqn (q, k, v, do -> dq, dk, dv; ``jax.grad`` of an attention)
-  the backward runs in ``layout.attention_for(key)`` as the VJP of that same sharded attention:
-  splash's own backward kernels (dq, dk/dv) inside the ``shard_map`` on TPU meshes, the
-  reference's VJP on CPU meshes; the VJP recomputes the forward for its residuals (with the
-  eqn's key mask, its fifth operand, if any).
+- at an ``aoizora_attention_fwd`` eqn (a differentiated attention's forward: out and its
+  log-sum-exp) the same, returning both (``sharded_attention(..., residuals=True)``: splash with
+  ``save_residuals``);
+- at an ``aoizora_attention_bwd`` eqn (q, k, v, out, lse, do -> dq, dk, dv; ``jax.grad`` of an
+  attention) the backward runs in ``layout.attention_for(key)`` from the forward's residuals
+  (:func:`aoizora.models.attention_backward.sharded_attention_bwd`: splash's dq and dk/dv kernels
+  on TPU meshes, the reference formula on CPU meshes; keys gathered; the eqn's key mask, its
+  seventh operand, if any), so the forward does not run again.
 - an attention written without the marker (``jax.nn.dot_product_attention``, Flax, einsum ->
   softmax -> einsum, a full-mask splash kernel called by hand;
   :mod:`aoizora.extract.attention_patterns`) runs the same way at its region's last eqn: q, k, v
@@ -78,8 +81,9 @@ from aoizora.extract.attention_patterns import AttentionMatch, Patterns, find_at
 from aoizora.extract.evidence import attention_scope
 from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, axes_of
+from aoizora.models.attention_backward import sharded_attention_bwd
 from aoizora.models.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
-from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, HINT
+from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, ATTENTION_FWD, ATTENTIONS, HINT
 from aoizora.rematerialize import RematError, apply_remat
 
 
@@ -314,10 +318,20 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
                                           mesh=ctx.mesh, scale=eqn.params["scale"],
                                           impl=ctx.attention_impl, interpret=ctx.interpret,
                                           kv_mask=mask[0] if mask else None)]
-        elif name == ATTENTION_BWD:
+        elif name == ATTENTION_FWD:
+            q, k, v, *mask = invals
             with jax.named_scope(attention_scope(key)):
-                outs = attention_backward(invals, ctx.layout.attention_for(key), ctx,
-                                          eqn.params["scale"])
+                outs = list(sharded_attention(q, k, v, layout=ctx.layout.attention_for(key),
+                                              mesh=ctx.mesh, scale=eqn.params["scale"],
+                                              impl=ctx.attention_impl, interpret=ctx.interpret,
+                                              kv_mask=mask[0] if mask else None, residuals=True))
+        elif name == ATTENTION_BWD:
+            q, k, v, out, lse, do, *mask = invals
+            with jax.named_scope(attention_scope(key)):
+                outs = list(sharded_attention_bwd(
+                    (q, k, v, out, lse), do, layout=ctx.layout.attention_for(key), mesh=ctx.mesh,
+                    scale=eqn.params["scale"], impl=ctx.attention_impl, interpret=ctx.interpret,
+                    kv_mask=mask[0] if mask else None))
         elif name == HINT:
             x = invals[0]
             spec = hint_spec(eqn.params["names"], ctx.layout.rules)
@@ -345,20 +359,6 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
         for v, x in zip(eqn.outvars, outs):
             write(v, x)
     return [read(v) for v in jaxpr.outvars]
-
-
-def attention_backward(invals, layout, ctx: _Ctx, scale: float) -> list:
-    """[dq, dk, dv] of the sharded attention in ``layout`` at (q, k, v) for the cotangent do
-    (invals: q, k, v, do and the key mask, if any: the same mask as the forward's)."""
-    q, k, v, do, *mask = invals
-
-    def fwd(a, b, c):
-        return sharded_attention(a, b, c, layout=layout, mesh=ctx.mesh, scale=scale,
-                                 impl=ctx.attention_impl, interpret=ctx.interpret, grad=True,
-                                 kv_mask=mask[0] if mask else None)
-
-    _, vjp = jax.vjp(fwd, q, k, v)
-    return list(vjp(do))
 
 
 def _scan(eqn, invals, key, ctx):
@@ -419,7 +419,7 @@ def _check_keys(closed, layout: Layout, mesh: Mesh, patterns: Patterns) -> None:
         except AttentionLayoutError as e:
             raise RealizeError(f"attention node {key}: {e}") from None
     for w in walked:
-        if w.eqn.primitive.name in (ATTENTION, ATTENTION_BWD):
+        if w.eqn.primitive.name in ATTENTIONS:
             q, k = (v.aval.shape for v in w.eqn.invars[:2])
             try:
                 check_layout(q, k, layout.attention_for(w.key), mesh)
@@ -430,7 +430,7 @@ def _check_keys(closed, layout: Layout, mesh: Mesh, patterns: Patterns) -> None:
             raise RealizeError(f"layout {layout.name or ''} constrains node {k!r}, which this program "
                                f"does not have (a layout for another program?)")
     for k in layout.attention:
-        if k != "*" and prims.get(k) not in (ATTENTION, ATTENTION_BWD):
+        if k != "*" and prims.get(k) not in ATTENTIONS:
             raise RealizeError(f"layout {layout.name or ''} gives an attention layout to node {k!r}, "
                                f"which is {prims.get(k, 'not a node')!r} in this program, not an attention")
 

@@ -31,9 +31,7 @@ import jax
 
 from aoizora.extract.jaxpr_walk import walk
 from aoizora.formulation.layout import Layout
-from aoizora.models.primitives import ATTENTION, ATTENTION_BWD
-
-ATTENTIONS = (ATTENTION, ATTENTION_BWD)
+from aoizora.models.primitives import ATTENTIONS
 
 
 class RematError(ValueError):

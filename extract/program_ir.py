@@ -15,9 +15,12 @@ what it is:
 - ``attention``: ``batch``, ``heads``, ``q_seq``, ``kv_seq``, ``head_dim`` (q [B,H,S,D], k/v [B,H,T,D];
   the marker's key mask, if any, is a fourth operand [B,T] labelled ``b``, ``t``, and
   ``params["mask"]`` is True: the representation of a found attention's mask);
+  a differentiated attention's forward (``aoizora_attention_fwd``) is an ``attention`` node with a
+  second result, the log-sum-exp lse [B,H,S] (``b``, ``h``, ``s``) its backward reads;
 - ``attention_bwd`` (``aoizora_attention_bwd``, what ``jax.grad`` makes of an attention): the same
-  roles; operands q, k, v, do (do labelled like q) and the forward's key mask, if any (fifth,
-  ``b``, ``t``; ``params["mask"]``), results dq (like q), dk, dv (like k, v);
+  roles; operands q, k, v, out, lse, do (out and do labelled like q, lse ``b``, ``h``, ``s``) and
+  the forward's key mask, if any (seventh, ``b``, ``t``; ``params["mask"]``), results dq (like
+  q), dk, dv (like k, v);
 - ``elementwise``: ``aligned`` (one label per output dim; scalar operands have none);
 - ``reduce``: ``kept`` and ``reduced`` (in the operand only);
 - ``broadcast``: ``aligned``, ``new`` (output only), ``expanded`` (a size-1 operand dim that grows);
@@ -245,6 +248,7 @@ SCATTER = frozenset("scatter scatter-add scatter_add scatter_mul scatter_min sca
                     "dynamic_update_slice".split())
 
 ATTENTION_NAME = "aoizora_attention"
+ATTENTION_FWD_NAME = "aoizora_attention_fwd"    # the forward with its residuals (out, lse)
 ATTENTION_BWD_NAME = "aoizora_attention_bwd"
 # Attention backward FLOPs over forward FLOPs: 5 matmuls of the backward against 2 of the forward
 # (Dao, "FlashAttention-2", arXiv 2307.08691, section 4.1 counts the backward pass as 2.5x the
@@ -407,7 +411,7 @@ def _labels_attention(node: Node, p, op_shapes, res_shapes):
     ol = [["b", "h", "s", "d"], ["b", "h", "t", "d"], ["b", "h", "t", "d"]]
     if len(op_shapes) == 4:             # the key mask [B, T], as a found attention's mask
         ol.append(["b", "t"])
-    rl = [["b", "h", "s", "d"]]
+    rl = [["b", "h", "s", "d"], ["b", "h", "s"]][:len(res_shapes)]   # out (and lse)
     roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
     return ol, rl, roles
 
@@ -418,8 +422,9 @@ def _labels_attention_bwd(node: Node, p, op_shapes, res_shapes):
     rl: list[list[str]] = [[] for _ in res_shapes]
     roles: dict[str, str] = {}
     q, kv = ["b", "h", "s", "d"], ["b", "h", "t", "d"]
-    ol, rl = [q, kv, list(kv), list(q)], [list(q), list(kv), list(kv)]
-    if len(op_shapes) == 5:             # the forward's key mask [B, T]
+    ol = [q, kv, list(kv), list(q), ["b", "h", "s"], list(q)]      # q, k, v, out, lse, do
+    rl = [list(q), list(kv), list(kv)]
+    if len(op_shapes) == 7:             # the forward's key mask [B, T]
         ol.append(["b", "t"])
     roles = {"b": "batch", "h": "heads", "s": "q_seq", "t": "kv_seq", "d": "head_dim"}
     return ol, rl, roles
@@ -626,7 +631,7 @@ def _kind(name: str) -> str:
         return "dot"
     if name == "conv_general_dilated":
         return "conv"
-    if name == ATTENTION_NAME:
+    if name in (ATTENTION_NAME, ATTENTION_FWD_NAME):
         return "attention"
     if name == ATTENTION_BWD_NAME:
         return "attention_bwd"
@@ -899,7 +904,7 @@ class _Builder:
         res_shapes = [self.tensors[t].shape for t in node.results]
         if kind in ("attention", "attention_bwd"):
             node.params["scale"] = float(eqn.params["scale"])
-            node.params["mask"] = len(ops) > (3 if kind == "attention" else 4)
+            node.params["mask"] = len(ops) > (3 if kind == "attention" else 6)
         else:
             for k, v in eqn.params.items():
                 if k in ("jaxpr", "call_jaxpr", "body_jaxpr", "cond_jaxpr", "kernel"):

@@ -13,10 +13,12 @@ dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis)
   queries and passed around the sequence axes, overlapped with compute. A key mask (labels
   ``b``, ``t``: the marker's fourth operand, or a found attention's) is split like the keys:
   on the batch axes, gathered along the key sequence, or split on it in a ring;
-- ``attention_bwd`` (the backward of an attention, q, k, v, do -> dq, dk, dv): the forward's
-  batch, heads and query-sequence strategies with keys/values gathered (the splash kernel's own
-  backward inside the same ``shard_map``); dq is laid out like q, dk / dv (and the key mask
-  the backward reads, if any) like the gathered k / v, and with the query sequence split over
+  A differentiated forward's second result, the log-sum-exp [B,H,S], is laid out like the
+  output's first three dims;
+- ``attention_bwd`` (the backward of an attention, q, k, v, out, lse, do -> dq, dk, dv): the
+  forward's batch, heads and query-sequence strategies with keys/values gathered (the splash
+  kernel's dq and dk/dv kernels inside one ``shard_map``); dq, out, lse and do are laid out like
+  q, dk / dv (and the key mask the backward reads, if any) like the gathered k / v, and with the query sequence split over
   axes A each device holds a partial dk / dv (its queries' share), summed by an all-reduce
   over A -- the node's own communication;
 - the replicated strategy is always present.
@@ -365,8 +367,8 @@ class _Builder:
         only; dk and dv all-reduced over the query-sequence axes (module docstring)."""
         q_spec = tuple(assign.get(lab, ()) for lab in n.operand_labels[0])
         kv_spec = tuple(assign.get(lab, ()) if lab != "t" else () for lab in n.operand_labels[1])
-        req = {0: q_spec, 1: kv_spec, 2: kv_spec, 3: q_spec}
-        for k in range(4, len(n.operands)):     # the key mask: split like the keys' batch
+        req = {0: q_spec, 1: kv_spec, 2: kv_spec, 3: q_spec, 4: q_spec[:3], 5: q_spec}
+        for k in range(6, len(n.operands)):     # the key mask: split like the keys' batch
             req[k] = tuple(assign.get(lab, ()) if lab != "t" else () for lab in n.operand_labels[k])
         req = {k: sp for k, sp in req.items() if self.T[n.operands[k]].kind != "literal"}
         outs = {n.results[0]: q_spec, n.results[1]: kv_spec, n.results[2]: kv_spec}
@@ -429,7 +431,7 @@ class _Builder:
                 name += " " + ",".join(f"{a}:{'ar' if h == 'ar' else f'rs{d}'}" for a, (h, d) in zip(partial, combo))
             words = _words(n, assign, combo, partial)
             scaled = comp * self._scale(n.key, "gather") if n.kind == "attention" else comp
-            s = Strategy(name, {n.results[0]: spec_t}, {}, scaled + comm, comm, words, dict(assign),
+            s = Strategy(name, self._outs(n, spec_t), {}, scaled + comm, comm, words, dict(assign),
                          compute=comp if n.kind == "attention" else 0.0)
             s._req_local = req  # type: ignore[attr-defined]
             variants.append(s)
@@ -468,10 +470,18 @@ class _Builder:
         name = " ".join(f"{lab}:{'+'.join(ax)}" for lab, ax in sorted(assign.items())) + " kv:ring"
         words = _words(n, assign, (), []) + ", keys/values in a ring"
         scaled = comp * self._scale(n.key, "ring")
-        s = Strategy(name, {n.results[0]: out_spec}, {}, max(scaled, comm), comm, words, dict(assign),
-                     kv="ring", compute=comp)
+        s = Strategy(name, self._outs(n, out_spec), {}, max(scaled, comm), comm, words,
+                     dict(assign), kv="ring", compute=comp)
         s._req_local = req2  # type: ignore[attr-defined]
         return s
+
+    def _outs(self, n, out_spec) -> dict:
+        """An anchor's result specs: its output's, and a differentiated attention's log-sum-exp
+        [B,H,S] split like the output's first three dims."""
+        outs = {n.results[0]: out_spec}
+        if n.kind == "attention" and len(n.results) > 1:
+            outs[n.results[1]] = tuple(out_spec[:3])
+        return outs
 
     def _scale(self, key: str, kv: str) -> float:
         mine = self.attention_scale.get(key, {})

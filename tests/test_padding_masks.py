@@ -79,10 +79,10 @@ def test_masked_marker_forward_jvp_and_grad_match_a_plain_masked_reference():
     assert np.all(np.asarray(g_ours[2])[masked] == 0)
     jvp = jax.jvp(loss(ours), (q, k, v), (w, k, v))[1]
     np.testing.assert_allclose(jvp, jax.jvp(loss(ref), (q, k, v), (w, k, v))[1], rtol=1e-4)
-    # one backward op, reading the mask: q, k, v, do, mask
+    # one backward op, reading the mask: q, k, v, out, lse, do, mask
     eqns = jax.make_jaxpr(jax.grad(loss(ours), argnums=(0, 1, 2)))(q, k, v).eqns
     bwd = [e for e in eqns if e.primitive.name == ATTENTION_BWD]
-    assert len(bwd) == 1 and len(bwd[0].invars) == 5 and bwd[0].invars[4].aval.dtype == bool
+    assert len(bwd) == 1 and len(bwd[0].invars) == 7 and bwd[0].invars[6].aval.dtype == bool
     # without the mask the marker computes something else: the comparison can fail
     assert float(jnp.max(jnp.abs(attention(q, k, v) - ref(q, k, v)))) > 1e-2
     with pytest.raises(ValueError, match="key mask"):
@@ -185,12 +185,12 @@ def test_training_ir_backward_reads_the_mask_split_like_the_keys():
     with pytest.warns(UserWarning, match="replicated-only"):          # the PRNG's key ops
         ir = build_ir(step, *training.abstract_train_inputs(WAN, "tiny-odd-9f", 2, cfg))
     bwd = [n for n in ir.by_kind("attention_bwd") if n.params["mask"]]
-    assert len(bwd) == 1 and bwd[0].operand_labels[4] == ["b", "t"]
+    assert len(bwd) == 1 and bwd[0].operand_labels[6] == ["b", "t"]   # after q, k, v, out, lse, do
     target = get_target("v5p-8")
     graph = build_strategies(ir, default_axis_costs(target, {"x": 2, "y": 2}),
                              Hardware.from_chip(target.chip))
     for s in graph.groups[bwd[0].key].strategies:
-        assert s.req[(bwd[0].key, 4)] == (s.labels.get("b", ()), ())
+        assert s.req[(bwd[0].key, 6)] == (s.labels.get("b", ()), ())
 
 
 def test_padded_training_gradients_equal_the_unpadded_gradients():

@@ -9,7 +9,7 @@ import pytest
 
 from aoizora.extract.jaxpr_walk import walk
 from aoizora.models import registry, training
-from aoizora.models.primitives import ATTENTION
+from aoizora.models.primitives import FORWARD_ATTENTIONS
 from aoizora.models.wan import ACTIVATION_NAMES
 
 MODEL, WORKLOAD, BATCH = "wan2.1-small", "tiny-9f", 2
@@ -42,7 +42,7 @@ def test_every_policy_gives_the_same_loss_and_gradients(inputs):
 
 def _attention_ops(remat, inputs) -> int:
     jaxpr = jax.make_jaxpr(_value_and_grad(remat))(*inputs).jaxpr
-    return sum(w.eqn.primitive.name == ATTENTION for w in walk(jaxpr))
+    return sum(w.eqn.primitive.name in FORWARD_ATTENTIONS for w in walk(jaxpr))
 
 
 def _has_checkpoint(remat, inputs) -> bool:
@@ -53,8 +53,8 @@ def _has_checkpoint(remat, inputs) -> bool:
 def test_full_remat_recomputes_the_forward_and_none_does_not(inputs):
     assert _attention_ops("none", inputs) == 2       # self + cross attention, the scan body once
     assert _attention_ops("full", inputs) == 4       # ... and again in the backward scan
-    # self-attention's output kept: only cross-attention runs again (its backward op reads q, k,
-    assert _attention_ops({"attn_out": "keep"}, inputs) == 3   # v, not the output)
+    # self-attention's residuals (out, lse) kept: only cross-attention runs again
+    assert _attention_ops({"attn_out": "keep"}, inputs) == 3
     assert not _has_checkpoint("none", inputs)
     assert _has_checkpoint("full", inputs) and _has_checkpoint("dots", inputs)
 
@@ -75,7 +75,8 @@ def test_policy_names_and_one_line_errors():
 
 def test_ir_reads_checkpoint_names_as_tags_not_ops():
     """``checkpoint_name`` is an identity: no node (no replicated-only warning), a tag on the
-    tensor; both in the inference step and in the training step's forward."""
+    tensor; both in the inference step and in the training step's forward, where an attention's
+    log-sum-exp carries its output's name."""
     import warnings
 
     from aoizora.extract.program_ir import build_ir
@@ -86,6 +87,11 @@ def test_ir_reads_checkpoint_names_as_tags_not_ops():
         warnings.simplefilter("ignore")
         ir = build_ir(training.train_step(MODEL, cfg), st, b)
         inf = build_ir(registry.denoise_step(MODEL), *registry.abstract_inputs(MODEL, WORKLOAD))
-    for r in (ir, inf):
+    # the attentions' residuals (out, lse) exist only when differentiated: tagged in training
+    residuals = {"attn_out", "cross_out"}
+    for r, names in ((ir, set(ACTIVATION_NAMES)), (inf, set(ACTIVATION_NAMES) - residuals)):
         assert not [n for n in r.nodes if n.primitive == "name"]
-        assert {t.checkpoint for t in r.tensors.values()} - {None} == set(ACTIVATION_NAMES)
+        assert {t.checkpoint for t in r.tensors.values()} - {None} == names
+    fwd = [n for n in ir.nodes if n.primitive == "aoizora_attention_fwd"]
+    assert len(fwd) == 2 and all(len(n.results) == 2 for n in fwd)
+    assert {ir.tensors[n.results[1]].checkpoint for n in fwd} == residuals   # lse tagged too

@@ -16,7 +16,7 @@ from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.formulation.strategies import Hardware, build_strategies
 from aoizora.models import registry, training
-from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, attention, reference_attention
+from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, ATTENTION_FWD, attention, reference_attention
 from aoizora.plans import Plan, program_key
 from aoizora.realize import realize
 from aoizora.solvers.sharding import solve_sharding
@@ -58,9 +58,14 @@ def test_train_step_jaxpr_has_one_backward_per_attention_and_no_dense_scores(ste
     _, step, args = step_and_args
     closed = jax.make_jaxpr(step)(*args)
     prims = [w.eqn for w in walk(closed.jaxpr)]
-    fwd = [e for e in prims if e.primitive.name == ATTENTION]
+    fwd = [e for e in prims if e.primitive.name == ATTENTION_FWD]
     bwd = [e for e in prims if e.primitive.name == ATTENTION_BWD]
     assert len(fwd) == 2 and len(bwd) == 2            # self + cross attention, scan body once
+    assert not [e for e in prims if e.primitive.name == ATTENTION]   # the forward keeps its lse
+    for b in bwd:        # the backward reads the forward's (out, lse), so it does not recompute it
+        f = next(f for f in fwd if f.invars[1].aval.shape == b.invars[1].aval.shape)
+        assert [tuple(v.aval.shape) for v in b.invars[3:5]] == \
+            [tuple(v.aval.shape) for v in f.outvars]
     assert sorted(tuple(e.invars[1].aval.shape) for e in bwd) == \
         sorted(tuple(e.invars[1].aval.shape) for e in fwd)
     seqs = {e.invars[0].aval.shape[2] for e in fwd} | {e.invars[1].aval.shape[2] for e in fwd}
@@ -218,8 +223,9 @@ def test_train_step_compiles_for_v5p_with_splash_backward_kernels(step_and_args)
     hlo = realize(step, args, layout, mesh, donate_argnums=(0,)).compile().as_text()
     for kernel in ("splash_mha_fwd", "splash_mha_dq", "splash_mha_dkv"):
         assert kernel in hlo, kernel
-    # per attention (self, cross): forward, forward again in the VJP, dq, dk/dv
-    assert hlo.count('custom_call_target="tpu_custom_call"') == 2 * 4
+    # per attention (self, cross): forward, dq, dk/dv; the backward reads the forward's
+    # (out, lse) and does not run the forward again
+    assert hlo.count('custom_call_target="tpu_custom_call"') == 2 * 3
     assert " all-reduce(" in hlo
 
 

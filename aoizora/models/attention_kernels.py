@@ -56,7 +56,7 @@ class AttentionLayoutError(ValueError):
     """An attention layout that does not fit the attention's shapes or the mesh."""
 
 
-def _axes_size(mesh, axes: tuple[str, ...]) -> int:
+def axes_size(mesh, axes: tuple[str, ...]) -> int:
     return int(math.prod(mesh.shape[a] for a in axes))
 
 
@@ -143,13 +143,13 @@ def check_layout(shape_q, shape_kv, layout: AttentionLayout, mesh) -> None:
         raise AttentionLayoutError(f"attention tiles {layout.tiles}: {bad[0]}")
     b, h = shape_q[0], shape_q[1]
     for what, n, axes in (("batch", b, layout.batch), ("heads", h, layout.heads)):
-        d = _axes_size(mesh, axes)
+        d = axes_size(mesh, axes)
         if n % d:
             raise AttentionLayoutError(f"attention q {tuple(shape_q)}: {what} ({n}) does not divide "
                                        f"over mesh axes {axes} of size {d}; choose another layout")
 
 
-def _specs(layout: AttentionLayout):
+def shard_specs(layout: AttentionLayout):
     qspec = P(_entry(layout.batch), _entry(layout.heads), _entry(layout.seq), None)
     if layout.kv == "ring":
         kvspec = qspec
@@ -173,7 +173,7 @@ def _reference_partial(q, k, v, kv_valid, scale):
     return o / l, (m + jnp.log(l))[..., 0]
 
 
-def _splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool,
+def splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool,
                    save_residuals: bool, bkvc: int | None = None):
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
@@ -187,7 +187,7 @@ def _splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool
                               save_residuals=save_residuals, interpret=interpret)
 
 
-def _scaled(q, scale):
+def scaled(q, scale):
     """q times the softmax scale, in q's dtype (what the splash kernel takes)."""
     return (q.astype(jnp.float32) * scale).astype(q.dtype)
 
@@ -196,7 +196,7 @@ def _splash_partial(qs, k, v, kv_valid, bq, bkv, interpret, bkvc=None):
     """Splash on already scaled queries ``qs`` (a ring scales them once, outside its loop)."""
     b, h, lq, _ = qs.shape
     lkv = k.shape[2]
-    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, True, bkvc)
+    kernel = splash_kernel(h, lq, lkv, bq, bkv, interpret, True, bkvc)
     o, (lse,) = _splash_segments(kernel, qs, k, v, kv_valid)
     return o.astype(jnp.float32), lse
 
@@ -216,29 +216,43 @@ def _splash_segments(kernel, qs, k, v, kv_valid):
         qs, k, v, kv_seg)
 
 
-def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc=None):
+def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc=None, residuals=False):
+    """Splash over the batch: out, or (out, lse [b, h, lq] f32) with ``residuals``."""
     b, h, lq, _ = q.shape
     lkv = k.shape[2]
-    kernel = _splash_kernel(h, lq, lkv, bq, bkv, interpret, False, bkvc)
-    qs = _scaled(q, scale)
+    kernel = splash_kernel(h, lq, lkv, bq, bkv, interpret, residuals, bkvc)
+    qs = scaled(q, scale)
     if kv_valid is None:
-        return jax.vmap(lambda a, b_, c: kernel(a, b_, c))(qs, k, v)
-    return _splash_segments(kernel, qs, k, v, kv_valid)
+        out = jax.vmap(lambda a, b_, c: kernel(a, b_, c))(qs, k, v)
+    else:
+        out = _splash_segments(kernel, qs, k, v, kv_valid)
+    if residuals:
+        o, (lse,) = out
+        return o, lse
+    return out
+
+
+def _valid(kv_valid, lkv):
+    """kv_valid, or every key valid when None."""
+    return jnp.ones((lkv,), bool) if kv_valid is None else kv_valid
 
 
 # ---------------------------------------------------------------------------------------------
 
 def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
                       impl: str = "auto", interpret: bool = False, kv_mask=None,
-                      grad: bool = False):
+                      residuals: bool = False):
     """Attention of global q [B,H,Sq,D], k, v [B,H,Skv,D] in ``layout`` on ``mesh``.
 
     kv_mask: None, or bool [B, Skv] (True = attend; module docstring).
 
     impl: "splash" (Pallas kernel; ``interpret=True`` runs it on CPU), "reference" (dense softmax
-    per shard), or "auto" (splash on TPU meshes, reference otherwise). grad: it will be
-    differentiated (the backward's block constraint, ``padded_lengths``).
+    per shard), or "auto" (splash on TPU meshes, reference otherwise). residuals: return
+    (out, lse), lse [B,H,Sq] f32 the log-sum-exp of each query row's scaled logits, for a
+    backward (``attention_backward.sharded_attention_bwd``; its blocks: ``padded_lengths``
+    with ``grad``).
     """
+    grad = residuals
     if q.ndim != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise AttentionLayoutError(f"attention wants q [B,H,Sq,D] and k = v [B,H,Skv,D]; got "
                                    f"{q.shape}, {k.shape}, {v.shape}")
@@ -248,7 +262,7 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
         raise AttentionLayoutError(f"attention impl {impl!r}: use 'splash', 'reference' or 'auto'")
     check_layout(q.shape, k.shape, layout, mesh)
     sq, skv = q.shape[2], k.shape[2]
-    n_seq = _axes_size(mesh, layout.seq)
+    n_seq = axes_size(mesh, layout.seq)
     sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl,
                                           block_q=layout.block_q, block_kv=layout.block_kv,
                                           grad=grad)
@@ -266,16 +280,19 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
         v = jnp.pad(v, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
         if kv_mask is not None:
             kv_mask = jnp.pad(kv_mask, ((0, 0), (0, skv_p - skv)))
-    qspec, kvspec = _specs(layout)
+    qspec, kvspec = shard_specs(layout)
+    kern = Kern(impl, scale, bq, bkv, interpret, bkvc, residuals)
     if layout.kv == "ring" and n_seq > 1:
-        body = functools.partial(_ring_body, kern=_Kern(impl, scale, bq, bkv, interpret, bkvc),
-                                 skv=skv, n=n_seq, axes=tuple(layout.seq))
+        body = functools.partial(_ring_body, kern=kern, skv=skv, n=n_seq, axes=tuple(layout.seq))
     else:
-        body = functools.partial(_gather_body, kern=_Kern(impl, scale, bq, bkv, interpret, bkvc),
-                                 skv=skv)
+        body = functools.partial(_gather_body, kern=kern, skv=skv)
     specs, args = (qspec, kvspec, kvspec), (q, k, v)
     if kv_mask is not None:
         specs, args = specs + (P(kvspec[0], kvspec[2]),), args + (kv_mask.astype(bool),)
+    if residuals:
+        out, lse = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=(qspec, P(*qspec[:3])),
+                                 check_vma=False)(*args)
+        return out[:, :, :sq], lse[:, :, :sq]
     out = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=qspec,
                         check_vma=False)(*args)
     return out[:, :, :sq] if sq_p != sq else out
@@ -290,7 +307,7 @@ def splash_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
 
 
 @dataclasses.dataclass(frozen=True)
-class _Kern:
+class Kern:
     """How each shard attends: impl "splash" | "reference", the scale, splash blocks (bkvc: the
     key block's compute block, None: the key block)."""
     impl: str
@@ -299,15 +316,21 @@ class _Kern:
     bkv: int
     interpret: bool
     bkvc: int | None = None
+    residuals: bool = False      # return (out, lse) for a backward (``sharded_attention``)
 
 
-def _gather_body(q, k, v, mask=None, *, kern: _Kern, skv):
+def _gather_body(q, k, v, mask=None, *, kern: Kern, skv):
     impl, scale, bq, bkv, interpret = kern.impl, kern.scale, kern.bq, kern.bkv, kern.interpret
     bkvc = kern.bkvc
     lkv = k.shape[2]
     kv_valid = None if lkv == skv else jnp.arange(lkv) < skv
     if mask is not None:
         kv_valid = mask if kv_valid is None else mask & kv_valid[None, :]
+    if kern.residuals:
+        if impl == "splash":
+            return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc, True)
+        o, lse = _reference_partial(q, k, v, _valid(kv_valid, lkv), scale)
+        return o.astype(q.dtype), lse
     if impl == "splash":
         return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc)
     if kv_valid is None:
@@ -316,7 +339,7 @@ def _gather_body(q, k, v, mask=None, *, kern: _Kern, skv):
     return o.astype(q.dtype)
 
 
-def _ring_body(q, k, v, mask=None, *, kern: _Kern, skv, n, axes):
+def _ring_body(q, k, v, mask=None, *, kern: Kern, skv, n, axes):
     """Ring attention over the ``axes`` (size n): at step t this shard holds the kv chunk of shard
     (me - t) mod n and sends it on (ppermute i -> i+1) while attending to it; n - 1 sends in all."""
     impl, scale, bq, bkv, interpret = kern.impl, kern.scale, kern.bq, kern.bkv, kern.interpret
@@ -326,7 +349,7 @@ def _ring_body(q, k, v, mask=None, *, kern: _Kern, skv, n, axes):
     perm = [(i, (i + 1) % n) for i in range(n)]
     # scaled here, not in every step: the compiler does not hoist it out of the loop (one pass
     # over q per step, 0.14 ms of a 1.18 ms step at Wan 2.1 14B's sizes on v5e-16)
-    qs = _scaled(q, scale) if impl == "splash" else None
+    qs = scaled(q, scale) if impl == "splash" else None
 
     def partial_(kc, vc, mc, src):
         kv_valid = src * lkv + jnp.arange(lkv) < skv
@@ -358,5 +381,5 @@ def _ring_body(q, k, v, mask=None, *, kern: _Kern, skv, n, axes):
     init = (jnp.zeros((b, h, lq, d), jnp.float32), jnp.full((b, h, lq), -jnp.inf, jnp.float32), k, v,
             m0)
     o, lse, kc, vc, mc = jax.lax.fori_loop(0, n - 1, step, init)
-    o, _ = combine(o, lse, kc, vc, mc, (me - (n - 1)) % n)
-    return o.astype(q.dtype)
+    o, lse = combine(o, lse, kc, vc, mc, (me - (n - 1)) % n)
+    return (o.astype(q.dtype), lse) if kern.residuals else o.astype(q.dtype)

@@ -73,7 +73,7 @@ from aoizora.models import registry, stdit_experts
 from aoizora.models import workloads as W
 from aoizora.models.attention_kernels import SPLASH_BLOCK
 from aoizora.models.config import HunyuanConfig, WanConfig
-from aoizora.models.primitives import ATTENTION, HINT
+from aoizora.models.primitives import FORWARD_ATTENTIONS, HINT
 from aoizora.formulation.kernel_model import SCOPED_VMEM_BYTES
 from aoizora.models.recipes import MAXDIFFUSION_OPTIONS, published_tiles
 
@@ -148,7 +148,7 @@ def attention_nodes(fn, args) -> dict[str, tuple[str, int, int]]:
     for w in walk(closed.jaxpr):
         for v in w.eqn.outvars:
             producer[v] = w.eqn
-        if w.eqn.primitive.name != ATTENTION:
+        if w.eqn.primitive.name not in FORWARD_ATTENTIONS:
             continue
         names = []
         for v in w.eqn.invars[:2]:

@@ -44,7 +44,7 @@ import jax
 from aoizora.extract.jaxpr_walk import walk
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry
-from aoizora.models.primitives import ATTENTION, HINT
+from aoizora.models.primitives import FORWARD_ATTENTIONS, HINT
 
 # the name on dim 2 of an attention's q hint (models.stdit) -> its role
 ROLE_OF_NAME = {"space": "spatial", "frames": "temporal", "sseq": "cross_spatial",
@@ -65,7 +65,7 @@ def stdit_roles(fn, args) -> dict[str, str]:
     for w in walk(closed.jaxpr):
         for v in w.eqn.outvars:
             producer[v] = w.eqn
-        if w.eqn.primitive.name != ATTENTION:
+        if w.eqn.primitive.name not in FORWARD_ATTENTIONS:
             continue
         p = producer.get(w.eqn.invars[0])
         name = p.params["names"][2] if p is not None and p.primitive.name == HINT else None

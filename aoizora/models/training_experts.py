@@ -69,7 +69,7 @@ from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry, training
 from aoizora.models import experts as E
 from aoizora.models.attention_kernels import SPLASH_BLOCK
-from aoizora.models.primitives import ATTENTION, ATTENTION_BWD
+from aoizora.models.primitives import ATTENTION_BWD, ATTENTIONS, FORWARD_ATTENTIONS
 from aoizora.models.recipes import published_tiles
 
 TRAINING_EXPERTS = ("maxdiffusion", "fsdp_ulysses", "dp_fsdp", "fsdp_tp")
@@ -215,10 +215,10 @@ def attention_roles_train(fn, args) -> dict[str, str]:
     bwd = []
     for w in walk(closed.jaxpr):
         name = w.eqn.primitive.name
-        if name not in (ATTENTION, ATTENTION_BWD):
+        if name not in ATTENTIONS:
             continue
         sig = tuple(tuple(v.aval.shape) for v in w.eqn.invars[:2])
-        if name == ATTENTION:
+        if name in FORWARD_ATTENTIONS:
             shapes[sig] = roles[w.key]
         else:
             bwd.append((w.key, sig))
@@ -360,7 +360,7 @@ def node_lengths(fn, args) -> dict[str, tuple[int, int]]:
     """Attention node key (forward and backward) -> (query length, key length)."""
     closed = jax.make_jaxpr(fn)(*args)
     return {w.key: (w.eqn.invars[0].aval.shape[2], w.eqn.invars[1].aval.shape[2])
-            for w in walk(closed.jaxpr) if w.eqn.primitive.name in (ATTENTION, ATTENTION_BWD)}
+            for w in walk(closed.jaxpr) if w.eqn.primitive.name in ATTENTIONS}
 
 
 def train_workload(m, workload, batch: int):

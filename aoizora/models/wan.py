@@ -17,11 +17,12 @@ Every attention goes through ``primitives.attention`` and the main activations c
 ``primitives.hint`` names. The block's activations that a training step may keep, recompute or
 offload carry ``jax.ad_checkpoint.checkpoint_name`` tags (``ACTIVATION_NAMES``, per block):
   qkv         the self-attention q, k, v projections (before qk-norm and RoPE)   3 x [B, L, dim]
-  attn_out    the self-attention output (splash's o), heads merged              [B, L, dim]
+  attn_out    the self-attention's residuals: its output and log-sum-exp (what
+              splash's backward reads; ``primitives.attention(name=...)``)  [B, H, L, D] + [B, H, L] f32
   proj_out    the o-projection and fc2 outputs (before the gated residual add)  2 x [B, L, dim]
   cross_q     the cross-attention q projection (before qk-norm)                 [B, L, dim]
   cross_kv    the cross-attention k, v projections of the text                  2 x [B, T, dim]
-  cross_out   the cross-attention output, heads merged                          [B, L, dim]
+  cross_out   the cross-attention's residuals, as attn_out                [B, H, L, D] + [B, H, L] f32
   ffn_hidden  fc1's output (before gelu)                                        [B, L, ffn_dim]
   residual    the residual stream after self- and after cross-attention         2 x [B, L, dim]
 Anything else in the block (norms, RoPE, gelu, casts) is cheap elementwise work recomputed from
@@ -112,9 +113,10 @@ def _block(cfg: WanConfig, x, p, e0, ctx, cos, sin, kv_mask=None):
     q = apply_rope(_heads(rms_norm(q, a["norm_q"], cfg.eps), cfg.heads), cos, sin)
     k = apply_rope(_heads(rms_norm(k, a["norm_k"], cfg.eps), cfg.heads), cos, sin)
     v = _heads(v, cfg.heads)
-    o = attention(_to_bhsd(q, "seq"), _to_bhsd(k, "seq"), _to_bhsd(v, "seq"), kv_mask=kv_mask)
+    o = attention(_to_bhsd(q, "seq"), _to_bhsd(k, "seq"), _to_bhsd(v, "seq"), kv_mask=kv_mask,
+                  name="attn_out")
     o = hint(o, "batch", "heads", "seq", "head_dim")
-    y = checkpoint_name(linear(a["o"], checkpoint_name(_merge(o), "attn_out")), "proj_out")
+    y = checkpoint_name(linear(a["o"], _merge(o)), "proj_out")
     x = (x.astype(jnp.float32) + y.astype(jnp.float32) * m[2][:, None]).astype(dt)
     x = checkpoint_name(hint(x, "batch", "seq", "embed"), "residual")
 
@@ -126,9 +128,9 @@ def _block(cfg: WanConfig, x, p, e0, ctx, cos, sin, kv_mask=None):
     k = _heads(rms_norm(checkpoint_name(linear(c["k"], ctx), "cross_kv"), c["norm_k"], cfg.eps),
                cfg.heads)
     v = _heads(checkpoint_name(linear(c["v"], ctx), "cross_kv"), cfg.heads)
-    o = attention(_to_bhsd(q, "seq"), _to_bhsd(k, "text"), _to_bhsd(v, "text"))
+    o = attention(_to_bhsd(q, "seq"), _to_bhsd(k, "text"), _to_bhsd(v, "text"), name="cross_out")
     o = hint(o, "batch", "heads", "seq", "head_dim")
-    x = x + linear(c["o"], checkpoint_name(_merge(o), "cross_out"))
+    x = x + linear(c["o"], _merge(o))
     x = checkpoint_name(hint(x, "batch", "seq", "embed"), "residual")
 
     # FFN

@@ -285,8 +285,8 @@ def compute_seconds_by_name(module: Any, chip: ChipModel) -> tuple[dict[str, flo
 
 def compute_breakdown(module: Any, chip: ChipModel, runs: dict[str, int]) -> dict[str, float]:
     """Seconds per step of the compute ``module`` runs, by what they are: Pallas kernels by their
-    name (splash forward; splash forward with residuals, which a backward runs again for its
-    log-sum-exp; splash backward dq and dk/dv; other kernels), every other op by what bounds it
+    name (splash forward; splash forward saving its residuals for a backward, a rematerialized
+    one included; splash backward dq and dk/dv; other kernels), every other op by what bounds it
     (MXU, HBM, VPU, EUP). ``runs``: instruction name -> runs per step (the evidence's counts);
     instructions it does not name are not counted."""
     out: dict[str, float] = {}
@@ -301,7 +301,7 @@ def compute_breakdown(module: Any, chip: ChipModel, runs: dict[str, int]) -> dic
 def _kernel_role(name: str) -> str:
     if "splash_mha_fwd" in name:
         return ("attention forward" if "no_residuals" in name
-                else "attention forward again, for the backward's residuals")
+                else "attention forward with residuals (training; recomputed ones included)")
     if "splash_mha_dq" in name or "splash_mha_dkv" in name:
         return "attention backward (dq, dk/dv)"
     return "other kernels"
