@@ -5,8 +5,7 @@ kernel's dq and dk/dv kernels (TPU) or the reference formula (CPU), inside ``jax
 residuals -- global q, out [B, H, Sq, D], lse [B, H, Sq] f32 (``sharded_attention(...,
 residuals=True)``), k, v [B, H, Skv, D] -- and the cotangent do [B, H, Sq, D], and returns
 (dq, dk, dv) without running the forward again, as splash's own VJP does with the (out,
-logsumexp) it saved. With p[i, j] = exp(scale q_i . k_j - lse_i) (0 for a
-masked or padded key),
+logsumexp) it saved. With p[i, j] = exp(scale q_i . k_j - lse_i) (0 for a masked or padded key),
 
     dv = p^T do,   ds = p * (do v^T - rowsum(out * do)),   dq = scale ds k,   dk = scale ds^T q.
 
@@ -18,9 +17,10 @@ sequence axes. Padding as the forward's (``padded_lengths`` with ``grad``): padd
 do = 0 and lse = 0, so they add nothing to dk / dv; padded keys are masked.
 
 The splash path calls the kernel's backward (``_splash_attention_bwd`` of the installed JAX's
-``splash_attention_kernel``, private: pinned with the JAX version) with the residual tuple its forward would have saved: q
-scaled (the kernel takes scaled queries), k, v, segment ids, out, lse and the kernel's dq / dk-dv
-mask metadata. Its dq is the gradient for scaled queries, so dq = scale * that.
+``splash_attention_kernel``: private, so pinned with the JAX version) with the residual tuple
+its forward would have saved: q scaled (the kernel takes scaled queries), k, v, segment ids,
+out, lse and the kernel's dq / dk-dv mask metadata. Its dq is the gradient for scaled queries,
+so dq = scale * that. The backward's blocks are the forward's (``splash_kernel``).
 """
 
 from __future__ import annotations
