@@ -83,7 +83,8 @@ from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, axes_of
 from aoizora.models.attention_backward import sharded_attention_bwd
 from aoizora.models.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
-from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, ATTENTION_FWD, ATTENTIONS, HINT
+from aoizora.models.primitives import (ATTENTION, ATTENTION_BWD, ATTENTION_FWD, ATTENTIONS,
+                                       FORWARD_ATTENTIONS, HINT)
 from aoizora.rematerialize import RematError, apply_remat
 
 
@@ -309,22 +310,17 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
             outs = _scan(eqn, invals, key, ctx)
         elif name == "while":
             outs = _while(eqn, invals, key, ctx)
-        elif name == ATTENTION:
+        elif name in FORWARD_ATTENTIONS:
             q, k, v, *mask = invals          # the key mask, if the marker has one
+            residuals = name == ATTENTION_FWD     # a differentiated forward: (out, lse)
             # the scope names the node in the compiled ops' op_name metadata, so that compiled
             # attention time can be read back per node (``extract.evidence.ATTENTION_SCOPE``)
             with jax.named_scope(attention_scope(key)):
-                outs = [sharded_attention(q, k, v, layout=ctx.layout.attention_for(key),
-                                          mesh=ctx.mesh, scale=eqn.params["scale"],
-                                          impl=ctx.attention_impl, interpret=ctx.interpret,
-                                          kv_mask=mask[0] if mask else None)]
-        elif name == ATTENTION_FWD:
-            q, k, v, *mask = invals
-            with jax.named_scope(attention_scope(key)):
-                outs = list(sharded_attention(q, k, v, layout=ctx.layout.attention_for(key),
-                                              mesh=ctx.mesh, scale=eqn.params["scale"],
-                                              impl=ctx.attention_impl, interpret=ctx.interpret,
-                                              kv_mask=mask[0] if mask else None, residuals=True))
+                got = sharded_attention(q, k, v, layout=ctx.layout.attention_for(key),
+                                        mesh=ctx.mesh, scale=eqn.params["scale"],
+                                        impl=ctx.attention_impl, interpret=ctx.interpret,
+                                        kv_mask=mask[0] if mask else None, residuals=residuals)
+            outs = list(got) if residuals else [got]
         elif name == ATTENTION_BWD:
             q, k, v, out, lse, do, *mask = invals
             with jax.named_scope(attention_scope(key)):

@@ -232,11 +232,6 @@ def _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc=None, residu
     return out
 
 
-def _valid(kv_valid, lkv):
-    """kv_valid, or every key valid when None."""
-    return jnp.ones((lkv,), bool) if kv_valid is None else kv_valid
-
-
 # ---------------------------------------------------------------------------------------------
 
 def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
@@ -252,7 +247,6 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
     backward (``attention_backward.sharded_attention_bwd``; its blocks: ``padded_lengths``
     with ``grad``).
     """
-    grad = residuals
     if q.ndim != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise AttentionLayoutError(f"attention wants q [B,H,Sq,D] and k = v [B,H,Skv,D]; got "
                                    f"{q.shape}, {k.shape}, {v.shape}")
@@ -265,7 +259,7 @@ def sharded_attention(q, k, v, *, layout: AttentionLayout, mesh, scale: float,
     n_seq = axes_size(mesh, layout.seq)
     sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_seq, kv=layout.kv, impl=impl,
                                           block_q=layout.block_q, block_kv=layout.block_kv,
-                                          grad=grad)
+                                          grad=residuals)
     bkvc = layout.block_kv_compute if impl == "splash" else None
     if bkvc is not None and bkv % bkvc:
         raise AttentionLayoutError(f"attention tiles {layout.tiles}: block_kv_compute {bkvc} "
@@ -326,17 +320,13 @@ def _gather_body(q, k, v, mask=None, *, kern: Kern, skv):
     kv_valid = None if lkv == skv else jnp.arange(lkv) < skv
     if mask is not None:
         kv_valid = mask if kv_valid is None else mask & kv_valid[None, :]
-    if kern.residuals:
-        if impl == "splash":
-            return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc, True)
-        o, lse = _reference_partial(q, k, v, _valid(kv_valid, lkv), scale)
-        return o.astype(q.dtype), lse
     if impl == "splash":
-        return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc)
-    if kv_valid is None:
+        return _splash_full(q, k, v, kv_valid, scale, bq, bkv, interpret, bkvc, kern.residuals)
+    if kv_valid is None and not kern.residuals:
         return reference_attention(q, k, v, scale=scale)
-    o, _ = _reference_partial(q, k, v, kv_valid, scale)
-    return o.astype(q.dtype)
+    kv_valid = jnp.ones((lkv,), bool) if kv_valid is None else kv_valid
+    o, lse = _reference_partial(q, k, v, kv_valid, scale)
+    return (o.astype(q.dtype), lse) if kern.residuals else o.astype(q.dtype)
 
 
 def _ring_body(q, k, v, mask=None, *, kern: Kern, skv, n, axes):
