@@ -13,6 +13,7 @@ compile is then the verification. The plan's status is OPTIMAL only when both ce
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -25,6 +26,7 @@ from aoizora.extract.aot_compile import CompileError, compiler_identity
 from aoizora.extract.network import Network
 from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.latency import Q2, predict_step
+from aoizora.formulation.layout import AttentionLayout
 from aoizora.loop_state import LoopState
 from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
@@ -100,18 +102,32 @@ def _notes(stop_reason: str, learned: Calibration, time_limited: list[str]) -> l
     return notes
 
 
+def _untiled(layout):
+    """``layout`` with no attention tiles (forward or backward): the automatic ones."""
+    return dataclasses.replace(layout, attention={
+        k: AttentionLayout(a.batch, a.heads, a.seq, a.kv) for k, a in layout.attention.items()})
+
+
 def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     """The plan's attention tiles (``aoizora.tiles.choose_tiles``): the kernel model's best
-    tiles for each attention node at its per-shard shapes, compiled in the planned device order
-    (a VMEM / SMEM overflow makes the choice again within less VMEM) and priced by Q2; kept
-    when they fit and price lower, which makes that compile the plan's verification (True). A layout that already has tiles (a seed with its authors' tiles), or no attention,
-    or tiles that do not compile or price higher: nothing changes (False)."""
+    tiles for each attention node, and blocks for each attention backward node, at its
+    per-shard shapes, compiled in the planned device order (a VMEM / SMEM overflow makes the
+    choice again within less VMEM) and priced by Q2; kept when they fit and price lower than
+    the plan's tiles (automatic, or a seed's: its authors'), which makes that compile the
+    plan's verification (True). No attention, or tiles that do not compile or price higher:
+    nothing changes (False)."""
     best, prog = state.best, state.program
     layout = best.solution.layout
-    shapes = attention_shapes(prog.ir) if prog.ir is not None else {}
-    shapes = {k: v for k, v in shapes.items() if k in layout.attention or "*" in layout.attention}
-    if not shapes or any(a.tiles for a in layout.attention.values()):
+    if prog.ir is None:
         return False
+
+    def mine(shapes):
+        return {k: v for k, v in shapes.items() if k in layout.attention or "*" in layout.attention}
+    shapes = mine(attention_shapes(prog.ir))
+    backward = mine(attention_shapes(prog.ir, "attention_bwd"))
+    if not shapes and not backward:
+        return False
+    base = _untiled(layout)
     compiled = {}
 
     def check(candidate):   # the compiler's verdict (VMEM / SMEM); its evidence kept
@@ -119,11 +135,11 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
 
     state.progress.stage("choosing attention tiles: compiling the plan with them in its order")
     try:
-        tiled = choose_tiles(layout, shapes, prog.target, check=check)
+        tiled = choose_tiles(base, shapes, prog.target, check=check, backward=backward)
     except (CompileError, RealizeError) as e:
         notes.append(f"attention tiles not used: {str(e).splitlines()[0][:160]}")
         return False
-    if tiled == layout or "ev" not in compiled:
+    if tiled in (base, layout) or "ev" not in compiled:
         return False
     ev = compiled["ev"]
     q2 = predict_step(ev, best.placement, prog.network)

@@ -16,9 +16,10 @@ except on v4, which shows two devices per chip):
 - every axis in ``layout.in_specs``, ``out_specs``, ``node_specs``, ``attention`` (batch, heads,
   seq) and ``rules`` is a mesh axis, at most once per spec; ``in_specs`` has one spec per entry
   of ``key.input_shapes``, of that input's rank (or null);
-- ``layout.attention`` tiles (``block_q``, ``block_kv``, ``block_kv_compute``, optional):
-  positive integers, block_q a multiple of 8, the key/value tiles multiples of 128,
-  block_kv_compute dividing block_kv; ``layout.compiler_options``: names ``xla_...``, values
+- ``layout.attention`` tiles (``block_q``, ``block_kv``, ``block_kv_compute``, and the
+  backward's ``block_q_dkv`` ... ``use_fused_bwd_kernel``, optional): positive integers, block_q
+  a multiple of 8, the other tiles multiples of 128, a compute block dividing its block, no dq
+  blocks with a fused backward; ``layout.compiler_options``: names ``xla_...``, values
   bool, number or string; ``layout.remat`` (optional, a training step's rematerialization):
   activation name -> "keep" | "recompute" | "offload";
 - ``predicted``: ``step_s``, ``compute_s``, ``communication_s`` and every other ``*_s`` entry
@@ -35,7 +36,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
 from aoizora.extract.targets import Target, TargetError, get_target
-from aoizora.formulation.layout import tile_problems
+from aoizora.formulation.layout import ALL_TILE_FIELDS, tile_problems
 
 PLAN_FORMAT = "aoizora-plan/1"
 
@@ -101,6 +102,12 @@ class AttentionModel(_Strict):
     block_q: Tile | None = None
     block_kv: Tile | None = None
     block_kv_compute: Tile | None = None
+    block_q_dkv: Tile | None = None
+    block_kv_dkv: Tile | None = None
+    block_kv_dkv_compute: Tile | None = None
+    block_q_dq: Tile | None = None
+    block_kv_dq: Tile | None = None
+    use_fused_bwd_kernel: bool | None = None
 
 
 class LayoutModel(_Strict):
@@ -328,7 +335,7 @@ def _check_axes(field: str, spec: list, mesh: dict[str, int], source: str | None
 
 def _check_tiles(layout: LayoutModel, source: str | None) -> None:
     for k, a in layout.attention.items():
-        bad = tile_problems(a.block_q, a.block_kv, a.block_kv_compute)
+        bad = tile_problems(**{f: getattr(a, f) for f in ALL_TILE_FIELDS})
         if bad:
             raise plan_error(field_path(("layout", "attention", k)), bad[0], source)
 

@@ -25,6 +25,9 @@ shapes under ``layout``:
     (``models.attention_kernels.splash_metadata_bytes``). Ties go to less VMEM, then to smaller
     tiles (deterministic).
 
+Attention backward nodes (a training step's) get their kernels' blocks from the same kernel
+model the same way (``aoizora.backward_tiles``: dk/dv and dq blocks, or one fused kernel).
+
 The compiler decides feasibility: with ``check`` (a callable that compiles a layout and raises
 ``extract.aot_compile.CompileError``), a compile that overflows VMEM or SMEM makes the choice
 again with ``vmem_fraction`` x 0.75 (at most ``retries`` times); if none compiles, the layout
@@ -44,6 +47,7 @@ import dataclasses
 import math
 from typing import Any, Callable
 
+from aoizora.backward_tiles import node_backward_tiles
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.kernel_model import (KernelChip, SplashShape, kernel_chip,
@@ -78,10 +82,11 @@ class TileChoice:
     vmem_bytes: int
 
 
-def attention_shapes(ir) -> dict[str, AttentionShape]:
-    """Attention node key -> its global shapes, from a ``extract.program_ir.ProgramIR``."""
+def attention_shapes(ir, kind: str = "attention") -> dict[str, AttentionShape]:
+    """Attention node key -> its global shapes, from a ``extract.program_ir.ProgramIR``;
+    ``kind`` "attention_bwd": the attention backward nodes' (q, k their first operands)."""
     out = {}
-    for n in ir.by_kind("attention"):
+    for n in ir.by_kind(kind):
         q, k = (ir.tensors[t] for t in n.operands[:2])
         e = max(q.bytes // max(math.prod(q.shape), 1), 1)
         if "shape" in n.params:   # found in the program: its canonical [B, H, S, T, D]
@@ -144,15 +149,17 @@ def node_tiles(shape: AttentionShape, al: AttentionLayout, mesh_axes: dict[str, 
 
 
 def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: "str | Target",
-                 vmem_fraction: float = 1.0) -> tuple[Layout, dict[str, TileChoice]]:
-    """``layout`` with every node of ``shapes`` given its ``node_tiles`` (a node with no
+                 vmem_fraction: float = 1.0, backward: dict[str, AttentionShape] | None = None
+                 ) -> tuple[Layout, dict[str, Any]]:
+    """``layout`` with every node of ``shapes`` given its ``node_tiles`` and every attention
+    backward node of ``backward`` its ``backward_tiles.node_backward_tiles`` (a node with no
     feasible tiles keeps the automatic choice)."""
     tgt = get_target(target)
     # the same chip numbers Q2's network carries (``extract.network.Network.from_target``)
     chip = kernel_chip(tgt.chip.generation, tgt.chip.peak_bf16_flops, tgt.chip.hbm_bandwidth_Bps,
                        tgt.chip.clock_hz)
     attention = dict(layout.attention)
-    chosen = {}
+    chosen: dict[str, Any] = {}
     for key, shape in sorted(shapes.items()):
         al = layout.attention_for(key)
         c = node_tiles(shape, al, layout.mesh_axes, chip, vmem_fraction)
@@ -161,19 +168,31 @@ def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: "str
         chosen[key] = c
         attention[key] = al.with_tiles(block_q=c.block_q, block_kv=c.block_kv,
                                        block_kv_compute=c.block_kv_compute)
+    for key, shape in sorted((backward or {}).items()):
+        al = attention.get(key) or layout.attention_for(key)
+        b = node_backward_tiles(shape, al, layout.mesh_axes, chip, vmem_fraction)
+        if b is not None:
+            chosen[key] = b
+            attention[key] = al.with_tiles(**b.tiles)
     return dataclasses.replace(layout, attention=attention), chosen
 
 
 def choose_tiles(layout: Layout, ir_or_shapes: Any, target: "str | Target", *,
-                 check: Callable[[Layout], Any] | None = None, retries: int = 3) -> Layout:
+                 check: Callable[[Layout], Any] | None = None, retries: int = 3,
+                 backward: dict[str, AttentionShape] | None = None) -> Layout:
     """``layout`` with kernel-model tiles on every attention node (module docstring).
 
-    ir_or_shapes: a ``ProgramIR`` or ``{node key: AttentionShape}``. check: compiles a layout,
+    ir_or_shapes: a ``ProgramIR`` (its attention and attention backward nodes) or ``{node key:
+    AttentionShape}`` (with ``backward``: the backward nodes'). check: compiles a layout,
     raising ``CompileError`` (e.g. ``lambda L: compile_layout(fn, args, tgt, L, order)``)."""
-    shapes = ir_or_shapes if isinstance(ir_or_shapes, dict) else attention_shapes(ir_or_shapes)
+    if isinstance(ir_or_shapes, dict):
+        shapes = ir_or_shapes
+    else:
+        shapes = attention_shapes(ir_or_shapes)
+        backward = attention_shapes(ir_or_shapes, "attention_bwd")
     fraction = 1.0
     for _ in range(retries + 1):
-        tiled, _chosen = tiled_layout(layout, shapes, target, fraction)
+        tiled, _chosen = tiled_layout(layout, shapes, target, fraction, backward)
         if check is None:
             return tiled
         try:

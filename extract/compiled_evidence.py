@@ -214,47 +214,85 @@ def while_trip_count(module: HloModule, loop: Instruction, comp: Computation) ->
 _SHAPE = re.compile(r"\b(bf16|f16|f32|f8e4m3fn|f8e5m2)\[([0-9,]+)\]")
 
 
-def attention_kernel_flops(ins: Instruction) -> float:
-    """FLOPs of a Pallas splash-attention forward kernel, which the compiler does not estimate:
-    4 * heads * Sq * Skv * d (QK^T and PV, 2 FLOP per multiply-add), from its q, k, v operands
-    ([..., heads, S, d], the last three floating operands). 0 for any other kernel."""
-    if "splash_mha_fwd" not in ins.metadata.get("op_name", "") and "splash" not in ins.name:
-        return 0.0
-    text = ins.attrs.get("operand_layout_constraints", "") or ins.operand_text
-    shapes = [[int(v) for v in dims.split(",")] for _, dims in _SHAPE.findall(text)]
-    shapes = [sh for sh in shapes if len(sh) >= 3]
-    if len(shapes) < 3:
-        return 0.0
-    q, k = shapes[-3], shapes[-2]
-    lead = 1
-    for v in q[:-2]:
-        lead *= v
-    return 4.0 * lead * q[-2] * k[-2] * q[-1]
-
-
 _TILE = {k: re.compile(r'"' + k + r'"\s*:\s*(\d+)')
-         for k in ("block_q", "block_kv", "block_kv_compute")}
+         for k in ("block_q", "block_kv", "block_kv_compute", "block_q_dkv", "block_kv_dkv",
+                   "block_kv_dkv_compute", "block_q_dq", "block_kv_dq")}
 _ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f8e4m3fn": 1, "f8e5m2": 1}
+# splash kernel kind (its op_name) -> (its metadata's tile keys, the uniform names they get)
+_SPLASH_KINDS = {
+    "splash_mha_fwd": ("fwd", ("block_q", "block_kv", "block_kv_compute")),
+    "splash_mha_dkv": ("dkv", ("block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute")),
+    "splash_mha_dq": ("dq", ("block_q_dq", "block_kv_dq")),
+}
 
 
-def splash_kernel_info(ins: Instruction) -> dict[str, int]:
-    """The splash forward kernel's tiles and per-shard shapes, {} for any other kernel:
-    block_q / block_kv / block_kv_compute from the kernel's own ``kernel_metadata``
-    (``xprof_metadata`` in its frontend_attributes), lead (product of q's leading dims: batch x
-    heads), lq, lkv (query / key lengths as the kernel sees them: padded), head_dim, dtype_bytes
-    from its q and k operands."""
-    if "splash_mha_fwd" not in ins.metadata.get("op_name", "") and "splash" not in ins.name:
-        return {}
-    meta = ins.attrs.get("frontend_attributes", "").replace('\\"', '"')
-    tiles = {k: int(m.group(1)) for k, rx in _TILE.items() if (m := rx.search(meta))}
+def _splash_kind(ins: Instruction) -> tuple[str, tuple[str, ...]] | None:
+    label = ins.metadata.get("op_name", "") + " " + ins.name
+    for marker in ("splash_mha_dkv", "splash_mha_dq", "splash_mha_fwd"):
+        if marker in label:
+            return _SPLASH_KINDS[marker]
+    return _SPLASH_KINDS["splash_mha_fwd"] if "splash" in ins.name else None
+
+
+def _splash_operands(ins: Instruction, kind: str):
+    """(dtype, q dims, k dims, fused) of a splash kernel's operands, None if unreadable: forward
+    q, k, v are its last three floating operands, a backward kernel's its first three; fused:
+    a dk/dv kernel with a result one rank above q (it writes dq too)."""
     text = ins.attrs.get("operand_layout_constraints", "") or ins.operand_text
     shapes = [(dt, [int(v) for v in dims.split(",")]) for dt, dims in _SHAPE.findall(text)]
     shapes = [(dt, sh) for dt, sh in shapes if len(sh) >= 3]
-    if len(tiles) < 3 or len(shapes) < 3:
+    if len(shapes) < 3:
+        return None
+    qi, ki = (-3, -2) if kind == "fwd" else (0, 1)
+    (dt, q), (_, k) = shapes[qi], shapes[ki]
+    results = ins.shape.tuple_shapes if ins.shape.is_tuple else (ins.shape,)
+    fused = kind == "dkv" and any(len(r.dims) == len(q) + 1 for r in results)
+    return dt, q, k, fused
+
+
+def splash_kernel_info(ins: Instruction) -> dict[str, int]:
+    """A splash kernel's kind, tiles and per-shard shapes, {} for any other kernel: ``kind``
+    "fwd" | "dq" | "dkv" (from its op_name), block_q / block_kv (/ block_kv_compute) from the
+    kernel's own ``kernel_metadata`` (``xprof_metadata`` in its frontend_attributes; the
+    backward kernels' block_q_dq ... block_kv_dkv_compute under these uniform names), ``fused``
+    (1 when the dk/dv kernel also writes dq: a result one rank above q), lead (product of q's
+    leading dims: batch x heads), lq, lkv (query / key lengths as the kernel sees them: padded),
+    head_dim, dtype_bytes from its q and k operands."""
+    got = _splash_kind(ins)
+    if got is None:
         return {}
-    (dt, q), (_, k) = shapes[-3], shapes[-2]
-    return {**tiles, "lead": int(math.prod(q[:-2])), "lq": q[-2], "lkv": k[-2],
-            "head_dim": q[-1], "dtype_bytes": _ELEM_BYTES[dt]}
+    kind, keys = got
+    meta = ins.attrs.get("frontend_attributes", "").replace('\\"', '"')
+    raw = {k: int(m.group(1)) for k in keys if (m := _TILE[k].search(meta))}
+    ops = _splash_operands(ins, kind)
+    if len(raw) < len(keys) or ops is None:
+        return {}
+    dt, q, k, fused = ops
+    tiles = dict(zip(("block_q", "block_kv", "block_kv_compute"), (raw[k] for k in keys)))
+    out = {"kind": kind, **tiles, "lead": int(math.prod(q[:-2])), "lq": q[-2], "lkv": k[-2],
+           "head_dim": q[-1], "dtype_bytes": _ELEM_BYTES[dt]}
+    if kind == "dkv":
+        out["fused"] = int(fused)
+    return out
+
+
+# FLOPs per (lead x Lq x Lkv x D) of each splash kernel: 2 per multiply-add of its matmuls
+# (forward: q k^T, p v; dq: q k^T, do v^T, ds k; dk/dv: k q^T, p^T do, v do^T, ds^T q, + ds k fused)
+_SPLASH_FLOPS = {"fwd": 4, "dq": 6, "dkv": 8}
+
+
+def attention_kernel_flops(ins: Instruction) -> float:
+    """FLOPs of a Pallas splash-attention kernel (forward, dq or dk/dv), which the compiler does
+    not estimate: ``_SPLASH_FLOPS[kind] * lead * Sq * Skv * d`` from its q and k operands
+    ([..., heads, S, d]; a fused dk/dv kernel 10). 0 for any other kernel."""
+    got = _splash_kind(ins)
+    if got is None:
+        return 0.0
+    ops = _splash_operands(ins, got[0])
+    if ops is None:
+        return 0.0
+    _, q, k, fused = ops
+    return (_SPLASH_FLOPS[got[0]] + 2 * fused) * math.prod(q[:-2]) * q[-2] * k[-2] * q[-1]
 
 
 def _cost_estimate(ins: Instruction) -> dict:
@@ -265,8 +303,9 @@ def _cost_estimate(ins: Instruction) -> dict:
 
 
 def _kernel_flops(ins: Instruction) -> float:
-    """FLOPs of a custom-call kernel: its own cost estimate, else the splash attention count."""
-    return float(_cost_estimate(ins).get("flops", 0) or 0) or attention_kernel_flops(ins)
+    """FLOPs of a custom-call kernel: the splash attention count (the backward kernels' own cost
+    estimates count a fraction of their matmuls), else its own cost estimate."""
+    return attention_kernel_flops(ins) or float(_cost_estimate(ins).get("flops", 0) or 0)
 
 
 class _Walker:

@@ -58,6 +58,12 @@ class AttentionLayout:
     None: the automatic choice (``aoizora.models.attention_kernels.splash_blocks``). Rules
     (``tile_problems``): block_q a positive multiple of 8, block_kv and block_kv_compute positive
     multiples of 128, block_kv_compute dividing block_kv.
+
+    block_q_dkv / block_kv_dkv / block_kv_dkv_compute, block_q_dq / block_kv_dq and
+    use_fused_bwd_kernel: the blocks of its backward's kernels (a training step's; splash's own
+    ``BlockSizes`` names: the dk/dv kernel's, the dq kernel's, or one fused dq-dk-dv kernel,
+    which takes no dq blocks); None: the forward's blocks, unfused. Rules: every backward block
+    a positive multiple of 128, block_kv_dkv_compute dividing block_kv_dkv.
     """
 
     batch: tuple[str, ...] = ()
@@ -67,13 +73,24 @@ class AttentionLayout:
     block_q: int | None = None
     block_kv: int | None = None
     block_kv_compute: int | None = None
+    block_q_dkv: int | None = None
+    block_kv_dkv: int | None = None
+    block_kv_dkv_compute: int | None = None
+    block_q_dq: int | None = None
+    block_kv_dq: int | None = None
+    use_fused_bwd_kernel: bool | None = None
 
     @property
-    def tiles(self) -> dict[str, int]:
-        """The tiles this layout sets (absent: automatic)."""
-        return {k: getattr(self, k) for k in TILE_FIELDS if getattr(self, k) is not None}
+    def tiles(self) -> dict[str, Any]:
+        """The tiles (forward and backward) this layout sets (absent: automatic)."""
+        return {k: getattr(self, k) for k in ALL_TILE_FIELDS if getattr(self, k) is not None}
 
-    def with_tiles(self, **tiles: int | None) -> "AttentionLayout":
+    @property
+    def backward_tiles(self) -> dict[str, Any]:
+        """The backward's blocks this layout sets."""
+        return {k: getattr(self, k) for k in BACKWARD_TILE_FIELDS if getattr(self, k) is not None}
+
+    def with_tiles(self, **tiles: Any) -> "AttentionLayout":
         return dataclasses.replace(self, **tiles)
 
     def to_json(self) -> dict[str, Any]:
@@ -83,24 +100,39 @@ class AttentionLayout:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "AttentionLayout":
         return cls(tuple(d.get("batch", ())), tuple(d.get("heads", ())), tuple(d.get("seq", ())),
-                   d.get("kv", "gather"), *(d.get(k) for k in TILE_FIELDS))
+                   d.get("kv", "gather"), **{k: d.get(k) for k in ALL_TILE_FIELDS})
 
 
 TILE_FIELDS = ("block_q", "block_kv", "block_kv_compute")
+BACKWARD_TILE_FIELDS = ("block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute", "block_q_dq",
+                        "block_kv_dq", "use_fused_bwd_kernel")
+ALL_TILE_FIELDS = TILE_FIELDS + BACKWARD_TILE_FIELDS
+_MULTIPLE = {"block_q": 8, **{k: 128 for k in ALL_TILE_FIELDS[1:-1]}}
 
 
-def tile_problems(block_q: Any, block_kv: Any, block_kv_compute: Any) -> list[str]:
-    """What is wrong with a set of splash tiles (None: automatic), one phrase per problem."""
+def tile_problems(block_q: Any = None, block_kv: Any = None, block_kv_compute: Any = None,
+                  **backward: Any) -> list[str]:
+    """What is wrong with a set of splash tiles (None: automatic), one phrase per problem;
+    ``backward``: the backward's blocks by their ``BACKWARD_TILE_FIELDS`` names."""
+    unknown = sorted(set(backward) - set(BACKWARD_TILE_FIELDS))
+    if unknown:
+        return [f"unknown tile {unknown[0]!r}; known: {', '.join(ALL_TILE_FIELDS)}"]
+    t = {"block_q": block_q, "block_kv": block_kv, "block_kv_compute": block_kv_compute,
+         **backward}
     out = []
-    for name, v, m in (("block_q", block_q, 8), ("block_kv", block_kv, 128),
-                       ("block_kv_compute", block_kv_compute, 128)):
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v % m:
+    for name, m in _MULTIPLE.items():
+        v = t.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v % m):
             out.append(f"{name} {v!r} is not a positive multiple of {m}")
-    if (not out and block_kv is not None and block_kv_compute is not None
-            and block_kv % block_kv_compute):
-        out.append(f"block_kv_compute {block_kv_compute} does not divide block_kv {block_kv}")
+    fused = t.get("use_fused_bwd_kernel")
+    if fused is not None and not isinstance(fused, bool):
+        out.append(f"use_fused_bwd_kernel {fused!r} is not true or false")
+    for big, small in (("block_kv", "block_kv_compute"), ("block_kv_dkv", "block_kv_dkv_compute")):
+        if not out and t.get(big) is not None and t.get(small) is not None \
+                and t[big] % t[small]:
+            out.append(f"{small} {t[small]} does not divide {big} {t[big]}")
+    if fused and (t.get("block_q_dq") is not None or t.get("block_kv_dq") is not None):
+        out.append("a fused backward kernel takes no dq blocks (block_q_dq, block_kv_dq)")
     return out
 
 

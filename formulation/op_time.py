@@ -1,9 +1,11 @@
 """Seconds of compiled compute: one op, the whole program, and the window of each async collective.
 
     t_o   = estimated_cycles_o / clock_hz                  when the compiler gave cycles
-          = splash_seconds(shape_o, tiles_o, chip)          for a splash attention kernel whose
-            tiles and per-shard shapes the evidence read (``ComputeOp.kernel``): the kernel
+          = splash_seconds(shape_o, tiles_o, chip)          for a splash attention forward kernel
+            whose tiles and per-shard shapes the evidence read (``ComputeOp.kernel``): the kernel
             model of ``formulation.kernel_model`` (tile efficiency, padding, per-step overhead)
+          = dq_seconds / dkv_seconds(shape_o, tiles_o, chip) for its backward kernels (dq, dk/dv,
+            fused or not: ``formulation.splash_backward_model``)
           = max(flops_o / peak_flops, bytes_o / hbm_bandwidth)   otherwise (another opaque
             custom call)
     compute_s = sum_o count_o * t_o
@@ -28,16 +30,24 @@ from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation.kernel_model import (KernelModelError, SplashShape, kernel_chip,
                                               splash_seconds)
+from aoizora.formulation.splash_backward_model import dkv_seconds, dq_seconds
 
 
 def splash_op_seconds(kernel: dict, generation: str, network: Network,
                       clock_hz: float) -> float | None:
-    """One run of a splash kernel op by the kernel model; None when the model cannot price it
-    (unknown generation, no chip numbers, incomplete kernel info)."""
+    """One run of a splash kernel op (forward, dq or dk/dv: ``kernel["kind"]``) by the kernel
+    models; None when they cannot price it (unknown generation, no chip numbers, incomplete
+    kernel info)."""
     try:
         chip = kernel_chip(generation, network.peak_flops, network.hbm_bandwidth_Bps, clock_hz)
         shape = SplashShape(kernel["lead"], kernel["lq"], kernel["lkv"], kernel["head_dim"],
                             kernel.get("dtype_bytes", 2))
+        kind = kernel.get("kind", "fwd")
+        if kind == "dq":
+            return dq_seconds(shape, kernel["block_q"], kernel["block_kv"], chip)
+        if kind == "dkv":
+            return dkv_seconds(shape, kernel["block_q"], kernel["block_kv"],
+                               kernel["block_kv_compute"], chip, bool(kernel.get("fused")))
         return splash_seconds(shape, kernel["block_q"], kernel["block_kv"],
                               kernel["block_kv_compute"], chip)
     except (KernelModelError, KeyError):

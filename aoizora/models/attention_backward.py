@@ -20,13 +20,16 @@ The splash path calls the kernel's backward (``_splash_attention_bwd`` of the in
 ``splash_attention_kernel``: private, so pinned with the JAX version) with the residual tuple
 its forward would have saved: q scaled (the kernel takes scaled queries), k, v, segment ids,
 out, lse and the kernel's dq / dk-dv mask metadata. Its dq is the gradient for scaled queries,
-so dq = scale * that. The backward's blocks are the forward's (``splash_kernel``).
+so dq = scale * that. The backward's blocks are the layout's ``block_q_dkv`` ...
+``use_fused_bwd_kernel`` (``splash_kernel``; unset: the forward's blocks, unfused); the padded
+lengths are multiples of every block the kernels use.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +54,8 @@ def _splash_bwd(res, do, kv_valid, kern: Kern):
 
     q, k, v, o, lse = res
     b, h, lq, _ = q.shape
-    kernel = splash_kernel(h, lq, k.shape[2], kern.bq, kern.bkv, kern.interpret, False)
+    kernel = splash_kernel(h, lq, k.shape[2], kern.bq, kern.bkv, kern.interpret, False,
+                           backward=kern.backward)
     kw = kernel.kwargs
     seg_q = jnp.zeros((lq,), jnp.int32)
 
@@ -94,9 +98,16 @@ def sharded_attention_bwd(res, do, *, layout: AttentionLayout, mesh, scale: floa
     gathered = dataclasses.replace(layout, kv="gather")
     check_layout(q.shape, k.shape, gathered, mesh)
     sq, skv = q.shape[2], k.shape[2]
-    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, axes_size(mesh, layout.seq), kv="gather",
-                                          impl=impl, block_q=layout.block_q,
-                                          block_kv=layout.block_kv, grad=True)
+    n_s = axes_size(mesh, layout.seq)
+    sq_p, skv_p, bq, bkv = padded_lengths(sq, skv, n_s, kv="gather", impl=impl,
+                                          block_q=layout.block_q, block_kv=layout.block_kv,
+                                          grad=True)
+    backward = tuple(sorted(layout.backward_tiles.items())) if impl == "splash" else ()
+    if backward:     # every backward block divides the per-shard lengths
+        b = dict(backward)
+        mq = math.lcm(bq, *(b[k] for k in ("block_q_dkv", "block_q_dq") if k in b))
+        mkv = math.lcm(bkv, *(b[k] for k in ("block_kv_dkv", "block_kv_dq") if k in b))
+        sq_p, skv_p = -(-sq // (n_s * mq)) * n_s * mq, -(-skv // mkv) * mkv
     qspec, kvspec = shard_specs(gathered)
     specs = (qspec, kvspec, kvspec, qspec, P(*qspec[:3]), qspec)
     args = (_pad_seq(q, sq_p), _pad_seq(k, skv_p), _pad_seq(v, skv_p),
@@ -104,7 +115,8 @@ def sharded_attention_bwd(res, do, *, layout: AttentionLayout, mesh, scale: floa
     if kv_mask is not None:
         kv_mask = jnp.pad(kv_mask.astype(bool), ((0, 0), (0, skv_p - skv)))
         specs, args = specs + (P(kvspec[0], None),), args + (kv_mask,)
-    body = functools.partial(_body, kern=Kern(impl, scale, bq, bkv, interpret), skv=skv,
+    body = functools.partial(_body, kern=Kern(impl, scale, bq, bkv, interpret, backward=backward),
+                             skv=skv,
                              seq_axes=tuple(layout.seq))
     dq, dk, dv = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=(qspec, kvspec, kvspec),
                                check_vma=False)(*args)

@@ -138,7 +138,7 @@ def check_layout(shape_q, shape_kv, layout: AttentionLayout, mesh) -> None:
         raise AttentionLayoutError(f"attention layout {layout.to_json()} uses a mesh axis twice")
     if layout.kv not in ("gather", "ring"):
         raise AttentionLayoutError(f"attention kv mode {layout.kv!r}: use 'gather' or 'ring'")
-    bad = tile_problems(layout.block_q, layout.block_kv, layout.block_kv_compute)
+    bad = tile_problems(**layout.tiles)
     if bad:
         raise AttentionLayoutError(f"attention tiles {layout.tiles}: {bad[0]}")
     b, h = shape_q[0], shape_q[1]
@@ -174,15 +174,20 @@ def _reference_partial(q, k, v, kv_valid, scale):
 
 
 def splash_kernel(h: int, lq: int, lkv: int, bq: int, bkv: int, interpret: bool,
-                   save_residuals: bool, bkvc: int | None = None):
+                   save_residuals: bool, bkvc: int | None = None, backward: tuple = ()):
+    """Splash's multi-head kernel for per-shard lengths lq x lkv (no mask sparsity) with forward
+    blocks (bq, bkv, bkvc) and the backward's: ``backward`` (name, value) pairs of
+    ``AttentionLayout.BACKWARD_TILE_FIELDS`` (splash's ``BlockSizes`` names); a block it does
+    not set is the forward's, and the backward unfused."""
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     mask = sa.MultiHeadMask([sa.FullMask((lq, lkv))] * h)
-    # the backward (dq kernel, dk/dv kernel) in the forward's blocks, so a training step's
-    # attention backward has the same padding and SMEM budget as its forward
-    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkvc or bkv, block_q_dkv=bq,
-                          block_kv_dkv=bkv, block_kv_dkv_compute=bkv, block_q_dq=bq,
-                          block_kv_dq=bkv)
+    bwd = {"block_q_dkv": bq, "block_kv_dkv": bkv, "block_q_dq": bq, "block_kv_dq": bkv,
+           **dict(backward)}
+    bwd.setdefault("block_kv_dkv_compute", bwd["block_kv_dkv"])
+    if bwd.get("use_fused_bwd_kernel"):      # splash refuses dq blocks with the fused kernel
+        bwd.pop("block_q_dq"), bwd.pop("block_kv_dq")
+    sizes = sa.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkvc or bkv, **bwd)
     return sa.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
                               save_residuals=save_residuals, interpret=interpret)
 
@@ -311,6 +316,7 @@ class Kern:
     interpret: bool
     bkvc: int | None = None
     residuals: bool = False      # return (out, lse) for a backward (``sharded_attention``)
+    backward: tuple = ()         # the backward's blocks, (name, value) pairs (``splash_kernel``)
 
 
 def _gather_body(q, k, v, mask=None, *, kern: Kern, skv):

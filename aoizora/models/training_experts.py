@@ -18,9 +18,8 @@ global batch (videos per step).
   block recomputed; the block input ("hidden_states") is the scan's carry, which the scan keeps
   on device (maxdiffusion offloads it too: a difference of 2 x B x S x dim bytes per layer).
   ``flash_block_sizes`` of that commit (block_q 1024, block_kv 1024, block_kv_compute 256; the
-  backward's dkv 1024 / 1024 / 256 and dq 1024 / 1024): the forward tiles, scaled to per-shard
-  lengths as ``recipes.published_tiles`` does (the built-in kernel runs the backward on the
-  forward's tiles). ``LIBTPU_INIT_ARGS`` of the README (``MAXDIFFUSION_TRAIN_OPTIONS``: those
+  backward's dkv 1024 / 1024 / 256 and dq 1024 / 1024, unfused), scaled to per-shard lengths as
+  ``recipes.published_tiles`` / ``published_backward_tiles`` do. ``LIBTPU_INIT_ARGS`` of the README (``MAXDIFFUSION_TRAIN_OPTIONS``: those
   libtpu 0.0.42.1 accepts as compile options, the 64 MiB scoped VMEM limit among them).
 - ``fsdp_ulysses`` (FSDP / ZeRO-3 with Ulysses sequence parallelism: modelscope/DiffSynth-Studio
   ``examples/wanvideo/model_training/full/accelerate_config_zero3.yaml`` (DeepSpeed ZeRO stage 3,
@@ -70,7 +69,7 @@ from aoizora.models import registry, training
 from aoizora.models import experts as E
 from aoizora.models.attention_kernels import SPLASH_BLOCK
 from aoizora.models.primitives import ATTENTION_BWD, ATTENTIONS, FORWARD_ATTENTIONS
-from aoizora.models.recipes import published_tiles
+from aoizora.models.recipes import published_backward_tiles, published_tiles
 
 TRAINING_EXPERTS = ("maxdiffusion", "fsdp_ulysses", "dp_fsdp", "fsdp_tp")
 MAXDIFFUSION_STYLE = ("maxdiffusion", "dp_fsdp", "fsdp_tp")
@@ -91,8 +90,12 @@ SOURCES = {
 MAXDIFFUSION_REMAT = {"attn_out": "offload", "cross_out": "offload"}
 # DiffSynth-Studio: use_gradient_checkpointing=True (each block recomputed)
 DIFFSYNTH_REMAT = "full"
-# flash_block_sizes of base_wan_14b.yml at 9716fc59 (forward tiles; the backward's are alike)
+# flash_block_sizes of base_wan_14b.yml at 9716fc59: the forward's and the backward's (no
+# use_fused_bwd_kernel key: maxdiffusion's default, unfused)
 MAXDIFFUSION_TRAIN_TILES = {"block_q": 1024, "block_kv": 1024, "block_kv_compute": 256}
+MAXDIFFUSION_TRAIN_BACKWARD = {"block_q_dkv": 1024, "block_kv_dkv": 1024,
+                               "block_kv_dkv_compute": 256, "block_q_dq": 1024,
+                               "block_kv_dq": 1024}
 # The README's LIBTPU_INIT_ARGS for Wan training (v5p), as compile options.
 MAXDIFFUSION_TRAIN_OPTIONS: dict[str, Any] = {
     "xla_tpu_enable_async_collective_fusion_fuse_all_gather": True,
@@ -313,7 +316,8 @@ def _with_tiles(a: AttentionLayout, sq: int, skv: int, mesh: dict[str, int]) -> 
               None)
     if bq is None or skv % t["block_kv"]:
         return a
-    return a.with_tiles(**{**t, "block_q": bq})
+    bwd = published_backward_tiles(lq, skv, MAXDIFFUSION_TRAIN_BACKWARD)
+    return a.with_tiles(**{**t, "block_q": bq}, **bwd, use_fused_bwd_kernel=False)
 
 
 def _remat_of(name: str):
