@@ -13,7 +13,6 @@ compile is then the verification. The plan's status is OPTIMAL only when both ce
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -26,13 +25,12 @@ from aoizora.extract.aot_compile import CompileError, compiler_identity
 from aoizora.extract.network import Network
 from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.latency import Q2, predict_step
-from aoizora.formulation.layout import AttentionLayout
 from aoizora.loop_state import LoopState
 from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
 from aoizora.plans import Plan, program_key
 from aoizora.realize import RealizeError
-from aoizora.tiles import attention_shapes, choose_tiles
+from aoizora.tiles import attention_shapes, choose_tiles, untiled
 
 
 def no_plan_error(state: LoopState) -> PlanningError:
@@ -102,12 +100,6 @@ def _notes(stop_reason: str, learned: Calibration, time_limited: list[str]) -> l
     return notes
 
 
-def _untiled(layout):
-    """``layout`` with no attention tiles (forward or backward): the automatic ones."""
-    return dataclasses.replace(layout, attention={
-        k: AttentionLayout(a.batch, a.heads, a.seq, a.kv) for k, a in layout.attention.items()})
-
-
 def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     """The plan's attention tiles (``aoizora.tiles.choose_tiles``): the kernel model's best
     tiles for each attention node, and blocks for each attention backward node, at its
@@ -127,7 +119,7 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     backward = mine(attention_shapes(prog.ir, "attention_bwd"))
     if not shapes and not backward:
         return False
-    base = _untiled(layout)
+    base = untiled(layout)
     compiled = {}
 
     def check(candidate):   # the compiler's verdict (VMEM / SMEM); its evidence kept

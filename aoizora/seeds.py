@@ -7,8 +7,9 @@ priced with the ILP's in the first iteration, and their refinements.
   budget leaves uncompiled does not depend on how long the ILPs took.
 - ``refine_seeds``: each seed's refinement (``aoizora.seed_refinement``: the ILP with the
   seed's attention fixed chooses the parameter layout around it, and a training seed's remat on
-  its ``retraceable`` step), solved before the meshes' ILPs and queued to compile right after
-  its seed; skipped when the ILP keeps the seed's.
+  its ``retraceable`` step), with the kernel model's attention tiles and backward blocks
+  (``tiles.kernel_tiled``) instead of the seed's, solved before the meshes' ILPs and queued to
+  compile right after its seed; skipped when the ILP keeps the seed's parameter layout.
 - ``first_compile_alone``: wait for the first seed's compile (the cores to itself), then say
   whether the budget still holds the ILP's best after the compiles ranked before it.
 - ``seed_solution``: a seed layout dressed as a sharding solution (its certificate proves
@@ -35,6 +36,7 @@ from aoizora.seed_refinement import RefinementError, refine_seed
 from aoizora.solvers.budget import Budget
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.sharding import ShardingSolution
+from aoizora.tiles import kernel_tiled
 
 
 def seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> ShardingSolution:
@@ -123,6 +125,10 @@ def _refine(state: LoopState, sd: Seed, ilp: Budget, irs: dict[int, Any], rec: d
         return None, sfn, sargs
     if ref is None:
         rec["changes"].append(f"seed {sd.layout.name}: the ILP keeps its parameter layout")
+        return None, sfn, sargs
+    # a refinement also takes the kernel model's attention tiles (forward and backward blocks)
+    # instead of the seed's; its compile is the verdict, Q2 the judge, as for the rest of it
+    ref = dataclasses.replace(ref, layout=kernel_tiled(ref.layout, sir, prog.target))
     return ref, sfn, sargs
 
 
@@ -134,7 +140,7 @@ def _refined_solution(sd: Seed, ref) -> ShardingSolution:
         "ILP's certificate); compiled and priced by Q2 like the others")
     return dataclasses.replace(
         sol, words=[f"{ref.layout.name}: {sd.layout.name} with the ILP's parameter layout "
-                    f"(its attention kept)"] + list(ref.solution.words))
+                    f"(its attention kept, the kernel model's tiles)"] + list(ref.solution.words))
 
 
 def first_compile_alone(state: LoopState, refined: list) -> str:

@@ -177,6 +177,24 @@ def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: "str
     return dataclasses.replace(layout, attention=attention), chosen
 
 
+def untiled(layout: Layout) -> Layout:
+    """``layout`` with no attention tiles, forward or backward (the automatic ones)."""
+    return dataclasses.replace(layout, attention={
+        k: AttentionLayout(a.batch, a.heads, a.seq, a.kv) for k, a in layout.attention.items()})
+
+
+def kernel_tiled(layout: Layout, ir, target: "str | Target") -> Layout:
+    """``layout`` with the kernel model's tiles, not its own (a seed's: its authors'), on every
+    attention and attention backward node of ``ir`` it lays out; no compile (the caller's
+    compile is the verdict)."""
+    def mine(shapes):
+        return {k: v for k, v in shapes.items() if k in layout.attention or "*" in layout.attention}
+
+    base = untiled(layout)
+    return tiled_layout(base, mine(attention_shapes(ir)), target,
+                        backward=mine(attention_shapes(ir, "attention_bwd")))[0]
+
+
 def choose_tiles(layout: Layout, ir_or_shapes: Any, target: "str | Target", *,
                  check: Callable[[Layout], Any] | None = None, retries: int = 3,
                  backward: dict[str, AttentionShape] | None = None) -> Layout:
