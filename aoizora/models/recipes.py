@@ -62,19 +62,3 @@ def published_tiles(lq: int, lkv: int, vmem_limit: int | None = None, head_dim: 
                 break
     return {"block_q": bq, "block_kv": bkv, "block_kv_compute": bkvc}
 
-
-def published_backward_tiles(lq: int, lkv: int, published: dict[str, int]) -> dict[str, int]:
-    """A published set of splash backward blocks (``block_q_dkv`` ... ``block_kv_dq``) scaled
-    to per-shard query / key lengths as ``published_tiles`` scales the forward's: each block the
-    largest multiple of 128 at most the published one that divides its length (128 when none
-    does), block_kv_dkv_compute the largest at most the published one dividing block_kv_dkv."""
-    def fit(length: int, cap: int) -> int:
-        return _largest_divisor(length, max(cap, 128), 128) or 128
-
-    out = {"block_q_dkv": fit(lq, published["block_q_dkv"]),
-           "block_kv_dkv": fit(lkv, published["block_kv_dkv"])}
-    out["block_kv_dkv_compute"] = fit(out["block_kv_dkv"], published["block_kv_dkv_compute"])
-    if "block_q_dq" in published:
-        out.update(block_q_dq=fit(lq, published["block_q_dq"]),
-                   block_kv_dq=fit(lkv, published["block_kv_dq"]))
-    return out

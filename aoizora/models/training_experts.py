@@ -18,8 +18,9 @@ global batch (videos per step).
   block recomputed; the block input ("hidden_states") is the scan's carry, which the scan keeps
   on device (maxdiffusion offloads it too: a difference of 2 x B x S x dim bytes per layer).
   ``flash_block_sizes`` of that commit (block_q 1024, block_kv 1024, block_kv_compute 256; the
-  backward's dkv 1024 / 1024 / 256 and dq 1024 / 1024, unfused), scaled to per-shard lengths as
-  ``recipes.published_tiles`` / ``published_backward_tiles`` do. ``LIBTPU_INIT_ARGS`` of the README (``MAXDIFFUSION_TRAIN_OPTIONS``: those
+  backward's dkv 1024 / 1024 / 256 and dq 1024 / 1024, unfused) as its splash wrapper runs them:
+  each block at most the per-shard length (rounded up to 128), queries and keys padded to the
+  blocks' multiples (``attention_flax._pad_data_for_flash``). ``LIBTPU_INIT_ARGS`` of the README (``MAXDIFFUSION_TRAIN_OPTIONS``: those
   libtpu 0.0.42.1 accepts as compile options, the 64 MiB scoped VMEM limit among them).
 - ``fsdp_ulysses`` (FSDP / ZeRO-3 with Ulysses sequence parallelism: modelscope/DiffSynth-Studio
   ``examples/wanvideo/model_training/full/accelerate_config_zero3.yaml`` (DeepSpeed ZeRO stage 3,
@@ -69,7 +70,6 @@ from aoizora.models import registry, training
 from aoizora.models import experts as E
 from aoizora.models.attention_kernels import SPLASH_BLOCK
 from aoizora.models.primitives import ATTENTION_BWD, ATTENTIONS, FORWARD_ATTENTIONS
-from aoizora.models.recipes import published_backward_tiles, published_tiles
 
 TRAINING_EXPERTS = ("maxdiffusion", "fsdp_ulysses", "dp_fsdp", "fsdp_tp")
 MAXDIFFUSION_STYLE = ("maxdiffusion", "dp_fsdp", "fsdp_tp")
@@ -306,18 +306,19 @@ def _attention(name, mesh, batch_axes, seq_axes, tensor, heads: int):
 
 
 def _with_tiles(a: AttentionLayout, sq: int, skv: int, mesh: dict[str, int]) -> AttentionLayout:
-    """maxdiffusion's training tiles scaled to the per-shard lengths; block_q a multiple of 128
-    (the backward's dk/dv kernel tiles its per-query residuals on lanes: libtpu refuses
-    block_q_dkv 688 on a 5,504-query shard), else the automatic tiles for that node."""
+    """maxdiffusion's training blocks as its splash wrapper runs them (``attention_flax.
+    _tpu_flash_attention`` at 9716fc59): the published blocks, forward and backward, each at most
+    the per-shard length rounded up to 128; the wrapper pads queries and keys to multiples of
+    the blocks (``_pad_data_for_flash``; ours: ``padded_lengths``, ``sharded_attention_bwd``)."""
     n_s = math.prod(mesh[x] for x in a.seq)
-    lq = -(-sq // n_s)
-    t = published_tiles(lq, skv, None, published=MAXDIFFUSION_TRAIN_TILES)
-    bq = next((b for b in range(MAXDIFFUSION_TRAIN_TILES["block_q"], 0, -128) if lq % b == 0),
-              None)
-    if bq is None or skv % t["block_kv"]:
-        return a
-    bwd = published_backward_tiles(lq, skv, MAXDIFFUSION_TRAIN_BACKWARD)
-    return a.with_tiles(**{**t, "block_q": bq}, **bwd, use_fused_bwd_kernel=False)
+    lq, lkv = -(-sq // (n_s * 128)) * 128, -(-skv // 128) * 128
+    fwd = {"block_q": min(MAXDIFFUSION_TRAIN_TILES["block_q"], lq),
+           "block_kv": min(MAXDIFFUSION_TRAIN_TILES["block_kv"], lkv)}
+    fwd["block_kv_compute"] = min(MAXDIFFUSION_TRAIN_TILES["block_kv_compute"], fwd["block_kv"])
+    cap = {"block_q_dkv": lq, "block_q_dq": lq, "block_kv_dkv": lkv, "block_kv_dq": lkv}
+    bwd = {k: min(v, cap.get(k, v)) for k, v in MAXDIFFUSION_TRAIN_BACKWARD.items()}
+    bwd["block_kv_dkv_compute"] = min(bwd["block_kv_dkv_compute"], bwd["block_kv_dkv"])
+    return a.with_tiles(**fwd, **bwd, use_fused_bwd_kernel=False)
 
 
 def _remat_of(name: str):
