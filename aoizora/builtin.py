@@ -236,8 +236,10 @@ def expert_seed_layouts(job: Job) -> list:
     return _inference_seeds(job)
 
 
-# the training experts in the order they compile (maxdiffusion's published recipe first)
-TRAIN_SEED_ORDER = ("maxdiffusion", "fsdp_ulysses", "dp_fsdp", "fsdp_tp")
+# the training experts in the order they compile: maxdiffusion's published recipe first, FSDP x
+# TP next (the fastest expert in 3 of the 9 cells of the training grid of 2026-12-03), Ulysses
+# with full remat last (the slowest valid expert in every cell there, 2.2-3.7x the plan)
+TRAIN_SEED_ORDER = ("maxdiffusion", "fsdp_tp", "dp_fsdp", "fsdp_ulysses")
 
 
 def training_seed_layouts(job: Job) -> list:

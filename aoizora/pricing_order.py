@@ -19,7 +19,11 @@ from aoizora.formulation.layout import Layout
 UNPROVEN_NEAR = 0.01   # an unproven mesh's best layout this close to the best by Q1 compiles too
 
 
-def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1) -> float:
+REFINED_FIRST_RANK = 0.5   # the first seed's refinement, when refinements compile first
+
+
+def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1,
+                 refinement_first: bool = False) -> float:
     """A compile's place in its iteration's pricing order, which is also its compile priority
     (``CompileQueue``: least first). ``kind`` "seed" or "refined": the i-th seed (1-based) or its
     refinement; "ilp": the i-th of the iteration's fresh ILP layouts (0-based), of which the first
@@ -34,7 +38,15 @@ def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1) -> float:
     best in one (with the order first seed, refinement, ILP's best, other seeds), and where a
     compile takes 50 s (HunyuanVideo 720p-129f on v5e-16) three compiles fit: the second seed
     (cfg2_ulysses, there the fastest expert, simulated) goes before the ILP's best. Without
-    seeds: the ILP's best (with its near-ties), then the rest."""
+    seeds: the ILP's best (with its near-ties), then the rest.
+
+    ``refinement_first`` (training seeds, whose refinement always exists: it decides the remat,
+    and carries the kernel model's tiles): the first two seeds' refinements go before the seeds
+    themselves. A training step's compile takes 60-170 s, so a 300 s budget holds one or two;
+    in the training grid each seed's refinement priced below its seed wherever both compiled
+    (``benchmarks/results/training_grid.md``)."""
+    if refinement_first and kind == "refined" and i <= 2:
+        return REFINED_FIRST_RANK * (1 + (i - 1) / 2)
     if kind == "ilp":
         if i < lead:
             return (4 if n_seeds >= 2 else 3 if n_seeds else 0) + i / lead

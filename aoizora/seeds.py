@@ -9,8 +9,11 @@ priced with the ILP's in the first iteration, and their refinements.
   seed's attention fixed chooses the parameter layout around it, and a training seed's remat on
   its ``retraceable`` step), with the kernel model's attention tiles and backward blocks
   (``tiles.kernel_tiled``) instead of the seed's, solved before the meshes' ILPs and queued to
-  compile right after its seed; skipped when the ILP keeps the seed's parameter layout.
-- ``first_compile_alone``: wait for the first seed's compile (the cores to itself), then say
+  compile right after its seed (training seeds, ``refinement_first``: the first seed's
+  refinement before that seed, ``pricing_order.pricing_rank``); skipped when the ILP keeps the
+  seed's parameter layout.
+- ``first_compile_alone``: wait for the first seed's compile (the cores to itself; with
+  ``refinement_first``, its refinement's), then say
   whether the budget still holds the ILP's best after the compiles ranked before it.
 - ``seed_solution``: a seed layout dressed as a sharding solution (its certificate proves
   nothing about it).
@@ -31,7 +34,7 @@ from aoizora.candidate_pricing import compile_job
 from aoizora.extract.program_ir import build_ir
 from aoizora.formulation.layout import Layout
 from aoizora.loop_state import LoopState
-from aoizora.pricing_order import pricing_rank
+from aoizora.pricing_order import REFINED_FIRST_RANK, pricing_rank
 from aoizora.seed_refinement import RefinementError, refine_seed
 from aoizora.solvers.budget import Budget
 from aoizora.solvers.certificate import Certificate
@@ -59,11 +62,20 @@ def seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> Sharding
                             predicted={"total_s": math.inf}, peak_bytes=0.0)
 
 
+def refinement_first(state: LoopState) -> bool:
+    """Whether the first seed's refinement compiles before the first seed (training seeds:
+    ``pricing_order.pricing_rank``)."""
+    return bool(state.seeds) and state.seeds[0].retraceable is not None
+
+
 def queue_seed_compiles(state: LoopState) -> None:
     """Queue every seed's compile at its place in the first iteration's pricing order, those
-    after the ILP's best held until the ILPs have queued it (module docstring)."""
+    after the ILP's best held until the ILPs have queued it (module docstring); with
+    ``refinement_first``, every seed is held until the seeds' refinements are queued."""
     seeds, prog, queue = state.seeds, state.program, state.queue
-    if seeds and state.meshes:   # the seeds after the ILP's best wait for it
+    if seeds and refinement_first(state):
+        queue.hold(REFINED_FIRST_RANK)
+    elif seeds and state.meshes:   # the seeds after the ILP's best wait for it
         queue.hold(pricing_rank("ilp", 0, len(seeds)))
     state.seed_compiles = [queue.submit(compile_job(
         sd.fn or prog.fn, sd.args if sd.args is not None else prog.args, prog.target, sd.layout),
@@ -90,6 +102,7 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
             continue
         c = ref.solution.certificate
         state.progress.solver(f"seed refinement {sd.layout.name}", c.status, c.objective, c.bound)
+        first = refinement_first(state)
         rec["time_limited"] += time_limits.sharding(f"seed refinement of {sd.layout.name}", c)
         rec.setdefault("refinements", []).append(ref.summary())
         rec["changes"].append(f"seed {sd.layout.name}: refined, the ILP lays out "
@@ -98,8 +111,14 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
         base = sd.retraceable or sd
         rsd = Seed(ref.layout, base.fn, base.args, dict(base.program))
         f = state.queue.submit(compile_job(sfn, sargs, state.program.target, ref.layout),
-                               priority=pricing_rank("refined", i, len(state.seeds)))
+                               priority=pricing_rank("refined", i, len(state.seeds),
+                                                     refinement_first=first))
         out.append((i, rsd, _refined_solution(sd, ref), f))
+    if refinement_first(state):    # now the seeds after the ILP's best wait for it
+        if state.meshes:
+            state.queue.hold(pricing_rank("ilp", 0, len(state.seeds)))
+        else:
+            state.queue.release()
     return out
 
 
@@ -161,12 +180,16 @@ def first_compile_alone(state: LoopState, refined: list) -> str:
     share of what was left when they started, 72 s instead of 37 s after 59 s of refinements on
     Wan 14B 720p-21f for v5e-16, the ILP's best no longer fitted.)"""
     seed_compiles, n_seeds, queue = state.seed_compiles, len(state.seeds), state.queue
-    state.progress.stage("iteration 1: compiling the first seed before the sharding ILPs")
-    concurrent.futures.wait([seed_compiles[0]])
+    first = refinement_first(state)
+    own = [f for i, _, _, f in refined if i == 1] if first else []
+    what = "the first seed's refinement" if own else "the first seed"
+    state.progress.stage(f"iteration 1: compiling {what} before the sharding ILPs")
+    concurrent.futures.wait(own[:1] or [seed_compiles[0]])
     ilp_rank = pricing_rank("ilp", 0, n_seeds)
     ahead = [f for i, f in enumerate(seed_compiles, 1)
              if pricing_rank("seed", i, n_seeds) < ilp_rank]
-    ahead += [f for i, _, _, f in refined if pricing_rank("refined", i, n_seeds) < ilp_rank]
+    ahead += [f for i, _, _, f in refined
+              if pricing_rank("refined", i, n_seeds, refinement_first=first) < ilp_rank]
     waiting = sum(1 for f in ahead if not f.done())
     room = queue.compiles_left()
     if room >= waiting + 1:

@@ -33,8 +33,10 @@ The compiler decides feasibility: with ``check`` (a callable that compiles a lay
 again with ``vmem_fraction`` x 0.75 (at most ``retries`` times); if none compiles, the layout
 comes back without tiles (the automatic choice). Other compile errors propagate.
 
-The planner uses ``tiled_layout`` on its best candidate before the verifying compile
-(``aoizora.plan_assembly._tile``): kept when the compile fits and Q2 prices it lower.
+The planner uses the kernel model's tiles twice: a seed's refinement carries them instead of the
+seed's (``kernel_tiled``, ``aoizora.seeds``), and its best candidate is tiled again before the
+verifying compile (``aoizora.plan_assembly._tile``); either is kept when its compile fits and Q2
+prices it lower.
 
 ``choose_compiler_options(layout, price)`` prices the layout under libtpu's defaults and under
 the options of a practitioner's recipe (``RECIPE_OPTIONS``, maxdiffusion's Wan 2.1 recipe) with

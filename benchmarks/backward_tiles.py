@@ -14,8 +14,12 @@ block_kv_dkv_compute), the dq kernel's (block_q_dq, block_kv_dq), or one fused d
 (``formulation.op_time`` through ``predict_step``) and by the AoiZora reference simulator's
 compute by kind (``benchmarks.sim.hlo_cost.compute_breakdown``: the backward kernels from their
 Mosaic grids and blocks). No TPU runs: both are predictions. The question it answers: does the
-planner's price see the backward's blocks (today a training plan runs its backward on the
-forward's blocks)?
+planner's price see the backward's blocks? Q2 prices the backward kernels with
+``formulation.splash_backward_model`` (written from the kernels' source); the simulator reads
+their compiled Mosaic grids, windows and matmuls (``benchmarks.sim.mosaic``). What they share:
+the chip's peak FLOP/s, HBM bandwidth and clock, and a per-grid-step overhead of similar origin
+(Q2: 0.35 us from the Pallas TPU docs; the simulator: 0.28 us, its own fit to one figure of the
+Pallas matmul guide).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The training grid: AoiZora's plan of a Wan 2.1 training step against the expert training
 configurations on v5p, cell by cell (model, workload, global batch, target).
 
-    python -m benchmarks.training_grid [--cells NAME,...] [--budget S] [--seed N] [--force] [--list]
+    python -m benchmarks.training_grid [--cells NAME,...] [--budget S] [--seed N] [--force]
+                                       [--no-alpa] [--list]
     python -m benchmarks.training_grid --report     # the markdown summary from the written cells
+    python -m benchmarks.training_grid --alpa-only [--cells ...]  # (re)add the Alpa-style rows
 
 In each cell (``builtin_job(..., task="train", batch=B)``: flow matching, AdamW, fp32 state):
 - ``aoizora``: ``aoizora.plan`` of the train step with the expert training configurations as
@@ -14,7 +16,10 @@ In each cell (``builtin_job(..., task="train", batch=B)``: flow matching, AdamW,
   compile serves both placements): the difference is what placement alone gains;
 - ``expert:NAME``: each expert training configuration (``models.training_experts``, each with its
   own remat, tiles and libtpu options), donated: the planner's compile of it as a seed where it
-  made one, else compiled here in ``jax.make_mesh``'s default order.
+  made one, else compiled here in ``jax.make_mesh``'s default order;
+- ``alpa-logical``: Alpa-style logical search (``compare.alpa_logical``: the sharding ILP with
+  fixed, placement-oblivious alpha-beta costs, 30 s per mesh, best by its Q1) on the step as the
+  job traces it (every residual kept), compiled in ``jax.make_mesh``'s order.
 
 Per compiled row: the step time **predicted by Q2** (``formulation.latency.predict_step``) and
 **simulated by the AoiZora reference simulator** (``benchmarks.simulator``, on the compiled HLO:
@@ -50,7 +55,7 @@ from typing import Any, Sequence
 
 import aoizora  # noqa: F401  -- sets libtpu's environment first
 from aoizora.builtin import Job, builtin_job, expert_seed_layouts
-from aoizora.compare import plan_job
+from aoizora.compare import alpa_logical, plan_job
 from aoizora.extract.aot_compile import CompileError, keeping_hlo, target_mesh
 from aoizora.extract.compiled_evidence import evidence_from_compiled
 from aoizora.extract.hlo import parse_hlo_module
@@ -70,6 +75,7 @@ Q2_LABEL = "predicted (Q2)"
 RESULTS = Path(__file__).resolve().parent / "results" / "training_grid"
 SUMMARY = Path(__file__).resolve().parent / "results" / "training_grid.md"
 TOP_LINKS = 5
+ALPA_ILP_TIME_S = 30.0      # per mesh, as the inference grid gives it (benchmarks.grid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +193,35 @@ def expert_row(ex, job: Job, sim: Simulator, flops: float, log,
     return row
 
 
+def alpa_row(job: Job, sim: Simulator, flops: float, log) -> dict[str, Any]:
+    """Alpa-style logical search (``compare.alpa_logical``: the sharding ILP with fixed,
+    placement-oblivious alpha-beta costs on every candidate mesh, ``ALPA_ILP_TIME_S`` each, the
+    best by Q1) on the step as the job traces it, compiled in ``jax.make_mesh``'s order."""
+    log("  Alpa-style logical search")
+    best, t = alpa_logical(job, seed=0, time_limit_s=ALPA_ILP_TIME_S)
+    row: dict[str, Any] = {"name": "alpa-logical", "valid": best is not None,
+                           "planning_time_s": t}
+    if best is None:
+        return {**row, "reason": "the ILP finds no layout that fits on any mesh"}
+    layout = best[1].layout
+    order = default_device_order(job.target, layout.mesh_axes)
+    row.update(mesh=dict(layout.mesh_axes), q1_s=best[0],
+               remat=layout.remat if layout.remat is not None else job.remat or "none",
+               optimizer_sharding=optimizer_sharding(job.args, layout))
+    log(f"  compiling alpa-logical {layout.mesh_axes} (default order)")
+    try:
+        ev, hlo = compile_hlo(job.fn, job.args, job.target, layout, order)
+    except (CompileError, RealizeError) as e:
+        return {**row, "valid": False, "reason": f"does not compile: {str(e).splitlines()[0][:300]}"}
+    row.update(memory_row(ev))
+    if not ev.memory.fits:
+        return {**row, "valid": False, "reason": "does not fit in HBM: " + ev.memory.oom_message[:200]}
+    module = parse_hlo_module(hlo)
+    row.update(price(ev, module, order, job, sim, flops))
+    row.update(compute_by_kind(ev, module, job))
+    return row
+
+
 def _program(ex) -> dict[str, Any]:
     return {"pad_multiple": ex.pad_multiple, "remat": ex.remat}
 
@@ -231,7 +266,8 @@ def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, 
     return summary, rows
 
 
-def run_cell(cell: Cell, budget: float, seed: int, log=print) -> dict[str, Any]:
+def run_cell(cell: Cell, budget: float, seed: int, log=print, alpa: bool = True
+             ) -> dict[str, Any]:
     job = builtin_job(cell.model, None, None, cell.target, workload=cell.workload, task="train",
                       batch=cell.batch)
     sim = Simulator(job.target)
@@ -255,8 +291,32 @@ def run_cell(cell: Cell, budget: float, seed: int, log=print) -> dict[str, Any]:
             except Exception as e:  # noqa: BLE001
                 out["errors"].append({"where": ex.name, "error": traceback.format_exc()[-2000:]})
                 log(f"  expert {ex.name} failed: {e}")
+    if alpa:
+        add_alpa(out, job, sim, flops["flops"], log)
     finish(out)
     out["machine_end"] = machine_info()
+    return out
+
+
+def add_alpa(out: dict[str, Any], job: Job, sim: Simulator, flops: float, log) -> None:
+    """The cell's ``alpa_row`` (replacing one it had); a failure is recorded in its errors."""
+    out["rows"] = [r for r in out["rows"] if r["name"] != "alpa-logical"]
+    out["errors"] = [e for e in out["errors"] if e.get("where") != "alpa-logical"]
+    try:
+        out["rows"].append(alpa_row(job, sim, flops, log))
+    except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
+        out["errors"].append({"where": "alpa-logical", "error": traceback.format_exc()[-2000:]})
+        log(f"  Alpa-style search failed: {e}")
+
+
+def alpa_only(path: Path, log=print) -> dict[str, Any]:
+    """A written cell with its Alpa-style row (re)computed, the rest as written."""
+    out = json.loads(path.read_text())
+    job = builtin_job(out["model"], None, None, out["target"], workload=out["workload"],
+                      task="train", batch=out["batch"])
+    add_alpa(out, job, Simulator(job.target), out["model_flops"]["flops"], log)
+    out["alpa_git"] = git_state()
+    finish(out)
     return out
 
 
@@ -327,21 +387,23 @@ def summary_lines(cells: list[dict[str, Any]]) -> list[str]:
     """One row per cell (the plan against the best expert, simulated and Q2) and, per target, the
     geometric mean of the simulated speedup over the best expert."""
     out = ["## Summary", "",
-           "| cell | plan | remat | best expert | speedup (sim) | speedup (Q2) | MFU (sim) | "
-           "placement gain (sim) | HBM GiB/chip |", "|---|---|---|---|---|---|---|---|---|"]
+           "| cell | plan | remat | best expert | speedup (sim) | speedup (Q2) | over Alpa-style "
+           "(sim) | MFU (sim) | placement gain (sim) | HBM GiB/chip |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     per_target: dict[str, list[float]] = {}
     for c in cells:
         rows = {r["name"]: r for r in c["rows"]}
         plan, best = rows.get("aoizora"), rows.get(c.get("best_expert") or "")
         if not plan or not best:
-            out.append(f"| {c['cell']} | - | - | - | - | - | - | - | - |")
+            out.append(f"| {c['cell']} | - | - | - | - | - | - | - | - | - |")
             continue
         sp = best["sim_step_s"] / plan["sim_step_s"]
         per_target.setdefault(c["target"], []).append(sp)
         gain = c.get("placement_gain_sim")
         out.append(f"| {c['cell']} | `{(c.get('plan') or {}).get('layout_name', '-')}` | "
                    f"{_remat(plan.get('remat'))} | {best['name']} | {sp:.3f}x | "
-                   f"{best['q2_step_s'] / plan['q2_step_s']:.3f}x | {100 * plan['mfu_sim']:.1f}% | "
+                   f"{best['q2_step_s'] / plan['q2_step_s']:.3f}x | {_alpa(rows)} | "
+                   f"{100 * plan['mfu_sim']:.1f}% | "
                    f"{'-' if gain is None else f'{100 * gain:+.1f}%'} | "
                    f"{plan['hbm_gib_per_chip']:.1f} |")
     out.append("")
@@ -351,6 +413,13 @@ def summary_lines(cells: list[dict[str, Any]]) -> list[str]:
                    f"{len(sps)} cell(s); never slower than the best expert: "
                    f"{'yes' if min(sps) >= 1 - 1e-9 else 'no'}.")
     return out + [""]
+
+
+def _alpa(rows: dict[str, Any]) -> str:
+    r = rows.get("alpa-logical")
+    if not r:
+        return "not run"
+    return f"{r['speedup_sim']:.3f}x" if r.get("speedup_sim") else "no plan"
 
 
 def cell_lines(c: dict[str, Any]) -> list[str]:
@@ -441,6 +510,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--summary", default=str(SUMMARY))
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--report", action="store_true", help="only write the summary")
+    ap.add_argument("--no-alpa", action="store_true", help="skip the Alpa-style row")
+    ap.add_argument("--alpa-only", action="store_true",
+                    help="add the Alpa-style row to written cells, the rest as written")
     a = ap.parse_args(argv)
     cells = training_cells()
     if a.list:
@@ -453,10 +525,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = [x for x in a.cells.split(",") if x and x not in known]
         want += [Cell(*_parse(x)) for x in extra]
         for c in want:
+            if a.alpa_only:
+                if (out_dir / f"{c.name}.json").exists():
+                    print(f"cell {c.name}: Alpa-style row", flush=True)
+                    write_cell(alpa_only(out_dir / f"{c.name}.json",
+                                         log=lambda s: print(s, flush=True)), out_dir)
+                continue
             if (out_dir / f"{c.name}.json").exists() and not a.force:
                 continue
             print(f"cell {c.name}", flush=True)
-            write_cell(run_cell(c, a.budget, a.seed, log=lambda s: print(s, flush=True)), out_dir)
+            write_cell(run_cell(c, a.budget, a.seed, log=lambda s: print(s, flush=True),
+                                alpa=not a.no_alpa), out_dir)
     Path(a.summary).write_text("\n".join(report(out_dir)) + "\n")
     return 0
 

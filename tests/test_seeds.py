@@ -60,6 +60,32 @@ def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch
     assert st.queue.held is None and len(st.queue.submitted) == 2
 
 
+def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(monkeypatch):
+    """Seeds with a retraceable twin (a training step's): every seed is held until the
+    refinements are queued; the first two refinements rank before every seed, then the order
+    is the usual one, and the hold moves to the ILP's best."""
+    import aoizora.seeds as S
+
+    monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout: layout.name)
+    monkeypatch.setattr(S, "_refine", lambda st, sd, ilp, irs, rec: (NS(
+        layout=_layout("refined:" + sd.layout.name), changed=1, summary=lambda: {},
+        solution=NS(certificate=NS(status="OPTIMAL", objective=1.0, bound=1.0, detail={}))),
+        None, ()))
+    monkeypatch.setattr(S, "_refined_solution", lambda sd, ref: None)
+    monkeypatch.setattr(S.time_limits, "sharding", lambda what, c: [])
+    st = _state(3)
+    for sd in st.seeds:
+        sd.retraceable = Seed(sd.layout)
+    st.progress = NS(stage=lambda t: None, solver=lambda *a: None)
+    queue_seed_compiles(st)
+    assert st.queue.held == pricing_rank("refined", 1, 3, refinement_first=True) < \
+        pricing_rank("seed", 1, 3)
+    S.refine_seeds(st, NS(left=lambda: 1.0), {"changes": [], "time_limited": []})
+    order = [j for j, _ in sorted(st.queue.submitted, key=lambda jp: jp[1])]
+    assert order[:4] == ["refined:s1", "refined:s2", "s1", "s2"]
+    assert st.queue.held == pricing_rank("ilp", 0, 3)
+
+
 def test_the_ilps_start_only_if_the_budget_holds_their_best():
     st = _state(2)
     running = Future()                       # the second seed's compile, not done yet
