@@ -5,18 +5,22 @@ block_kv_dkv_compute, block_q_dq, block_kv_dq) and whether to fuse dq into the d
 ``node_backward_tiles(shape, al, mesh_axes, chip)`` for one ``attention_bwd`` node laid out as
 ``al`` (keys gathered, queries split over its seq axes, ``models.attention_backward``):
 
-    per shard: lead = B / n_b * H / n_h; Lq, Lkv = the lengths ``padded_lengths`` gives the
-    backward (the layout's forward tiles, ``grad``), Lq per shard
-    unfused = min_{bq, bkv, bkvc} dkv_seconds(bq, bkv, bkvc) + min_{bq', bkv'} dq_seconds(bq', bkv')
-    fused   = min_{bq, bkv, bkvc} dkv_seconds(bq, bkv, bkvc; fused) + reduce_s(bkv)
-    reduce_s(bkv) = (Lkv / bkv + 1) * lead * Lq * D * e / hbm_Bps   (XLA sums the n_kv partial
-                                                                     dq blocks: read all, write one)
-    cost = min(unfused, fused)
+    per shard: lead = B / n_b * H / n_h,  Lq = roundup(ceil(S / n_s), 128),  Lkv = roundup(T, 128)
+    for the dk/dv blocks (bq, bkv, bkvc): Lq' = roundup(Lq, bq), Lkv' = roundup(Lkv, bkv) (the
+    realizer pads to them; the dq blocks divide them, so nothing pads further)
+    unfused = dkv_seconds(Lq', Lkv'; bq, bkv, bkvc) + min_{bq2 | Lq', bkv2 | Lkv'} dq_seconds(bq2, bkv2)
+    fused   = dkv_seconds(Lq', Lkv'; bq, bkv, bkvc; fused) + reduce_s
+    reduce_s = (Lkv' / bkv + 1) * lead * Lq' * D * e / hbm_Bps   (XLA sums the n_kv partial dq
+                                                                 blocks: read all, write one)
+    pad_s   = 2 e lead D (4 Lq' [Lq' > Lq] + 2 Lkv' [Lkv' > Lkv]) / hbm_Bps   (q, out, do, dq
+              and k, v copied once more, read and written)
+    cost = min over the candidates of (unfused or fused) + pad_s
 
-(``formulation.splash_backward_model``) over blocks that are multiples of 128 dividing the
-per-shard lengths (no extra padding), bkvc dividing bkv and at most 2048, each kernel's scoped
-VMEM within the chip's limit x ``vmem_fraction`` and its mask metadata within SMEM. Ties go to
-less VMEM, then smaller blocks, then unfused (deterministic). None when nothing fits.
+(``formulation.splash_backward_model``) over bq in {128 * 2^i <= Lq} u {roundup(Lq / m, 128) :
+m = 1..8}, bkv likewise for Lkv with m = 1..16, bkvc a multiple of 128 dividing bkv and at most
+2048, each kernel's scoped VMEM within the chip's limit x ``vmem_fraction`` and its mask
+metadata within SMEM. Ties go to less VMEM, then unfused, then the blocks by name (deterministic).
+None when nothing fits.
 """
 
 from __future__ import annotations
@@ -29,8 +33,7 @@ from aoizora.formulation.kernel_model import KernelChip, SplashShape
 from aoizora.formulation.layout import AttentionLayout
 from aoizora.formulation.splash_backward_model import (dkv_seconds, dkv_vmem_bytes, dq_seconds,
                                                        dq_vmem_bytes)
-from aoizora.models.attention_kernels import (SPLASH_SMEM_BUDGET, padded_lengths,
-                                              splash_metadata_bytes)
+from aoizora.models.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
 
 MAX_COMPUTE_BLOCK = 2048
 
@@ -47,29 +50,24 @@ def _divisors(length: int) -> list[int]:
     return [b for b in range(128, length + 1, 128) if length % b == 0]
 
 
+def _candidates(length: int, splits: int) -> list[int]:
+    """Multiples of 128: 128 * 2^i up to ``length``, and ``length`` in m = 1..splits blocks."""
+    out = {128 * 2 ** i for i in range(16) if 128 * 2 ** i <= length}
+    out |= {_round_up(-(-length // m), 128) for m in range(1, splits + 1)}
+    return sorted(out)
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
 def _fits(sh: SplashShape, bq: int, bkv: int, vmem: int, chip: KernelChip, frac: float) -> bool:
     return (vmem <= chip.scoped_vmem_bytes * frac
             and splash_metadata_bytes(sh.lq, sh.lkv, bq, bkv) <= SPLASH_SMEM_BUDGET)
 
 
-def _best_dkv(sh: SplashShape, chip: KernelChip, frac: float, fused: bool):
-    best = None
-    for bq in _divisors(sh.lq):
-        for bkv in _divisors(sh.lkv):
-            for bkvc in (c for c in _divisors(bkv) if c <= MAX_COMPUTE_BLOCK):
-                vmem = dkv_vmem_bytes(sh, bq, bkv, bkvc, fused)
-                if not _fits(sh, bq, bkv, vmem, chip, frac):
-                    continue
-                t = dkv_seconds(sh, bq, bkv, bkvc, chip, fused)
-                if fused:
-                    t += (sh.lkv // bkv + 1) * sh.lead * sh.lq * sh.head_dim * sh.dtype_bytes \
-                        / chip.hbm_Bps
-                key = (t, vmem, bq, bkv, bkvc)
-                best = key if best is None or key < best else best
-    return best
-
-
 def _best_dq(sh: SplashShape, chip: KernelChip, frac: float):
+    """(seconds, vmem, bq, bkv) of the best dq blocks dividing ``sh``'s lengths, or None."""
     best = None
     for bq in _divisors(sh.lq):
         for bkv in _divisors(sh.lkv):
@@ -78,6 +76,35 @@ def _best_dq(sh: SplashShape, chip: KernelChip, frac: float):
                 key = (dq_seconds(sh, bq, bkv, chip), vmem, bq, bkv)
                 best = key if best is None or key < best else best
     return best
+
+
+def _options(base: SplashShape, chip: KernelChip, frac: float):
+    """Every feasible (seconds, vmem, fused, tiles) at the shard ``base`` (module docstring)."""
+    d, e = base.head_dim, base.dtype_bytes
+    dq_cache: dict = {}
+    for bq in _candidates(base.lq, 8):
+        for bkv in _candidates(base.lkv, 16):
+            sh = SplashShape(base.lead, _round_up(base.lq, bq), _round_up(base.lkv, bkv), d, e)
+            pad = 2.0 * e * sh.lead * d * (4 * sh.lq * (sh.lq > base.lq)
+                                             + 2 * sh.lkv * (sh.lkv > base.lkv)) / chip.hbm_Bps
+            reduce = (sh.lkv // bkv + 1) * sh.lead * sh.lq * d * e / chip.hbm_Bps
+            key = (sh.lq, sh.lkv)
+            if key not in dq_cache:
+                dq_cache[key] = _best_dq(sh, chip, frac)
+            dq = dq_cache[key]
+            for bkvc in (c for c in _divisors(bkv) if c <= MAX_COMPUTE_BLOCK):
+                for fused in (False, True):
+                    vmem = dkv_vmem_bytes(sh, bq, bkv, bkvc, fused)
+                    if not _fits(sh, bq, bkv, vmem, chip, frac) or (not fused and dq is None):
+                        continue
+                    t = dkv_seconds(sh, bq, bkv, bkvc, chip, fused) + pad
+                    tiles = dict(block_q_dkv=bq, block_kv_dkv=bkv, block_kv_dkv_compute=bkvc,
+                                 use_fused_bwd_kernel=fused)
+                    if fused:
+                        yield t + reduce, vmem, 1, tiles
+                    else:
+                        yield t + dq[0], max(vmem, dq[1]), 0, dict(
+                            tiles, block_q_dq=dq[2], block_kv_dq=dq[3])
 
 
 def node_backward_tiles(shape: Any, al: AttentionLayout, mesh_axes: dict[str, int],
@@ -90,23 +117,9 @@ def node_backward_tiles(shape: Any, al: AttentionLayout, mesh_axes: dict[str, in
         return None
     n_b, n_h, n_s = (math.prod(mesh_axes[a] for a in axes) for axes in (al.batch, al.heads,
                                                                          al.seq))
-    sq_p, skv_p, _, _ = padded_lengths(shape.q_len, shape.kv_len, n_s, kv="gather",
-                                       impl="splash", block_q=al.block_q, block_kv=al.block_kv,
-                                       grad=True)
-    sh = SplashShape(shape.batch // n_b * (shape.heads // n_h), sq_p // n_s, skv_p,
-                     shape.head_dim, shape.dtype_bytes)
-    dkv, dq = _best_dkv(sh, chip, vmem_fraction, False), _best_dq(sh, chip, vmem_fraction)
-    fused = _best_dkv(sh, chip, vmem_fraction, True)
-    options = []
-    if dkv and dq:
-        options.append((dkv[0] + dq[0], max(dkv[1], dq[1]), 0, dict(
-            block_q_dkv=dkv[2], block_kv_dkv=dkv[3], block_kv_dkv_compute=dkv[4],
-            block_q_dq=dq[2], block_kv_dq=dq[3], use_fused_bwd_kernel=False)))
-    if fused:
-        options.append((fused[0], fused[1], 1, dict(
-            block_q_dkv=fused[2], block_kv_dkv=fused[3], block_kv_dkv_compute=fused[4],
-            use_fused_bwd_kernel=True)))
-    if not options:
-        return None
-    t, vmem, _, tiles = min(options, key=lambda o: o[:3])
-    return BackwardChoice(tiles, t, vmem)
+    base = SplashShape(shape.batch // n_b * (shape.heads // n_h),
+                       _round_up(-(-shape.q_len // n_s), 128), _round_up(shape.kv_len, 128),
+                       shape.head_dim, shape.dtype_bytes)
+    best = min(_options(base, chip, vmem_fraction),
+               key=lambda o: (o[0], o[1], o[2], sorted(o[3].items())), default=None)
+    return None if best is None else BackwardChoice(best[3], best[0], best[1])

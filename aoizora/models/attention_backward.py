@@ -21,8 +21,9 @@ The splash path calls the kernel's backward (``_splash_attention_bwd`` of the in
 its forward would have saved: q scaled (the kernel takes scaled queries), k, v, segment ids,
 out, lse and the kernel's dq / dk-dv mask metadata. Its dq is the gradient for scaled queries,
 so dq = scale * that. The backward's blocks are the layout's ``block_q_dkv`` ...
-``use_fused_bwd_kernel`` (``splash_kernel``; unset: the forward's blocks, unfused); the padded
-lengths are multiples of every block the kernels use.
+``use_fused_bwd_kernel`` (``splash_kernel``; unset: the forward's blocks, unfused); with them
+set, the lengths are padded to multiples of the backward's blocks only (the dk/dv kernel's
+stand in for the forward's, which the backward does not run).
 """
 
 from __future__ import annotations
@@ -103,10 +104,11 @@ def sharded_attention_bwd(res, do, *, layout: AttentionLayout, mesh, scale: floa
                                           block_q=layout.block_q, block_kv=layout.block_kv,
                                           grad=True)
     backward = tuple(sorted(layout.backward_tiles.items())) if impl == "splash" else ()
-    if backward:     # every backward block divides the per-shard lengths
-        b = dict(backward)
-        mq = math.lcm(bq, *(b[k] for k in ("block_q_dkv", "block_q_dq") if k in b))
-        mkv = math.lcm(bkv, *(b[k] for k in ("block_kv_dkv", "block_kv_dq") if k in b))
+    if backward:     # the lengths padded to every backward block (the dk/dv kernel's in place
+        b = dict(backward)          # of the forward's, which the backward does not run)
+        bq, bkv = b.get("block_q_dkv", bq), b.get("block_kv_dkv", bkv)
+        mq = math.lcm(bq, *(b[k] for k in ("block_q_dq",) if k in b))
+        mkv = math.lcm(bkv, *(b[k] for k in ("block_kv_dq",) if k in b))
         sq_p, skv_p = -(-sq // (n_s * mq)) * n_s * mq, -(-skv // mkv) * mkv
     qspec, kvspec = shard_specs(gathered)
     specs = (qspec, kvspec, kvspec, qspec, P(*qspec[:3]), qspec)
