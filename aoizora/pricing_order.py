@@ -41,12 +41,16 @@ def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1,
     seeds: the ILP's best (with its near-ties), then the rest.
 
     ``refinement_first`` (training seeds, whose refinement always exists: it decides the remat,
-    and carries the kernel model's tiles): the first two seeds' refinements go before the seeds
-    themselves. A training step's compile takes 60-170 s, so a 300 s budget holds one or two;
-    in the training grid each seed's refinement priced below its seed wherever both compiled
-    (``benchmarks/results/training_grid.md``)."""
+    and carries the kernel model's tiles): the first two seeds' refinements, then the second
+    seed, then the first. A training step's compile takes 60-170 s, so a 300 s budget holds one
+    to three. In the training grid (``benchmarks/results/training_grid.md``, 2026-12-03) the
+    first seed's refinement (maxdiffusion's) priced below that seed in every cell where both
+    compiled, while the second's (FSDP x TP) priced above its seed (Wan 1.3B 480p-21f on
+    v5p-16: 350 against 238 ms by Q2): the second seed itself is the likelier third best."""
     if refinement_first and kind == "refined" and i <= 2:
         return REFINED_FIRST_RANK * (1 + (i - 1) / 2)
+    if refinement_first and kind == "seed" and i == 2:
+        return REFINED_FIRST_RANK * 1.8
     if kind == "ilp":
         if i < lead:
             return (4 if n_seeds >= 2 else 3 if n_seeds else 0) + i / lead

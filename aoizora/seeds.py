@@ -73,13 +73,14 @@ def queue_seed_compiles(state: LoopState) -> None:
     after the ILP's best held until the ILPs have queued it (module docstring); with
     ``refinement_first``, every seed is held until the seeds' refinements are queued."""
     seeds, prog, queue = state.seeds, state.program, state.queue
-    if seeds and refinement_first(state):
+    first = refinement_first(state)
+    if seeds and first:
         queue.hold(REFINED_FIRST_RANK)
     elif seeds and state.meshes:   # the seeds after the ILP's best wait for it
         queue.hold(pricing_rank("ilp", 0, len(seeds)))
     state.seed_compiles = [queue.submit(compile_job(
         sd.fn or prog.fn, sd.args if sd.args is not None else prog.args, prog.target, sd.layout),
-        priority=pricing_rank("seed", i, len(seeds)))
+        priority=pricing_rank("seed", i, len(seeds), refinement_first=first))
         for i, sd in enumerate(seeds, 1)]
 
 
@@ -187,7 +188,7 @@ def first_compile_alone(state: LoopState, refined: list) -> str:
     concurrent.futures.wait(own[:1] or [seed_compiles[0]])
     ilp_rank = pricing_rank("ilp", 0, n_seeds)
     ahead = [f for i, f in enumerate(seed_compiles, 1)
-             if pricing_rank("seed", i, n_seeds) < ilp_rank]
+             if pricing_rank("seed", i, n_seeds, refinement_first=first) < ilp_rank]
     ahead += [f for i, _, _, f in refined
               if pricing_rank("refined", i, n_seeds, refinement_first=first) < ilp_rank]
     waiting = sum(1 for f in ahead if not f.done())

@@ -387,20 +387,21 @@ def summary_lines(cells: list[dict[str, Any]]) -> list[str]:
     """One row per cell (the plan against the best expert, simulated and Q2) and, per target, the
     geometric mean of the simulated speedup over the best expert."""
     out = ["## Summary", "",
-           "| cell | plan | remat | best expert | speedup (sim) | speedup (Q2) | over Alpa-style "
-           "(sim) | MFU (sim) | placement gain (sim) | HBM GiB/chip |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "| cell | commit | plan | remat | best expert | speedup (sim) | speedup (Q2) | over "
+           "Alpa-style (sim) | MFU (sim) | placement gain (sim) | HBM GiB/chip |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     per_target: dict[str, list[float]] = {}
     for c in cells:
         rows = {r["name"]: r for r in c["rows"]}
         plan, best = rows.get("aoizora"), rows.get(c.get("best_expert") or "")
         if not plan or not best:
-            out.append(f"| {c['cell']} | - | - | - | - | - | - | - | - | - |")
+            out.append(f"| {c['cell']} | {_commit(c)} | - | - | - | - | - | - | - | - | - |")
             continue
         sp = best["sim_step_s"] / plan["sim_step_s"]
         per_target.setdefault(c["target"], []).append(sp)
         gain = c.get("placement_gain_sim")
-        out.append(f"| {c['cell']} | `{(c.get('plan') or {}).get('layout_name', '-')}` | "
+        name = (c.get("plan") or {}).get("layout_name", "-")
+        out.append(f"| {c['cell']} | {_commit(c)} | `{name}` | "
                    f"{_remat(plan.get('remat'))} | {best['name']} | {sp:.3f}x | "
                    f"{best['q2_step_s'] / plan['q2_step_s']:.3f}x | {_alpa(rows)} | "
                    f"{100 * plan['mfu_sim']:.1f}% | "
@@ -413,6 +414,11 @@ def summary_lines(cells: list[dict[str, Any]]) -> list[str]:
                    f"{len(sps)} cell(s); never slower than the best expert: "
                    f"{'yes' if min(sps) >= 1 - 1e-9 else 'no'}.")
     return out + [""]
+
+
+def _commit(c: dict[str, Any]) -> str:
+    """The commit the cell ran at (its code: a cell of an older commit priced otherwise)."""
+    return str((c.get("git") or {}).get("git_commit") or "?")[:7]
 
 
 def _alpa(rows: dict[str, Any]) -> str:

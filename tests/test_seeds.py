@@ -62,8 +62,8 @@ def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch
 
 def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(monkeypatch):
     """Seeds with a retraceable twin (a training step's): every seed is held until the
-    refinements are queued; the first two refinements rank before every seed, then the order
-    is the usual one, and the hold moves to the ILP's best."""
+    refinements are queued; the first two refinements rank before every seed, the second seed
+    before the first, then the usual order; the hold moves to the ILP's best."""
     import aoizora.seeds as S
 
     monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout: layout.name)
@@ -82,7 +82,7 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
         pricing_rank("seed", 1, 3)
     S.refine_seeds(st, NS(left=lambda: 1.0), {"changes": [], "time_limited": []})
     order = [j for j, _ in sorted(st.queue.submitted, key=lambda jp: jp[1])]
-    assert order[:4] == ["refined:s1", "refined:s2", "s1", "s2"]
+    assert order[:4] == ["refined:s1", "refined:s2", "s2", "s1"]
     assert st.queue.held == pricing_rank("ilp", 0, 3)
 
 
