@@ -376,7 +376,9 @@ def report(directory: Path = RESULTS) -> list[str]:
              f"target. Speedup = row's simulated step / the plan's (> 1: the plan faster). MFU = "
              f"model FLOPs / (chips x bf16 peak x simulated step), model FLOPs = 6 x params x B x S"
              f" + 12 x layers x B x S x (S + S_text) x dim. HBM: the compiler's memory analysis, "
-             f"per chip, state donated.", ""]
+             f"per chip, state donated. `commit`: the code each cell ran at (cells of different "
+             f"commits were planned and priced by different code: CHANGELOG.md says what "
+             f"changed).", ""]
     lines += summary_lines(cells)
     for c in cells:
         lines += cell_lines(c)
