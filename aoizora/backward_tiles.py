@@ -29,7 +29,7 @@ import dataclasses
 import math
 from typing import Any
 
-from aoizora.formulation.kernel_model import KernelChip, SplashShape
+from aoizora.formulation.kernel_model import KernelChip, SplashShape, block_candidates, round_up
 from aoizora.formulation.layout import AttentionLayout
 from aoizora.formulation.splash_backward_model import (dkv_seconds, dkv_vmem_bytes, dq_seconds,
                                                        dq_vmem_bytes)
@@ -48,17 +48,6 @@ class BackwardChoice:
 def _divisors(length: int) -> list[int]:
     """Multiples of 128 dividing ``length``."""
     return [b for b in range(128, length + 1, 128) if length % b == 0]
-
-
-def _candidates(length: int, splits: int) -> list[int]:
-    """Multiples of 128: 128 * 2^i up to ``length``, and ``length`` in m = 1..splits blocks."""
-    out = {128 * 2 ** i for i in range(16) if 128 * 2 ** i <= length}
-    out |= {_round_up(-(-length // m), 128) for m in range(1, splits + 1)}
-    return sorted(out)
-
-
-def _round_up(n: int, m: int) -> int:
-    return -(-n // m) * m
 
 
 def _fits(sh: SplashShape, bq: int, bkv: int, vmem: int, chip: KernelChip, frac: float) -> bool:
@@ -82,9 +71,9 @@ def _options(base: SplashShape, chip: KernelChip, frac: float):
     """Every feasible (seconds, vmem, fused, tiles) at the shard ``base`` (module docstring)."""
     d, e = base.head_dim, base.dtype_bytes
     dq_cache: dict = {}
-    for bq in _candidates(base.lq, 8):
-        for bkv in _candidates(base.lkv, 16):
-            sh = SplashShape(base.lead, _round_up(base.lq, bq), _round_up(base.lkv, bkv), d, e)
+    for bq in block_candidates(base.lq, 128, 8):
+        for bkv in block_candidates(base.lkv, 128, 16):
+            sh = SplashShape(base.lead, round_up(base.lq, bq), round_up(base.lkv, bkv), d, e)
             pad = 2.0 * e * sh.lead * d * (4 * sh.lq * (sh.lq > base.lq)
                                              + 2 * sh.lkv * (sh.lkv > base.lkv)) / chip.hbm_Bps
             reduce = (sh.lkv // bkv + 1) * sh.lead * sh.lq * d * e / chip.hbm_Bps
@@ -118,7 +107,7 @@ def node_backward_tiles(shape: Any, al: AttentionLayout, mesh_axes: dict[str, in
     n_b, n_h, n_s = (math.prod(mesh_axes[a] for a in axes) for axes in (al.batch, al.heads,
                                                                          al.seq))
     base = SplashShape(shape.batch // n_b * (shape.heads // n_h),
-                       _round_up(-(-shape.q_len // n_s), 128), _round_up(shape.kv_len, 128),
+                       round_up(-(-shape.q_len // n_s), 128), round_up(shape.kv_len, 128),
                        shape.head_dim, shape.dtype_bytes)
     best = min(_options(base, chip, vmem_fraction),
                key=lambda o: (o[0], o[1], o[2], sorted(o[3].items())), default=None)

@@ -30,7 +30,7 @@ from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
 from aoizora.plans import Plan, program_key
 from aoizora.realize import RealizeError
-from aoizora.tiles import attention_shapes, choose_tiles, untiled
+from aoizora.tiles import choose_tiles, laid_out_shapes, untiled
 
 
 def no_plan_error(state: LoopState) -> PlanningError:
@@ -112,11 +112,7 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     layout = best.solution.layout
     if prog.ir is None:
         return False
-
-    def mine(shapes):
-        return {k: v for k, v in shapes.items() if k in layout.attention or "*" in layout.attention}
-    shapes = mine(attention_shapes(prog.ir))
-    backward = mine(attention_shapes(prog.ir, "attention_bwd"))
+    shapes, backward = laid_out_shapes(layout, prog.ir)
     if not shapes and not backward:
         return False
     base = untiled(layout)

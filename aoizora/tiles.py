@@ -52,7 +52,8 @@ from typing import Any, Callable
 from aoizora.backward_tiles import node_backward_tiles
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.targets import Target, get_target
-from aoizora.formulation.kernel_model import (KernelChip, SplashShape, kernel_chip,
+from aoizora.formulation.kernel_model import (KernelChip, SplashShape, block_candidates,
+                                              kernel_chip, round_up,
                                               splash_seconds, splash_vmem_bytes)
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
@@ -99,18 +100,6 @@ def attention_shapes(ir, kind: str = "attention") -> dict[str, AttentionShape]:
     return out
 
 
-def _round_up(n: int, m: int) -> int:
-    return -(-n // m) * m
-
-
-def _candidates(length: int, align: int, splits: int) -> list[int]:
-    """128 * 2^i up to ``length``, and ``length`` split in m = 1..splits blocks rounded up to
-    ``align``."""
-    out = {128 * 2 ** i for i in range(16) if 128 * 2 ** i <= length}
-    out |= {_round_up(-(-length // m), align) for m in range(1, splits + 1)}
-    return sorted(out)
-
-
 def _size(mesh_axes: dict[str, int], axes: tuple[str, ...]) -> int:
     return math.prod(mesh_axes[a] for a in axes)
 
@@ -128,10 +117,10 @@ def node_tiles(shape: AttentionShape, al: AttentionLayout, mesh_axes: dict[str, 
     lead = shape.batch // n_b * (shape.heads // n_h)
     lq0, lkv0 = -(-shape.q_len // n_s), -(-shape.kv_len // r)
     best = None
-    for bq in _candidates(lq0, 8, 8):
-        lq = _round_up(shape.q_len, n_s * bq) // n_s
-        for bkv in _candidates(lkv0, 128, 16):
-            lkv = _round_up(shape.kv_len, r * bkv) // r
+    for bq in block_candidates(lq0, 8, 8):
+        lq = round_up(shape.q_len, n_s * bq) // n_s
+        for bkv in block_candidates(lkv0, 128, 16):
+            lkv = round_up(shape.kv_len, r * bkv) // r
             if splash_metadata_bytes(lq, lkv, bq, bkv) > SPLASH_SMEM_BUDGET:
                 continue
             for bkvc in range(128, min(bkv, MAX_BKV_COMPUTE) + 1, 128):
@@ -179,6 +168,15 @@ def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: "str
     return dataclasses.replace(layout, attention=attention), chosen
 
 
+def laid_out_shapes(layout: Layout, ir) -> tuple[dict[str, AttentionShape],
+                                                 dict[str, AttentionShape]]:
+    """(attention, attention backward) node shapes of ``ir`` that ``layout`` lays out."""
+    def mine(kind):
+        return {k: v for k, v in attention_shapes(ir, kind).items()
+                if k in layout.attention or "*" in layout.attention}
+    return mine("attention"), mine("attention_bwd")
+
+
 def untiled(layout: Layout) -> Layout:
     """``layout`` with no attention tiles, forward or backward (the automatic ones)."""
     return dataclasses.replace(layout, attention={
@@ -189,12 +187,8 @@ def kernel_tiled(layout: Layout, ir, target: "str | Target") -> Layout:
     """``layout`` with the kernel model's tiles, not its own (a seed's: its authors'), on every
     attention and attention backward node of ``ir`` it lays out; no compile (the caller's
     compile is the verdict)."""
-    def mine(shapes):
-        return {k: v for k, v in shapes.items() if k in layout.attention or "*" in layout.attention}
-
-    base = untiled(layout)
-    return tiled_layout(base, mine(attention_shapes(ir)), target,
-                        backward=mine(attention_shapes(ir, "attention_bwd")))[0]
+    shapes, backward = laid_out_shapes(layout, ir)
+    return tiled_layout(untiled(layout), shapes, target, backward=backward)[0]
 
 
 def choose_tiles(layout: Layout, ir_or_shapes: Any, target: "str | Target", *,

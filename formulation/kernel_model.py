@@ -117,8 +117,17 @@ def kernel_chip(generation: str, peak_flops: float, hbm_Bps: float,
                       SCOPED_VMEM_BYTES[generation], float(clock_hz))
 
 
-def _round_up(n: int, m: int) -> int:
+def round_up(n: int, m: int) -> int:
+    """n rounded up to a multiple of m."""
     return -(-n // m) * m
+
+
+def block_candidates(length: int, align: int, splits: int) -> list[int]:
+    """Block sizes to try for a ``length``: 128 * 2^i up to it, and it split in m = 1..splits
+    blocks rounded up to ``align``."""
+    out = {128 * 2 ** i for i in range(16) if 128 * 2 ** i <= length}
+    out |= {round_up(-(-length // m), align) for m in range(1, splits + 1)}
+    return sorted(out)
 
 
 def _check(shape: SplashShape, bq: int, bkv: int, bkvc: int) -> None:
@@ -143,11 +152,11 @@ def splash_seconds(shape: SplashShape, bq: int, bkv: int, bkvc: int, chip: Kerne
     """Seconds of one splash forward call (``t_call`` in the module docstring). Lengths that are
     not tile multiples are padded up first (the wrapper pads them so)."""
     _check(shape, bq, bkv, bkvc)
-    lq, lkv = _round_up(shape.lq, bq), _round_up(shape.lkv, bkv)
+    lq, lkv = round_up(shape.lq, bq), round_up(shape.lkv, bkv)
     n_q, n_kv = lq // bq, lkv // bkv
     d, e = shape.head_dim, shape.dtype_bytes
     inner = bkv // bkvc
-    mxu = 4.0 * bq * _round_up(bkvc, chip.mxu_side) * _round_up(d, chip.mxu_side) * inner \
+    mxu = 4.0 * bq * round_up(bkvc, chip.mxu_side) * round_up(d, chip.mxu_side) * inner \
         / chip.peak_flops
     vpu = inner * (SCORE_OPS * bq * bkvc + ACC_OPS * bq * d) \
         / (VREG_ELEMS * VPU_OPS_PER_CYCLE * chip.clock_hz)

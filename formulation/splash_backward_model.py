@@ -50,16 +50,12 @@ project reports. This module has no jax import.
 from __future__ import annotations
 
 from aoizora.formulation.kernel_model import (VREG_ELEMS, KernelChip, KernelModelError,
-                                              SplashShape)
+                                              SplashShape, round_up)
 
 DQ_SCORE_OPS = 7
 DKV_SCORE_OPS = 8
 ROW_BLOCK = 8
 SCORE_ARRAYS = 3
-
-
-def _round_up(n: int, m: int) -> int:
-    return -(-n // m) * m
 
 
 def _check(shape: SplashShape, *blocks: int) -> None:
@@ -80,7 +76,7 @@ def dq_seconds(shape: SplashShape, bq: int, bkv: int, chip: KernelChip) -> float
     _check(shape, bq, bkv)
     d, e = shape.head_dim, shape.dtype_bytes
     n_q, n_kv = -(-shape.lq // bq), -(-shape.lkv // bkv)
-    mxu = 6.0 * bq * _round_up(bkv, chip.mxu_side) * _round_up(d, chip.mxu_side) / chip.peak_flops
+    mxu = 6.0 * bq * round_up(bkv, chip.mxu_side) * round_up(d, chip.mxu_side) / chip.peak_flops
     vpu = (DQ_SCORE_OPS * bq * bkv + bq * d) / (VREG_ELEMS * chip.clock_hz)
     dma = (2.0 * bkv * d * e + (3.0 * bq * d * e + 2.0 * ROW_BLOCK * bq * 4) / n_kv) \
         / chip.hbm_Bps
@@ -95,7 +91,7 @@ def dkv_seconds(shape: SplashShape, bq: int, bkv: int, bkvc: int, chip: KernelCh
         raise KernelModelError(f"block_kv_dkv_compute {bkvc} must divide block_kv_dkv {bkv}")
     d, e, f = shape.head_dim, shape.dtype_bytes, int(fused)
     n_q, n_kv, inner = -(-shape.lq // bq), -(-shape.lkv // bkv), bkv // bkvc
-    mxu = (8.0 + 2 * f) * bq * _round_up(bkvc, chip.mxu_side) * _round_up(d, chip.mxu_side) \
+    mxu = (8.0 + 2 * f) * bq * round_up(bkvc, chip.mxu_side) * round_up(d, chip.mxu_side) \
         * inner / chip.peak_flops
     vpu = inner * (DKV_SCORE_OPS * bq * bkvc + 4 * bkvc * d + f * bq * d) \
         / (VREG_ELEMS * chip.clock_hz)
