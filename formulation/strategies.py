@@ -56,6 +56,14 @@ State (``ProgramIR.state_aliases``, a training step's new state): an edge from t
 makes each state output to its input's group, priced as resharding the output into the input's
 spec at the end of the step (the layout realizes it so: the output gets its input's spec), as a
 scan's loop-back carry is.
+
+Scanned stacks: a scan's body sees one slice of each stacked operand (``scan_xs``: the stack
+without its leading dim). A strategy that splits a stack's leading dim, directly on a program
+input or through the ops it follows (a training step casts its fp32 parameter stacks to bf16
+before the layer scan), would make every iteration gather the whole stack to slice its layer
+(on Wan 2.1 1.3B, v5p-16, fsdp2 x tensor4: 34.9 GiB of all-gathers per step from the ILP's
+layer-split parameters); Q1 has no term for it. So a group keeps no strategy that splits the
+leading dim of a stack some scan slices (``_keep_stacks_whole``), unless it has no other.
 """
 
 from __future__ import annotations
@@ -694,6 +702,7 @@ class _Builder:
                 self.replicated_node(n)
         for tid in ir.outputs:
             self.resolve(tid)
+        self._keep_stacks_whole()
         self._prune()
         edges = self._edges(carries)
         return StrategyGraph(dict(self.sizes), self.groups, edges, self.group_of_node, self.origin,
@@ -716,6 +725,18 @@ class _Builder:
         self._ensure_body_input(t.outer, carries)
         self.source_group(f"carry:{tid}", "carry", tid, allow_padding=self.opts.allow_padding)
         carries.append(tid)
+
+    def _keep_stacks_whole(self):
+        """Drop each strategy that splits the leading dim of a scanned stack (module docstring:
+        Scanned stacks), where its group keeps another."""
+        for tid in sorted(self.scan_xs_outers):
+            o = self.resolve(tid)
+            if o is None or not self.T[tid].shape:
+                continue
+            g = self.groups[o[0]]
+            whole = [k for k in range(len(g.strategies)) if not self.spec_of(tid, k)[0]]
+            if whole and len(whole) < len(g.strategies):
+                g.strategies = [g.strategies[k] for k in whole]
 
     def _prune(self):
         """Merge strategies of a group that look the same from outside; cap the count."""

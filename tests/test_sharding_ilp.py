@@ -278,3 +278,27 @@ def test_k_best_distinct_in_kv_mode(v5e4):
     assert objs[0] <= min(objs[1:])
     with pytest.raises(ValueError, match="distinct"):
         solve_sharding(ir, v5e4, {"x": 4}, distinct="attention")
+
+
+def _scanned_stack(params, x):
+    """fp32 layer stacks cast to bf16, then a layer scan slices them (as a training step does)."""
+    w = params.astype(jnp.bfloat16)
+
+    def layer(h, wl):
+        return jnp.tanh(h @ wl), None
+
+    return jax.lax.scan(layer, x, w)[0].sum()
+
+
+def test_no_strategy_splits_a_scanned_stacks_layers(v5e4):
+    """A scan slices one layer per iteration: splitting the stack's layer dim would gather the
+    whole stack each iteration, which Q1 cannot price, so no strategy offers it, even where the
+    stack reaches the scan through a cast."""
+    ir = build_ir(_scanned_stack, jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
+                  jax.ShapeDtypeStruct((64, 256), jnp.bfloat16))
+    g = build_strategies(ir, default_axis_costs(v5e4, {"x": 4}), Hardware.from_chip(v5e4.chip))
+    stack = ir.inputs[0]
+    gid = g.origin[stack][0]
+    specs = [st.specs[stack] for st in g.groups[gid].strategies]
+    assert any(any(sp) for sp in specs)                 # the stack's other dims may split
+    assert all(not sp[0] for sp in specs)               # its layer dim never does
