@@ -124,6 +124,7 @@ class CompileQueue:
         below it is still to be submitted (the planner's ILP layouts, while the ILPs solve)."""
         with self._cv:
             self._hold = priority
+            self._cv.notify_all()     # a hold raised may let a pending compile start
 
     def release(self) -> None:
         with self._cv:

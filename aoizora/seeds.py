@@ -164,7 +164,9 @@ def _refined_solution(sd: Seed, ref) -> ShardingSolution:
 
 
 def first_compile_alone(state: LoopState, refined: list) -> str:
-    """Wait for the first seed's compile, which so has the cores to itself, then say whether the
+    """Wait for the first compile of the pricing order (the first seed's; with training seeds
+    the first refinement's, or the next queued where a seed has none), which so has the cores to
+    itself, then say whether the
     first iteration's sharding ILPs are worth solving: "" when the budget still holds the
     compiles ranked before the ILP's best (``pricing_rank``: the first seed's refinement and
     the second seed) and the ILP's best itself, else why not.
@@ -182,10 +184,13 @@ def first_compile_alone(state: LoopState, refined: list) -> str:
     Wan 14B 720p-21f for v5e-16, the ILP's best no longer fitted.)"""
     seed_compiles, n_seeds, queue = state.seed_compiles, len(state.seeds), state.queue
     first = refinement_first(state)
-    own = [f for i, _, _, f in refined if i == 1] if first else []
-    what = "the first seed's refinement" if own else "the first seed"
+    queued = [(pricing_rank("seed", i, n_seeds, refinement_first=first), f"seed {i}", f)
+              for i, f in enumerate(seed_compiles, 1)]
+    queued += [(pricing_rank("refined", i, n_seeds, refinement_first=first),
+                f"seed {i}'s refinement", f) for i, _, _, f in refined]
+    _, what, lead = min(queued, key=lambda q: q[0])   # the compile that runs first
     state.progress.stage(f"iteration 1: compiling {what} before the sharding ILPs")
-    concurrent.futures.wait(own[:1] or [seed_compiles[0]])
+    concurrent.futures.wait([lead])
     ilp_rank = pricing_rank("ilp", 0, n_seeds)
     ahead = [f for i, f in enumerate(seed_compiles, 1)
              if pricing_rank("seed", i, n_seeds, refinement_first=first) < ilp_rank]

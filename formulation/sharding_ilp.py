@@ -59,7 +59,9 @@ compiler's own temporaries, kernel scratch or collective buffers: the solver kee
 HBM for those, see ``aoizora.solvers.sharding.solve_sharding``):
 steps are the ops in program order (a scan body once; what lives across the loop -- stacked
 weights, the carry, consts -- is live at every body step). Program inputs and consts are live
-throughout, outputs to the end, every other tensor from its producer to its last consumer (a
+throughout, except a donated input (state fed back, ``ProgramIR.state_aliases``: the compiler
+may write its next value into its buffer), which lives to its last consumer; outputs to the
+end, every other tensor from its producer to its last consumer (a
 tensor fed to a scan: to the end of the body). bytes(t | s) is one device's shard under the
 chosen spec (padded shards rounded up); a scan's xs slice is counted besides the stacked array,
 a scan const aliases its outer tensor (0). At op i each operand that comes from another group is
@@ -132,9 +134,10 @@ def memory_rows(ir, graph: StrategyGraph, small_bytes: float,
             lo, hi = scope_rng.get(sc, (N, -1))
             scope_rng[sc] = (min(lo, order[n.key]), max(hi, order[n.key]))
     start, end = {}, {}
+    donated = {ir.inputs[i] for _, i in getattr(ir, "state_aliases", ())}
     for tid, t in T.items():
         if t.kind in ("input", "const"):
-            start[tid], end[tid] = -1, N
+            start[tid], end[tid] = -1, (-1 if tid in donated else N)
         elif t.kind == "node":
             start[tid] = end[tid] = order[t.producer]
         elif t.kind in ("scan_carry", "scan_xs", "scan_const"):

@@ -222,3 +222,18 @@ def test_compiles_left_counts_what_the_budget_holds_with_the_start_margin():
     q.budget.deadline = time.perf_counter() + 1.0
     assert q.compiles_left() == 0
     q.close()
+
+
+def test_raising_the_hold_starts_what_it_now_allows():
+    """A hold raised above a waiting compile lets it start with nothing else submitted (the
+    planner raises the hold after the training seeds' refinements; where no seed could be
+    refined, nothing else was ever submitted to wake the worker)."""
+    t0 = time.perf_counter()
+    q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
+    q.hold(0.5)
+    waiting = q.submit(lambda: _ev(), priority=0.9)
+    time.sleep(0.2)                      # the worker is idle: 0.9 is held
+    assert not waiting.done()
+    q.hold(4)
+    assert isinstance(waiting.result(timeout=5), Compiled)
+    q.close()
