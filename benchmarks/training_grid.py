@@ -468,10 +468,31 @@ def cell_lines(c: dict[str, Any]) -> list[str]:
                               f"({l['bytes'] / 2**20:.0f} MiB)" for l in row["links_sim"])
             out.append(f"Busiest links under {what} (simulated; device order "
                        f"{row.get('device_order')}): {links or '-'}.")
+        out += remat_lines(c, plan_row)
         out += where_the_step_goes(c, plan_row)
     for e in c.get("errors", []):
         out.append(f"Error ({e['where']}): `{e['error'].strip().splitlines()[-1][:200]}`")
     return out + [""]
+
+
+def remat_lines(c: dict[str, Any], plan_row: dict[str, Any]) -> list[str]:
+    """Where the plan's remat differs from every compiled expert's: what it keeps, the HBM it
+    leaves, and its simulated step against the best expert's (the layouts differ too, so this
+    is not the remat's own share)."""
+    experts = [r for r in c["rows"] if r["name"].startswith("expert:") and r.get("sim_step_s")]
+    mine = _remat(plan_row.get("remat"))
+    if not experts or not plan_row.get("sim_step_s") or any(
+            _remat(r.get("remat")) == mine for r in experts):
+        return []
+    best = min(experts, key=lambda r: r["sim_step_s"])
+    left = (plan_row.get("hbm_capacity_gib") or 0) - (plan_row.get("hbm_gib_per_chip") or 0)
+    kinds = sorted({_remat(r.get("remat")) for r in experts})
+    return [f"Remat: the plan's ({mine}) differs from every expert's ({'; '.join(kinds)}); it "
+            f"uses {plan_row.get('hbm_gib_per_chip', 0):.1f} GiB per chip, leaving {left:.1f} GiB "
+            f"of {plan_row.get('hbm_capacity_gib', 0):.1f} GiB (the compiler's memory analysis); "
+            f"its simulated step is {plan_row['sim_step_s'] * 1e3:.1f} ms against the best "
+            f"expert's {best['sim_step_s'] * 1e3:.1f} ms ({best['name']}, {_remat(best.get('remat'))}); "
+            f"the layouts and kernel blocks differ too, so that gain is not the remat's alone."]
 
 
 MFU_EXPLAINED_BELOW = 0.40
