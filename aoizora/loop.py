@@ -98,8 +98,8 @@ def queue_compiles(state: LoopState, it: int, ranked: list, refined: list) -> li
         todo += [(pricing_rank("seed", i, n_seeds), math.inf, dict(sd.layout.mesh_axes),
                   seed_solution(sd.layout, ilp_best), sd, f)
                  for i, (sd, f) in enumerate(zip(state.seeds, state.seed_compiles), 1)]
-        todo += [(pricing_rank("refined", i, n_seeds), math.inf,
-                  dict(rsd.layout.mesh_axes), sol, rsd, rf) for i, rsd, sol, rf in refined]
+        todo += [(pricing_rank(kind, i, n_seeds), math.inf,
+                  dict(rsd.layout.mesh_axes), sol, rsd, rf) for kind, i, rsd, sol, rf in refined]
     return [t[1:] for t in sorted(todo, key=lambda t: t[0])]
 
 

@@ -11,7 +11,10 @@ priced with the ILP's in the first iteration, and their refinements.
   (``tiles.kernel_tiled``) instead of the seed's, solved before the meshes' ILPs and queued to
   compile right after its seed (training seeds, ``refinement_first``: the first seed's
   refinement before that seed, ``pricing_order.pricing_rank``); skipped when the ILP keeps the
-  seed's parameter layout.
+  seed's parameter layout. A training seed's refinement that changes parameters also has a
+  *retimed* twin: the seed's own parameter layout with the refinement's remat and tiles (the
+  ILP's parameter layout is where Q1 and the compiled program disagree most), queued after the
+  refinements (``pricing_rank`` "retimed").
 - ``first_compile_alone``: wait for the first seed's compile (the cores to itself; with
   ``refinement_first``, its refinement's), then say
   whether the budget still holds the ILP's best after the compiles ranked before it.
@@ -85,9 +88,10 @@ def queue_seed_compiles(state: LoopState) -> None:
 
 
 def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
-                 ) -> list[tuple[int, Seed, ShardingSolution, Any]]:
-    """Each seed's refinement, queued to compile right after its seed (``pricing_rank``):
-    [(the seed's place, 1-based; Seed of the refined layout, its solution, its compile)]. A seed
+                 ) -> list[tuple[str, int, Seed, ShardingSolution, Any]]:
+    """Each seed's refinement (and a training seed's retimed twin), queued to compile at its
+    place (``pricing_rank``): [(kind "refined" or "retimed", the seed's place, 1-based; Seed of
+    the layout, its solution, its compile)]. A seed
     that cannot be refined, or that the ILP leaves as it is, is noted in ``rec``; none starts
     once ``ilp`` (the iteration's ILP share) has run out."""
     out = []
@@ -110,11 +114,15 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
                               f"{ref.changed} parameter(s) otherwise around its attention"
                               + (" and chooses the remat" if sd.retraceable else ""))
         base = sd.retraceable or sd
-        rsd = Seed(ref.layout, base.fn, base.args, dict(base.program))
-        f = state.queue.submit(compile_job(sfn, sargs, state.program.target, ref.layout),
-                               priority=pricing_rank("refined", i, len(state.seeds),
-                                                     refinement_first=first))
-        out.append((i, rsd, _refined_solution(sd, ref), f))
+        twins = [("refined", ref.layout, _refined_solution(sd, ref))]
+        if sd.retraceable is not None and ref.changed:
+            twin = retimed(ref.layout, base.layout, sd.layout.name)
+            twins.append(("retimed", twin, _retimed_solution(sd, ref, twin)))
+        for kind, layout, sol in twins:
+            f = state.queue.submit(compile_job(sfn, sargs, state.program.target, layout),
+                                   priority=pricing_rank(kind, i, len(state.seeds),
+                                                         refinement_first=first))
+            out.append((kind, i, Seed(layout, base.fn, base.args, dict(base.program)), sol, f))
     if refinement_first(state):    # now the seeds after the ILP's best wait for it
         if state.meshes:
             state.queue.hold(pricing_rank("ilp", 0, len(state.seeds)))
@@ -163,6 +171,26 @@ def _refined_solution(sd: Seed, ref) -> ShardingSolution:
                     f"(its attention kept, the kernel model's tiles)"] + list(ref.solution.words))
 
 
+def retimed(refined: Layout, own: Layout, name: str) -> Layout:
+    """``refined`` (a training seed's refinement: the ILP's parameter layout, remat and the
+    kernel model's tiles) with the parameter specs of ``own`` (the seed's layout on its
+    retraceable step) back: the seed's layout with only its remat and tiles changed."""
+    return dataclasses.replace(refined, in_specs=list(own.in_specs),
+                               out_specs=None if own.out_specs is None else list(own.out_specs),
+                               name=f"retimed:{name}")
+
+
+def _retimed_solution(sd: Seed, ref, layout: Layout) -> ShardingSolution:
+    sol = seed_solution(layout, ref.solution)
+    sol.certificate.detail["note"] = (
+        "a training seed retimed: its own layout with the remat its refinement's ILP chose and "
+        "the kernel model's tiles (ilp_best: that ILP's certificate, which covers the "
+        "refinement's parameter layout, not this one); compiled and priced by Q2 like the others")
+    return dataclasses.replace(sol, words=[
+        f"{layout.name}: {sd.layout.name}'s own parameter layout with its refinement's remat and "
+        f"the kernel model's tiles"] + list(sol.words))
+
+
 def first_compile_alone(state: LoopState, refined: list) -> str:
     """Wait for the first compile of the pricing order (the first seed's; with training seeds
     the first refinement's, or the next queued where a seed has none), which so has the cores to
@@ -186,16 +214,16 @@ def first_compile_alone(state: LoopState, refined: list) -> str:
     first = refinement_first(state)
     queued = [(pricing_rank("seed", i, n_seeds, refinement_first=first), f"seed {i}", f)
               for i, f in enumerate(seed_compiles, 1)]
-    queued += [(pricing_rank("refined", i, n_seeds, refinement_first=first),
-                f"seed {i}'s refinement", f) for i, _, _, f in refined]
+    queued += [(pricing_rank(kind, i, n_seeds, refinement_first=first),
+                f"seed {i}'s {kind} layout", f) for kind, i, _, _, f in refined]
     _, what, lead = min(queued, key=lambda q: q[0])   # the compile that runs first
     state.progress.stage(f"iteration 1: compiling {what} before the sharding ILPs")
     concurrent.futures.wait([lead])
     ilp_rank = pricing_rank("ilp", 0, n_seeds)
     ahead = [f for i, f in enumerate(seed_compiles, 1)
              if pricing_rank("seed", i, n_seeds, refinement_first=first) < ilp_rank]
-    ahead += [f for i, _, _, f in refined
-              if pricing_rank("refined", i, n_seeds, refinement_first=first) < ilp_rank]
+    ahead += [f for kind, i, _, _, f in refined
+              if pricing_rank(kind, i, n_seeds, refinement_first=first) < ilp_rank]
     waiting = sum(1 for f in ahead if not f.done())
     room = queue.compiles_left()
     if room >= waiting + 1:

@@ -62,8 +62,9 @@ def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch
 
 def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(monkeypatch):
     """Seeds with a retraceable twin (a training step's): every seed is held until the
-    refinements are queued; the first two refinements rank before every seed, the second seed
-    before the first, then the usual order; the hold moves to the ILP's best."""
+    refinements are queued; the first two refinements rank before every seed, then the two
+    retimed twins (the second's first), the second seed before the first, then the usual order;
+    the hold moves to the ILP's best."""
     import aoizora.seeds as S
 
     monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout: layout.name)
@@ -72,6 +73,7 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
         solution=NS(certificate=NS(status="OPTIMAL", objective=1.0, bound=1.0, detail={}))),
         None, ()))
     monkeypatch.setattr(S, "_refined_solution", lambda sd, ref: None)
+    monkeypatch.setattr(S, "_retimed_solution", lambda sd, ref, layout: None)
     monkeypatch.setattr(S.time_limits, "sharding", lambda what, c: [])
     st = _state(3)
     for sd in st.seeds:
@@ -80,10 +82,25 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
     queue_seed_compiles(st)
     assert st.queue.held == pricing_rank("refined", 1, 3, refinement_first=True) < \
         pricing_rank("seed", 1, 3)
-    S.refine_seeds(st, NS(left=lambda: 1.0), {"changes": [], "time_limited": []})
+    out = S.refine_seeds(st, NS(left=lambda: 1.0), {"changes": [], "time_limited": []})
     order = [j for j, _ in sorted(st.queue.submitted, key=lambda jp: jp[1])]
-    assert order[:4] == ["refined:s1", "refined:s2", "s2", "s1"]
+    assert order[:6] == ["refined:s1", "refined:s2", "retimed:s2", "retimed:s1", "s2", "s1"]
     assert st.queue.held == pricing_rank("ilp", 0, 3)
+    assert [(k, i) for k, i, *_ in out][:4] == [("refined", 1), ("retimed", 1), ("refined", 2),
+                                               ("retimed", 2)]
+
+
+def test_a_retimed_seed_is_its_own_parameter_layout_with_the_refinements_remat_and_tiles():
+    from aoizora.seeds import retimed
+
+    own = Layout({"fsdp": 2, "tensor": 4}, [("fsdp", None), ("tensor",), None], out_specs=[
+        ("fsdp", None), ("tensor",), None], name="expert")
+    refined = Layout({"fsdp": 2, "tensor": 4}, [None, ("fsdp",), None], out_specs=[
+        None, ("fsdp",), None], remat={"qkv": "keep"}, name="refined:expert")
+    t = retimed(refined, own, "expert")
+    assert t.in_specs == own.in_specs and t.out_specs == own.out_specs
+    assert t.remat == {"qkv": "keep"} and t.name == "retimed:expert"
+    assert refined.in_specs == [None, ("fsdp",), None]     # not changed in place
 
 
 def test_the_ilps_start_only_if_the_budget_holds_their_best():
@@ -92,7 +109,7 @@ def test_the_ilps_start_only_if_the_budget_holds_their_best():
     st.seed_compiles = [st.queue.submit(None), running]
     st.queue.submitted.clear()
     # ahead of the ILP's best: the second seed (waiting) and the first seed's refinement (done)
-    refined = [(1, None, None, st.queue.submit(None))]
+    refined = [("refined", 1, None, None, st.queue.submit(None))]
     assert first_compile_alone(st, refined) == ""
     st.queue.room = 1
     why = first_compile_alone(st, refined)
