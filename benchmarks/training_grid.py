@@ -521,6 +521,8 @@ def where_the_step_goes(c: dict[str, Any], row: dict[str, Any]) -> list[str]:
 def _remat(r) -> str:
     if isinstance(r, (list, tuple)):
         r = dict(r)
+    if isinstance(r, dict) and r and set(r.values()) == {"keep"}:
+        return f"all {len(r)} named activations kept (rest recomputed)"
     if isinstance(r, dict):
         return ", ".join(f"{k}: {v}" for k, v in sorted(r.items())) + " (rest recomputed)"
     if r == "none":
