@@ -60,6 +60,7 @@ class Skipped:
 
     reason: str
     before_first: bool = False       # no compile ran, and none will: the budget is spent
+    budget: bool = True              # False: skipped by the submitter's ``unless``, not the budget
 
 
 class CompileQueue:
@@ -75,7 +76,7 @@ class CompileQueue:
         self.fitting = False         # some compiled layout fits in HBM
         self._contended_s = 0.0      # contended seconds up to _since (or up to now, if on)
         self._since: float | None = None
-        self._pending: list = []     # heap of (priority, seq, future, compile_fn)
+        self._pending: list = []     # heap of (priority, seq, future, compile_fn, unless)
         self._hold: float | None = None   # no compile above this priority starts (``hold``)
         self._seq = itertools.count()
         self._cv = threading.Condition()
@@ -109,13 +110,16 @@ class CompileQueue:
         since = self._since
         return self._contended_s + (now - since if since is not None else 0.0)
 
-    def submit(self, compile_fn: Callable[[], Any], priority: float = 0.0) -> Future:
+    def submit(self, compile_fn: Callable[[], Any], priority: float = 0.0,
+               unless: Callable[[], str] | None = None) -> Future:
+        """Queue ``compile_fn`` at ``priority``; ``unless``, asked when it would start, returns
+        a reason not to run it (then ``Skipped(reason, budget=False)``) or ""."""
         f: Future = Future()
         with self._cv:
             if self._closed:
                 f.set_result(Skipped("the planner stopped"))
                 return f
-            heapq.heappush(self._pending, (priority, next(self._seq), f, compile_fn))
+            heapq.heappush(self._pending, (priority, next(self._seq), f, compile_fn, unless))
             self._cv.notify()
         return f
 
@@ -141,11 +145,12 @@ class CompileQueue:
                     self._cv.wait()
                 if not self._pending:
                     return
-                _, _, f, compile_fn = heapq.heappop(self._pending)
+                _, _, f, compile_fn, unless = heapq.heappop(self._pending)
             if not f.set_running_or_notify_cancel():
                 continue
             try:
-                f.set_result(self._run(compile_fn))
+                why = unless() if unless is not None else ""
+                f.set_result(Skipped(why, budget=False) if why else self._run(compile_fn))
             except BaseException as e:  # noqa: BLE001 -- handed to the waiting planner
                 f.set_exception(e)
 
@@ -179,7 +184,7 @@ class CompileQueue:
         """Skip what has not started and wait for a running compile (it cannot be interrupted)."""
         with self._cv:
             self._closed = True
-            for _, _, f, _ in self._pending:
+            for _, _, f, _, _ in self._pending:
                 f.cancel()
             self._pending.clear()
             self._cv.notify_all()

@@ -136,6 +136,10 @@ def _skipped(state: LoopState, m, sol, got: Skipped, rec: dict[str, Any]) -> Non
         raise BudgetError(
             f"the time budget ({state.budget.total_s:g} s) ran out before the first compile "
             f"(the sharding ILPs took {rec['ilps_done_s']:.1f} s); raise the budget")
+    if not got.budget:               # the submitter's reason, not the budget's
+        rec["changes"].append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not started "
+                              f"({got.reason})")
+        return
     state.stop_reason = got.reason   # what compiled before it is still priced
     rec["time_limited"].append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not "
                                f"started ({got.reason})")

@@ -14,7 +14,8 @@ priced with the ILP's in the first iteration, and their refinements.
   seed's parameter layout. A training seed's refinement that changes parameters also has a
   *retimed* twin: the seed's own parameter layout with the refinement's remat and tiles (the
   ILP's parameter layout is where Q1 and the compiled program disagree most), queued after the
-  refinements (``pricing_rank`` "retimed").
+  refinements (``pricing_rank`` "retimed"), and not compiled when its refinement, with the same
+  remat, compiled and did not fit in HBM.
 - ``first_compile_alone``: wait for the first seed's compile (the cores to itself; with
   ``refinement_first``, its refinement's), then say
   whether the budget still holds the ILP's best after the compiles ranked before it.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import math
+from functools import partial
 from typing import Any
 
 import jax
@@ -118,10 +120,14 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
         if sd.retraceable is not None and ref.changed:
             twin = retimed(ref.layout, base.layout, sd.layout.name)
             twins.append(("retimed", twin, _retimed_solution(sd, ref, twin)))
+        refined_compile = None
         for kind, layout, sol in twins:
             f = state.queue.submit(compile_job(sfn, sargs, state.program.target, layout),
                                    priority=pricing_rank(kind, i, len(state.seeds),
-                                                         refinement_first=first))
+                                                         refinement_first=first),
+                                   unless=None if kind == "refined" else
+                                   partial(_refinement_did_not_fit, refined_compile))
+            refined_compile = refined_compile or f
             out.append((kind, i, Seed(layout, base.fn, base.args, dict(base.program)), sol, f))
     if refinement_first(state):    # now the seeds after the ILP's best wait for it
         if state.meshes:
@@ -169,6 +175,19 @@ def _refined_solution(sd: Seed, ref) -> ShardingSolution:
     return dataclasses.replace(
         sol, words=[f"{ref.layout.name}: {sd.layout.name} with the ILP's parameter layout "
                     f"(its attention kept, the kernel model's tiles)"] + list(ref.solution.words))
+
+
+def _refinement_did_not_fit(refined_compile) -> str:
+    """Why a retimed twin is not compiled: its refinement (same remat) compiled and did not fit
+    in HBM (Wan 2.1 14B 480p-21f b2 on v5p-8: both did not, and the two compiles, 130 s each,
+    took the budget the seed that fitted needed); "" otherwise."""
+    if refined_compile is None or not refined_compile.done():
+        return ""
+    got = refined_compile.result()
+    ev = getattr(got, "evidence", None)
+    if ev is not None and not ev.memory.fits:
+        return "its refinement, with the same remat, did not fit in HBM"
+    return ""
 
 
 def retimed(refined: Layout, own: Layout, name: str) -> Layout:

@@ -237,3 +237,19 @@ def test_raising_the_hold_starts_what_it_now_allows():
     q.hold(4)
     assert isinstance(waiting.result(timeout=5), Compiled)
     q.close()
+
+
+def test_a_compile_its_submitter_no_longer_wants_is_skipped_not_run():
+    """``unless`` is asked when the compile would start: a reason skips it (not the budget's
+    skip), "" runs it."""
+    t0 = time.perf_counter()
+    q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
+    ran = []
+    first = q.submit(lambda: _ev(fits=False))
+    twin = q.submit(lambda: ran.append("twin") or _ev(),
+                    unless=lambda: "" if first.result().evidence.memory.fits else "did not fit")
+    other = q.submit(lambda: ran.append("other") or _ev(), unless=lambda: "")
+    got = twin.result()
+    assert isinstance(got, Skipped) and got.reason == "did not fit" and not got.budget
+    assert isinstance(other.result(), Compiled) and ran == ["other"]
+    q.close()

@@ -20,8 +20,9 @@ class _Queue:
     def hold(self, p):
         self.held = p
 
-    def submit(self, job, priority=0.0):
+    def submit(self, job, priority=0.0, unless=None):
         self.submitted.append((job, priority))
+        self.unless = getattr(self, "unless", []) + [unless]
         f = Future()
         f.set_result(None)
         return f
@@ -88,6 +89,12 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
     assert st.queue.held == pricing_rank("ilp", 0, 3)
     assert [(k, i) for k, i, *_ in out][:4] == [("refined", 1), ("retimed", 1), ("refined", 2),
                                                ("retimed", 2)]
+    # a twin is not compiled when its refinement (the same remat) compiled and did not fit
+    refined_f, twin_unless = out[0][4], st.queue.unless[-5]
+    assert twin_unless is not None and st.queue.unless[-6] is None
+    assert twin_unless() == ""      # the stub's refinement compiled to nothing
+    refined_f._result = NS(evidence=NS(memory=NS(fits=False)))
+    assert "did not fit" in twin_unless()
 
 
 def test_a_retimed_seed_is_its_own_parameter_layout_with_the_refinements_remat_and_tiles():
