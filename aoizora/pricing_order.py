@@ -27,8 +27,9 @@ def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1,
     """A compile's place in its iteration's pricing order, which is also its compile priority
     (``CompileQueue``: least first). ``kind`` "seed", "refined" or "retimed": the i-th seed
     (1-based), its refinement, or its retimed twin (``aoizora.seeds``: the seed's own parameter
-    layout with its refinement's remat and tiles); "ilp": the i-th of the iteration's fresh ILP layouts (0-based), of which the first
-    ``lead`` are the ILP's best and its unproven near-ties (``with_unproven_near``).
+    layout with its refinement's remat and tiles); "ilp": the i-th of the iteration's fresh ILP
+    layouts (0-based), of which the first ``lead`` are the ILP's best and its unproven near-ties
+    (``with_unproven_near``).
     ``n_seeds``: the seeds in this iteration (the first only).
 
     With seeds: the first seed, its refinement, the second seed, the ILP's best (with its
@@ -50,9 +51,9 @@ def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1,
     v5p-16: 350 against 238 ms by Q2): the second seed itself is the likelier third best.
     The retimed twins go after the refinements and before the seeds (the second's first): a twin
     runs its seed's own layout with the refinement's remat and tuned tiles, less recompute where
-    HBM holds it, and the parameter layout is where the refinement's Q1 and Q2 disagreed (Wan 1.3B 480p-21f on v5p-16:
-    FSDP x TP retimed 191 ms against its refinement's 203 by Q2). Without ``refinement_first``
-    a retimed twin goes after its seed's refinement."""
+    HBM holds it, and the parameter layout is where the refinement's Q1 and Q2 disagreed (Wan
+    1.3B 480p-21f on v5p-16: FSDP x TP retimed 191 ms against its refinement's 203 by Q2).
+    Without ``refinement_first`` a retimed twin goes after its seed's refinement."""
     if refinement_first and kind == "refined" and i <= 2:
         return REFINED_FIRST_RANK * (1 + (i - 1) / 2)
     if kind == "retimed":

@@ -116,19 +116,18 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
                               f"{ref.changed} parameter(s) otherwise around its attention"
                               + (" and chooses the remat" if sd.retraceable else ""))
         base = sd.retraceable or sd
-        twins = [("refined", ref.layout, _refined_solution(sd, ref))]
-        if sd.retraceable is not None and ref.changed:
-            twin = retimed(ref.layout, base.layout, sd.layout.name)
-            twins.append(("retimed", twin, _retimed_solution(sd, ref, twin)))
-        refined_compile = None
-        for kind, layout, sol in twins:
+        def queue(kind: str, layout: Layout, sol: ShardingSolution, unless=None):
             f = state.queue.submit(compile_job(sfn, sargs, state.program.target, layout),
                                    priority=pricing_rank(kind, i, len(state.seeds),
-                                                         refinement_first=first),
-                                   unless=None if kind == "refined" else
-                                   partial(_refinement_did_not_fit, refined_compile))
-            refined_compile = refined_compile or f
+                                                         refinement_first=first), unless=unless)
             out.append((kind, i, Seed(layout, base.fn, base.args, dict(base.program)), sol, f))
+            return f
+
+        f = queue("refined", ref.layout, _refined_solution(sd, ref))
+        if sd.retraceable is not None and ref.changed:
+            twin = retimed(ref.layout, base.layout, sd.layout.name)
+            queue("retimed", twin, _retimed_solution(sd, ref, twin),
+                  unless=partial(_refinement_did_not_fit, f))
     if refinement_first(state):    # now the seeds after the ILP's best wait for it
         if state.meshes:
             state.queue.hold(pricing_rank("ilp", 0, len(state.seeds)))
@@ -181,7 +180,7 @@ def _refinement_did_not_fit(refined_compile) -> str:
     """Why a retimed twin is not compiled: its refinement (same remat) compiled and did not fit
     in HBM (Wan 2.1 14B 480p-21f b2 on v5p-8: both did not, and the two compiles, 130 s each,
     took the budget the seed that fitted needed); "" otherwise."""
-    if refined_compile is None or not refined_compile.done():
+    if not refined_compile.done():
         return ""
     got = refined_compile.result()
     ev = getattr(got, "evidence", None)

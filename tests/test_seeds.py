@@ -14,7 +14,7 @@ from aoizora.seeds import first_compile_alone, queue_seed_compiles, seed_solutio
 
 class _Queue:
     def __init__(self, room=10, expected=5.0):
-        self.held, self.submitted = None, []
+        self.held, self.submitted, self.unless = None, [], []
         self.room, self.expected_compile_s = room, expected
 
     def hold(self, p):
@@ -22,7 +22,7 @@ class _Queue:
 
     def submit(self, job, priority=0.0, unless=None):
         self.submitted.append((job, priority))
-        self.unless = getattr(self, "unless", []) + [unless]
+        self.unless.append(unless)
         f = Future()
         f.set_result(None)
         return f
