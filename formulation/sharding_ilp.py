@@ -64,7 +64,10 @@ may write its next value into its buffer), which lives to its last consumer; out
 end, every other tensor from its producer to its last consumer (a
 tensor fed to a scan: to the end of the body). bytes(t | s) is one device's shard under the
 chosen spec (padded shards rounded up); a scan's xs slice is counted besides the stacked array,
-a scan const aliases its outer tensor (0). At op i each operand that comes from another group is
+a scan const aliases its outer tensor (0). A scan's stacked result (``scan_ys``, ``trip``
+slices) lives whole from the scan's first step to its last consumer (``stacked_outputs``; the
+compiler allocates it before the loop), except a layer group's residuals, which the (memory)
+term of ``formulation.remat`` counts; a carry's result aliases the carry (0). At op i each operand that comes from another group is
 counted once more, at the spec op i needs (the resharded copy; counted even when no reshard
 happens). Tensors below ``small_bytes`` count at their full size as constants. Rows implied by
 another row (a subset of its terms with a smaller constant) are dropped.
@@ -135,6 +138,7 @@ def memory_rows(ir, graph: StrategyGraph, small_bytes: float,
             scope_rng[sc] = (min(lo, order[n.key]), max(hi, order[n.key]))
     start, end = {}, {}
     donated = {ir.inputs[i] for _, i in getattr(ir, "state_aliases", ())}
+    stacked = stacked_outputs(ir, remat)
     for tid, t in T.items():
         if t.kind in ("input", "const"):
             start[tid], end[tid] = -1, (-1 if tid in donated else N)
@@ -143,11 +147,13 @@ def memory_rows(ir, graph: StrategyGraph, small_bytes: float,
         elif t.kind in ("scan_carry", "scan_xs", "scan_const"):
             lo, hi = scope_rng.get(t.scope, (N, N))
             start[tid], end[tid] = lo, lo
-        else:   # scan outer results: exist after the body
+        else:   # scan outer results: exist after the body; a stacked one from its first step
             inner_scope = T[t.inner].scope if t.inner else ""
             lo, hi = scope_rng.get(inner_scope, (None, None)) if inner_scope else (None, None)
             pos = hi if hi is not None else start.get(t.inner, 0)
             start[tid] = end[tid] = pos
+            if tid in stacked and lo is not None:
+                start[tid] = lo
     for n in ir.nodes:
         for tid in n.operands:
             if tid in end:
@@ -159,16 +165,19 @@ def memory_rows(ir, graph: StrategyGraph, small_bytes: float,
             if t.loop_back in end:
                 end[t.loop_back] = max(end[t.loop_back], hi)
                 end[tid] = max(end[tid], hi)
-        if t.kind in ("scan_carry_out", "scan_ys") and t.inner in end:
+        if t.kind in ("scan_carry_out", "scan_ys") and t.inner in end and tid not in stacked:
             end[t.inner] = max(end[t.inner], start[tid])
     for tid in ir.outputs:
         end[tid] = N
 
     def expr(tid) -> tuple[dict, float]:
         t = T[tid]
-        if t.kind in ("literal", "scan_const", "scan_carry_out", "scan_ys"):
+        if t.kind in ("literal", "scan_const", "scan_carry_out", "scan_ys") and tid not in stacked:
             return {}, 0.0   # literals; aliases of a buffer counted elsewhere
         o = graph.origin.get(tid)
+        if o is None and tid in stacked and graph.origin.get(t.inner) is not None:
+            gi, b, tr = graph.origin[t.inner]
+            o = (gi, b, tr + ("add0",))
         if o is None or t.bytes < small_bytes:
             return {}, float(t.bytes)
         gid, base, tr = o
@@ -219,6 +228,18 @@ def memory_rows(ir, graph: StrategyGraph, small_bytes: float,
                      if G.first <= i <= G.last)
         rows.append(MemoryRow(n.key, terms, const, i, live))
     return _drop_implied(rows)
+
+
+def stacked_outputs(ir, remat: RematProblem | None = None) -> set[str]:
+    """The scans' stacked results (``scan_ys``) the memory rows count whole, ``trip`` slices,
+    from the scan's first step: every one but a layer group's residuals (``remat``'s stacks
+    count those). The compiler allocates a scan's stacked output before the loop and writes one
+    slice per trip (a training step's gradients of the stacked weights: on Wan 2.1 14B b2 for
+    v5p-8 under fsdp 4, 13.3 GiB per chip, live through the backward scan, which the rows missed
+    when they counted one slice)."""
+    covered = {r for G in (remat.groups if remat else ()) for r in G.residuals}
+    return {tid for tid, t in ir.tensors.items()
+            if t.kind == "scan_ys" and t.inner and t.inner not in covered}
 
 
 def _drop_implied(rows: list[MemoryRow]) -> list[MemoryRow]:
