@@ -28,7 +28,7 @@ from aoizora.ilp_step import solve_ilps
 from aoizora.loop_state import LoopState, new_record
 from aoizora.planning_errors import BudgetError, PlanningError
 from aoizora.pricing_order import diverse, pricing_rank, with_unproven_near
-from aoizora.seeds import seed_solution
+from aoizora.seeds import refinement_first, seed_solution
 from aoizora.formulation.remat import REMAT_KEY, remat_key
 
 
@@ -94,11 +94,12 @@ def queue_compiles(state: LoopState, it: int, ranked: list, refined: list) -> li
                 compile_job(prog.fn, prog.args, prog.target, sol.layout, m), priority=r))
             for r, (q1, m, sol) in zip(ranks, fresh)]
     queue.release()   # the ILP's layouts are queued: the seeds held after them may start
-    if it == 1:
-        todo += [(pricing_rank("seed", i, n_seeds), math.inf, dict(sd.layout.mesh_axes),
-                  seed_solution(sd.layout, ilp_best), sd, f)
+    if it == 1:   # priced in the order they compile (``seeds.queue_seed_compiles``)
+        first = refinement_first(state)
+        todo += [(pricing_rank("seed", i, n_seeds, refinement_first=first), math.inf,
+                  dict(sd.layout.mesh_axes), seed_solution(sd.layout, ilp_best), sd, f)
                  for i, (sd, f) in enumerate(zip(state.seeds, state.seed_compiles), 1)]
-        todo += [(pricing_rank(kind, i, n_seeds), math.inf,
+        todo += [(pricing_rank(kind, i, n_seeds, refinement_first=first), math.inf,
                   dict(rsd.layout.mesh_axes), sol, rsd, rf) for kind, i, rsd, sol, rf in refined]
     return [t[1:] for t in sorted(todo, key=lambda t: t[0])]
 

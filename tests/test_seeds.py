@@ -133,3 +133,22 @@ def test_a_seed_as_a_solution_says_it_proves_nothing():
     assert sol.words == ["attention: batch on data, sequence on context, keys/values in a ring [a]",
                          "rule act: on context"]
     assert math.isinf(sol.predicted["total_s"]) and sol.choice == {}
+
+
+def test_training_candidates_are_priced_in_the_order_they_compile():
+    """``loop.queue_compiles`` prices the first iteration's seeds and refinements in the order
+    the queue compiles them: a training seed's refinement before the seed (it does not wait for
+    the seed, which compiles after both refinements)."""
+    from aoizora.loop import queue_compiles
+
+    st = _state(2)
+    for sd in st.seeds:
+        sd.retraceable = Seed(sd.layout)
+    st.queue.release = lambda: None
+    st.seen, st.settings = set(), NS(top_k=2)
+    st.seed_compiles = [st.queue.submit(sd.layout.name) for sd in st.seeds]
+    refined = [(kind, i, Seed(_layout(f"{kind}:s{i}")), None, st.queue.submit(None))
+               for i in (1, 2) for kind in ("refined", "retimed")]
+    todo = queue_compiles(st, 1, [], refined)
+    names = [t[3].layout.name for t in todo]
+    assert names == ["refined:s1", "refined:s2", "retimed:s2", "retimed:s1", "s2", "s1"]
