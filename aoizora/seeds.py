@@ -73,6 +73,15 @@ def refinement_first(state: LoopState) -> bool:
     return bool(state.seeds) and state.seeds[0].retraceable is not None
 
 
+# How much longer a training seed's own step (its authors' remat, activations offloaded to the
+# host) is expected to compile than the layouts on the retraced step compiled before it
+# (``CompileQueue.submit``'s ``slower``). In the training grid of 2026-12-04 a seed's compile
+# took 1.56x the longest compile before it (Wan 1.3B 480p-21f b1 v5p-16: 78 s after 41-50 s),
+# 1.33x (41f b1 v5p-8: 82 s after 51-62 s; planning ended 6 s past its 300 s budget) and 1.14x
+# (81f b1 v5p-128: 48-49 s after 40-43 s).
+SEED_PROGRAM_SLOWER = 1.6
+
+
 def queue_seed_compiles(state: LoopState) -> None:
     """Queue every seed's compile at its place in the first iteration's pricing order, those
     after the ILP's best held until the ILPs have queued it (module docstring); with
@@ -85,7 +94,8 @@ def queue_seed_compiles(state: LoopState) -> None:
         queue.hold(pricing_rank("ilp", 0, len(seeds)))
     state.seed_compiles = [queue.submit(compile_job(
         sd.fn or prog.fn, sd.args if sd.args is not None else prog.args, prog.target, sd.layout),
-        priority=pricing_rank("seed", i, len(seeds), refinement_first=first))
+        priority=pricing_rank("seed", i, len(seeds), refinement_first=first),
+        slower=SEED_PROGRAM_SLOWER if first else 1.0)
         for i, sd in enumerate(seeds, 1)]
 
 

@@ -253,3 +253,23 @@ def test_a_compile_its_submitter_no_longer_wants_is_skipped_not_run():
     assert isinstance(got, Skipped) and got.reason == "did not fit" and not got.budget
     assert isinstance(other.result(), Compiled) and ran == ["other"]
     q.close()
+
+
+def test_a_compile_expected_slower_is_skipped_where_a_usual_one_starts():
+    """``slower``: a program expected to compile that many times as long as the longest so far
+    (a training seed's own step) must fit the budget at that length."""
+    t0 = time.perf_counter()
+    q = CompileQueue(Budget.until(t0 + 5.0, t0), (Boom,))
+
+    def half_second():
+        time.sleep(0.5)
+        return _ev()
+
+    first = q.submit(half_second)
+    unusual = q.submit(half_second, slower=8.0)    # ~4.5 s left < 1.2 x 4 s + 1 s
+    usual = q.submit(half_second)                  # 1.2 x 0.5 s + 1 s fits
+    assert isinstance(first.result(), Compiled)
+    s = unusual.result()
+    assert isinstance(s, Skipped) and s.budget and "a compile takes about 4.0 s" in s.reason
+    assert isinstance(usual.result(), Compiled)
+    q.close()

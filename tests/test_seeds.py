@@ -14,15 +14,16 @@ from aoizora.seeds import first_compile_alone, queue_seed_compiles, seed_solutio
 
 class _Queue:
     def __init__(self, room=10, expected=5.0):
-        self.held, self.submitted, self.unless = None, [], []
+        self.held, self.submitted, self.unless, self.slower = None, [], [], []
         self.room, self.expected_compile_s = room, expected
 
     def hold(self, p):
         self.held = p
 
-    def submit(self, job, priority=0.0, unless=None):
+    def submit(self, job, priority=0.0, unless=None, slower=1.0):
         self.submitted.append((job, priority))
         self.unless.append(unless)
+        self.slower.append(slower)
         f = Future()
         f.set_result(None)
         return f
@@ -54,6 +55,7 @@ def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch
     assert [(j, p) for j, p in q.submitted] == [
         ("s1", pricing_rank("seed", 1, 3)), ("s2", pricing_rank("seed", 2, 3)),
         ("s3", pricing_rank("seed", 3, 3))]
+    assert q.slower == [1.0] * 3       # inference seeds: programs like the ILP's
     assert len(st.seed_compiles) == 3
     # no ILP mesh: nothing to wait for, no hold
     st = _state(2, meshes=())
@@ -83,7 +85,9 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
     queue_seed_compiles(st)
     assert st.queue.held == pricing_rank("refined", 1, 3, refinement_first=True) < \
         pricing_rank("seed", 1, 3)
+    assert st.queue.slower == [S.SEED_PROGRAM_SLOWER] * 3    # each seed's own step
     out = S.refine_seeds(st, NS(left=lambda: 1.0), {"changes": [], "time_limited": []})
+    assert st.queue.slower[3:] == [1.0] * 6       # refinements and twins: the retraced step
     order = [j for j, _ in sorted(st.queue.submitted, key=lambda jp: jp[1])]
     assert order[:6] == ["refined:s1", "refined:s2", "retimed:s2", "retimed:s1", "s2", "s1"]
     assert st.queue.held == pricing_rank("ilp", 0, 3)
