@@ -55,5 +55,5 @@ def test_each_leaf_chooses_its_zero_stage_and_less_hbm_means_more_zero3(program)
     assert free[dp] and free[zero1] and free[zero3], free
     # a master split never leaves its moments whole (they are updated where the master is)
     assert not any(m and not (mu and nu) for m, mu, nu in free), free
-    tight = _points(ir, paths, 28 * MiB)
+    tight = _points(ir, paths, 30 * MiB)   # the smallest peak over all layouts is 28.3 MiB
     assert tight[zero3] > free[zero3] and sum(tight.values()) == sum(free.values())
