@@ -93,13 +93,13 @@ class CompileQueue:
         """What the next compile is expected to take alone (module docstring), seconds."""
         return max((c.seconds - c.contended_s / 2 for c in self.done), default=0.0)
 
-    def compiles_left(self) -> int:
-        """How many more compiles of ``expected_compile_s`` fit before the deadline less
-        ``reserve_s``, each with the margin ``1.2 x + 1 s`` the start check uses (module doc);
-        a large number before the first compile has finished (nothing is known yet)."""
+    def compiles_left(self, slower: float = 1.0) -> int:
+        """How many more compiles of ``slower`` x ``expected_compile_s`` fit before the deadline
+        less ``reserve_s``, each with the margin ``1.2 x + 1 s`` the start check uses (module
+        doc); a large number before the first compile has finished (nothing is known yet)."""
         if not self.done:
             return 1 << 30
-        return self.budget.count("compile", self.expected_compile_s, self.reserve_s)
+        return self.budget.count("compile", self.expected_compile_s * slower, self.reserve_s)
 
     def contended(self, on: bool) -> None:
         """The planner starts (``on``) or stops work that competes with compiles for the cores."""
@@ -165,7 +165,7 @@ class CompileQueue:
         if self._closed:
             return Skipped("the planner stopped")
         expected = self.expected_compile_s * slower
-        if self.fitting and self.budget.count("compile", expected, self.reserve_s) < 1:
+        if self.fitting and self.compiles_left(slower) < 1:
             kept = f" ({self.reserve_s:.1f} s of it kept for after)" if self.reserve_s else ""
             return Skipped(f"time budget: {left:.1f} s left{kept}, a compile takes about "
                            f"{expected:.1f} s")

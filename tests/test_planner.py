@@ -270,8 +270,8 @@ def test_the_ilps_are_skipped_when_the_budget_cannot_compile_their_best(small, m
     from aoizora.models.experts import expert_layouts
 
     class NoRoomLeft(CompileQueue):
-        def compiles_left(self):
-            return 0 if self.done else super().compiles_left()
+        def compiles_left(self, slower=1.0):
+            return 0 if self.done else super().compiles_left(slower)
 
     monkeypatch.setattr(planner, "CompileQueue", NoRoomLeft)
     m, wl, fn, args, _ = small
@@ -296,12 +296,12 @@ def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, mon
     from aoizora.models.experts import expert_layouts
 
     class NoRoomForTheILP(CompileQueue):
-        def submit(self, compile_fn, priority=0.0):
+        def submit(self, compile_fn, priority=0.0, **kw):
             if compile_fn.args[3].name.startswith("ilp"):
                 f = Future()
                 f.set_result(Skipped("time budget: 1.0 s left, a compile takes about 9.0 s"))
                 return f
-            return super().submit(compile_fn, priority)
+            return super().submit(compile_fn, priority, **kw)
 
     monkeypatch.setattr(planner, "CompileQueue", NoRoomForTheILP)
     m, wl, fn, args, _ = small
