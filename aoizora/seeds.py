@@ -188,7 +188,7 @@ def _refined_solution(sd: Seed, ref) -> ShardingSolution:
 
 def _refinement_did_not_fit(refined_compile) -> str:
     """Why a retimed twin is not compiled: its refinement (same remat) compiled and did not fit
-    in HBM (Wan 2.1 14B 480p-21f b2 on v5p-8: both did not, and the two compiles, 130 s each,
+    in HBM (Wan 2.1 14B 480p-21f b2 on v5p-8: both did not, and the two compiles, 158 and 120 s,
     took the budget the seed that fitted needed); "" otherwise."""
     if not refined_compile.done():
         return ""

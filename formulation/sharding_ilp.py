@@ -67,9 +67,9 @@ chosen spec (padded shards rounded up); a scan's xs slice is counted besides the
 a scan const aliases its outer tensor (0). A scan's stacked result (``scan_ys``, ``trip``
 slices) lives whole from the scan's first step to its last consumer (``stacked_outputs``; the
 compiler allocates it before the loop), except a layer group's residuals, which the (memory)
-term of ``formulation.remat`` counts; a carry's result aliases the carry (0). At op i each operand that comes from another group is
-counted once more, at the spec op i needs (the resharded copy; counted even when no reshard
-happens). Tensors below ``small_bytes`` count at their full size as constants. Rows implied by
+term of ``formulation.remat`` counts; a carry's result aliases the carry (0). At op i each
+operand that comes from another group is counted once more, at the spec op i needs (the
+resharded copy; counted even when no reshard happens). Tensors below ``small_bytes`` count at their full size as constants. Rows implied by
 another row (a subset of its terms with a smaller constant) are dropped.
 """
 
@@ -175,7 +175,7 @@ def memory_rows(ir, graph: StrategyGraph, small_bytes: float,
         if t.kind in ("literal", "scan_const", "scan_carry_out", "scan_ys") and tid not in stacked:
             return {}, 0.0   # literals; aliases of a buffer counted elsewhere
         o = graph.origin.get(tid)
-        if o is None and tid in stacked and graph.origin.get(t.inner) is not None:
+        if o is None and tid in stacked and t.inner in graph.origin:   # the body's spec, stacked
             gi, b, tr = graph.origin[t.inner]
             o = (gi, b, tr + ("add0",))
         if o is None or t.bytes < small_bytes:
@@ -234,9 +234,9 @@ def stacked_outputs(ir, remat: RematProblem | None = None) -> set[str]:
     """The scans' stacked results (``scan_ys``) the memory rows count whole, ``trip`` slices,
     from the scan's first step: every one but a layer group's residuals (``remat``'s stacks
     count those). The compiler allocates a scan's stacked output before the loop and writes one
-    slice per trip (a training step's gradients of the stacked weights: on Wan 2.1 14B b2 for
-    v5p-8 under fsdp 4, 13.3 GiB per chip, live through the backward scan, which the rows missed
-    when they counted one slice)."""
+    slice per trip (a training step's bf16 gradients of the stacked weights: on Wan 2.1 14B b2
+    for v5p-8 under fsdp 4, 6.6 GiB per chip, live through the backward scan, which the rows
+    missed when they counted one slice)."""
     covered = {r for G in (remat.groups if remat else ()) for r in G.residuals}
     return {tid for tid, t in ir.tensors.items()
             if t.kind == "scan_ys" and t.inner and t.inner not in covered}
