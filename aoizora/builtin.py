@@ -214,17 +214,13 @@ def check_train_fits(m, wl, tgt: Target, batch: int) -> None:
 # compiles the first seed while its first ILPs solve, then that seed's refinement, the second
 # seed, the ILP's best, then the other seeds in this order, each followed by its refinement
 # (``aoizora.planning.pricing_order.pricing_rank``), so a short budget prices the first seeds only. The order
-# is the experts' mean rank among the valid experts of each cell in the grid
-# (benchmarks/results/grid.md, simulated): cfg2_context (maxdiffusion's published recipe, the
-# CFG pair on data 2 and the sequence on context: ../shared/facts/practice.md) best in 25 of the
-# 30 cells with a valid expert; cfg2_ulysses best in 3 and second in 18 of its 25; xDiT's
-# Ulysses x ring (usp) best in 2 of its 9; context (maxdiffusion's default); Ulysses over every
-# chip; tensor parallel; FSDP with the sequence split, last in most cells. Before, the second
-# seed was context and then the ``EXPERTS`` order (fsdp_sp, tp_cfg, cfg2_ulysses): in the Wan
-# 14B and HunyuanVideo cells, where 4-7 compiles fit in 240 s, cfg2_ulysses was rarely compiled,
-# and in HunyuanVideo 720p-129f on v5e-16 it is the fastest expert (simulated). Dynamic sequence
-# parallelism (dsp) is valid only for spatial-temporal DiTs, where it is the published recipe
-# (Open-Sora / VideoSys), so it comes first there and changes nothing elsewhere.
+# is the experts' mean rank among the valid experts of each cell in the grid, fitted on
+# benchmarks/results/grid.md (simulated; the ranks: benchmarks/results/lab_notes.md):
+# cfg2_context (maxdiffusion's published recipe, the CFG pair on data 2 and the sequence on
+# context), cfg2_ulysses, xDiT's Ulysses x ring (usp), context (maxdiffusion's default), Ulysses
+# over every chip, tensor parallel, FSDP with the sequence split. Dynamic sequence parallelism
+# (dsp) is valid only for spatial-temporal DiTs, where it is the published recipe (Open-Sora /
+# VideoSys), so it comes first there and changes nothing elsewhere.
 SEED_ORDER = ("dsp", "cfg2_context", "cfg2_ulysses", "usp", "context", "ulysses", "tp_cfg", "fsdp_sp")
 
 
@@ -237,8 +233,8 @@ def expert_seed_layouts(job: Job) -> list:
 
 
 # the training experts in the order they compile: maxdiffusion's published recipe first, FSDP x
-# TP next (the fastest expert in 3 of the 9 cells of the training grid of 2026-12-03), Ulysses
-# with full remat last (the slowest valid expert in every cell there, 2.2-3.7x the plan)
+# TP next, Ulysses with full remat last; fitted on benchmarks/results/training_grid.md (the
+# ranks: benchmarks/results/lab_notes.md)
 TRAIN_SEED_ORDER = ("maxdiffusion", "fsdp_tp", "dp_fsdp", "fsdp_ulysses")
 
 

@@ -4,11 +4,9 @@ back into the sharding ILP, besides the effective bandwidth per axis.
 Q1 prices an attention shard as ``max(flops / peak, bytes / HBM bandwidth)`` whether its keys
 and values are gathered or travel in a ring (``formulation.strategies``). The compiled kernels
 differ: a ring runs one kernel call per step plus the online-softmax combination of the partial
-results (float32 rescaling, log-sum-exp) and the loop's copies of the chunk it forwards. On Wan
-2.1 1.3B (480p, 21 frames, v5e-8, mesh 2x4; the compiler's estimated cycles per denoising step)
-the video self-attention took 40.1 ms in a ring and 30.9 ms gathered, against Q1's 24.5 ms for
-both; the cross-attention over 512 text tokens took 20.8 ms in a ring (its chunks are tiny) and
-2.4 ms gathered, against Q1's 1.2 ms.
+results (float32 rescaling, log-sum-exp) and the loop's copies of the chunk it forwards, so
+the compiled times differ from Q1's and from each other (an example: benchmarks/results/
+lab_notes.md).
 
 ``aoizora.runtime.realize`` runs every attention node under the name scope
 ``extract.evidence.attention_scope(key)``, so the compiler's ops carry the node's key in their

@@ -5,8 +5,8 @@ compute of ``formulation.attention_calibration``).
 Q1 prices each op unfused: ``max(flops / peak, bytes / HBM bandwidth)`` with every op reading its
 operands and writing its results (``formulation.strategies``). The compiler fuses the
 elementwise chains, norms and converts around the matmuls, so Q1's compute is high by a factor
-that barely depends on the layout (Wan 2.1 1.3B, 480p-41f, v5e-16, cfg2_context's attention:
-Q1's nodes 186 ms against the compiled program's 91 ms of compute). Too high a compute price
+that barely depends on the layout (about 2x on the example in benchmarks/results/lab_notes.md).
+Too high a compute price
 makes communication look cheap next to it: the ILP then trades compute it overprices for
 communication the compiled program pays in full.
 

@@ -113,15 +113,15 @@ from aoizora.formulation.traffic import (PermuteFlows, TrafficModel, collective_
 SCOPE_SETS = "every placement"
 SCOPE_CIRCUIT = ("placements where every ring group of >= 3 ranks lies on a cycle or path of "
                  "physical links (pairs, all-to-alls and permutes: any placement)")
-# sum_g C(C, k_g) over ring groups up to which "auto" picks the exact set formulation. Measured on
-# Wan 2.1 1.3B evidence for v5e-16 (two groups of 8 and four of 4: 33,020 sets, 7.4 M load
-# terms): 15 s to build and no solution in 30 s, so "auto" takes the circuit formulation there.
+# sum_g C(C, k_g) over ring groups up to which "auto" picks the exact set formulation; set by the
+# instance in benchmarks/results/lab_notes.md, where the set model did not solve in time.
 SETS_CAP = 20_000
 # Set variables up to which the "sets" formulation adds the route-aware cut of each set (building
 # them looks at |S| x |partners| routes per set).
 SET_CUTS_CAP = 5_000
-# How minchip is stated for slabs without set variables: prefix booleans (measured 1.5-2x faster
-# on v5e-16 than AddMinEquality); slabs that are set-variable groups use sum_S min(S) y[g][S].
+# How minchip is stated for slabs without set variables: prefix booleans (faster than
+# AddMinEquality: benchmarks/results/lab_notes.md); slabs that are set-variable groups use
+# sum_S min(S) y[g][S].
 _PREFIX = True
 
 

@@ -234,9 +234,8 @@ def stacked_outputs(ir, remat: RematProblem | None = None) -> set[str]:
     """The scans' stacked results (``scan_ys``) the memory rows count whole, ``trip`` slices,
     from the scan's first step: every one but a layer group's residuals (``remat``'s stacks
     count those). The compiler allocates a scan's stacked output before the loop and writes one
-    slice per trip (a training step's bf16 gradients of the stacked weights: on Wan 2.1 14B b2
-    for v5p-8 under fsdp 4, 6.6 GiB per chip, live through the backward scan, which the rows
-    missed when they counted one slice)."""
+    slice per trip (a training step's gradients of the stacked weights, live through the
+    backward scan: several GiB per chip on a large model; benchmarks/results/lab_notes.md)."""
     covered = {r for G in (remat.groups if remat else ()) for r in G.residuals}
     return {tid for tid, t in ir.tensors.items()
             if t.kind == "scan_ys" and t.inner and t.inner not in covered}

@@ -12,8 +12,9 @@ from ortools.sat.python import cp_model
 
 from aoizora.formulation.placement_cpsat import PlacementModel
 
-# Model building time per estimated variable (measured here: v5e-64's 226k-variable circuit model
-# 6.1 s, v5e-16's 13k 0.3-0.5 s, under load 4) and the least solve time worth a build: with less
+# Model building time per estimated variable (fitted on the placement models of
+# benchmarks/results/placement_solver.md: benchmarks/results/lab_notes.md) and the least solve
+# time worth a build: with less
 # time left the incumbent is returned without building.
 BUILD_S_PER_VARIABLE = 3e-5
 MIN_SOLVE_S = 0.5
@@ -34,8 +35,8 @@ def set_search_params(solver: cp_model.CpSolver, seed: int, workers: int, determ
     p.interleave_search = bool(deterministic) and int(workers) > 1
     p.log_search_progress = bool(log)
     # Probing in presolve adds millions of binary clauses on the set formulation for no gain;
-    # the LP relaxation of max link loads is weak and slows the search (measured: 4x4 proven
-    # in seconds without it, not in 60 s with it).
+    # the LP relaxation of max link loads is weak and slows the search
+    # (benchmarks/results/lab_notes.md).
     p.cp_model_probing_level = 0
     p.linearization_level = int(linearization)
 

@@ -18,8 +18,8 @@ killed when only the reading back is left: HiGHS does not check its time limit i
 of its MIP presolve. Its LP relaxation (``mip=False``, no presolve) runs in process: PuLP's
 model builder, then HiGHS with time_limit = the time left after the build, less the reading
 back; its objective is then a lower bound ("bound"; "objective" is None). The reading back is an
-estimate: READBACK_S plus READBACK_S_PER_COLUMN per model column (0.07 s measured for 62890
-columns); CBC's -sec and HiGHS's time_limit are never below MIN_CBC_SEC.
+estimate: READBACK_S plus READBACK_S_PER_COLUMN per model column; CBC's -sec and HiGHS's time_limit
+are never below MIN_CBC_SEC.
 
 What may pass the limit: the MPS write or the LP relaxation's HiGHS build themselves (they are
 not cut), and the reading back after a kill.
@@ -98,21 +98,15 @@ def _cbc_bound(log: str) -> tuple[float | None, str]:
     return lb, result
 
 
-# What a CBC run costs besides its search, on this machine (AMD EPYC, 2 cores shared), measured on
-# the three Wan 2.1 1.3B instances of benchmarks/sharding_vs_heuristics.py at load 1-2, per
-# nonzero of the MPS file (constraint and objective entries: 255985 on the 2x2x4 mesh, ~25000 and
-# ~32000 on 4x4 and 2x4): PuLP writes the file at 1.4-2.4 us (0.55-0.61 s on 2x2x4), CBC's
-# shortest run (read the file, presolve, root LP: what -sec cannot cut) takes 1.6-2.3 us (0.42 s),
-# reading the solution back ~0.3 us (0.07 s) -- 4.3 us in all on 2x2x4. The budgeted solve
-# launches CBC only when the time left is at least CBC_MIN_S_PER_NONZERO x nonzeros, 1.5 x that
-# for a loaded machine (the committed benchmark saw 2.43 s where 1.68 s was measured at low
-# load). HiGHS's LP relaxation in process: PuLP's model build 1.2 us per nonzero (0.31 s), the
-# LP without presolve 0.3 us (0.07 s); tried when the time left is HIGHS_LP_MIN_S_PER_NONZERO x
-# nonzeros or more (1.5 x, rounded up).
+# What a CBC run costs besides its search (the MPS write, CBC's file read, presolve and root LP,
+# the reading back: what -sec cannot cut), per nonzero of the MPS file, 1.5 x the measured cost
+# for a loaded machine; likewise HiGHS's LP relaxation in process (model build and the LP without
+# presolve). Fitted on the three Wan 2.1 1.3B instances of benchmarks/sharding_vs_heuristics.py
+# (benchmarks/results/sharding_vs_heuristics.md; the figures: benchmarks/results/lab_notes.md).
 CBC_MIN_S_PER_NONZERO = 6.5e-6
 HIGHS_LP_MIN_S_PER_NONZERO = 2.5e-6
 READBACK_S = 0.02                    # reading a solution back: fixed part, seconds
-READBACK_S_PER_COLUMN = 1.5e-6       # ... per model column (0.07 s measured for 62890 columns)
+READBACK_S_PER_COLUMN = 1.5e-6       # ... per model column (benchmarks/results/lab_notes.md)
 CBC_STOP_S = 0.05                    # CBC's own stop after -sec: writing its (short) solution file
 MIN_CBC_SEC = 0.01                   # CBC's -sec is never below this
 
@@ -203,7 +197,7 @@ def run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *,
     """HiGHS on `prob`. mip=True: the MIP in a process of its own (``_run_highs_process``), killed
     at the deadline. mip=False: the LP relaxation in process (PuLP's model builder, then HiGHS
     with time_limit = the time left after the build, less the reading back), without presolve
-    (0.07 s instead of 0.38 s on the 2x2x4 instance); its objective is then a lower bound
+    (faster: benchmarks/results/lab_notes.md); its objective is then a lower bound
     ("bound"), "objective" is None."""
     if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
         raise ShardingSolveError("HiGHS is not available: pip install highspy (or use solver='cbc')")
@@ -246,8 +240,8 @@ def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads
     and sets HiGHS's time_limit to what is left of it once it has read the file (less its own
     stop); a worker still running when only the reading back is left is killed, and the answer
     is UNKNOWN (detail ``killed``).
-    HiGHS does not check its time limit inside every step of its MIP presolve (on Wan 2.1 14B
-    480p-81f, v5e-16, mesh 2x2x4, a restart's presolve ran for minutes past a 20 s limit)."""
+    HiGHS does not check its time limit inside every step of its MIP presolve (an instance:
+    benchmarks/results/lab_notes.md)."""
     name = f"PuLP {pulp.__version__}/HiGHS"
     detail: dict[str, Any] = {}
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "highs_worker.py")

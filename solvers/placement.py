@@ -24,9 +24,8 @@ time limit is spent as a work budget in CP-SAT's deterministic time (``solvers.w
 take their share of it, and the Python steps are charged at their estimated cost), so a run
 gives the same answer, proven or not, whatever the machine's load; the clock (``WALL_CAP`` times
 the limit) only guards it, and ``detail["work"]["wall_cut"]`` names what the guard stopped. A
-run stopped by its budget returns its incumbent, status FEASIBLE, with the proven bound.
-Measured here on an idle machine with a 10 s limit: 10.8 s (Wan 2.1 1.3B, v5e-16) and 9.1 s
-(Wan 2.1 14B 720p-41f, v5e-16).
+run stopped by its budget returns its incumbent, status FEASIBLE, with the proven bound
+(wall time against the limit: benchmarks/results/lab_notes.md).
 
 Lexicographic objectives: (1) exposed communication seconds, (2) link bytes, (3) flow hops. Level
 1 gets the whole work left; levels 2 and 3 run only after level 1 is proven, each with the
@@ -116,20 +115,17 @@ __all__ = ["LEVELS", "PlacementOptions", "PlacementResult", "StageBound", "solve
 SOLVER_NAME = f"CP-SAT {_ORTOOLS_VERSION}"
 LEVELS = ("comm", "link_bytes", "hops")   # detail["levels"]: the lexicographic objective, in order
 # Share of the time limit for the axis-order warm start (it stops early when every order is
-# priced: 24 on v5e-16 in 0.03 s; 720 on v5e-64 take 1.3-2 s here, and with 0.1 the 1 s and 5 s
-# runs there started CP-SAT from a worse order than the axis-order search finds).
+# priced); fitted on benchmarks/results/placement_solver.md (benchmarks/results/lab_notes.md).
 WARM_START_SHARE = 0.3
 # Without a CP-SAT model (over the variable cap, or no time to build it) the axis orders get
-# almost all of the limit and annealing the rest: on v5e-256 (Wan 2.1 1.3B, placement_solver)
-# the axis orders improved on the default order at every budget, annealing from the default
-# order never did in 120 s, nor annealing from the axis orders' answer; with 80% the axis
-# orders stopped before the one a bare axis-order search found at 3.9 s of 5 s.
+# almost all of the limit and annealing the rest; fitted on benchmarks/results/placement_solver.md
+# (v5e-256; benchmarks/results/lab_notes.md).
 FALLBACK_WARM_START_SHARE = 0.95
 # Share of the work budget for the decomposition bound.
 DECOMPOSITION_SHARE = 0.1
 # The split proof (``solvers.placement_split``): share of the work left after the joint model is
-# built, and its lower-bound pass's time per chip set (measured: v5e-16's 12,870 sets of 8 in
-# 1.5-2.5 s here; charged to the work budget at this estimate); with less work left than that
+# built, and its lower-bound pass's time per chip set (benchmarks/results/lab_notes.md; charged
+# to the work budget at this estimate); with less work left than that
 # pass plus MIN_SOLVE_S it is not started. Model builds are charged at BUILD_S_PER_VARIABLE.
 SPLIT_SHARE = 0.8
 SPLIT_S_PER_SET = 1.5e-4

@@ -46,10 +46,9 @@ from aoizora.solvers.axis_orders import axis_order_placements
 from aoizora.solvers.placement_result import PlacementResult
 
 EXHAUSTIVE_MAX_DEVICES = 8
-# Evaluations per second of time limit (module docstring). Wan 2.1 14B on v5e-16 prices ~500
-# placements per second on this 2-core machine, HunyuanVideo ~330: at 250 the count completes
-# within 90% of the limit there with room for a machine half as fast (the grid's 10 s annealing:
-# 2,500 swaps). Where pricing is slower (v5e-64 and larger slices) the clock cuts the run.
+# Evaluations per second of time limit (module docstring): about half what this machine prices
+# on a 16-chip slice, room for a machine half as fast (benchmarks/results/lab_notes.md). Where
+# pricing is slower (v5e-64 and larger slices) the clock cuts the run.
 EVALUATIONS_PER_S = 250
 
 

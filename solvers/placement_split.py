@@ -44,11 +44,11 @@ from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 # Set variables a pinned model may have (its "sets" formulation over the classes' k-subsets).
 PINNED_SETS_CAP = SETS_CAP
 # Classes below the incumbent up to which pinned models are solved; with more, the split stops
-# at its lower bounds (min LB(S), valid) and leaves the time to the joint model. v5e-16 with
-# Wan 2.1 evidence: 6.
+# at its lower bounds (min LB(S), valid) and leaves the time to the joint model
+# (benchmarks/results/lab_notes.md).
 MAX_PINNED_CLASSES = 64
-# The least work (CP-SAT deterministic seconds) a pinned class gets: a class just below the
-# incumbent closes in about 0.07 (v5e-16, Wan 2.1 14B evidence).
+# The least work (CP-SAT deterministic seconds) a pinned class gets: a little more than a class
+# just below the incumbent needs to close (benchmarks/results/lab_notes.md).
 MIN_CLASS_WORK = 0.1
 
 

@@ -18,12 +18,9 @@ compute), not in the layout of one small op.
 reported apart): ``solve_model`` starts from a coordinate-descent incumbent, solves HiGHS's LP
 relaxation (an integral solution is proven optimal by its own value), then the MIP on the time
 left (HiGHS, or CBC with a hard deadline), and returns the best answer, marked not proven unless
-a solver's bound proves it. HiGHS is the default since, on the Wan 2.1 14B instances, CBC
-often did not finish in the planner's share (20 s per mesh) where HiGHS proved the optimum
-(``benchmarks/results/sharding_solvers.md``: 14B 720p-41f, v5e-8: CBC proved 1 of 4 meshes,
-HiGHS 3, e.g. mesh 2x4 in 9.6 s where CBC's answer was 2.0% above it; 14B 480p-21f, v5e-16,
-mesh 2x2x4: neither proved, CBC's answer 13% above HiGHS's); on Wan 2.1 1.3B the LP relaxation
-is integral and proves the optimum before either MIP runs. The solver runs themselves (CBC or
+a solver's bound proves it. HiGHS is the default: on the large instances it proves optima CBC
+does not reach in the planner's share (``benchmarks/results/sharding_solvers.md``; a summary in
+benchmarks/results/lab_notes.md). The solver runs themselves (CBC or
 HiGHS on a PuLP model within a deadline: ``run_solver``, ``run_cbc``, ``run_highs``,
 ``available_solvers`` and the measured cost constants) live in ``aoizora.solvers.mip_run`` and
 are re-exported here; the instance's knobs and its build (``ShardingProblem``,
@@ -207,21 +204,18 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
 
     1. Incumbent (``incumbent=True``): coordinate descent (``solvers.sharding_heuristics``) from
        all-replicated and from the cheapest strategy per group, no random restarts, for at most
-       INCUMBENT_SHARE of the budget (0.03-0.08 s on the largest benchmark instance). Kept only if
-       it satisfies every row of the model (``_rows_hold``: forbidden and K-best cuts included).
+       INCUMBENT_SHARE of the budget. Kept only if it satisfies every row of the model
+       (``_rows_hold``: forbidden and K-best cuts included).
     2. The solvers on the time left. HiGHS (when installed) first solves the LP relaxation in
-       process, without presolve (0.4-0.8 s on the 2x2x4 instance of
-       benchmarks/sharding_vs_heuristics.py, build included; 0.7 s on Wan 14B's 2x4x2): its
-       value is a lower bound, and when its solution is integral in every strategy variable it
-       is a layout proven optimal by that bound (on all three benchmark instances it is) and CBC
+       process, without presolve: its value is a lower bound, and when its solution is
+       integral in every strategy variable it is a layout proven optimal by that bound and CBC
        is not needed; else its rounding (each group's largest value) is a candidate if it keeps
-       the rows (on Wan 14B 480p-21f, v5e-16, mesh 2x4x2, within 0.4% of the bound, where CBC
-       needs over 14 s). Then the MIP on what is left, as a process on an MPS file:
+       the rows (times and gaps: benchmarks/results/lab_notes.md). Then the MIP on what is
+       left, as a process on an MPS file:
        ``solver="highs"`` (default) HiGHS (``run_highs``, ``highs_worker.py``), or
        ``solver="cbc"`` CBC (``run_cbc``), if at least CBC_MIN_S_PER_NONZERO x nonzeros is
-       left: writing the MPS file, the solver's file read and its root LP cannot be cut, and
-       together cost ~4.3 us per nonzero here with CBC (1.1 s on the 2x2x4 instance, which CBC
-       solves in 1.4-2.4 s in all); a budget under CBC_COMFORT x that minimum is noted as
+       left: writing the MPS file, the solver's file read and its root LP cannot be cut
+       (``mip_run``'s constants); a budget under CBC_COMFORT x that minimum is noted as
        short. A solver still running at the deadline is killed (its answer lost; the incumbent
        and the LP bound remain): HiGHS does not check its time limit inside every step of its
        MIP presolve.
@@ -559,8 +553,8 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], problem: ShardingProbl
     ``detail["k_best_note"]``). The budget starts once strategies and model are built: the build
     is reported apart as ``ShardingResult.build_s`` and not counted. What can pass the budget:
     the parts that cannot be interrupted (one descent sweep, PuLP's MPS write or HiGHS model
-    build once started, reading a solution back after CBC was killed at the deadline) -- about
-    0.1 s on the 2x2x4 Wan 2.1 instance of benchmarks/sharding_vs_heuristics.py. Each
+    build once started, reading a solution back after CBC was killed at the deadline;
+    benchmarks/results/lab_notes.md). Each
     certificate's time_s is the wall clock of its own solve. The error path (nothing fits in
     HBM) solves a second ILP for the missing bytes with the same limit."""
     if distinct not in ("any", "kv"):

@@ -9,8 +9,7 @@ chip's numbers and no feedback):
 - ``options``: strategy options (``formulation.strategies.Options``, e.g. ``compute_scale``);
 - ``hbm_bytes``: the per-device budget of the ILP's memory rows; default the chip's HBM times
   ``1 - hbm_reserve`` (the reserve is kept for what the ILP's memory model does not see: the
-  compiler's temporaries, kernel scratch, collective buffers -- on Wan 2.1 1.3B, 4x4, the
-  compiler reported 3.17 GiB where the model counted 2.82 GiB);
+  compiler's temporaries, kernel scratch, collective buffers: benchmarks/results/lab_notes.md);
 - ``corrections`` / ``forbidden``: the planner's feedback
   (``formulation.sharding_ilp.build_model``);
 - ``attention_scale``: kv mode -> factor on Q1's attention compute

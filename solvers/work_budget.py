@@ -1,11 +1,8 @@
 """A deterministic work budget for the CP-SAT solves of one placement (``solvers.placement``).
 
-A wall-clock limit makes what CP-SAT finds depend on the machine's speed and load. Measured on
-Wan 2.1 14B 720p-41f, ``cfg2_context`` with the ILP's parameter layout, v5e-16, a 10 s limit,
-an idle machine, the same seed: the split's lower-bound pass took 1.7 s in one run and 2.5 s in
-the next, so its first pinned class had 1.9 s or 1.5 s of the clock; the first found the
-placement of 157.2 ms exposed communication, the second timed out and the answer stayed at
-209.4 ms (Q2; the planner's grid cell lost 2.5% of its step to that).
+A wall-clock limit makes what CP-SAT finds depend on the machine's speed and load: the same
+instance and seed can give different placements from one run to the next
+(benchmarks/results/lab_notes.md).
 
 So the budget is counted in CP-SAT's deterministic time (``CpSolver.deterministic_time``: a
 count of work, in "deterministic seconds"; with one worker, or with ``interleave_search``, the
@@ -22,9 +19,9 @@ guards it. Names as in the code:
                   max_time_in_seconds    = wall_deadline - now   (the guard)
     wall_deadline = start + time_limit_s * WALL_CAP
 
-``WORK_PER_S``: CP-SAT's deterministic seconds per second of one core here (measured on the
-instance above: 0.57-0.65 on the solves of a second or more; the pinned and phase models of a
-tenth of a second 0.2-0.3), so that on an idle machine the solves and the Python steps together
+``WORK_PER_S``: CP-SAT's deterministic seconds per second of one core here (fitted on one
+placement instance: benchmarks/results/lab_notes.md), so that on an idle machine the solves and
+the Python steps together
 take about the limit. A share of the budget (the split proof, the decomposition bound) is a
 child budget (``child``): its work is a part of what is left, and what it uses is charged to
 its parent too.

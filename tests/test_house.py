@@ -4,9 +4,11 @@ among the solvers, no private names imported across modules, and a light ``aoizo
 does not pull in the planner. Static checks over the source (ast)."""
 
 import ast
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,3 +201,26 @@ def test_extract_does_not_import_the_planner():
 
 def test_readme_makes_no_placement_claim_it_cannot_show():
     assert "about 17%" not in (ROOT / "README.md").read_text()
+
+
+DATE = re.compile(r"\b(19|20)\d\d-[01]\d-[0-3]\d\b")
+
+
+def _docs_and_comments(path: str, tree) -> list[tuple[int, str]]:
+    """(line, text) of every docstring and comment of one module."""
+    out = [(t.start[0], t.string) for t in tokenize.generate_tokens(
+        io.StringIO((ROOT / path).read_text()).readline) if t.type == tokenize.COMMENT]
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(n, clean=False)
+            if doc:
+                out.append((n.body[0].lineno, doc))
+    return out
+
+
+def test_no_dated_run_logs_in_the_package():
+    """Docstrings state contracts; dated runs go to benchmarks/results/lab_notes.md (#47)."""
+    bad = [f"{path}:{line}: {DATE.search(text).group()}" for path, _, tree in MODULES
+           for line, text in _docs_and_comments(path, tree) if DATE.search(text)]
+    assert not bad, "dated run logs in the code (move them to benchmarks/results/):\n" + "\n".join(bad)
+    assert DATE.search("the grid of 2026-12-04") and not DATE.search("v5e-16 2x2x4")

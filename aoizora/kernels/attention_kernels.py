@@ -78,9 +78,8 @@ def splash_block(local_len: int, block: int = SPLASH_BLOCK) -> int:
 
 # The splash kernel's mask metadata (``block_mask`` int8 and ``data_next``, the next key block
 # to load, int8/int16/int32 by its largest value) is scalar-prefetched into SMEM, one entry per
-# (query block, key block), the key-block axis padded to 128: libtpu 0.0.42.1 on v5e reports
-# "Used 1.08M of 1.00M smem" for 592 x 592 blocks (75,776 tokens per shard at block 128: Wan 2.1
-# 14B 720p-81f with heads split) and compiles 544 x 544. Past the budget the block doubles.
+# (query block, key block), the key-block axis padded to 128 (the compiler's limit on v5e:
+# benchmarks/results/lab_notes.md). Past the budget the block doubles.
 SPLASH_SMEM_BYTES = 1 << 20
 SPLASH_SMEM_BUDGET = SPLASH_SMEM_BYTES - (64 << 10)     # room for the kernel's other scalars
 
@@ -344,7 +343,7 @@ def _ring_body(q, k, v, mask=None, *, kern: Kern, skv, n, axes):
     me = jax.lax.axis_index(axes)
     perm = [(i, (i + 1) % n) for i in range(n)]
     # scaled here, not in every step: the compiler does not hoist it out of the loop (one pass
-    # over q per step, 0.14 ms of a 1.18 ms step at Wan 2.1 14B's sizes on v5e-16)
+    # over q per step: benchmarks/results/lab_notes.md)
     qs = scaled(q, scale) if impl == "splash" else None
 
     def partial_(kc, vc, mc, src):

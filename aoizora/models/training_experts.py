@@ -7,7 +7,7 @@ global batch (videos per step).
   VM", ``train_wan.py src/maxdiffusion/configs/base_wan_14b.yml ... remat_policy=
   'HIDDEN_STATE_WITH_OFFLOAD' per_device_batch_size=0.25 ici_data_parallelism=1
   ici_fsdp_parallelism=4 ici_tensor_parallelism=1`` on v5p-8 = 4 chips; config at commit 9716fc59
-  "host offloading (#273)", 2025-10-22): mesh ``fsdp = n`` (the yml's ``ici_fsdp_parallelism:
+  "host offloading (#273)"): mesh ``fsdp = n`` (the yml's ``ici_fsdp_parallelism:
   -1``; data and tensor 1). ``logical_axis_rules``: activation_length -> fsdp (the token sequence
   split n ways), embed -> fsdp (every weight split on its model-width dim; AdamW's moments follow
   their weights: ZeRO-3), heads / mlp -> tensor (size 1: unsplit); ``activation_kv_length`` has no
@@ -124,8 +124,8 @@ MAXDIFFUSION_TRAIN_OPTIONS: dict[str, Any] = {
     "xla_tpu_relayout_group_size_threshold_for_reduce_scatter": 1,
     "xla_tpu_assign_all_reduce_scatter_layout": True,
 }
-# options of that list libtpu 0.0.42.1 refuses as compile options, left out: none (all 25 were
-# accepted together compiling a small program for v5p-8 on 2026-12-03)
+# options of that list libtpu 0.0.42.1 refuses as compile options, left out: none (all 25 are
+# accepted together compiling a small program for v5p-8; benchmarks/results/lab_notes.md)
 REFUSED_OPTIONS: tuple[str, ...] = ()
 
 

@@ -13,9 +13,8 @@ ILPs solve (the first seed alone: the planner waits for it to know what a compil
   solved) still compiles before the seeds placed after it.
 - ``hold(p)`` keeps every compile of priority above ``p`` from starting until ``release()``:
   the planner holds the seeds placed after the ILP's best until the ILPs have queued it, so the
-  compiles run in the pricing order whatever the ILPs' speed (without it the next seed took the
-  ILP's slot whenever the ILPs outlasted the compile before: Wan 2.1 14B on v5e-16, 97 s of
-  ILPs beside 25-40 s compiles).
+  compiles run in the pricing order whatever the ILPs' speed (without it the next seed takes the
+  ILP's slot whenever the ILPs outlast the compile before).
 - The time budget is checked when a compile *starts*: once a compiled layout fits in HBM (so
   that something will be priced), a compile starts only when ``expected_compile_s`` still fits
   before the budget's deadline less ``reserve_s`` (what the planner keeps for after its last
@@ -24,10 +23,8 @@ ILPs solve (the first seed alone: the planner waits for it to know what a compil
 - ``expected_compile_s`` is the longest a compile took *alone*: its wall-clock, with the part
   that ran while the planner said the cores were ``contended`` (the ILPs: the MIP solver and
   PuLP's model building) counted at half, the share of two cores the compile had then. Neither
-  raw wall-clock nor CPU time would do on this 2-core machine: beside the ILPs a compile of Wan
-  2.1 1.3B for v5e-16 took 16.5 / 23.7 / 19.7 s (21 / 41 / 81 frames) against 9.0 / 13.1 /
-  13.1 s alone, and XLA compiles on both cores (the 41-frame compile used 28.3 s of CPU).
-  Counted at half, those are 8.3 / 11.9 / 9.9 s: up to 25% short, which the margin below
+  raw wall-clock nor CPU time would do on a 2-core machine (XLA compiles on both cores); the
+  half count can be up to 25% short (benchmarks/results/lab_notes.md), which the margin below
   (1.2 x + 1 s) partly covers; a compile that then runs past the deadline is reported.
 - A compile of a program unlike the ones compiled so far can say so: ``submit(..., slower=f)``
   expects it to take ``f`` x ``expected_compile_s`` (a training seed's own step, with its

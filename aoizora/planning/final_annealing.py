@@ -11,19 +11,17 @@ left less a 1 s margin, none under 0.5 s, at most the run's own budget):
   2. from the placement kept so far, with ``placement_time_s``;
 
 then the least Q2 step among the answer and both, after a swap descent on the
-``final_descent`` share (``solvers.placement_step.choose_by_step``). CP-SAT can stall above
-what swaps reach (Wan 14B on v5e-16), and a proof of the link-load level alone leaves the
-placements that tie on it unranked by the per-hop latency Q2 adds (Wan 14B 480p-41f on v5e-16:
-4.3 ms of Q2 apart). Each run makes the swaps its budget buys (``evaluation_budget`` of its own
-budget, not of the time left), the clock only capping it, so the first run is the grid's
-annealing baseline itself (same evidence, starts, seed and budget) whenever the clock does not
-cut it.
+``final_descent`` share (``solvers.placement_step.choose_by_step``). CP-SAT can stall above what
+swaps reach, and a proof of the link-load level alone leaves the placements that tie on it unranked
+by the per-hop latency Q2 adds (benchmarks/results/lab_notes.md). Each run makes the swaps its
+budget buys (``evaluation_budget`` of its own budget, not of the time left), the clock only capping
+it, so the first run is the grid's annealing baseline itself (same evidence, starts, seed and
+budget) whenever the clock does not cut it.
 
 The loop keeps the budget's ``reserve`` share from compiles for this (``anneal_reserve``): the
 last compiled candidate's placement and then the first run, each up to ``placement_time_s``.
-With one ``placement_time_s`` only, the last candidate's placement took part of the annealing's
-time: Wan 14B 480p-41f on v5e-16 annealed for 8.8 s where the grid's annealing baseline, from
-the same starts, had 10 s, and found a placement 0.04% faster (simulated). The heuristic's run
+With one ``placement_time_s`` only, the last candidate's placement takes part of the annealing's
+time (benchmarks/results/lab_notes.md). The heuristic's run
 goes first so that a shortfall (a compile over its expected time) falls on the second.
 """
 

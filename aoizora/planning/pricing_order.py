@@ -35,24 +35,18 @@ def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1,
     With seeds: the first seed, its refinement, the second seed, the ILP's best (with its
     near-ties), the second seed's refinement, then each other seed followed by its refinement,
     then the ILP's other layouts. The seeds come in the order expected fastest first (the
-    built-in ones: ``aoizora.builtin.SEED_ORDER``). In the grid's 31 cells (benchmarks/results/
-    grid.md, 240 s budget) the plan was the first seed in 17, its refinement in 13 and the ILP's
-    best in one (with the order first seed, refinement, ILP's best, other seeds), and where a
-    compile takes 50 s (HunyuanVideo 720p-129f on v5e-16) three compiles fit: the second seed
-    (cfg2_ulysses, there the fastest expert, simulated) goes before the ILP's best. Without
-    seeds: the ILP's best (with its near-ties), then the rest.
+    built-in ones: ``aoizora.builtin.SEED_ORDER``); chosen on the inference grid
+    (benchmarks/results/grid.md; benchmarks/results/lab_notes.md). Without seeds: the ILP's
+    best (with its near-ties), then the rest.
 
     ``refinement_first`` (training seeds, whose refinement always exists: it decides the remat,
     and carries the kernel model's tiles): the first two seeds' refinements, then the second
-    seed, then the first. A training step's compile takes 60-170 s, so a 300 s budget holds one
-    to three. In the training grid (``benchmarks/results/training_grid.md``, 2026-12-03) the
-    first seed's refinement (maxdiffusion's) priced below that seed in every cell where both
-    compiled, while the second's (FSDP x TP) priced above its seed (Wan 1.3B 480p-21f on
-    v5p-16: 350 against 238 ms by Q2): the second seed itself is the likelier third best.
-    The retimed twins go after the refinements and before the seeds (the second's first): a twin
-    runs its seed's own layout with the refinement's remat and tuned tiles, less recompute where
-    HBM holds it, and the parameter layout is where the refinement's Q1 and Q2 disagreed (Wan
-    1.3B 480p-21f on v5p-16: FSDP x TP retimed 191 ms against its refinement's 203 by Q2).
+    seed, then the first: a 300 s budget holds one to three training compiles, and the second
+    seed itself is the likelier third best. The retimed twins go after the refinements and
+    before the seeds (the second's first): a twin runs its seed's own layout with the
+    refinement's remat and tuned tiles, less recompute where HBM holds it, and the parameter
+    layout is where the refinement's Q1 and Q2 disagreed. Chosen on the training grid
+    (benchmarks/results/training_grid.md; benchmarks/results/lab_notes.md).
     Without ``refinement_first`` a retimed twin goes after its seed's refinement."""
     if refinement_first and kind == "refined" and i <= 2:
         return REFINED_FIRST_RANK * (1 + (i - 1) / 2)

@@ -75,10 +75,8 @@ def refinement_first(state: LoopState) -> bool:
 
 # How much longer a training seed's own step (its authors' remat, activations offloaded to the
 # host) is expected to compile than the layouts on the retraced step compiled before it
-# (``CompileQueue.submit``'s ``slower``). In the training grid of 2026-12-04 a seed's compile
-# took 1.56x the longest compile before it (Wan 1.3B 480p-21f b1 v5p-16: 78 s after 41-50 s),
-# 1.33x (41f b1 v5p-8: 82 s after 51-62 s; planning ended 6 s past its 300 s budget) and 1.14x
-# (81f b1 v5p-128: 48-49 s after 40-43 s).
+# (``CompileQueue.submit``'s ``slower``). Fitted on the training grid
+# (benchmarks/results/training_grid/; the figures: benchmarks/results/lab_notes.md).
 SEED_PROGRAM_SLOWER = 1.6
 
 
@@ -228,16 +226,15 @@ def first_compile_alone(state: LoopState, refined: list) -> str:
     the second seed) and the ILP's best itself, else why not.
 
     Until the first compile the planner cannot know what a compile costs. Solved beside it, the
-    ILPs took one of the 2 cores: Wan 2.1 1.3B 480p-41f for v5e-16 compiled in 31.9 s beside
-    25 s of ILPs against 17.6 s alone, and with a 60 s budget its refinement's compile no longer
-    fitted, while the ILP's best, fourth in line, never could. With a long budget the ILPs lose
+    ILPs take one of the 2 cores and slow it, so that with a short budget the compiles ranked
+    after it no longer fit (benchmarks/results/lab_notes.md). With a long budget the ILPs lose
     nothing by starting later: their layouts are not compiled before the seeds ranked ahead of
     them anyway (``CompileQueue.hold``), and their share (``ilp`` of ``solvers.budget``, of the
     budget left when the iteration started) moves by the time they waited. Where the seeds'
     refinements (small ILPs, solved before) outlast the first compile, nothing waits and nothing
-    moves: on Wan 2.1 14B each refinement may take its 20 s limit. (When the ILPs took their
-    share of what was left when they started, 72 s instead of 37 s after 59 s of refinements on
-    Wan 14B 720p-21f for v5e-16, the ILP's best no longer fitted.)"""
+    moves (a refinement may take its whole limit on a large model). The ILPs' share is not of
+    what is left when they start: that gave them more time than the ILP's best could afford
+    (benchmarks/results/lab_notes.md)."""
     seed_compiles, n_seeds, queue = state.seed_compiles, len(state.seeds), state.queue
     first = refinement_first(state)
     queued = [(pricing_rank("seed", i, n_seeds, refinement_first=first), f"seed {i}", f)
