@@ -42,7 +42,12 @@ PLAN_FORMAT = "aoizora-plan/1"
 
 
 class PlanError(ValueError):
-    """A plan file that cannot be read, or a plan applied to the wrong program or target."""
+    """A plan file that cannot be read, or a plan applied to the wrong program or target
+    (``load_plan``, ``Plan.from_json``, ``Plan.jit``, ``Plan.check_key``).
+
+    Args:
+      message: one line, ``<field>: <what is wrong>; <what to do>`` for a file.
+    """
 
 
 def plan_error(field: str, problem: str, source: str | None = None) -> PlanError:

@@ -156,19 +156,47 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          on_candidate: Callable[[Candidate], None] | None = None,
          seed_layouts: Sequence["Layout | Seed"] = (),
          calibration: "Calibration | Plan | None" = None) -> Plan:
-    """Plan ``fn(*abstract_args)`` for ``target`` within ``time_budget_s`` seconds (compiles
-    included). ``abstract_args``: pytrees of ``jax.ShapeDtypeStruct`` or arrays. Returns the best
-    plan by Q2 with both solvers' certificates and the record of every iteration.
-    ``on_candidate``: called with every compiled and priced ``Candidate`` (its evidence included),
-    e.g. for benchmarks that re-price the candidates the planner tried.
-    ``seed_layouts``: known layouts of this same program (e.g. today's expert configurations)
-    priced alongside the ILP's in the first iteration: each is compiled, placed by CP-SAT and
-    priced by Q2 like the rest; the best by Q2 wins whichever produced it, and the plan says so.
-    ``calibration``: what an earlier plan's loop learned on this target (``Plan.calibration``, or
-    the plan itself): the ILP starts from its collective costs and attention scales instead of
-    the defaults (``formulation.calibration``); a calibration from another target is refused.
-    ``ilp_time_s`` / ``placement_time_s``: what one ILP / one placement may take at most; the
-    budget's shares (``solvers.budget``) cut them to the time left."""
+    """Plans ``fn(*abstract_args)`` for ``target``: a mesh, a layout and a device order.
+
+    Every candidate layout is compiled ahead of time by XLA:TPU, placed by CP-SAT and priced by
+    Q2 on the compiled program; the plan is the best by Q2 (nothing runs on a TPU).
+
+    Args:
+      fn: the program, a JAX function (e.g. one denoising step, or a training step).
+      *abstract_args: its arguments, pytrees of ``jax.ShapeDtypeStruct`` or arrays.
+      target: a TPU slice, e.g. ``"v5e-8"`` or ``"v5e:2x4"``, or a resolved ``Target``.
+      time_budget_s: wall-clock seconds for the whole planning, compiles included.
+      seed: the solvers' seed (a whole number); the same seed gives the same plan.
+      top_k: layouts compiled per mesh and iteration.
+      meshes: the logical meshes to consider (axis name -> size); None: every factorization
+        of the chip count.
+      max_iterations: rounds of the loop (ILP, compiles, feedback), 1 or more.
+      placement_time_s: seconds one placement (CP-SAT) may take at most; the budget's shares
+        (``solvers.budget``) cut it to the time left.
+      ilp_time_s: seconds one sharding ILP may take at most, cut the same way.
+      workers: solver threads.
+      verify: re-compile the plan in its device order before returning it.
+      progress: where the stages are reported; default a ``Progress`` on stderr.
+      on_candidate: called with every compiled and priced ``Candidate`` (its evidence
+        included), e.g. for benchmarks that re-price the candidates the planner tried.
+      seed_layouts: known layouts of this same program (``Layout`` or ``Seed``, e.g. the
+        experts' configurations), priced alongside the ILP's in the first iteration; the best
+        by Q2 wins whichever produced it, and the plan says so.
+      calibration: what an earlier plan's loop learned on this target (``Plan.calibration``,
+        or the plan itself): the ILP starts from its collective costs and attention scales.
+
+    Returns:
+      The best ``Plan`` by Q2, with both solvers' certificates, ``Plan.predicted`` (seconds
+      per step, predicted by Q2) and the record of every iteration.
+
+    Raises:
+      BudgetError: ``time_budget_s`` is not a positive, finite number of seconds, or too small
+        for one compile of the program.
+      PlanningError: a bad argument, a program that cannot be traced, nothing to plan, or no
+        layout that compiles and fits in HBM (a one-line reason and what to do).
+      TargetError: ``target`` names no known slice (``aoizora.extract.targets``).
+      CalibrationError: ``calibration`` was measured on another target.
+    """
     budget = Budget(_budget_seconds(time_budget_s))
     progress = progress or Progress()
     tgt = get_target(target)

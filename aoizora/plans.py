@@ -16,9 +16,10 @@ from typing import Any, Callable
 from aoizora.formulation.calibration import Calibration, CalibrationError
 from aoizora.formulation.layout import Layout, Spec
 from aoizora.plan_schema import PLAN_FORMAT, PlanError, plan_error, validate_plan_json
+from aoizora.prediction import Predicted
 from aoizora.solvers.certificate import Certificate
 
-__all__ = ["PLAN_FORMAT", "Plan", "PlanError", "PlanKey", "load_plan", "program_key"]
+__all__ = ["PLAN_FORMAT", "Plan", "PlanError", "PlanKey", "Predicted", "load_plan", "program_key"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,12 +60,37 @@ def program_key(fn: Callable, abstract_args: tuple, target: str) -> PlanKey:
 
 @dataclasses.dataclass
 class Plan:
+    """A plan for one program on one target: what ``aoizora.plan`` returns and ``load_plan``
+    reads back. Applied with ``make_mesh`` and ``jit``; saved as JSON with ``save``.
+
+    Attributes:
+      key: the program's fingerprint, input shapes and target (``PlanKey``).
+      target: the canonical target, e.g. ``"v5e:2x4"``.
+      layout: the logical mesh, every input's and op's sharding, the attention layouts.
+      device_order: the device id of each logical rank (``mesh.devices.flat``).
+      device_coords: the physical chip coordinates of each logical rank.
+      predicted: one step's latency predicted by Q2, seconds per step (``Predicted``).
+      certificates: what each solver proved, by name (``"sharding"``, ``"placement"``):
+        ``solvers.certificate.Certificate``, objective and bound in its ``unit``.
+      iterations: the record of every iteration of the planner's loop (JSON objects).
+      planning_time_s: wall-clock seconds the planning took.
+      layout_in_words: the layout of the main ops, one sentence each.
+      fits_hbm: whether the compiled program fits in each chip's HBM; None if not compiled.
+      hbm_bytes_per_device: the compiled program's peak HBM per chip, bytes.
+      status: ``"OPTIMAL"`` when both solvers proved their answers optimal.
+      notes: what the planner wants the reader to know (one sentence each).
+      program: the program variant planned (e.g. ``pad_multiple``).
+      calibration: what the loop learned on this target, to warm-start the next plan.
+      time_limited: what the time budget cut short (``aoizora.planning.time_limits``).
+      compiler: the compiler's identity (``extract.aot_compile.compiler_identity``).
+    """
+
     key: PlanKey
     target: str                                      # canonical target, e.g. "v5e:2x4"
     layout: Layout                                   # mesh axes, specs, attention layouts
     device_order: list[int]                          # device id of each logical rank (mesh.devices.flat)
     device_coords: list[tuple[int, ...]]             # physical chip coordinates of each logical rank
-    predicted: dict[str, Any]                        # step_s, compute_s, communication_s, model, links...
+    predicted: Predicted                             # seconds per step by Q2 (a dict is converted)
     certificates: dict[str, Certificate]             # "sharding", "placement"
     iterations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     planning_time_s: float = 0.0
@@ -77,6 +103,10 @@ class Plan:
     calibration: Calibration | None = None           # what the loop learned (warm start next time)
     time_limited: list[str] = dataclasses.field(default_factory=list)  # aoizora.planning.time_limits
     compiler: dict[str, str] = dataclasses.field(default_factory=dict)  # extract.aot_compile.compiler_identity
+
+    def __post_init__(self):
+        if not isinstance(self.predicted, Predicted):
+            self.predicted = Predicted.from_json(self.predicted)
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -91,6 +121,7 @@ class Plan:
 
     @property
     def out_shardings(self) -> list | None:
+        """PartitionSpecs of the flattened outputs; None when the layout leaves them free."""
         if self.layout.out_specs is None:
             return None
         return [_pspec(s) for s in self.layout.out_specs]
@@ -99,9 +130,16 @@ class Plan:
     def make_mesh(self, devices=None):
         """A jax Mesh over real devices in the planned order (axis types Auto).
 
-        devices: defaults to ``jax.devices()``. Devices that carry physical ``coords`` (TPU) are
-        matched by chip coordinates, so the plan lands on the chips it was priced for; others
-        (CPU) are taken by id in the planned order.
+        Args:
+          devices: defaults to ``jax.devices()``. Devices that carry physical ``coords`` (TPU)
+            are matched by chip coordinates, so the plan lands on the chips it was priced for;
+            others (CPU) are taken by id in the planned order.
+
+        Returns:
+          A ``jax.sharding.Mesh`` of the plan's axes.
+
+        Raises:
+          PlanError: fewer devices than the plan needs.
         """
         import jax
         import numpy as np
@@ -128,13 +166,24 @@ class Plan:
                     axis_types=(AxisType.Auto,) * len(names))
 
     def jit(self, fn: Callable, mesh, donate_argnums: tuple[int, ...] = ()):
-        """fn jitted with the plan's shardings on mesh, its attention tiles
-        (``layout.attention[...].block_*``) and, on a TPU mesh, its compiler options
-        (``layout.compiler_options``, given to the compile as ``compiler_options``; the same
-        flags as LIBTPU_INIT_ARGS). Refuses another program (checked on the first call, from
-        the arguments' shapes) with a PlanError. ``donate_argnums``: positional args whose
-        buffers the step may reuse (a training step: ``(0,)``, its state; the caller must not
-        use the donated arrays after the call)."""
+        """``fn`` jitted with the plan's shardings on ``mesh``.
+
+        With the plan's attention tiles (``layout.attention[...].block_*``) and, on a TPU mesh,
+        its compiler options (``layout.compiler_options``, given to the compile as
+        ``compiler_options``; the same flags as LIBTPU_INIT_ARGS).
+
+        Args:
+          fn: the program the plan was made for.
+          mesh: a mesh from ``make_mesh``.
+          donate_argnums: positional args whose buffers the step may reuse (a training step:
+            ``(0,)``, its state; the caller must not use the donated arrays after the call).
+
+        Returns:
+          A function of ``fn``'s arguments; it traces and compiles on its first call.
+
+        Raises:
+          PlanError: (on the first call) the arguments are not the planned program's.
+        """
         from aoizora.runtime.realize import realize
 
         cache: dict[str, Any] = {}
@@ -150,6 +199,19 @@ class Plan:
         return run
 
     def check_key(self, key: PlanKey, *, ignore_target: bool = True) -> None:
+        """Refuses another program.
+
+        Args:
+          key: the key of the program at hand (``program_key``).
+          ignore_target: accept a key for another target (the layout runs there too).
+
+        Returns:
+          None.
+
+        Raises:
+          PlanError: other input shapes, another program, or (unless ``ignore_target``)
+            another target; the message says to plan that program instead.
+        """
         if key.input_shapes != self.key.input_shapes:
             raise PlanError(f"this plan is for inputs {list(self.key.input_shapes)[:3]}..., "
                             f"not {list(key.input_shapes)[:3]}...; plan this program instead")
@@ -161,6 +223,11 @@ class Plan:
 
     # -- JSON ------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
+        """The plan file's JSON object (format ``PLAN_FORMAT``, read back by ``from_json``).
+
+        Returns:
+          A dict of JSON values; seconds are seconds, bytes are bytes.
+        """
         return {
             "format": PLAN_FORMAT,
             "key": self.key.to_json(),
@@ -170,7 +237,7 @@ class Plan:
             "device_coords": [list(c) for c in self.device_coords],
             "layout": self.layout.to_json(),
             "layout_in_words": list(self.layout_in_words),
-            "predicted": self.predicted,
+            "predicted": self.predicted.to_json(),
             "certificates": {k: v.to_json() for k, v in self.certificates.items()},
             "iterations": self.iterations,
             "planning_time_s": self.planning_time_s,
@@ -186,8 +253,18 @@ class Plan:
 
     @classmethod
     def from_json(cls, d: Any, source: str | None = None) -> "Plan":
-        """The plan of a JSON object, checked first (``plan_schema.validate_plan_json``): a
-        PlanError naming the first bad field; `source` (the file) goes into its advice."""
+        """The plan of a JSON object, checked first (``plan_schema.validate_plan_json``).
+
+        Args:
+          d: the JSON object of a plan file (any format this version reads).
+          source: the file it came from, named in the error's advice.
+
+        Returns:
+          The ``Plan``.
+
+        Raises:
+          PlanError: one line naming the first bad field and what to do.
+        """
         validate_plan_json(d, source)
         try:
             calibration = (Calibration.from_json(d["calibration"])
@@ -199,7 +276,7 @@ class Plan:
             layout=Layout.from_json(d["layout"]),
             device_order=[int(v) for v in d["device_order"]],
             device_coords=[tuple(int(x) for x in c) for c in d["device_coords"]],
-            predicted=dict(d["predicted"]),
+            predicted=Predicted.from_json(d["predicted"]),
             certificates={k: Certificate.from_json(v) for k, v in d["certificates"].items()},
             iterations=list(d.get("iterations", [])),
             planning_time_s=float(d.get("planning_time_s", 0.0)),
@@ -212,13 +289,34 @@ class Plan:
         )
 
     def save(self, path: str) -> None:
+        """Writes the plan as JSON (``to_json``).
+
+        Args:
+          path: the file to write.
+
+        Returns:
+          None.
+
+        Raises:
+          OSError: the file cannot be written.
+        """
         with open(path, "w") as f:
             json.dump(self.to_json(), f, indent=1)
 
 
 def load_plan(path: str) -> Plan:
-    """Read and check a plan saved by Plan.save; a one-line PlanError for a missing, unreadable,
-    non-JSON or invalid file (``<field>: <what is wrong>; <what to do>``)."""
+    """Reads and checks a plan saved by ``Plan.save`` (or ``aoizora plan --out``).
+
+    Args:
+      path: the plan file.
+
+    Returns:
+      The ``Plan``.
+
+    Raises:
+      PlanError: a missing, unreadable, non-JSON or invalid file, in one line
+        (``<field>: <what is wrong>; <what to do>``).
+    """
     redo = f"make one with: aoizora plan --out {path}"
     try:
         with open(path, encoding="utf-8") as f:

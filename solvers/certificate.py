@@ -15,6 +15,22 @@ STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN")
 
 @dataclasses.dataclass
 class Certificate:
+    """What one solver run proves about its answer (a plan's ``certificates[name]``).
+
+    Attributes:
+      solver: the solver and its version, e.g. ``"CP-SAT 9.15"``, ``"PuLP/CBC"``, ``"HiGHS"``,
+        ``"annealing"``.
+      status: one of ``STATUSES`` (module docstring).
+      objective: the value of the answer returned, in ``unit``; None when none was found.
+      bound: the best proven lower bound (minimisation), in ``unit``; None if none.
+      time_s: wall-clock seconds the solve took.
+      unit: the unit of ``objective`` and ``bound`` (``"s"``: seconds per step).
+      seed: the solver's random seed, if it takes one.
+      workers: the solver's threads, if set.
+      time_limit_s: the time limit it was given, seconds.
+      detail: solver-specific records (JSON values).
+    """
+
     solver: str                   # e.g. "CP-SAT 9.15", "PuLP/CBC", "HiGHS", "annealing"
     status: str                   # one of STATUSES
     objective: float | None       # value of the solution returned (units: see `unit`)
@@ -28,7 +44,8 @@ class Certificate:
 
     @property
     def gap(self) -> float | None:
-        """Relative gap (objective - bound) / objective; 0 when proven optimal."""
+        """Relative gap (objective - bound) / objective, a fraction; 0 when proven optimal, None
+        without an objective or a bound."""
         if self.status == "OPTIMAL":
             return 0.0
         if self.objective is None or self.bound is None:
@@ -39,14 +56,17 @@ class Certificate:
 
     @property
     def proven_optimal(self) -> bool:
+        """Whether the status is OPTIMAL."""
         return self.status == "OPTIMAL"
 
     def to_json(self) -> dict[str, Any]:
+        """The fields as a JSON object, with ``gap``."""
         d = dataclasses.asdict(self)
         d["gap"] = self.gap
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Certificate":
+        """The certificate of ``to_json``'s object (``gap`` is recomputed)."""
         d = {k: v for k, v in d.items() if k != "gap"}
         return cls(**d)

@@ -224,3 +224,49 @@ def test_no_dated_run_logs_in_the_package():
            for line, text in _docs_and_comments(path, tree) if DATE.search(text)]
     assert not bad, "dated run logs in the code (move them to benchmarks/results/):\n" + "\n".join(bad)
     assert DATE.search("the grid of 2026-12-04") and not DATE.search("v5e-16 2x2x4")
+
+
+def _public_definitions():
+    """(qualified name, ast node) of every name in ``aoizora.__all__`` (found where it is
+    defined, following re-exports), and of the public methods of the public classes."""
+    trees = {name: tree for _, name, tree in MODULES}
+    init = trees["aoizora"]
+    public = next(ast.literal_eval(n.value) for n in init.body if isinstance(n, ast.Assign)
+                  and getattr(n.targets[0], "id", "") == "_PUBLIC")
+    out = []
+    for name, module in public.items():
+        while True:
+            tree = trees[module]
+            node = next((n for n in tree.body if getattr(n, "name", None) == name), None)
+            if node is not None:
+                break
+            module = next(n.module for n in tree.body if isinstance(n, ast.ImportFrom)
+                          and name in [a.name for a in n.names])
+        out.append((f"{module}.{name}", node))
+        if isinstance(node, ast.ClassDef):
+            out += [(f"{module}.{name}.{m.name}", m) for m in node.body
+                    if isinstance(m, ast.FunctionDef) and not m.name.startswith("_")]
+    return out
+
+
+def test_the_public_names_state_their_contracts():
+    """Every name in ``aoizora.__all__`` documents its contract the way optax does (#47): a
+    function or method says Args (when it takes any), Returns and Raises (when it raises); a
+    class its Attributes or its constructor's Args; a property what it is."""
+    bad = []
+    for qual, node in _public_definitions():
+        doc = ast.get_docstring(node) or ""
+        if not doc:
+            bad.append(f"{qual}: no docstring")
+            continue
+        if isinstance(node, ast.ClassDef):
+            need = [] if ("Attributes:" in doc or "Args:" in doc) else ["Attributes: or Args:"]
+        elif any(getattr(d, "id", "") == "property" for d in node.decorator_list):
+            need = []
+        else:
+            need = [s for s, due in (("Args:", _n_params(node) > 0), ("Returns:", True),
+                ("Raises:", any(isinstance(n, ast.Raise) for n in ast.walk(node))))
+                if due and s not in doc]
+        bad += [f"{qual}: no {s}" for s in need]
+    assert len(_public_definitions()) > 6
+    assert not bad, "\n".join(bad)

@@ -28,7 +28,7 @@ from aoizora.formulation.latency import Q2, predict_step
 from aoizora.planning.loop_state import LoopState
 from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
-from aoizora.plans import Plan, program_key
+from aoizora.plans import Plan, Predicted, program_key
 from aoizora.runtime.realize import RealizeError
 from aoizora.kernels.tiles import choose_tiles, laid_out_shapes, untiled
 
@@ -178,15 +178,15 @@ def _plan(state: LoopState, key, fn, args, fits, notes: list[str], program: dict
         calibration=state.learned, time_limited=time_limited, compiler=compiler_identity())
 
 
-def _predicted(best: Candidate, q2: Q2, network: Network) -> dict[str, Any]:
-    return {
+def _predicted(best: Candidate, q2: Q2, network: Network) -> Predicted:
+    return Predicted.from_json({
         "step_s": q2.step_s, "compute_s": q2.compute_s, "communication_s": q2.communication_s,
         "latency_s": q2.latency_s, "link_time_s": q2.link_time_s, "model": q2.model,
         "kind": "predicted",
         "default_order_step_s": best.q2_default.step_s if best.q2_default else None,
         "q1_step_s": best.q1_s if math.isfinite(best.q1_s) else None,
         "links": link_seconds(q2, network),
-    }
+    })
 
 
 def link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
