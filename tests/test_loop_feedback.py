@@ -40,29 +40,29 @@ def test_the_ilp_inputs_key_changes_with_what_the_ilp_reads():
     s = _state()
     k = s.ilp_inputs_key(MESHES[1])
     assert s.ilp_inputs_key(MESHES[1]) == k and s.ilp_inputs_key(MESHES[0]) != k
-    s.compute_scale = 2.0
+    s.scales.compute = 2.0
     k2 = s.ilp_inputs_key(MESHES[1])
     assert k2 != k
     s.mesh_state[mesh_key(MESHES[1])].forbidden.append({"g": "s1"})
     assert s.ilp_inputs_key(MESHES[1]) != k2
-    assert s.anneal_reserve == 2.0 and s.attention_scale is s.learned.attention_scale
+    assert s.anneal_reserve == 2.0 and s.scales.attention is s.learned.attention_scale
 
 
 def test_unmeasured_meshes_take_the_pooled_kind_ratios():
     s = _state()
     rec = new_record(1)
     feedback.transfer_costs(s, rec)          # nothing pooled yet: nothing moves
-    assert rec["changes"] == [] and "transferred" not in rec["feedback"]
+    assert rec.changes == [] and "transferred" not in rec.feedback
     s.learned.kind_pool["all-reduce"] = [2.0, 1.0]
     s.learned.kind_pool["all-to-all"] = [0.0, 0.0]           # no weight: not a ratio
     s.mesh_state[mesh_key(MESHES[0])].measured = True
     feedback.transfer_costs(s, rec)
-    assert rec["feedback"]["transferred"] == {"meshes": ["x2xy4"],
+    assert rec.feedback["transferred"] == {"meshes": ["x2xy4"],
                                               "ratio_to_default": {"all-reduce": 2.0}}
     st = s.mesh_state[mesh_key(MESHES[1])]
     assert all(st.costs.beta_by_kind[a] == {"all-reduce": 2.0 * b}
                for a, b in st.default.beta_s_per_byte.items())
-    assert rec["changes"][0].startswith("meshes x2xy4 (no ILP layout compiled yet)")
+    assert rec.changes[0].startswith("meshes x2xy4 (no ILP layout compiled yet)")
     assert s.mesh_state[mesh_key(MESHES[0])].costs == s.mesh_state[mesh_key(MESHES[0])].default
 
 
@@ -71,17 +71,17 @@ def test_fitted_attention_scales_replace_the_given_ones_node_by_node():
     s = _state(given)
     rec = new_record(1)
     feedback.attention_scale(s, rec)         # no sample: the given scales stay
-    assert s.attention_scale == {"*": {"gather": 2.0}, "a1": {"ring": 5.0}} and rec["changes"] == []
-    s.attention_fit = [AttentionSample("a1", "gather", 1e-3, 3e-3),
+    assert s.scales.attention == {"*": {"gather": 2.0}, "a1": {"ring": 5.0}} and rec.changes == []
+    s.scales.attention_fit = [AttentionSample("a1", "gather", 1e-3, 3e-3),
                        AttentionSample("a2", "gather", 1e-3, 1e-3)]
     feedback.attention_scale(s, rec)
-    assert s.attention_scale["a1"] == {"ring": 5.0, "gather": pytest.approx(3.0)}
-    assert s.attention_scale["*"] == {"gather": pytest.approx(2.0)}        # pooled: 4 / 2
-    assert s.attention_scale["a2"] == {"gather": pytest.approx(1.0)}
-    assert s.learned.attention_scale is s.attention_scale
-    assert rec["feedback"]["attention"]["a1"]["gather"]["samples"] == 1
-    assert any(c.startswith("attention a1 (keys/values gathered)") for c in rec["changes"])
-    assert not any(c.startswith("attention *") for c in rec["changes"])
+    assert s.scales.attention["a1"] == {"ring": 5.0, "gather": pytest.approx(3.0)}
+    assert s.scales.attention["*"] == {"gather": pytest.approx(2.0)}        # pooled: 4 / 2
+    assert s.scales.attention["a2"] == {"gather": pytest.approx(1.0)}
+    assert s.learned.attention_scale is s.scales.attention
+    assert rec.feedback["attention"]["a1"]["gather"]["samples"] == 1
+    assert any(c.startswith("attention a1 (keys/values gathered)") for c in rec.changes)
+    assert not any(c.startswith("attention *") for c in rec.changes)
 
 
 def test_the_other_ops_scale_moves_only_past_one_percent():
@@ -89,8 +89,8 @@ def test_the_other_ops_scale_moves_only_past_one_percent():
     rec = new_record(1)
     s.learned.compute_pool[:] = [1.005, 1.0]
     feedback.compute_scale(s, 1, [], rec)
-    assert s.compute_scale == 1.0 and rec["changes"] == []
+    assert s.scales.compute == 1.0 and rec.changes == []
     s.learned.compute_pool[:] = [3.0, 1.0]
     feedback.compute_scale(s, 1, [], rec)
-    assert s.compute_scale == pytest.approx(3.0)
-    assert rec["changes"][0].endswith("the ILP scales it by 3.000 (was 1.000)")
+    assert s.scales.compute == pytest.approx(3.0)
+    assert rec.changes[0].endswith("the ILP scales it by 3.000 (was 1.000)")

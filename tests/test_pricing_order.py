@@ -67,3 +67,17 @@ def test_an_unproven_near_tie_on_another_mesh_is_compiled_too():
     proven = [entry(q1, m, "OPTIMAL", q1, sol.name) for q1, m, sol in untried]
     assert with_unproven_near(proven[:1], proven) == proven[:1]
     assert with_unproven_near([], untried) == []
+
+
+def test_the_pricing_order_is_an_ordered_list_of_named_slots():
+    """The order is written out as slots (``pricing_slots``), and a rank is a slot's place."""
+    from aoizora.planning.pricing_order import pricing_slots
+
+    assert pricing_slots(3) == [("seed", 1), ("refined", 1), ("seed", 2), ("retimed", 1),
+                                ("ilp best", 0), ("refined", 2), ("retimed", 2), ("seed", 3),
+                                ("refined", 3), ("retimed", 3), ("ilp rest", 0)]
+    assert pricing_slots(2, refinement_first=True) == [
+        ("refined", 1), ("refined", 2), ("retimed", 2), ("retimed", 1), ("seed", 2), ("seed", 1),
+        ("ilp best", 0), ("ilp rest", 0)]
+    assert pricing_slots(0) == [("ilp best", 0), ("ilp rest", 0)]
+    assert pricing_rank("seed", 3, 3) == pricing_slots(3).index(("seed", 3))

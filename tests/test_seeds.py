@@ -8,7 +8,8 @@ from types import SimpleNamespace as NS
 
 from aoizora.planning.candidate import Seed
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.planning.pricing_order import pricing_rank
+from aoizora.planning.loop_state import new_record
+from aoizora.planning.pricing_order import PricingItem, pricing_rank
 from aoizora.planning.seeds import first_compile_alone, queue_seed_compiles, seed_solution
 
 
@@ -83,18 +84,18 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
         sd.retraceable = Seed(sd.layout)
     st.progress = NS(stage=lambda t: None, solver=lambda *a: None)
     queue_seed_compiles(st)
-    assert st.queue.held == pricing_rank("refined", 1, 3, refinement_first=True) < \
-        pricing_rank("seed", 1, 3)
+    assert st.queue.held == pricing_rank("refined", 1, 3, refinement_first=True) < min(
+        pricing_rank("seed", i, 3, refinement_first=True) for i in (1, 2, 3))
     assert st.queue.slower == [S.SEED_PROGRAM_SLOWER] * 3    # each seed's own step
-    out = S.refine_seeds(st, NS(left=lambda: 1.0), {"changes": [], "time_limited": []})
+    out = S.refine_seeds(st, NS(left=lambda: 1.0), new_record(1))
     assert st.queue.slower[3:] == [1.0] * 6       # refinements and twins: the retraced step
     order = [j for j, _ in sorted(st.queue.submitted, key=lambda jp: jp[1])]
     assert order[:6] == ["refined:s1", "refined:s2", "retimed:s2", "retimed:s1", "s2", "s1"]
     assert st.queue.held == pricing_rank("ilp", 0, 3)
-    assert [(k, i) for k, i, *_ in out][:4] == [("refined", 1), ("retimed", 1), ("refined", 2),
-                                               ("retimed", 2)]
+    assert [(r.kind, r.index) for r in out][:4] == [("refined", 1), ("retimed", 1),
+                                                   ("refined", 2), ("retimed", 2)]
     # a twin is not compiled when its refinement (the same remat) compiled and did not fit
-    refined_f, twin_unless = out[0][4], st.queue.unless[-5]
+    refined_f, twin_unless = out[0].compiling, st.queue.unless[-5]
     assert twin_unless is not None and st.queue.unless[-6] is None
     assert twin_unless() == ""      # the stub's refinement compiled to nothing
     refined_f._result = NS(evidence=NS(memory=NS(fits=False)))
@@ -120,7 +121,8 @@ def test_the_ilps_start_only_if_the_budget_holds_their_best():
     st.seed_compiles = [st.queue.submit(None), running]
     st.queue.submitted.clear()
     # ahead of the ILP's best: the second seed (waiting) and the first seed's refinement (done)
-    refined = [("refined", 1, None, None, st.queue.submit(None))]
+    refined = [PricingItem("refined", 1, pricing_rank("refined", 1, 2), {}, None,
+                           st.queue.submit(None))]
     assert first_compile_alone(st, refined) == ""
     st.queue.room = 1
     why = first_compile_alone(st, refined)
@@ -151,8 +153,9 @@ def test_training_candidates_are_priced_in_the_order_they_compile():
     st.queue.release = lambda: None
     st.seen, st.settings = set(), NS(top_k=2)
     st.seed_compiles = [st.queue.submit(sd.layout.name) for sd in st.seeds]
-    refined = [(kind, i, Seed(_layout(f"{kind}:s{i}")), None, st.queue.submit(None))
+    refined = [PricingItem(kind, i, pricing_rank(kind, i, 2, refinement_first=True), {}, None,
+                           st.queue.submit(None), seed=Seed(_layout(f"{kind}:s{i}")))
                for i in (1, 2) for kind in ("refined", "retimed")]
-    todo = queue_compiles(st, 1, [], refined)
-    names = [t[3].layout.name for t in todo]
+    todo = queue_compiles(st, [], refined)
+    names = [t.seed.layout.name for t in todo]
     assert names == ["refined:s1", "refined:s2", "retimed:s2", "retimed:s1", "s2", "s1"]

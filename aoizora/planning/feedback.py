@@ -35,22 +35,22 @@ from aoizora.formulation.axis_feedback import (effective_axis_costs, pool_kind_r
                                               transferred_axis_costs)
 from aoizora.formulation.calibration import mesh_key
 from aoizora.formulation.compute_calibration import compute_sample
-from aoizora.planning.loop_state import LoopState
+from aoizora.planning.loop_state import IterationRecord, LoopState
 
 COMPUTE_SCALE_CHANGE = 0.01   # the other ops' compute factor is updated when it moves this much
 
 
 def apply_feedback(state: LoopState, it: int, this_iter: list[Candidate],
-                   rec: dict[str, Any]) -> None:
+                   rec: IterationRecord) -> None:
     """The module docstring's feedback from iteration ``it``'s candidates, in that order."""
     collective_costs(state, this_iter, rec)
     transfer_costs(state, rec)
-    state.attention_fit += _attention_samples(state, it, this_iter)
+    state.scales.attention_fit += _attention_samples(state, it, this_iter)
     compute_scale(state, it, this_iter, rec)
     attention_scale(state, rec)
 
 
-def collective_costs(state: LoopState, this_iter: list[Candidate], rec: dict[str, Any]) -> None:
+def collective_costs(state: LoopState, this_iter: list[Candidate], rec: IterationRecord) -> None:
     """Each mesh's collective costs from its best priced ILP candidate of the iteration."""
     kind_pool = state.learned.kind_pool      # kind -> [sum w r, sum w] (transferred_axis_costs)
     for m in state.meshes:
@@ -62,8 +62,8 @@ def collective_costs(state: LoopState, this_iter: list[Candidate], rec: dict[str
         st.costs, detail = effective_axis_costs(c.evidence, c.placement, state.program.network,
                                                 st.costs, c.q2)
         if detail:
-            rec["feedback"][mesh_str(m)] = detail
-            rec["changes"] += _axis_changes(m, detail)
+            rec.feedback[mesh_str(m)] = detail
+            rec.changes += _axis_changes(m, detail)
         pool_kind_ratios(kind_pool, detail, st.default)
         st.measured = True
         state.learned.axis_costs[mesh_key(m)] = st.costs
@@ -84,7 +84,7 @@ def _axis_changes(m: dict[str, int], detail: dict[str, Any]) -> list[str]:
     return out
 
 
-def transfer_costs(state: LoopState, rec: dict[str, Any]) -> None:
+def transfer_costs(state: LoopState, rec: IterationRecord) -> None:
     """Meshes not measured yet take the kinds' pooled ratios to the default costs."""
     ratios = {k: sw / w for k, (sw, w) in sorted(state.learned.kind_pool.items()) if w > 0}
     unmeasured = [m for m in state.meshes if not state.mesh_state[mesh_key(m)].measured]
@@ -93,9 +93,9 @@ def transfer_costs(state: LoopState, rec: dict[str, Any]) -> None:
     for m in unmeasured:
         st = state.mesh_state[mesh_key(m)]
         st.costs = transferred_axis_costs(st.default, ratios)
-    rec["feedback"]["transferred"] = {"meshes": [mesh_str(m) for m in unmeasured],
+    rec.feedback["transferred"] = {"meshes": [mesh_str(m) for m in unmeasured],
                                       "ratio_to_default": ratios}
-    rec["changes"].append(
+    rec.changes.append(
         f"meshes {', '.join(mesh_str(m) for m in unmeasured)} (no ILP layout compiled yet): "
         f"collective costs per kind from the compiled meshes, " + ", ".join(
             f"{k} x{r:.2f}" for k, r in ratios.items()) + " of the default")
@@ -113,7 +113,7 @@ def _attention_samples(state: LoopState, it: int, this_iter: list[Candidate]) ->
 
 
 def compute_scale(state: LoopState, it: int, this_iter: list[Candidate],
-                  rec: dict[str, Any]) -> None:
+                  rec: IterationRecord) -> None:
     """Pool the other ops' compiled and Q1 compute of iteration ``it``'s ILP layouts; the ILP's
     factor follows the pool when it moves by more than ``COMPUTE_SCALE_CHANGE``."""
     learned, network = state.learned, state.program.network
@@ -121,39 +121,39 @@ def compute_scale(state: LoopState, it: int, this_iter: list[Candidate],
         if (c.evidence is not None and c.q2 is not None and c.from_ilp
                 and "other_compute_s" in c.solution.predicted):
             smp = compute_sample(
-                c.solution.predicted["other_compute_s"], state.compute_scale, c.q2.compute_s,
+                c.solution.predicted["other_compute_s"], state.scales.compute, c.q2.compute_s,
                 sum(compiled_attention_seconds(c.evidence, network).values()),
                 f"it{it} {mesh_str(c.mesh_axes)} {c.solution.layout.name}")
             if smp is not None:
                 learned.compute_pool[0] += smp.compiled_s
                 learned.compute_pool[1] += smp.q1_s
-                rec["feedback"].setdefault("compute", []).append(smp.to_json())
-    was = state.compute_scale
+                rec.feedback.setdefault("compute", []).append(smp.to_json())
+    was = state.scales.compute
     if abs(learned.compute_scale - was) > COMPUTE_SCALE_CHANGE * was:
-        rec["changes"].append(
+        rec.changes.append(
             f"compute of the other ops: compiled {learned.compute_pool[0] * 1e3:.3f} ms against "
             f"Q1's {learned.compute_pool[1] * 1e3:.3f} ms (pooled) -> the ILP scales it by "
             f"{learned.compute_scale:.3f} (was {was:.3f})")
-        state.compute_scale = learned.compute_scale
+        state.scales.compute = learned.compute_scale
 
 
-def attention_scale(state: LoopState, rec: dict[str, Any]) -> None:
+def attention_scale(state: LoopState, rec: IterationRecord) -> None:
     """Fit the attention scales on every sample so far; the fitted factors replace the given
     calibration's, node by node and mode."""
-    fit = fit_attention_scale(state.attention_fit)
+    fit = fit_attention_scale(state.scales.attention_fit)
     fitted = scales(fit)
-    given = state.given_scale
+    given = state.scales.given
     merged = {a: {**given.get(a, {}), **fitted.get(a, {})}
               for a in sorted(set(given) | set(fitted))}
-    if merged == state.attention_scale:
+    if merged == state.scales.attention:
         return
-    state.attention_scale = state.learned.attention_scale = merged
-    rec["feedback"]["attention"] = fit
+    state.scales.attention = state.learned.attention_scale = merged
+    rec.feedback["attention"] = fit
     for node, by_mode in fit.items():
         for mu, f in by_mode.items():
             if node == "*":
                 continue
-            rec["changes"].append(
+            rec.changes.append(
                 f"attention {node} (keys/values {'in a ring' if mu == 'ring' else 'gathered'})"
                 f": compiled compute {f['compiled_s'] * 1e3:.3f} ms against Q1's "
                 f"{f['q1_compute_s'] * 1e3:.3f} ms ({f['samples']} compiled) -> the ILP "

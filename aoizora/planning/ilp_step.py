@@ -10,83 +10,68 @@ whose inputs did not change gives the same answer: it is memoized, not solved ag
 
 In the first iteration with seeds, the seeds' refinements solve first (``aoizora.planning.seeds``), then
 the ILPs wait for the first seed's compile and start only if the budget still holds the ILP's
-best (``seeds.first_compile_alone``); their share moves by the time they waited.
+best (``seeds.first_iteration_ilps``); their share moves by the time they waited.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from aoizora.planning import time_limits
 from aoizora.planning.candidate import layout_id, mesh_str
 from aoizora.formulation.calibration import mesh_key
 from aoizora.formulation.strategies import Options
-from aoizora.planning.loop_state import LoopState
-from aoizora.planning.seeds import first_compile_alone, refine_seeds
+from aoizora.planning.loop_state import IterationRecord, LoopState
+from aoizora.planning.pricing_order import PricingItem
+from aoizora.planning.seeds import first_iteration_ilps
 from aoizora.solvers.budget import Budget, clock
 from aoizora.runtime.rematerialize import retraceable
 from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolveError,
                                      solve_sharding)
 
 
-def solve_ilps(state: LoopState, it: int, rec: dict[str, Any]) -> tuple[list, list]:
+def solve_ilps(state: LoopState, it: int, rec: IterationRecord, seeded: bool
+               ) -> tuple[list, list[PricingItem]]:
     """(ranked, refined): every mesh's ILP layouts as (Q1 seconds, mesh, ShardingSolution), and
-    in the first iteration the seeds' refinements (``seeds.refine_seeds``)."""
+    with ``seeded`` (the first iteration with seeds) the seeds' refinements, solved first
+    (``seeds.first_iteration_ilps``)."""
     queue, progress = state.queue, state.progress
     progress.stage(f"iteration {it}: sharding ILP on {len(state.meshes)} logical meshes")
     ranked: list = []
     # The ILPs may use up to their share of what is left, so that compiles still fit
     ilp = state.budget.child("ilp")
     queue.contended(True)
-    refined = []
-    first_with_seeds = it == 1 and bool(state.seeds)
-    if first_with_seeds:
-        # the seeds' refinements first (each a small ILP, well under a second on Wan 2.1
-        # 1.3B), so that the first seed's refinement is queued before that seed has compiled
-        refined = refine_seeds(state, ilp, rec)
-    skip_ilps = ""
-    if first_with_seeds and state.meshes:
-        queue.contended(False)
-        waited = clock()
-        skip_ilps = first_compile_alone(state, refined)
-        rec["ilps_started_s"] = round(state.budget.elapsed(), 3)
-        ilp.extend(clock() - waited)   # the ILPs' share, shifted by the wait
-        queue.contended(True)
-        if skip_ilps:
-            rec["changes"].append(f"sharding ILPs skipped: {skip_ilps}")
-            rec["time_limited"].append(f"sharding ILPs of iteration 1: skipped ({skip_ilps})")
-            progress.note(f"sharding ILPs skipped ({skip_ilps})")
+    refined, skip_ilps = first_iteration_ilps(state, ilp, rec) if seeded else ([], "")
     meshes_now = [] if skip_ilps else sorted(state.meshes, key=lambda m: (len(m), list(m.values())))
     for m in meshes_now:
         ranked += _solve_mesh(state, m, ilp, rec, bool(ranked))
     queue.contended(False)
-    rec["ilps_done_s"] = round(state.budget.elapsed(), 3)
+    rec.ilps_done_s = round(state.budget.elapsed(), 3)
     return ranked, refined
 
 
-def _solve_mesh(state: LoopState, m: dict[str, int], ilp: Budget, rec: dict[str, Any],
+def _solve_mesh(state: LoopState, m: dict[str, int], ilp: Budget, rec: IterationRecord,
                 something_ranked: bool) -> list:
     """Mesh ``m``'s ILP layouts as (Q1, mesh, solution); [] when skipped (the budget, once
     ``something_ranked``) or when no layout fits or the solver found none (noted)."""
     progress, key = state.progress, mesh_key(m)
     ckey = state.ilp_inputs_key(m)
-    expected = state.ilp_seconds.get(key, 0.0)  # what this mesh's ILP took last time
-    if ckey not in state.ilp_cache and something_ranked and expected > ilp.left():
-        rec["changes"].append(f"mesh {mesh_str(m)}: ILP skipped, the time budget is kept "
-                              f"for compiles")
-        rec["time_limited"].append(f"sharding ILP on mesh {mesh_str(m)}: skipped to keep "
+    expected = state.ilps.seconds.get(key, 0.0)  # what this mesh's ILP took last time
+    if ckey not in state.ilps.answers and something_ranked and expected > ilp.left():
+        rec.changes.append(f"mesh {mesh_str(m)}: ILP skipped, the time budget is kept "
+                           f"for compiles")
+        rec.time_limited.append(f"sharding ILP on mesh {mesh_str(m)}: skipped to keep "
                                    f"the budget for compiles")
         progress.note(f"mesh {mesh_str(m)}: ILP skipped (time budget)")
         return []
     limit = ilp.share_s("ilp_solve", state.settings.ilp_time_s)
     try:
-        if ckey in state.ilp_cache:  # nothing changed for this mesh: same ILP, same answer
-            res = state.ilp_cache[ckey]
+        if ckey in state.ilps.answers:  # nothing changed for this mesh: same ILP, same answer
+            res = state.ilps.answers[ckey]
         else:
-            res = state.ilp_cache[ckey] = _solve(state, m, limit, rec)
+            res = state.ilps.answers[ckey] = _solve(state, m, limit, rec)
     except MemoryBudgetError as e:
-        state.memory_errors.append(str(e))
+        state.ilps.memory_errors.append(str(e))
         progress.note(f"mesh {m}: {e}")
         return []
     except ShardingSolveError as e:
@@ -98,36 +83,36 @@ def _solve_mesh(state: LoopState, m: dict[str, int], ilp: Budget, rec: dict[str,
     return [(float(sol.predicted.get("total_s", math.inf)), m, sol) for sol in res.all()]
 
 
-def _solve(state: LoopState, m: dict[str, int], limit: float, rec: dict[str, Any]):
+def _solve(state: LoopState, m: dict[str, int], limit: float, rec: IterationRecord):
     """Solve mesh ``m``'s ILP within ``limit`` seconds; record its time and where a limit bound."""
     st, top_k = state.mesh_state[mesh_key(m)], state.settings.top_k
     t_ilp = clock()
     res = solve_sharding(
         state.program.ir, state.program.target, m, ShardingProblem(
             axis_costs=st.costs, corrections=st.corrections, forbidden=st.forbidden or None,
-            attention_scale=state.attention_scale or None,
-            options=Options(compute_scale=state.compute_scale),
+            attention_scale=state.scales.attention or None,
+            options=Options(compute_scale=state.scales.compute),
             remat="decide" if retraceable(state.program.fn) else "stacks"),
         k_best=top_k, distinct="kv", time_limit_s=limit, seed=state.settings.seed)
-    state.ilp_seconds[mesh_key(m)] = clock() - t_ilp
+    state.ilps.seconds[mesh_key(m)] = clock() - t_ilp
     for k, sol in enumerate(res.all()):
-        rec["time_limited"] += time_limits.sharding(
+        rec.time_limited += time_limits.sharding(
             f"sharding ILP on mesh {mesh_str(m)}"
             + (f" (layout {k + 1} of the {top_k} best)" if k else ""),
             sol.certificate)
     return res
 
 
-def _note_changed_best(state: LoopState, m: dict[str, int], res, rec: dict[str, Any]) -> None:
+def _note_changed_best(state: LoopState, m: dict[str, int], res, rec: IterationRecord) -> None:
     """Record when mesh ``m``'s best layout differs from its last (the feedback changed it)."""
     lid = layout_id(m, res.best.layout)
-    prev = state.last_best.get(mesh_key(m))
+    prev = state.ilps.last_best.get(mesh_key(m))
     if prev is not None and prev[0] != lid:
         before, after = set(prev[1]), set(res.best.words)
-        rec["decisions_changed"].append({
+        rec.decisions_changed.append({
             "mesh": dict(m), "why": "feedback: collective costs per axis and kind, "
                                     "compiled attention compute",
             "before": sorted(before - after), "after": sorted(after - before)})
-        rec["changes"].append(f"mesh {mesh_str(m)}: the ILP's best layout changed after the "
-                              f"feedback ({len(after - before)} op layouts differ)")
-    state.last_best[mesh_key(m)] = (lid, list(res.best.words))
+        rec.changes.append(f"mesh {mesh_str(m)}: the ILP's best layout changed after the "
+                           f"feedback ({len(after - before)} op layouts differ)")
+    state.ilps.last_best[mesh_key(m)] = (lid, list(res.best.words))

@@ -16,7 +16,6 @@ left, when a compile could not start for the budget, or after ``max_iterations``
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from aoizora.planning import time_limits
 from aoizora.planning.candidate import Candidate, layout_id, mesh_str
@@ -25,10 +24,10 @@ from aoizora.planning.compile_queue import Skipped
 from aoizora.planning.feedback import apply_feedback
 from aoizora.formulation.calibration import mesh_key
 from aoizora.planning.ilp_step import solve_ilps
-from aoizora.planning.loop_state import LoopState, new_record
+from aoizora.planning.loop_state import IterationRecord, LoopState, new_record
 from aoizora.planning_errors import BudgetError, PlanningError
-from aoizora.planning.pricing_order import diverse, pricing_rank, with_unproven_near
-from aoizora.planning.seeds import refinement_first, seed_solution
+from aoizora.planning.pricing_order import PricingItem, diverse, pricing_rank, with_unproven_near
+from aoizora.planning.seeds import seed_pricing_items
 from aoizora.formulation.remat import REMAT_KEY, remat_key
 
 
@@ -37,22 +36,23 @@ def iterate(state: LoopState) -> None:
     the outcome. Raises PlanningError / BudgetError when nothing can be priced."""
     for it in range(1, state.settings.max_iterations + 1):
         rec = new_record(it)
-        ranked, refined = solve_ilps(state, it, rec)
-        first_with_seeds = it == 1 and bool(state.seeds)
-        if not ranked and not first_with_seeds:
+        seeded = it == 1 and bool(state.seeds)   # the first iteration's seed cases: ``seeds``
+        ranked, refined = solve_ilps(state, it, rec, seeded)
+        if not ranked and not seeded:
             _nothing_ranked(state, it)
             state.iterations.append(rec)
             break
-        todo = queue_compiles(state, it, ranked, refined)
+        todo = queue_compiles(state, ranked, refined if seeded else None)
         if todo is None:
             state.stop_reason = "the ILP's best layouts repeat: the plan converged"
-            rec["changes"].append(state.stop_reason)
+            rec.changes.append(state.stop_reason)
             state.iterations.append(rec)
             break
         this_iter = price_candidates(state, it, todo, rec)
         apply_feedback(state, it, this_iter, rec)
-        rec["best_q2_step_s"] = state.best.q2.step_s if state.best else None
-        rec["elapsed_s"] = round(state.budget.elapsed(), 3)
+        rec.best_q2_step_s = state.best.q2.step_s if state.best else None
+        rec.elapsed_s = round(state.budget.elapsed(), 3)
+        rec.completed = True
         state.iterations.append(rec)
         if state.stop_reason:
             break
@@ -63,8 +63,8 @@ def iterate(state: LoopState) -> None:
 def _nothing_ranked(state: LoopState, it: int) -> None:
     """No ILP layout on any mesh: an error in the first iteration when no layout fits in HBM,
     or when the budget ran out before anything was priced; else the loop stops."""
-    if it == 1 and state.memory_errors:
-        raise PlanningError(min(state.memory_errors, key=len))
+    if it == 1 and state.ilps.memory_errors:
+        raise PlanningError(min(state.ilps.memory_errors, key=len))
     if not state.priced and state.budget.over():
         raise BudgetError(
             f"the time budget ({state.budget.total_s:g} s) is too small: the sharding ILP found "
@@ -73,56 +73,54 @@ def _nothing_ranked(state: LoopState, it: int) -> None:
     state.stop_reason = "no layout left to try on any mesh"
 
 
-def queue_compiles(state: LoopState, it: int, ranked: list, refined: list) -> list | None:
-    """(q1, mesh, solution, seed or None, its compile) in the pricing order: the fresh ILP
-    layouts (``diverse``, ``with_unproven_near``), and in the first iteration the seeds and
-    their refinements, every compile queued at its place (``pricing_rank``) to run in the
-    background while the ones before it are placed and priced. None when there is nothing new
-    to compile (the plan converged)."""
+def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | None
+                   ) -> list[PricingItem] | None:
+    """The iteration's layouts in the pricing order: the fresh ILP layouts (``diverse``,
+    ``with_unproven_near``), and in the first iteration with seeds (``refined`` not None: the
+    seeds' refinements) the seeds and their refinements (``seeds.seed_pricing_items``), every
+    compile queued at its place (``pricing_rank``) to run in the background while the ones
+    before it are placed and priced. None when there is nothing new to compile (the plan
+    converged)."""
     prog, queue = state.program, state.queue
     ranked.sort(key=lambda r: (r[0], mesh_str(r[1])))
     untried = [(q1, m, s) for q1, m, s in ranked if layout_id(m, s.layout) not in state.seen]
     picked = diverse(untried, state.settings.top_k)
     fresh = with_unproven_near(picked, untried)
     lead = 1 + len(fresh) - len(picked)   # the best and its unproven near-ties
-    if not fresh and not (it == 1 and state.seeds):
+    if not fresh and refined is None:
         return None
-    n_seeds = len(state.seeds) if it == 1 else 0
-    ilp_best = ranked[0][2] if ranked else None
-    ranks = [pricing_rank("ilp", k, n_seeds, lead) for k in range(len(fresh))]
-    todo = [(r, q1, m, sol, None, queue.submit(
-                compile_job(prog.fn, prog.args, prog.target, sol.layout, m), priority=r))
-            for r, (q1, m, sol) in zip(ranks, fresh)]
+    n_seeds = len(state.seeds) if refined is not None else 0
+    todo = []
+    for k, (q1, m, sol) in enumerate(fresh):
+        rank = pricing_rank("ilp", k, n_seeds, lead)
+        todo.append(PricingItem("ilp", k, rank, m, sol, queue.submit(
+            compile_job(prog.fn, prog.args, prog.target, sol.layout, m), priority=rank), q1_s=q1))
     queue.release()   # the ILP's layouts are queued: the seeds held after them may start
-    if it == 1:   # priced in the order they compile (``seeds.queue_seed_compiles``)
-        first = refinement_first(state)
-        todo += [(pricing_rank("seed", i, n_seeds, refinement_first=first), math.inf,
-                  dict(sd.layout.mesh_axes), seed_solution(sd.layout, ilp_best), sd, f)
-                 for i, (sd, f) in enumerate(zip(state.seeds, state.seed_compiles), 1)]
-        todo += [(pricing_rank(kind, i, n_seeds, refinement_first=first), math.inf,
-                  dict(rsd.layout.mesh_axes), sol, rsd, rf) for kind, i, rsd, sol, rf in refined]
-    return [t[1:] for t in sorted(todo, key=lambda t: t[0])]
+    if refined is not None:   # priced in the order they compile (``seeds.queue_seed_compiles``)
+        todo += seed_pricing_items(state, refined, ranked[0][2] if ranked else None)
+    return sorted(todo, key=lambda t: t.rank)
 
 
-def price_candidates(state: LoopState, it: int, todo: list, rec: dict[str, Any]
+def price_candidates(state: LoopState, it: int, todo: list[PricingItem], rec: IterationRecord
                      ) -> list[Candidate]:
     """Wait for each compile in ``todo``'s order, place and price it; returns the candidates
     priced. A compile the budget did not start stops the loop after this iteration (what
     compiled before it is still priced)."""
     this_iter: list[Candidate] = []
-    for k, (q1, m, sol, sd, compiling) in enumerate(todo, 1):
+    for k, item in enumerate(todo, 1):
+        m, sol, q1 = item.mesh, item.solution, item.q1_s
         what = (f"Q1 {q1 * 1e3:.3f} ms (predicted, placement-oblivious)" if math.isfinite(q1)
                 else f"seed layout {sol.layout.name}")
         state.progress.candidate(k, len(todo), f"mesh {mesh_str(m)}, {what}; compiling for "
                                                f"{state.program.target.name}")
-        got = compiling.result()
+        got = item.compiling.result()
         if isinstance(got, Skipped):
             _skipped(state, m, sol, got, rec)
             continue
         state.seen.add(layout_id(m, sol.layout))
-        cand = place(Candidate(it, dict(m), sol, seed=sd), got, state.program, state.budget,
+        cand = place(Candidate(it, dict(m), sol, seed=item.seed), got, state.program, state.budget,
                      state.settings, state.progress)
-        rec["time_limited"] += time_limits.placement(
+        rec.time_limited += time_limits.placement(
             f"placement of mesh {mesh_str(m)} {sol.layout.name}", cand.placement_cert,
             state.settings.placement_time_s)
         if state.on_candidate is not None:
@@ -132,21 +130,21 @@ def price_candidates(state: LoopState, it: int, todo: list, rec: dict[str, Any]
     return this_iter
 
 
-def _skipped(state: LoopState, m, sol, got: Skipped, rec: dict[str, Any]) -> None:
+def _skipped(state: LoopState, m, sol, got: Skipped, rec: IterationRecord) -> None:
     if got.before_first:
         raise BudgetError(
             f"the time budget ({state.budget.total_s:g} s) ran out before the first compile "
-            f"(the sharding ILPs took {rec['ilps_done_s']:.1f} s); raise the budget")
+            f"(the sharding ILPs took {rec.ilps_done_s:.1f} s); raise the budget")
     if not got.budget:               # the submitter's reason, not the budget's
-        rec["changes"].append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not started "
-                              f"({got.reason})")
+        rec.changes.append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not started "
+                           f"({got.reason})")
         return
     state.stop_reason = got.reason   # what compiled before it is still priced
-    rec["time_limited"].append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not "
-                               f"started ({got.reason})")
+    rec.time_limited.append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not "
+                            f"started ({got.reason})")
 
 
-def _record(state: LoopState, cand: Candidate, rec: dict[str, Any]) -> None:
+def _record(state: LoopState, cand: Candidate, rec: IterationRecord) -> None:
     """File a priced candidate: over budget, forbidden in its ILP when it does not fit in HBM,
     the new best when its Q2 step is the least so far."""
     m, sol = cand.mesh_axes, cand.solution
@@ -156,21 +154,21 @@ def _record(state: LoopState, cand: Candidate, rec: dict[str, Any]) -> None:
         state.over_budget = (
             f"over budget: the first compile took {cand.compile_s:.1f} s and the candidate was "
             f"priced {-state.budget.left():.1f} s past the {state.budget.total_s:g} s budget")
-    rec["candidates"].append(cand.summary())
+    rec.candidates.append(cand.summary())
     if cand.fits is False and sol.choice and mesh_key(m) in state.mesh_state:
         # the (layout, remat) pair: a remat choice is cut with the layout (formulation.remat)
         state.mesh_state[mesh_key(m)].forbidden.append(
             {**sol.choice, REMAT_KEY: remat_key(sol.layout.remat)})
-        rec["changes"].append(f"mesh {mesh_str(m)} layout {sol.layout.name}"
-                              f"{'' if sol.layout.remat is None else ' with its remat'}: does "
-                              f"not fit in HBM -> forbidden in the ILP")
+        rec.changes.append(f"mesh {mesh_str(m)} layout {sol.layout.name}"
+                           f"{'' if sol.layout.remat is None else ' with its remat'}: does "
+                           f"not fit in HBM -> forbidden in the ILP")
     if cand.q2 is None:
         return
     state.priced.append(cand)
     best = state.best
     if best is None or cand.q2.step_s < best.q2.step_s:
         if best is not None:
-            rec["changes"].append(
+            rec.changes.append(
                 f"new best: mesh {mesh_str(m)} {sol.layout.name}, Q2 "
                 f"{cand.q2.step_s * 1e3:.3f} ms (was {best.q2.step_s * 1e3:.3f} ms)")
         state.best = cand

@@ -3,12 +3,13 @@
 ``LoopState`` holds what a planning run is given (``Program``: the program, the target and its
 network, the traced IR; ``Settings``: plan()'s solver settings; the candidate meshes; the
 seeds and their queued compiles), the run's clock (``budget``, ``solvers.budget.Budget``) and
-compile queue, and what the loop learns and finds as it goes: each mesh's ILP inputs
-(``MeshState``: its collective costs, corrections, forbidden combinations), the scales the ILP
-applies (attention compute per node and kv mode, the other ops' compute), the ILP answers
-memoized by their inputs, every layout compiled (``seen``), the candidates priced, the best so
-far, why the loop stopped, and one record per iteration (``new_record``), which goes into
-``Plan.iterations`` as it is.
+compile queue, and what the loop learns and finds as it goes, grouped by the module that
+owns it: each mesh's ILP inputs (``MeshState``: its collective costs, corrections, forbidden
+combinations) and the scales the ILP applies (``Scales``: attention compute per node and kv
+mode, the other ops' compute), both written by ``feedback``; the ILP answers memoized by their
+inputs (``IlpMemo``, ``ilp_step``); and, the loop's own, every layout compiled (``seen``), the
+candidates priced, the best so far, why the loop stopped, and one ``IterationRecord`` per
+iteration, which goes into ``Plan.iterations`` (``IterationRecord.to_json``).
 """
 
 from __future__ import annotations
@@ -79,56 +80,131 @@ def mesh_states(target: Target, meshes: list[dict[str, int]], given: Calibration
 
 
 @dataclasses.dataclass
-class LoopState:
-    """The loop's state (module docstring). ``learned`` starts as a copy of the calibration
-    given and is updated with what the loop measures; ``attention_scale`` and ``compute_scale``
-    are what the next ILPs apply."""
+class IterationRecord:
+    """What one iteration of the loop did, as ``Plan.iterations`` keeps it (``to_json``).
 
+    Attributes:
+      iteration: its number, from 1.
+      candidates: each priced candidate's summary (``Candidate.summary``), in pricing order.
+      feedback: what the feedback measured, by mesh and kind (``planning.feedback``).
+      changes: what changed in the ILPs' inputs or the best, one sentence each.
+      decisions_changed: the meshes whose best ILP layout changed after the feedback.
+      time_limited: what the budget cut short (moved to ``Plan.time_limited`` at the end).
+      refinements: the seeds' refinements (first iteration with seeds; None otherwise).
+      ilps_started_s: budget seconds elapsed when the ILPs started (first iteration with
+        seeds, after the first compile; None otherwise).
+      ilps_done_s: budget seconds elapsed when the ILPs were done.
+      best_q2_step_s: the best's step by Q2 after this iteration, seconds (None if none).
+      elapsed_s: budget seconds elapsed at its end.
+    """
+
+    iteration: int
+    candidates: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    feedback: dict[str, Any] = dataclasses.field(default_factory=dict)
+    changes: list[str] = dataclasses.field(default_factory=list)
+    decisions_changed: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    time_limited: list[str] = dataclasses.field(default_factory=list)
+    refinements: list[dict[str, Any]] | None = None
+    ilps_started_s: float | None = None
+    ilps_done_s: float | None = None
+    best_q2_step_s: float | None = None
+    elapsed_s: float | None = None
+    completed: bool = False   # best_q2_step_s and elapsed_s were filed (the iteration priced)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as ``Plan.iterations`` keeps it: the keys an iteration filed, in the order
+        plan files have always had them; ``time_limited`` is not among them (it goes to
+        ``Plan.time_limited``)."""
+        d = {"iteration": self.iteration, "candidates": self.candidates,
+             "feedback": self.feedback, "changes": self.changes,
+             "decisions_changed": self.decisions_changed}
+        optional = {"refinements": self.refinements, "ilps_started_s": self.ilps_started_s,
+                    "ilps_done_s": self.ilps_done_s}
+        d.update({k: v for k, v in optional.items() if v is not None})
+        if self.completed:
+            d.update(best_q2_step_s=self.best_q2_step_s, elapsed_s=self.elapsed_s)
+        return d
+
+
+@dataclasses.dataclass
+class Scales:
+    """What the next ILPs apply, learned from the compiled programs. Owned by
+    ``planning.feedback`` (which writes it); the ILPs (``ilp_step``, ``seeds``) read it.
+
+    Attributes:
+      given: the calibration's attention scales, as given (node / "*" -> kv mode -> factor).
+      attention: the attention scales the ILP applies now, the same shape.
+      compute: the factor on the other ops' compute (``formulation.compute_calibration``).
+      attention_fit: every attention sample so far (``AttentionSample``).
+    """
+
+    given: dict
+    attention: dict
+    compute: float
+    attention_fit: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class IlpMemo:
+    """The sharding ILPs' answers and times, owned by ``planning.ilp_step``.
+
+    Attributes:
+      answers: each ILP's result, by its inputs (``LoopState.ilp_inputs_key``).
+      seconds: what each mesh's last ILP took, wall-clock seconds, by ``mesh_key``.
+      last_best: each mesh's last best layout (its id, its words), by ``mesh_key``.
+      memory_errors: why a mesh's ILP found no layout that fits in HBM.
+    """
+
+    answers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    last_best: dict[str, tuple[str, list[str]]] = dataclasses.field(default_factory=dict)
+    memory_errors: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class LoopState:
+    """The loop's state (module docstring), its fields grouped by who owns them. ``learned``
+    starts as a copy of the calibration given and is updated with what the loop measures."""
+
+    # given by ``aoizora.planner.plan``, not changed by the loop (but the queue's and budget's
+    # own state)
     program: Program
     settings: Settings
     budget: Budget
     queue: CompileQueue
     meshes: list[dict[str, int]]
-    mesh_state: dict[str, MeshState]
-    learned: Calibration
+    mesh_state: dict[str, MeshState]     # each mesh's ILP inputs: ``feedback`` updates them
+    learned: Calibration                 # what the loop learned, for the plan: ``feedback``
     progress: Progress
     seeds: list[Seed] = dataclasses.field(default_factory=list)
-    seed_compiles: list = dataclasses.field(default_factory=list)   # Futures, as ``seeds``
     on_candidate: Callable[[Candidate], None] | None = None
-    # what the ILP applies, learned from the compiled programs
-    given_scale: dict = dataclasses.field(init=False)        # the calibration's attention scales
-    attention_scale: dict = dataclasses.field(init=False)    # node / "*" -> kv mode -> factor
-    attention_fit: list = dataclasses.field(default_factory=list)   # AttentionSamples
-    compute_scale: float = dataclasses.field(init=False)     # factor on the other ops' compute
+    # ``seeds``: the seeds' compiles, as ``seeds``
+    seed_compiles: list = dataclasses.field(default_factory=list)   # Futures
+    # ``feedback``: what the ILP applies; ``ilp_step``: its answers and times
+    scales: Scales = dataclasses.field(init=False)
+    ilps: IlpMemo = dataclasses.field(default_factory=IlpMemo)
+    # ``loop``: what the loop found
     anneal_reserve: float = dataclasses.field(init=False)    # kept while the best is unproven
-    # the ILPs' answers, memoized by their inputs; seconds each mesh's ILP took; its last best
-    ilp_cache: dict[str, Any] = dataclasses.field(default_factory=dict)
-    ilp_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
-    last_best: dict[str, tuple[str, list[str]]] = dataclasses.field(default_factory=dict)
-    # what the loop found
     seen: set[str] = dataclasses.field(default_factory=set)   # layout_id of every one compiled
     priced: list[Candidate] = dataclasses.field(default_factory=list)
-    memory_errors: list[str] = dataclasses.field(default_factory=list)
     over_budget: str = ""
     best: Candidate | None = None
     stop_reason: str = ""
-    iterations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    iterations: list[IterationRecord] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
-        self.given_scale = self.learned.attention_scale
-        self.attention_scale = self.given_scale
-        self.compute_scale = self.learned.compute_scale
+        self.scales = Scales(self.learned.attention_scale, self.learned.attention_scale,
+                             self.learned.compute_scale)
         self.anneal_reserve = self.queue.reserve_s
 
     def ilp_inputs_key(self, m: dict[str, int]) -> str:
         """Everything mesh ``m``'s ILP depends on: equal keys give the same ILP and answer."""
         st = self.mesh_state[mesh_key(m)]
         return json.dumps([m, st.costs.to_json(), st.corrections, st.forbidden,
-                           self.attention_scale, self.compute_scale], sort_keys=True, default=str)
+                           self.scales.attention, self.scales.compute], sort_keys=True,
+                          default=str)
 
 
-def new_record(it: int) -> dict[str, Any]:
-    """Iteration ``it``'s record, as ``Plan.iterations`` keeps it (``time_limited`` is moved to
-    ``Plan.time_limited`` at the end)."""
-    return {"iteration": it, "candidates": [], "feedback": {}, "changes": [],
-            "decisions_changed": [], "time_limited": []}
+def new_record(it: int) -> IterationRecord:
+    """Iteration ``it``'s record, empty."""
+    return IterationRecord(it)

@@ -36,8 +36,8 @@ from aoizora.kernels.tiles import choose_tiles, laid_out_shapes, untiled
 def no_plan_error(state: LoopState) -> PlanningError:
     """Why no candidate was priced, in one line."""
     its, tgt = state.iterations, state.program.target
-    errs = [c.get("error") for r in its for c in r["candidates"] if c.get("error")]
-    oom = [c for r in its for c in r["candidates"] if c.get("fits_hbm") is False]
+    errs = [c.get("error") for r in its for c in r.candidates if c.get("error")]
+    oom = [c for r in its for c in r.candidates if c.get("fits_hbm") is False]
     if oom and not errs:
         return PlanningError(f"no compiled layout fits in HBM on {tgt.name} "
                              f"({len(oom)} tried); use a larger slice or a smaller workload")
@@ -64,12 +64,12 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
         stop_reason = f"{stop_reason}; {state.over_budget}"
     its = state.iterations
     learned.source = {"program": key.fingerprint, "input_shapes": list(key.input_shapes),
-                      "compiled": sum(1 for r in its for c in r["candidates"]
+                      "compiled": sum(1 for r in its for c in r.candidates
                                       if c.get("compile_s")),
                       "iterations": len(its),
                       "started_from": calibration.source if calibration is not None else None}
     did, anneal_limited = annealed
-    time_limited = [w for r in its for w in r.pop("time_limited", [])]
+    time_limited = [w for r in its for w in r.time_limited]
     time_limited += [f"final annealing of the plan's placement{f' ({did})' if did else ''}"
                      f": {w}" for w in anneal_limited]
     notes = _notes(stop_reason, learned, time_limited)
@@ -170,7 +170,7 @@ def _plan(state: LoopState, key, fn, args, fits, notes: list[str], program: dict
     return Plan(
         key=key, target=tgt.name, layout=best.solution.layout, device_order=list(best.placement),
         device_coords=device_coords, predicted=_predicted(best, q2, network),
-        certificates=certs, iterations=state.iterations,
+        certificates=certs, iterations=[r.to_json() for r in state.iterations],
         planning_time_s=state.budget.elapsed(),
         layout_in_words=named_words(fn, args, best.solution.words), fits_hbm=fits,
         hbm_bytes_per_device=int(best.evidence.memory.total_bytes),

@@ -6,12 +6,16 @@
 - ``with_unproven_near``: right after the best, every other mesh's best layout that its ILP did
   not prove optimal, whose bound is below the best's Q1 and whose Q1 is within
   ``UNPROVEN_NEAR`` of it (the solver could not separate them, so a compile does).
-- ``pricing_rank``: each compile's place in the iteration's pricing order, which is also its
-  compile priority (``aoizora.planning.compile_queue``: least first), seeds and their refinements
-  included (``aoizora.planning.seeds``).
+- ``pricing_slots`` / ``pricing_rank``: the iteration's pricing order as an ordered list of
+  named slots, and each compile's place in it, which is also its compile priority (``aoizora.planning.compile_queue``: least first), seeds and their refinements
+  included (``aoizora.planning.seeds``); ``PricingItem``: one layout in that order.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
 
 from aoizora.formulation.calibration import mesh_key
 from aoizora.formulation.layout import Layout
@@ -19,18 +23,72 @@ from aoizora.formulation.layout import Layout
 UNPROVEN_NEAR = 0.01   # an unproven mesh's best layout this close to the best by Q1 compiles too
 
 
-REFINED_FIRST_RANK = 0.5   # the first seed's refinement, when refinements compile first
+@dataclasses.dataclass(frozen=True)
+class PricingItem:
+    """One layout of an iteration, queued to compile and then placed and priced by Q2.
+
+    Attributes:
+      kind: ``"ilp"`` (a fresh ILP layout), ``"seed"`` (a seed as given), ``"refined"`` (a
+        seed's refinement) or ``"retimed"`` (a training seed's retimed twin).
+      index: the seed's place, from 1; for ``"ilp"`` the layout's place among the fresh ILP
+        layouts, from 0.
+      rank: its place in the pricing order, also its compile priority (``pricing_rank``).
+      mesh: the logical mesh, axis name -> size.
+      solution: the layout as a ``ShardingSolution`` (a seed's: ``seeds.seed_solution``).
+      compiling: the Future of its compile (``CompileQueue.submit``).
+      seed: the ``Seed`` it came from (its program), None for an ILP layout.
+      q1_s: the ILP's Q1 seconds per step; inf for a seed and its derived layouts.
+    """
+
+    kind: str
+    index: int
+    rank: float
+    mesh: dict[str, int]
+    solution: Any
+    compiling: Any
+    seed: Any = None
+    q1_s: float = math.inf
+
+
+# The pricing order's named slots, in order. "ilp best" holds the ILP's best and its unproven
+# near-ties, "ilp rest" the ILP's other fresh layouts; ("seed", i), ("refined", i) and
+# ("retimed", i) are the i-th seed (from 1), its refinement and its retimed twin.
+def pricing_slots(n_seeds: int, refinement_first: bool = False) -> list[tuple[str, int]]:
+    """The slots of an iteration's pricing order, first to last (``pricing_rank``).
+
+    Args:
+      n_seeds: the seeds in this iteration (the first only; 0 later).
+      refinement_first: the seeds are training seeds (``seeds.refinement_first``).
+
+    Returns:
+      ``(kind, i)`` pairs; ``("ilp best", 0)`` and ``("ilp rest", 0)`` stand for the ILP's
+      layouts.
+    """
+    seeds = range(1, n_seeds + 1)
+    if refinement_first:
+        head = [("refined", 1), ("refined", 2), ("retimed", 2), ("retimed", 1), ("seed", 2),
+                ("seed", 1)]
+    else:   # a retimed twin (a training seed's) goes after its seed's refinement
+        head = [("seed", 1), ("refined", 1), ("seed", 2), ("retimed", 1)]
+    head = [(k, i) for k, i in head if i <= n_seeds]
+    if n_seeds == 1 and not refinement_first:   # the ILP's best before the seed's twin
+        head = head[:2] + [("ilp best", 0)] + head[2:]
+    elif n_seeds:
+        head.append(("ilp best", 0))
+    tail = [(k, 2) for k in ("refined", "retimed") if not refinement_first and n_seeds >= 2]
+    for i in seeds:
+        if i >= 3:
+            tail += [("seed", i), ("refined", i), ("retimed", i)]
+    if not n_seeds:
+        head = [("ilp best", 0)]
+    return head + tail + [("ilp rest", 0)]
 
 
 def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1,
                  refinement_first: bool = False) -> float:
     """A compile's place in its iteration's pricing order, which is also its compile priority
-    (``CompileQueue``: least first). ``kind`` "seed", "refined" or "retimed": the i-th seed
-    (1-based), its refinement, or its retimed twin (``aoizora.planning.seeds``: the seed's own parameter
-    layout with its refinement's remat and tiles); "ilp": the i-th of the iteration's fresh ILP
-    layouts (0-based), of which the first ``lead`` are the ILP's best and its unproven near-ties
-    (``with_unproven_near``).
-    ``n_seeds``: the seeds in this iteration (the first only).
+    (``CompileQueue``: least first): its slot's place in ``pricing_slots``, plus a fraction
+    that orders the ILP's layouts within their slot.
 
     With seeds: the first seed, its refinement, the second seed, the ILP's best (with its
     near-ties), the second seed's refinement, then each other seed followed by its refinement,
@@ -47,24 +105,31 @@ def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1,
     refinement's remat and tuned tiles, less recompute where HBM holds it, and the parameter
     layout is where the refinement's Q1 and Q2 disagreed. Chosen on the training grid
     (benchmarks/results/training_grid.md; benchmarks/results/lab_notes.md).
-    Without ``refinement_first`` a retimed twin goes after its seed's refinement."""
-    if refinement_first and kind == "refined" and i <= 2:
-        return REFINED_FIRST_RANK * (1 + (i - 1) / 2)
-    if kind == "retimed":
-        if refinement_first and i <= 2:
-            return REFINED_FIRST_RANK * (1.6 + (2 - i) / 10)
-        return 2 * i + 1.5
-    if refinement_first and kind == "seed" and i == 2:
-        return REFINED_FIRST_RANK * 1.8
+    Without ``refinement_first`` a retimed twin goes after its seed's refinement.
+
+    Args:
+      kind: ``"seed"``, ``"refined"`` or ``"retimed"`` (the i-th seed, its refinement, its
+        retimed twin: ``aoizora.planning.seeds``), or ``"ilp"``.
+      i: the seed's place (from 1), or for ``"ilp"`` the layout's place among the iteration's
+        fresh ILP layouts (from 0), of which the first ``lead`` are the ILP's best and its
+        unproven near-ties (``with_unproven_near``).
+      n_seeds: the seeds in this iteration (the first only).
+      lead: how many ILP layouts share the "ilp best" slot.
+      refinement_first: the seeds are training seeds (``seeds.refinement_first``).
+
+    Returns:
+      The rank, a number: less is earlier.
+
+    Raises:
+      ValueError: no slot for ``(kind, i)`` with ``n_seeds`` seeds.
+    """
+    slots = pricing_slots(n_seeds, refinement_first)
     if kind == "ilp":
         if i < lead:
-            return (4 if n_seeds >= 2 else 3 if n_seeds else 0) + i / lead
-        return 2 * n_seeds + 1 + i
-    if i == 1:
-        return 1.0 + (kind == "refined")
-    if i == 2:
-        return 3.0 if kind == "seed" else 5.0
-    return float(2 * i + (kind == "refined"))
+            return slots.index(("ilp best", 0)) + i / lead
+        j = i - lead
+        return slots.index(("ilp rest", 0)) + j / (j + 1)
+    return float(slots.index((kind, i)))
 
 
 def uses_ring(layout: Layout) -> bool:

@@ -38,10 +38,10 @@ from aoizora.planning.candidate import Seed
 from aoizora.planning.candidate_pricing import compile_job
 from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.layout import Layout
-from aoizora.planning.loop_state import LoopState
-from aoizora.planning.pricing_order import REFINED_FIRST_RANK, pricing_rank
+from aoizora.planning.loop_state import IterationRecord, LoopState
+from aoizora.planning.pricing_order import PricingItem, pricing_rank
 from aoizora.planning.seed_refinement import RefinementError, refine_seed
-from aoizora.solvers.budget import Budget
+from aoizora.solvers.budget import Budget, clock
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.sharding import ShardingSolution
 from aoizora.kernels.tiles import kernel_tiled
@@ -87,7 +87,7 @@ def queue_seed_compiles(state: LoopState) -> None:
     seeds, prog, queue = state.seeds, state.program, state.queue
     first = refinement_first(state)
     if seeds and first:
-        queue.hold(REFINED_FIRST_RANK)
+        queue.hold(pricing_rank("refined", 1, len(seeds), refinement_first=True))
     elif seeds and state.meshes:   # the seeds after the ILP's best wait for it
         queue.hold(pricing_rank("ilp", 0, len(seeds)))
     state.seed_compiles = [queue.submit(compile_job(
@@ -97,19 +97,18 @@ def queue_seed_compiles(state: LoopState) -> None:
         for i, sd in enumerate(seeds, 1)]
 
 
-def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
-                 ) -> list[tuple[str, int, Seed, ShardingSolution, Any]]:
+def refine_seeds(state: LoopState, ilp: Budget, rec: IterationRecord) -> list[PricingItem]:
     """Each seed's refinement (and a training seed's retimed twin), queued to compile at its
-    place (``pricing_rank``): [(kind "refined" or "retimed", the seed's place, 1-based; Seed of
-    the layout, its solution, its compile)]. A seed
-    that cannot be refined, or that the ILP leaves as it is, is noted in ``rec``; none starts
-    once ``ilp`` (the iteration's ILP share) has run out."""
+    place (``pricing_rank``), as ``PricingItem`` (kind "refined" or "retimed", the seed's place
+    from 1, a ``Seed`` of the layout's program). A seed that cannot be refined, or that the ILP
+    leaves as it is, is noted in ``rec``; none starts once ``ilp`` (the iteration's ILP share)
+    has run out."""
     out = []
     irs: dict[int, Any] = {}
     for i, sd in enumerate(state.seeds, 1):
         if ilp.left() <= 0:
-            rec["changes"].append("seed refinement skipped: the time budget is kept for compiles")
-            rec["time_limited"].append(f"seed refinement of {sd.layout.name} and the seeds after "
+            rec.changes.append("seed refinement skipped: the time budget is kept for compiles")
+            rec.time_limited.append(f"seed refinement of {sd.layout.name} and the seeds after "
                                        f"it: skipped to keep the budget for compiles")
             break
         ref, sfn, sargs = _refine(state, sd, ilp, irs, rec)
@@ -118,17 +117,18 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
         c = ref.solution.certificate
         state.progress.solver(f"seed refinement {sd.layout.name}", c.status, c.objective, c.bound)
         first = refinement_first(state)
-        rec["time_limited"] += time_limits.sharding(f"seed refinement of {sd.layout.name}", c)
-        rec.setdefault("refinements", []).append(ref.summary())
-        rec["changes"].append(f"seed {sd.layout.name}: refined, the ILP lays out "
+        rec.time_limited += time_limits.sharding(f"seed refinement of {sd.layout.name}", c)
+        rec.refinements = (rec.refinements or []) + [ref.summary()]
+        rec.changes.append(f"seed {sd.layout.name}: refined, the ILP lays out "
                               f"{ref.changed} parameter(s) otherwise around its attention"
                               + (" and chooses the remat" if sd.retraceable else ""))
         base = sd.retraceable or sd
         def queue(kind: str, layout: Layout, sol: ShardingSolution, unless=None):
+            rank = pricing_rank(kind, i, len(state.seeds), refinement_first=first)
             f = state.queue.submit(compile_job(sfn, sargs, state.program.target, layout),
-                                   priority=pricing_rank(kind, i, len(state.seeds),
-                                                         refinement_first=first), unless=unless)
-            out.append((kind, i, Seed(layout, base.fn, base.args, dict(base.program)), sol, f))
+                                   priority=rank, unless=unless)
+            out.append(PricingItem(kind, i, rank, dict(layout.mesh_axes), sol, f,
+                                   seed=Seed(layout, base.fn, base.args, dict(base.program))))
             return f
 
         f = queue("refined", ref.layout, _refined_solution(sd, ref))
@@ -144,7 +144,7 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
     return out
 
 
-def _refine(state: LoopState, sd: Seed, ilp: Budget, irs: dict[int, Any], rec: dict[str, Any]):
+def _refine(state: LoopState, sd: Seed, ilp: Budget, irs: dict[int, Any], rec: IterationRecord):
     """(refinement or None, the seed's fn, its args); None noted in ``rec`` (not refinable, or
     the ILP keeps the seed's parameter layout). ``irs``: the traced IRs by program."""
     prog = state.program
@@ -158,14 +158,14 @@ def _refine(state: LoopState, sd: Seed, ilp: Budget, irs: dict[int, Any], rec: d
         ref = refine_seed(sir, prog.target, base.layout, range(n_params),
                           time_limit_s=ilp.share_s("ilp_solve", state.settings.ilp_time_s),
                           seed=state.settings.seed,
-                          attention_scale=state.attention_scale or None,
-                          compute_scale=state.compute_scale,
+                          attention_scale=state.scales.attention or None,
+                          compute_scale=state.scales.compute,
                           remat="decide" if sd.retraceable is not None else "stacks")
     except RefinementError as e:
-        rec["changes"].append(f"seed {sd.layout.name}: not refined ({e})")
+        rec.changes.append(f"seed {sd.layout.name}: not refined ({e})")
         return None, sfn, sargs
     if ref is None:
-        rec["changes"].append(f"seed {sd.layout.name}: the ILP keeps its parameter layout")
+        rec.changes.append(f"seed {sd.layout.name}: the ILP keeps its parameter layout")
         return None, sfn, sargs
     # a refinement also takes the kernel model's attention tiles (forward and backward blocks)
     # instead of the seed's; its compile is the verdict, Q2 the judge, as for the rest of it
@@ -217,7 +217,7 @@ def _retimed_solution(sd: Seed, ref, layout: Layout) -> ShardingSolution:
         f"the kernel model's tiles"] + list(sol.words))
 
 
-def first_compile_alone(state: LoopState, refined: list) -> str:
+def first_compile_alone(state: LoopState, refined: list[PricingItem]) -> str:
     """Wait for the first compile of the pricing order (the first seed's; with training seeds
     the first refinement's, or the next queued where a seed has none), which so has the cores to
     itself, then say whether the
@@ -239,16 +239,14 @@ def first_compile_alone(state: LoopState, refined: list) -> str:
     first = refinement_first(state)
     queued = [(pricing_rank("seed", i, n_seeds, refinement_first=first), f"seed {i}", f)
               for i, f in enumerate(seed_compiles, 1)]
-    queued += [(pricing_rank(kind, i, n_seeds, refinement_first=first),
-                f"seed {i}'s {kind} layout", f) for kind, i, _, _, f in refined]
+    queued += [(r.rank, f"seed {r.index}'s {r.kind} layout", r.compiling) for r in refined]
     _, what, lead = min(queued, key=lambda q: q[0])   # the compile that runs first
     state.progress.stage(f"iteration 1: compiling {what} before the sharding ILPs")
     concurrent.futures.wait([lead])
     ilp_rank = pricing_rank("ilp", 0, n_seeds)
     ahead = [f for i, f in enumerate(seed_compiles, 1)
              if pricing_rank("seed", i, n_seeds, refinement_first=first) < ilp_rank]
-    ahead += [f for kind, i, _, _, f in refined
-              if pricing_rank(kind, i, n_seeds, refinement_first=first) < ilp_rank]
+    ahead += [r.compiling for r in refined if r.rank < ilp_rank]
     waiting = sum(1 for f in ahead if not f.done())
     room = queue.compiles_left()
     if room >= waiting + 1:
@@ -256,3 +254,54 @@ def first_compile_alone(state: LoopState, refined: list) -> str:
     return (f"the time budget holds {room} more compile(s) of about "
             f"{queue.expected_compile_s:.1f} s and the ILP's best would be compile "
             f"{waiting + 1} after the first seed's")
+
+
+def first_iteration_ilps(state: LoopState, ilp: Budget, rec: IterationRecord
+                         ) -> tuple[list[PricingItem], str]:
+    """The first iteration's seed cases before its ILPs: the seeds' refinements (small ILPs,
+    solved first so that the first seed's refinement is queued before that seed has compiled),
+    then, when there are meshes to solve, the wait for the first compile
+    (``first_compile_alone``); the ILPs' share (``ilp``) moves by that wait.
+
+    Args:
+      state: the loop's state; ``state.seeds`` is not empty.
+      ilp: the iteration's ILP share of the budget.
+      rec: the iteration's record (refinements, skips and when the ILPs started are filed).
+
+    Returns:
+      (the refinements and retimed twins queued, why the ILPs are skipped: "" to solve them).
+    """
+    queue = state.queue
+    refined = refine_seeds(state, ilp, rec)
+    if not state.meshes:
+        return refined, ""
+    queue.contended(False)
+    waited = clock()
+    skip = first_compile_alone(state, refined)
+    rec.ilps_started_s = round(state.budget.elapsed(), 3)
+    ilp.extend(clock() - waited)   # the ILPs' share, shifted by the wait
+    queue.contended(True)
+    if skip:
+        rec.changes.append(f"sharding ILPs skipped: {skip}")
+        rec.time_limited.append(f"sharding ILPs of iteration 1: skipped ({skip})")
+        state.progress.note(f"sharding ILPs skipped ({skip})")
+    return refined, skip
+
+
+def seed_pricing_items(state: LoopState, refined: list[PricingItem],
+                       ilp_best: ShardingSolution | None) -> list[PricingItem]:
+    """The first iteration's seeds (their compiles queued by ``queue_seed_compiles``) and their
+    refinements, to price with the ILP's layouts, in the order they compile.
+
+    Args:
+      state: the loop's state.
+      refined: ``first_iteration_ilps``' refinements and twins.
+      ilp_best: the ILP's best solution, kept in each seed's certificate; None without one.
+
+    Returns:
+      The seeds as ``PricingItem`` (kind "seed") followed by ``refined``.
+    """
+    n, first = len(state.seeds), refinement_first(state)
+    return [PricingItem("seed", i, pricing_rank("seed", i, n, refinement_first=first),
+                        dict(sd.layout.mesh_axes), seed_solution(sd.layout, ilp_best), f, seed=sd)
+            for i, (sd, f) in enumerate(zip(state.seeds, state.seed_compiles), 1)] + refined
