@@ -216,45 +216,49 @@ _OPEN = {"(": ")", "{": "}", "[": "]"}
 _CLOSE = {")", "}", "]"}
 
 
-def _match(s: str, i: int, line_no: int = 0) -> int:
-    """Index just past the bracket group opening at s[i] (strings and comments respected)."""
-    stack = [_OPEN[s[i]]]
-    j = i + 1
-    n = len(s)
+def _scan(s: str, i: int, line_no: int, group: bool) -> int:
+    """The one bracket scanner (strings and comments respected). ``group``: s[i] opens a bracket
+    group; the index just past its close (a mismatched or unclosed bracket raises). Else the
+    brackets left open at the end of s from i (> 0: the text goes on on the next line; a string
+    or comment left open counts as one more)."""
+    stack = [_OPEN[s[i]]] if group else []
+    depth, j, n = len(stack), i + len(stack), len(s)
     while j < n:
         c = s[j]
-        if c == '"' or c == "'":
-            j = _skip_string(s, j, line_no)
-            continue
-        if c == "/" and s.startswith("/*", j):
-            j = _skip_comment(s, j, line_no)
+        if c == '"' or c == "'" or (c == "/" and s.startswith("/*", j)):
+            try:
+                j = _skip_string(s, j, line_no) if c != "/" else _skip_comment(s, j, line_no)
+            except HloParseError:
+                if group:
+                    raise
+                return depth + 1
             continue
         if c in _OPEN:
+            depth += 1
             stack.append(_OPEN[c])
         elif c in _CLOSE:
-            if c != stack[-1]:
-                raise HloParseError(f"HLO line {line_no}: unbalanced {c!r} at column {j}")
-            stack.pop()
-            if not stack:
-                return j + 1
+            depth -= 1
+            if group:
+                if c != stack[-1]:
+                    raise HloParseError(f"HLO line {line_no}: unbalanced {c!r} at column {j}")
+                stack.pop()
+                if not stack:
+                    return j + 1
         j += 1
-    raise HloParseError(f"HLO line {line_no}: unclosed {s[i]!r} at column {i}")
+    if group:
+        raise HloParseError(f"HLO line {line_no}: unclosed {s[i]!r} at column {i}")
+    return depth
+
+
+def _match(s: str, i: int, line_no: int = 0) -> int:
+    """Index just past the bracket group opening at s[i] (strings and comments respected)."""
+    return _scan(s, i, line_no, group=True)
 
 
 def _open_depth(s: str) -> int:
-    """Brackets left open at the end of s (strings respected); > 0 means the text goes on."""
-    depth, j, n = 0, 0, len(s)
-    while j < n:
-        c = s[j]
-        if c == '"' or c == "'":
-            try:
-                j = _skip_string(s, j, 0)
-            except HloParseError:  # a string that goes on on the next line
-                return depth + 1
-            continue
-        depth += 1 if c in _OPEN else -1 if c in _CLOSE else 0
-        j += 1
-    return depth
+    """Brackets left open at the end of s (strings and comments respected); > 0 means the text
+    goes on."""
+    return _scan(s, 0, 0, group=False)
 
 
 def _skip_comment(s: str, i: int, line_no: int) -> int:

@@ -79,15 +79,47 @@ class KernelModelError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class SplashShape:
-    """One splash call on one shard: lead = batch x heads, Lq / Lkv query / key length (as the
-    kernel sees them: padded), D head dim, e bytes per element."""
+class AttentionShape:
+    """The shape of an attention: q [B, H, S, D] and k, v [B, H, T, D], e bytes per element.
 
-    lead: int
-    lq: int
-    lkv: int
+    One record for both places it is read: a node's global shape (``kernels.tiles``) and one
+    splash call on one shard, where the kernel model only needs lead = B x H and the padded
+    lengths (``SplashShape`` builds that with B = 1).
+
+    Attributes:
+      batch: B. heads: H. q_len: S, the query length. kv_len: T, the key/value length.
+      head_dim: D. dtype_bytes: e.
+    """
+
+    batch: int
+    heads: int
+    q_len: int
+    kv_len: int
     head_dim: int
     dtype_bytes: int = 2
+
+    @property
+    def lead(self) -> int:
+        """The kernel's leading dimension: batch x heads."""
+        return self.batch * self.heads
+
+    @property
+    def lq(self) -> int:
+        """The query length (as the kernel sees it: padded, for a splash call)."""
+        return self.q_len
+
+    @property
+    def lkv(self) -> int:
+        """The key/value length (as the kernel sees it: padded, for a splash call)."""
+        return self.kv_len
+
+
+def SplashShape(lead: int, lq: int, lkv: int, head_dim: int,   # noqa: N802 -- a record's name
+                dtype_bytes: int = 2) -> AttentionShape:
+    """One splash call on one shard: lead = batch x heads, Lq / Lkv query / key length (as the
+    kernel sees them: padded), D head dim, e bytes per element; an ``AttentionShape`` of
+    batch 1."""
+    return AttentionShape(1, lead, lq, lkv, head_dim, dtype_bytes)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -101,7 +101,7 @@ def node_backward_tiles(shape: Any, al: AttentionLayout, mesh_axes: dict[str, in
     """The fastest feasible backward blocks of one node (module docstring); None if none, or
     when the head dim is not a multiple of 128 (the model counts whole MXU tiles; and libtpu
     for v5p failed the small Wan model's step, head dim 32, with a bitcast error in the kernel
-    model's backward blocks). ``shape``: its global ``tiles.AttentionShape``."""
+    model's backward blocks). ``shape``: its global ``kernel_model.AttentionShape``."""
     if shape.head_dim % 128:
         return None
     n_b, n_h, n_s = (math.prod(mesh_axes[a] for a in axes) for axes in (al.batch, al.heads,

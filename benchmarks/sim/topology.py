@@ -1,7 +1,9 @@
 """The simulator's own model of a slice's ICI network: chips, directed links, routes, rings.
 
 Written apart from the planner's ``aoizora.extract.network`` so that the yardstick does not share
-its ring and route logic with the cost model it checks. The hardware facts it starts from are the
+its ring and route logic with the cost model it checks. The duplication is deliberate (issue
+#47): a duplicate finder will pair this module with ``extract.network``; keep them apart, and
+do not import one from the other. A fix found in one is checked against the other, not copied. The hardware facts it starts from are the
 slice's shape, its wraparound axes and each device's physical chip coordinates (libtpu's topology
 description, through ``aoizora.extract.targets.Target``, or any object with ``shape``, ``wrap``,
 ``chips`` and ``device_chip``); link bandwidth and hop latency are the simulator's own
