@@ -63,7 +63,7 @@ import numpy as np
 
 from aoizora.planning.candidate import Candidate, Seed
 from aoizora.planning.candidate_pricing import compile_layout
-from aoizora.planning.compile_queue import CompileQueue
+from aoizora.planning.seams import Seams
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.network import Network
 from aoizora.extract.frontends.jax.ir_builder import build_ir
@@ -155,7 +155,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          verify: bool = True, progress: Progress | None = None,
          on_candidate: Callable[[Candidate], None] | None = None,
          seed_layouts: Sequence["Layout | Seed"] = (),
-         calibration: "Calibration | Plan | None" = None) -> Plan:
+         calibration: "Calibration | Plan | None" = None, seams: Seams | None = None) -> Plan:
     """Plans ``fn(*abstract_args)`` for ``target``: a mesh, a layout and a device order.
 
     Every candidate layout is compiled ahead of time by XLA:TPU, placed by CP-SAT and priced by
@@ -184,6 +184,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         by Q2 wins whichever produced it, and the plan says so.
       calibration: what an earlier plan's loop learned on this target (``Plan.calibration``,
         or the plan itself): the ILP starts from its collective costs and attention scales.
+      seams: the planner's replaceable parts (``aoizora.planning.seams.Seams``: the compile,
+        the compile queue, the placement and sharding solvers, the annealing), for tests and
+        benchmarks; None: the real ones.
 
     Returns:
       The best ``Plan`` by Q2, with both solvers' certificates, ``Plan.predicted`` (seconds
@@ -212,8 +215,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     if not mesh_list and not seed_layouts:
         raise PlanningError("nothing to plan: meshes=[] and no seed_layouts; pass meshes=None "
                             "(every factorization of the chip count), a mesh, or a seed layout")
-    queue = CompileQueue(budget, (CompileError, RealizeError),
-                         reserve_s=anneal_reserve(budget, placement_time_s))
+    seams = seams or Seams()
+    queue = seams.compile_queue(budget, (CompileError, RealizeError),
+                                reserve_s=anneal_reserve(budget, placement_time_s))
     state = LoopState(
         program=Program(fn, abstract_args, tgt, Network.from_target(tgt), ir),
         settings=Settings(seed, top_k, max_iterations, ilp_time_s, placement_time_s, workers),
@@ -221,7 +225,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         mesh_state=mesh_states(tgt, mesh_list, calibration or Calibration(tgt.name)),
         learned=_learning_from(calibration, tgt), progress=progress,
         seeds=[sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts],
-        on_candidate=on_candidate)
+        on_candidate=on_candidate, seams=seams)
     # the seeds compile (in the background) while the first iteration's ILPs solve
     queue_seed_compiles(state)
     try:
@@ -231,5 +235,5 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     if state.best is None:
         raise no_plan_error(state)
     annealed = anneal_best(state.best, state.program.network, budget, placement_time_s, seed,
-                           progress)
+                           progress, seams.annealing)
     return assemble(state, key, calibration, verify, queue.expected_compile_s, annealed)

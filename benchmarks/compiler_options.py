@@ -55,7 +55,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def run_cell(model: str, workload: str, target: str) -> list[dict[str, Any]]:
-    e = next(x for x in expert_layouts(model, workload, target) if x.name == EXPERT)
+    e = next(x for x in expert_layouts(model, workload, get_target(target)) if x.name == EXPERT)
     tgt = get_target(target)
     order = default_device_order(tgt, e.layout.mesh_axes)
     rows = []

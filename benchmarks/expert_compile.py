@@ -36,7 +36,7 @@ UNRECORDED = "committed in 2245498 (2026-11-29; rows did not record their commit
 KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 
 
-def compile_expert(e, target: str) -> dict:
+def compile_expert(e, target) -> dict:
     row = {"expert": e.name, "valid": e.valid, "reason": e.reason, "pad_multiple": e.pad_multiple}
     if not e.valid:
         return row
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
             if a.experts and e.name not in a.experts.split(","):
                 continue
             row = {"model": name, "workload": wl.name, "tokens": wl.tokens,
-                   **compile_expert(e, tgt.name), "git_commit": commit}
+                   **compile_expert(e, tgt), "git_commit": commit}
             print(json.dumps(row), flush=True)
             doc["runs"] = [r for r in doc["runs"]
                            if (r["model"], r["workload"], r["expert"]) != (name, wl.name, e.name)]

@@ -50,6 +50,7 @@ from benchmarks.machine import git_state, machine_info, machine_line, write_resu
 from benchmarks.simulator import LABEL, simulate
 
 TARGET = "v5e-16"
+TGT = get_target(TARGET)
 MODEL, WORKLOAD, EXPERT = "wan2.1-14b", "480p-41f", "cfg2_context"
 PADDED_TOKENS = 17_408              # 17,160 rounded up to 8 shards x the splash block of 128
 LAYERS = 2
@@ -63,7 +64,7 @@ def block_program(attention: str):
     """(fn, args, mesh): ``LAYERS`` blocks with the attention in ``attention``'s layout."""
     cfg = get_model(MODEL).config
     b, s, e, h, d, f = 2, PADDED_TOKENS, cfg.dim, cfg.heads, cfg.head_dim, cfg.ffn_dim
-    mesh = target_mesh(TARGET, {"cfg": 2, "context": 8})
+    mesh = target_mesh(TGT, {"cfg": 2, "context": 8})
     kv = "ring" if attention == "ring" else "gather"
     layout = AttentionLayout(batch=("cfg",), seq=("context",), kv=kv)
     chunks = HEAD_CHUNKS if attention == "gather-by-heads" else 1
@@ -108,14 +109,14 @@ def run_block() -> list[dict[str, Any]]:
     for attention in ("gather", "gather-by-heads", "ring"):
         fn, args, mesh = block_program(attention)
         for opt, options in OPTIONS.items():
-            ev = compile_evidence(fn, args, mesh=mesh, target=TARGET, compiler_options=options)
+            ev = compile_evidence(fn, args, mesh=mesh, target=TGT, compiler_options=options)
             rows.append(evidence_row(ev, part="block", attention=attention, options=opt))
             print(rows[-1], flush=True)
     return rows
 
 
 def run_model() -> list[dict[str, Any]]:
-    e = next(x for x in expert_layouts(MODEL, WORKLOAD, TARGET) if x.name == EXPERT)
+    e = next(x for x in expert_layouts(MODEL, WORKLOAD, TGT) if x.name == EXPERT)
     tgt = get_target(TARGET)
     order = default_device_order(tgt, e.layout.mesh_axes)   # jax.make_mesh's, as default_mesh
     roles = attention_roles(e.fn, e.args)

@@ -78,7 +78,7 @@ def compile_with_hlo(fn, args, tgt, layout, order):
 
 
 def run(model: str, workload: str, target: str) -> list[dict[str, Any]]:
-    e = next(x for x in expert_layouts(model, workload, target) if x.name == EXPERT)
+    e = next(x for x in expert_layouts(model, workload, get_target(target)) if x.name == EXPERT)
     tgt = get_target(target)
     network = Network.from_target(tgt)
     order = default_device_order(tgt, e.layout.mesh_axes)

@@ -30,7 +30,7 @@ import numpy as np
 
 from aoizora.extract.compiled_evidence import evidence_from_compiled
 from aoizora.extract.evidence import Evidence, MemoryUse
-from aoizora.extract.targets import Target, get_target, libtpu_available
+from aoizora.extract.targets import Target, libtpu_available
 
 
 class CompileError(ValueError):
@@ -106,7 +106,7 @@ def compiler_differences(recorded: dict[str, str], current: dict[str, str] | Non
             for k in recorded if recorded[k] != current.get(k, "")]
 
 
-def target_mesh(target: "str | Target", axes: "dict[str, int] | Sequence[tuple[str, int]]",
+def target_mesh(target: Target, axes: "dict[str, int] | Sequence[tuple[str, int]]",
                 device_order: Sequence[int] | None = None, *, allow_cpu: bool = True,
                 platform: str | None = None) -> Any:
     """A `jax.sharding.Mesh` over the target's devices (Auto axes).
@@ -119,7 +119,7 @@ def target_mesh(target: "str | Target", axes: "dict[str, int] | Sequence[tuple[s
     import jax
     from jax.sharding import AxisType, Mesh
 
-    tgt = get_target(target)
+    tgt = target
     items = list(axes.items()) if isinstance(axes, dict) else [tuple(a) for a in axes]
     names = tuple(str(k) for k, _ in items)
     sizes = tuple(int(v) for _, v in items)
@@ -168,7 +168,7 @@ def _tree_shardings(mesh: Any, tree: Any) -> Any:
                         is_leaf=lambda x: x is None or isinstance(x, PartitionSpec))
 
 
-def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | Target",
+def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
                      in_shardings: Any = None, out_shardings: Any = None,
                      static_argnums: Sequence[int] = (), donate_argnums: Sequence[int] = (),
                      compiler_options: "dict[str, Any] | None" = None) -> Evidence:
@@ -184,7 +184,7 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | 
     is then of the program compiled with them."""
     import jax
 
-    tgt = get_target(target)
+    tgt = target
     jit_kw: dict[str, Any] = {}
     if in_shardings is not None:
         jit_kw["in_shardings"] = _tree_shardings(mesh, in_shardings)
@@ -215,7 +215,7 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: "str | 
             dt = time.perf_counter() - t0
             platform = str(getattr(next(iter(mesh.devices.flat)), "platform", "tpu"))
             return Evidence(
-                target=tgt.name, mesh_axes=dict(mesh.shape),
+                target=tgt.name, mesh_axes=dict(mesh.shape), generation=tgt.generation,
                 fidelity="tpu" if platform == "tpu" else "cpu-low",
                 memory=MemoryUse(hbm_bytes=tgt.chip.hbm_bytes // tgt.chip.devices_per_chip,
                                  fits=False, oom_message=_oom_text(msg)),

@@ -35,12 +35,15 @@ import bisect
 import dataclasses
 import math
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from aoizora.extract.evidence import COLLECTIVE_KINDS, Collective, ComputeOp, Evidence, MemoryUse
 from aoizora.extract.hlo import (Computation, HloModule, HloParseError, Instruction,
                                  parse_hlo_module)
 from aoizora.extract.replica_groups import parse_replica_groups, parse_source_target_pairs
+
+if TYPE_CHECKING:
+    from aoizora.extract.targets import Target
 
 
 class EvidenceError(ValueError):
@@ -639,7 +642,7 @@ def _assign_overlap(colls: list[Collective], compute: list[ComputeOp]) -> None:
 
 def evidence_from_hlo_module(module: HloModule, *, target: str, mesh_axes: dict[str, int],
                              device_order: Iterable[int] = (), clock_hz: float = 0.0,
-                             fidelity: str = "tpu") -> Evidence:
+                             fidelity: str = "tpu", generation: str = "") -> Evidence:
     """Evidence (collectives, compute, schedule) from a parsed HLO module.
 
     Memory, cost analysis and compile time are left for the caller (see `evidence_from_compiled`)."""
@@ -657,8 +660,8 @@ def evidence_from_hlo_module(module: HloModule, *, target: str, mesh_axes: dict[
         raise EvidenceError(f"HLO: unknown collective kinds {sorted(unknown)}")
     _assign_phases(colls)
     _assign_overlap(colls, w.compute)
-    return Evidence(target=target, mesh_axes=dict(mesh_axes), fidelity=fidelity,
-                    collectives=colls, compute=w.compute, clock_hz=clock_hz,
+    return Evidence(target=target, mesh_axes=dict(mesh_axes), generation=generation,
+                    fidelity=fidelity, collectives=colls, compute=w.compute, clock_hz=clock_hz,
                     algorithms=w.algorithms, algorithms_device_order=list(device_order),
                     warnings=w.warnings)
 
@@ -719,13 +722,12 @@ def _flatten(x: Any) -> list:
     return [x]
 
 
-def evidence_from_compiled(compiled: Any, *, target: Any, mesh: Any, compile_s: float = 0.0,
+def evidence_from_compiled(compiled: Any, *, target: "Target", mesh: Any, compile_s: float = 0.0,
                            fidelity: str | None = None, hlo_text: str | None = None) -> Evidence:
-    """Evidence of a `jax.stages.Compiled` for `target` (name or Target), compiled on `mesh`.
+    """Evidence of a `jax.stages.Compiled` for `target` (a resolved ``Target``: the caller
+    resolves a name with ``targets.get_target``), compiled on `mesh`.
     ``hlo_text``: ``compiled.as_text()`` when the caller already has it (read once)."""
-    from aoizora.extract.targets import get_target
-
-    tgt = get_target(target)
+    tgt = target
     platform = str(getattr(next(iter(mesh.devices.flat)), "platform", "tpu"))
     if fidelity is None:
         fidelity = "tpu" if platform == "tpu" else "cpu-low"
@@ -733,7 +735,7 @@ def evidence_from_compiled(compiled: Any, *, target: Any, mesh: Any, compile_s: 
     order = compiled_device_order(compiled, mesh)
     ev = evidence_from_hlo_module(module, target=tgt.name, mesh_axes=dict(mesh.shape),
                                   device_order=order, clock_hz=tgt.chip.clock_hz,
-                                  fidelity=fidelity)
+                                  fidelity=fidelity, generation=tgt.generation)
     hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
     ev.memory = memory_use(compiled, hbm)
     ev.flops, ev.bytes_accessed, ev.optimal_seconds = _cost(compiled)

@@ -109,6 +109,7 @@ class MemoryUse:
 class Evidence:
     target: str                                # canonical target name, e.g. "v5e:2x4"
     mesh_axes: dict[str, int]                  # logical mesh axis name -> size, in order
+    generation: str = ""                       # the target's chip generation, e.g. "v5e"
     fidelity: str = "tpu"                      # "tpu" (libtpu) or "cpu-low" (CPU backend fallback)
     collectives: list[Collective] = dataclasses.field(default_factory=list)
     compute: list[ComputeOp] = dataclasses.field(default_factory=list)
@@ -127,6 +128,12 @@ class Evidence:
     # it (``aot_compile.keeping_hlo``); None otherwise. Not part of the evidence's JSON nor of
     # its equality: it names a file of this machine, which may be gone.
     hlo_path: str | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        # evidence saved before it kept the generation, or made from a target name alone (a
+        # hand-written HLO): the canonical name starts with it ("v5e:2x4"), read here once
+        if not self.generation:
+            self.generation = str(self.target).split(":")[0]
 
     @property
     def num_devices(self) -> int:

@@ -60,7 +60,7 @@ def op_seconds(op, evidence: Evidence, network: Network) -> float | None:
     if op.estimated_cycles is not None and evidence.clock_hz > 0:
         return op.estimated_cycles / evidence.clock_hz
     if getattr(op, "kernel", None):
-        t = splash_op_seconds(op.kernel, evidence.target.split(":")[0], network,
+        t = splash_op_seconds(op.kernel, evidence.generation, network,
                               evidence.clock_hz)
         if t is not None:
             return t

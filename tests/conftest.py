@@ -39,3 +39,52 @@ def v5e4():
     from aoizora.extract.targets import get_target
 
     return get_target("v5e-4")
+
+
+# -- shared helpers (#47): the CLI in a subprocess, and a clock the tests move ------------------
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+
+def run_cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``python -m aoizora *args`` in a subprocess (in ``cwd``), its output captured as text."""
+    return subprocess.run([sys.executable, "-m", "aoizora", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+class TestClock:
+    """``time.perf_counter`` as a test sees it, so ``solvers.budget.clock`` and every budget
+    read it: the real clock (or, ``frozen``, the moment the test started) plus an offset that
+    ``sleep`` moves forward at once instead of waiting."""
+
+    __test__ = False   # not a test class
+
+    def __init__(self, real, frozen: bool):
+        self._real, self._frozen, self._t0 = real, frozen, real()
+        self.offset = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return (self._t0 if self._frozen else self._real()) + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.offset += seconds
+
+
+@pytest.fixture
+def frozen_clock(monkeypatch):
+    """A clock that moves only by ``sleep``: what a compile "takes" is exactly what it says."""
+    clock = TestClock(time.perf_counter, frozen=True)
+    monkeypatch.setattr(time, "perf_counter", clock)
+    return clock
+
+
+@pytest.fixture
+def jumping_clock(monkeypatch):
+    """The real clock, plus the jumps ``sleep`` makes (a compile that "took" 8 s more, at once)."""
+    clock = TestClock(time.perf_counter, frozen=False)
+    monkeypatch.setattr(time, "perf_counter", clock)
+    return clock

@@ -17,6 +17,7 @@ from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.kernels.attention_kernels import reference_attention, sharded_attention
 from aoizora.models.experts import default_mesh
 from aoizora.runtime.realize import realize
+from aoizora.extract.targets import get_target
 
 B, S, N, D = 2, 16, 4, 8
 MESH = {"x": 2, "y": 4}
@@ -194,7 +195,7 @@ def test_found_attention_compiles_to_the_splash_kernel_for_v5e_8(form):
     fn, _ = FORMS[form]
     q, k, v, m = _args()
     sds = [jax.ShapeDtypeStruct((2, 256, 8, 64), jnp.bfloat16)] * 3 + [jax.ShapeDtypeStruct((2, 256), bool)]
-    mesh = default_mesh("v5e-8", MESH)
+    mesh = default_mesh(get_target("v5e-8"), MESH)
     hlo = realize(fn, sds, _layout(AttentionLayout(batch=("x",), heads=("y",))), mesh).compile().as_text()
     assert "tpu_custom_call" in hlo, f"{form}: no splash kernel in the v5e-8 program"
 

@@ -2,19 +2,15 @@
 regression (exit 1), says when the compiler is not the plan's, and refuses a corrupt plan."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import run_cli as _cli
 
 pytestmark = pytest.mark.tpu_compiler
 
 JOB = ["--model", "wan2.1-small", "--resolution", "128p", "--frames", "9", "--target", "v5e-8"]
 
 
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "aoizora", *args], capture_output=True,
-                          text=True, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,12 @@ plan of the small Wan model on v5p-8, compared with the expert training configur
 checked, from its file."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from aoizora import builtin
 from aoizora.cli import main
+from conftest import run_cli as _cli
 
 SMALL = ["--model", "wan2.1-small", "--resolution", "128p", "--frames", "9"]
 
@@ -64,9 +63,6 @@ def test_default_task_is_denoise():
     assert train.args[1]["latents"].shape[0] == 2
 
 
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "aoizora", *args], capture_output=True,
-                          text=True, cwd=cwd)
 
 
 @pytest.mark.tpu_compiler

@@ -50,12 +50,12 @@ def test_compiles_run_one_at_a_time_in_order_and_errors_are_one_line():
     assert len(q.done) == 3 and q.fitting and [c.seconds for c in q.done] == [g.seconds for g in got]
 
 
-def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits():
+def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits(frozen_clock):
     t0 = time.perf_counter()
     q = CompileQueue(Budget.until(t0 + 0.35, t0), (Boom,))
 
     def slow():
-        time.sleep(0.3)
+        frozen_clock.sleep(0.3)
         return _ev()
 
     first, second = q.submit(slow), q.submit(slow)
@@ -65,13 +65,13 @@ def test_a_compile_that_cannot_fit_the_budget_is_skipped_once_something_fits():
     assert isinstance(s, Skipped) and "time budget" in s.reason
 
 
-def test_no_compile_starts_into_the_reserve():
+def test_no_compile_starts_into_the_reserve(frozen_clock):
     """The time the planner keeps for after its last compile counts as spent."""
     t0 = time.perf_counter()
     q = CompileQueue(Budget.until(t0 + 5.0, t0), (Boom,), reserve_s=4.0)
 
     def quick():
-        time.sleep(0.2)
+        frozen_clock.sleep(0.2)
         return _ev()
 
     first, second = q.submit(quick), q.submit(quick)
@@ -86,13 +86,13 @@ def test_no_compile_starts_into_the_reserve():
     q.close()
 
 
-def test_layouts_that_do_not_fit_keep_the_compiles_going_past_the_budget():
+def test_layouts_that_do_not_fit_keep_the_compiles_going_past_the_budget(frozen_clock):
     """Until a compiled layout fits in HBM nothing can be priced, so compiles go on."""
     t0 = time.perf_counter()
     q = CompileQueue(Budget.until(t0 + 0.1, t0), (Boom,))
 
     def oom():
-        time.sleep(0.15)
+        frozen_clock.sleep(0.15)
         return _ev(fits=False)
 
     got = [q.submit(oom).result() for _ in range(2)]
@@ -148,7 +148,7 @@ def test_the_next_compile_is_the_pending_one_of_least_priority():
     assert order == [1, 3, 5]
 
 
-def test_the_time_a_compile_shared_with_the_ilps_counts_at_half():
+def test_the_time_a_compile_shared_with_the_ilps_counts_at_half(frozen_clock):
     """A compile slowed by the ILPs beside it is not taken for one that needs that long alone:
     the part of it that overlapped the contended period counts at half."""
     t0 = time.perf_counter()
@@ -156,27 +156,37 @@ def test_the_time_a_compile_shared_with_the_ilps_counts_at_half():
 
     def take(s):
         def run():
-            time.sleep(s)
+            frozen_clock.sleep(s)
             return _ev()
         return run
 
     q.contended(True)
     beside = q.submit(take(0.4)).result()
     q.contended(False)
-    assert beside.contended_s == pytest.approx(beside.seconds, abs=0.02)
-    assert q.expected_compile_s == pytest.approx(beside.seconds / 2, abs=0.02)
+    assert beside.contended_s == pytest.approx(beside.seconds) == pytest.approx(0.4)
+    assert q.expected_compile_s == pytest.approx(0.2)
     alone = q.submit(take(0.3)).result()
     assert alone.contended_s == 0.0
-    assert q.expected_compile_s == pytest.approx(max(alone.seconds, beside.seconds / 2))
-    gate = threading.Event()
-    half = q.submit(lambda: (gate.wait(5), time.sleep(0.8), _ev())[2])
+    assert q.expected_compile_s == pytest.approx(0.3)
+    gate, mid, resume = threading.Event(), threading.Event(), threading.Event()
+
+    def half_beside():           # 0.3 s beside the ILPs, then 0.5 s alone
+        gate.wait(5)
+        frozen_clock.sleep(0.3)
+        mid.set()
+        resume.wait(5)
+        frozen_clock.sleep(0.5)
+        return _ev()
+
+    half = q.submit(half_beside)
     q.contended(True)
     gate.set()
-    time.sleep(0.1)
+    assert mid.wait(5)
     q.contended(False)          # the ILPs end while the compile runs
+    resume.set()
     h = half.result()
     q.close()
-    assert 0.05 < h.contended_s < h.seconds
+    assert h.contended_s == pytest.approx(0.3) and h.seconds == pytest.approx(0.8)
 
 
 def test_a_held_queue_starts_nothing_above_the_hold_until_released():
@@ -195,7 +205,7 @@ def test_a_held_queue_starts_nothing_above_the_hold_until_released():
     q.hold(3)
     later = q.submit(job(4), priority=4)
     q.submit(job(1), priority=1).result(timeout=5)
-    time.sleep(0.2)                      # the worker is idle: 4 is held
+    time.sleep(0.1)                      # the worker is idle: 4 is held
     assert ran == [1] and not later.done()
     q.submit(job(3), priority=3).result(timeout=5)
     assert ran == [1, 3] and not later.done()
@@ -232,7 +242,7 @@ def test_raising_the_hold_starts_what_it_now_allows():
     q = CompileQueue(Budget.until(t0 + 60, t0), (Boom,))
     q.hold(0.5)
     waiting = q.submit(lambda: _ev(), priority=0.9)
-    time.sleep(0.2)                      # the worker is idle: 0.9 is held
+    time.sleep(0.1)                      # the worker is idle: 0.9 is held
     assert not waiting.done()
     q.hold(4)
     assert isinstance(waiting.result(timeout=5), Compiled)
@@ -255,14 +265,14 @@ def test_a_compile_its_submitter_no_longer_wants_is_skipped_not_run():
     q.close()
 
 
-def test_a_compile_expected_slower_is_skipped_where_a_usual_one_starts():
+def test_a_compile_expected_slower_is_skipped_where_a_usual_one_starts(frozen_clock):
     """``slower``: a program expected to compile that many times as long as the longest so far
     (a training seed's own step) must fit the budget at that length."""
     t0 = time.perf_counter()
     q = CompileQueue(Budget.until(t0 + 5.0, t0), (Boom,))
 
     def half_second():
-        time.sleep(0.5)
+        frozen_clock.sleep(0.5)
         return _ev()
 
     first = q.submit(half_second)

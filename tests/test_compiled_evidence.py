@@ -11,6 +11,7 @@ from aoizora.extract.evidence import Evidence
 from aoizora.extract.evidence_summary import hidden_compute_cycles, summarize_evidence
 from aoizora.extract.hlo import HloParseError, parse_hlo_module
 from aoizora.extract.replica_groups import parse_replica_groups
+from aoizora.extract.targets import get_target
 
 # ---------------------------------------------------------------------------------------------
 # Hand-written HLO: every construct the reader handles, numbers worked out by hand
@@ -239,7 +240,8 @@ def test_mesh_size_must_match_the_module():
 def _mesh(order=None, axes=None, target="v5e:2x4", platform=None):
     from aoizora.extract.aot_compile import target_mesh
 
-    return target_mesh(target, axes or {"d": 2, "m": 4}, order, platform=platform)
+    return target_mesh(get_target(target), axes or {"d": 2, "m": 4}, order,
+                       platform=platform)
 
 
 def _sds(mesh, shape, spec, dtype="bfloat16"):
@@ -285,7 +287,7 @@ def test_thirty_layer_scan_counts_each_layer_collective_thirty_times():
     mesh = _mesh()
     ev = compile_evidence(model, (_sds(mesh, (256, 512), ("d", None)),
                                   _sds(mesh, (30, 2, 512, 512), (None, None, None, "m"))),
-                          mesh=mesh, target="v5e-8")
+                          mesh=mesh, target=get_target("v5e-8"))
     in_loop = [c for c in ev.collectives if "/while/body/" in c.op_name]
     assert in_loop, summarize_evidence(ev)
     assert all(c.count == 30 for c in in_loop)
@@ -313,7 +315,7 @@ def test_nested_scans_multiply_trip_counts():
     mesh = _mesh()
     ev = compile_evidence(model, (_sds(mesh, (256, 256), ("d", None)),
                                   _sds(mesh, (3, 5, 256, 256), (None, None, None, "m"))),
-                          mesh=mesh, target="v5e-8")
+                          mesh=mesh, target=get_target("v5e-8"))
     counts = {c.count for c in ev.collectives if "/while/body/" in c.op_name}
     assert counts == {15}, summarize_evidence(ev)
 
@@ -323,7 +325,7 @@ def test_async_collective_fusions_reduce_scatter_and_overlap():
     from aoizora.extract.aot_compile import compile_evidence
 
     mesh = _mesh()
-    ev = compile_evidence(_mlp_grad(), _mlp_grad_args(mesh), mesh=mesh, target="v5e-8")
+    ev = compile_evidence(_mlp_grad(), _mlp_grad_args(mesh), mesh=mesh, target=get_target("v5e-8"))
     kinds = {c.kind for c in ev.collectives}
     assert {"all-gather", "all-reduce", "reduce-scatter"} <= kinds
     fused = [c for c in ev.collectives if c.is_async and c.fused_with]
@@ -355,7 +357,7 @@ def test_two_device_orders_same_placement_open_evidence():
         mesh = _mesh(order)
         evs.append(compile_evidence(f, (_sds(mesh, (1024, 2048), ("d", "m")),
                                         _sds(mesh, (2048, 512), ("m", None))),
-                                    mesh=mesh, target="v5e:2x4"))
+                                    mesh=mesh, target=get_target("v5e:2x4")))
     assert evs[0].placement_open() == evs[1].placement_open()
     assert [e.algorithms_device_order for e in evs] == orders
     assert set(evs[0].algorithms) == set(evs[1].algorithms) and evs[0].algorithms
@@ -371,7 +373,7 @@ def test_two_device_orders_scanned_gradient():
     for order in (None, [3, 1, 0, 2, 7, 5, 6, 4]):
         mesh = _mesh(order)
         evs.append(compile_evidence(_mlp_grad(), _mlp_grad_args(mesh, L=2, D=256, F=512, T=512),
-                                    mesh=mesh, target="v5e-8"))
+                                    mesh=mesh, target=get_target("v5e-8")))
     assert evs[0].placement_open() == evs[1].placement_open()
     assert evs[0].algorithms_device_order != evs[1].algorithms_device_order
 
@@ -384,7 +386,7 @@ def test_real_evidence_json_round_trip():
 
     mesh = _mesh(axes={"x": 8})
     ev = compile_evidence(lambda x: jnp.roll(x, 1, axis=0) * 2, (_sds(mesh, (256, 128), ("x", None)),),
-                          mesh=mesh, target="v5e-8")
+                          mesh=mesh, target=get_target("v5e-8"))
     assert any(c.kind == "collective-permute" for c in ev.collectives)
     assert Evidence.loads(ev.dumps()) == ev
     assert Evidence.loads(ev.dumps()).placement_open() == ev.placement_open()
@@ -396,7 +398,7 @@ def test_out_of_memory_is_recorded_not_raised():
 
     mesh = _mesh()
     big = _sds(mesh, (65536, 65536), (), "float32")  # 16 GiB replicated, doubled by the output
-    ev = compile_evidence(lambda a: a * 2 + 1, (big,), mesh=mesh, target="v5e-8")
+    ev = compile_evidence(lambda a: a * 2 + 1, (big,), mesh=mesh, target=get_target("v5e-8"))
     assert ev.memory.fits is False
     assert "RESOURCE_EXHAUSTED" in ev.memory.oom_message and "HBM" in ev.memory.oom_message
     assert ev.compile_s > 0 and not ev.collectives
@@ -414,7 +416,7 @@ def test_trace_failure_is_a_compile_error():
         return a @ a  # (64, 128) @ (64, 128): shapes do not contract
 
     with pytest.raises(CompileError, match="cannot trace"):
-        compile_evidence(broken, (_sds(mesh, (64, 128), ("d", None)),), mesh=mesh, target="v5e-8")
+        compile_evidence(broken, (_sds(mesh, (64, 128), ("d", None)),), mesh=mesh, target=get_target("v5e-8"))
 
 
 def test_cpu_fallback_is_low_fidelity():
@@ -424,7 +426,7 @@ def test_cpu_fallback_is_low_fidelity():
     assert next(iter(mesh.devices.flat)).platform == "cpu"
     ev = compile_evidence(lambda a, b: a @ b, (_sds(mesh, (256, 512), ("d", "m"), "float32"),
                                                _sds(mesh, (512, 128), ("m", None), "float32")),
-                          mesh=mesh, target="v5e-8")
+                          mesh=mesh, target=get_target("v5e-8"))
     assert ev.fidelity == "cpu-low" and any("low fidelity" in w for w in ev.warnings)
     ar = [c for c in ev.collectives if c.kind == "all-reduce"]
     assert ar and ar[0].replica_groups == [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -513,7 +515,7 @@ def test_property_random_shardings_bytes_agree():
         fn = jax.grad(chain, argnums=tuple(range(1, n_w + 1))) if grad else chain
         with jax.set_mesh(mesh):
             compiled = jax.jit(fn).lower(*args).compile()
-        ev = evidence_from_compiled(compiled, target="v5e:2x4", mesh=mesh)
+        ev = evidence_from_compiled(compiled, target=get_target("v5e:2x4"), mesh=mesh)
         ind = _independent_collective_bytes(compiled.as_text(), 8)
         assert len(ev.collectives) == len(ind)
         assert sorted(c.bytes for c in ev.collectives) == sorted(v for _, v in ind.values())
@@ -578,7 +580,7 @@ def test_kernel_fused_with_a_collective_keeps_its_flops():
     from aoizora.kernels.attention_kernels import sharded_attention
 
     b, h, s, d = 1, 4, 2048, 128
-    mesh = target_mesh("v5e-8", {"context": 8})
+    mesh = target_mesh(get_target("v5e-8"), {"context": 8})
     layout = AttentionLayout(seq=("context",))
 
     def head_chunks(q, k, v):     # keys/values gathered two heads at a time
@@ -592,7 +594,7 @@ def test_kernel_fused_with_a_collective_keeps_its_flops():
     flops, kernel_bytes = {}, {}
     for fused in (False, True):
         opts = {"xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call": True} if fused else None
-        ev = compile_evidence(head_chunks, [arg] * 3, mesh=mesh, target="v5e-8",
+        ev = compile_evidence(head_chunks, [arg] * 3, mesh=mesh, target=get_target("v5e-8"),
                               compiler_options=opts)
         kernels = [op for op in ev.compute if op.flops]
         flops[fused] = sum(op.flops for op in kernels)

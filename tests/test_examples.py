@@ -13,6 +13,7 @@ import pytest
 import aoizora
 from aoizora.models.experts import default_mesh
 from aoizora.runtime.realize import realize
+from aoizora.extract.targets import get_target
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
@@ -26,7 +27,7 @@ def _load(name: str):
 
 def _splash_in_v5e8_program(fn, args, plan) -> bool:
     sds = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
-    mesh = default_mesh("v5e-8", plan.mesh)
+    mesh = default_mesh(get_target("v5e-8"), plan.mesh)
     return "tpu_custom_call" in realize(fn, sds, plan.layout, mesh).compile().as_text()
 
 

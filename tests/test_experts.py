@@ -13,6 +13,7 @@ from aoizora.models.config import WanConfig
 from aoizora.models.experts import EXPERTS, default_mesh, expert_layouts
 from aoizora.models.workloads import SMALL
 from aoizora.runtime.realize import realize
+from aoizora.extract.targets import get_target
 
 # The CPU runs use the reference attention, which needs no 128-token blocks: pad the sequence to
 # 8 x (sequence degree) only, to keep the runs small. (The TPU test below uses the real 128.)
@@ -37,7 +38,7 @@ def _run_all(model, only=EXPERTS):
     params = registry.init_params(model, jax.random.PRNGKey(0))
     inputs = registry.random_inputs(model, "tiny-9f", jax.random.PRNGKey(1))
     args = (params, *inputs)
-    experts = expert_layouts(model, "tiny-9f", "v5e-8", dtype=jnp.float32, block=CPU_BLOCK)
+    experts = expert_layouts(model, "tiny-9f", get_target("v5e-8"), dtype=jnp.float32, block=CPU_BLOCK)
     assert [e.name for e in experts] == list(EXPERTS)
     errors, wants = {}, {}
     for e in experts:
@@ -93,7 +94,7 @@ def test_invalid_experts_carry_the_reason_and_the_ring_fallbacks_run():
 
 def test_full_size_configurations_on_v5e_8():
     """The facts: Wan 1.3B has 12 heads (no Ulysses on 8; the Wan repo uses ring 8), 14B has 40."""
-    by = {e.name: e for e in expert_layouts("wan2.1-1.3b", "480p-81f", "v5e-8")}
+    by = {e.name: e for e in expert_layouts("wan2.1-1.3b", "480p-81f", get_target("v5e-8"))}
     assert not by["ulysses"].valid and by["ulysses"].reason.startswith("12 heads do not divide 8 chips")
     assert "ring over 8" in by["fsdp_sp"].reason
     assert by["tp_cfg"].valid and by["context"].valid and by["cfg2_context"].valid
@@ -104,16 +105,16 @@ def test_full_size_configurations_on_v5e_8():
     assert by["usp"].valid and by["usp"].layout.mesh_axes == {"ring": 2, "ulysses": 4}
     assert by["usp"].pad_multiple == 1024
     from aoizora.models.config import WAN_1_3B
-    assert [tuple(e)[2] for e in expert_layouts(WAN_1_3B, "480p-81f", "v5e-8")] == \
+    assert [tuple(e)[2] for e in expert_layouts(WAN_1_3B, "480p-81f", get_target("v5e-8"))] == \
         [e.reason for e in by.values()]                         # a bare config works too
-    by14 = {e.name: e for e in expert_layouts("wan2.1-14b", "720p-81f", "v5e-8")}
+    by14 = {e.name: e for e in expert_layouts("wan2.1-14b", "720p-81f", get_target("v5e-8"))}
     # 40 heads divide 8, but 14B bf16 weights replicated on every chip do not fit a v5e's HBM
     assert not by14["ulysses"].valid and "weights need 26.6" in by14["ulysses"].reason
     assert "15.75 GiB of HBM" in by14["ulysses"].reason
     assert by14["fsdp_sp"].valid and by14["fsdp_sp"].reason == "Ulysses"
     assert by14["cfg2_ulysses"].valid                         # 40 heads / context 4
     assert not by14["usp"].valid and "40 heads divide 8 chips" in by14["usp"].reason
-    by16 = {e.name: e for e in expert_layouts("wan2.1-14b", "720p-81f", "v5e-16")}
+    by16 = {e.name: e for e in expert_layouts("wan2.1-14b", "720p-81f", get_target("v5e-16"))}
     assert not by16["usp"].valid and "weights need 26.6" in by16["usp"].reason   # Ulysses 8 x ring 2
     js = by14["fsdp_sp"].to_json()
     assert js["layout"]["name"] == "expert:fsdp_sp" and js["valid"] and js["pad_multiple"] == 1024
@@ -122,10 +123,10 @@ def test_full_size_configurations_on_v5e_8():
 @pytest.mark.tpu_compiler
 def test_small_wan_compiles_for_v5e_8_with_splash():
     """Two configurations here (all five were checked by hand: each compiles with the kernel)."""
-    for e in expert_layouts("wan2.1-small", "tiny-9f", "v5e-8"):
+    for e in expert_layouts("wan2.1-small", "tiny-9f", get_target("v5e-8")):
         if e.name not in ("fsdp_sp", "cfg2_context"):
             continue
-        mesh = default_mesh("v5e-8", e.layout.mesh_axes)
+        mesh = default_mesh(get_target("v5e-8"), e.layout.mesh_axes)
         hlo = realize(e.fn, e.args, e.layout, mesh).compile().as_text()
         assert "tpu_custom_call" in hlo, f"{e.name}: no splash kernel in the TPU program"
         kinds = set(re.findall(r"all-gather|all-to-all|all-reduce|collective-permute", hlo))

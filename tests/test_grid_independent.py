@@ -9,6 +9,7 @@ import pytest
 
 from aoizora.extract.evidence import Evidence
 from benchmarks.grid_independent_report import disagreement
+from aoizora.extract.targets import get_target
 
 
 def test_hlo_path_is_not_part_of_the_evidence_json_nor_its_equality():
@@ -31,12 +32,12 @@ def test_compiles_keep_their_hlo_only_when_asked(tmp_path):
 
     from aoizora.extract.aot_compile import compile_evidence, keeping_hlo, read_hlo, target_mesh
 
-    mesh = target_mesh("v5e-8", {"x": 8})
+    mesh = target_mesh(get_target("v5e-8"), {"x": 8})
     args = (jax.ShapeDtypeStruct((256, 512), jnp.bfloat16), jax.ShapeDtypeStruct((512, 128),
                                                                                 jnp.bfloat16))
 
     def compile_():
-        return compile_evidence(lambda a, b: a @ b, args, mesh=mesh, target="v5e-8",
+        return compile_evidence(lambda a, b: a @ b, args, mesh=mesh, target=get_target("v5e-8"),
                                 in_shardings=(P(None, "x"), P("x", None)))
 
     assert compile_().hlo_path is None

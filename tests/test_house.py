@@ -270,3 +270,42 @@ def test_the_public_names_state_their_contracts():
         bad += [f"{qual}: no {s}" for s in need]
     assert len(_public_definitions()) > 6
     assert not bad, "\n".join(bad)
+
+
+# Where a target name is resolved (``get_target``): the doors (#47). ``plan_schema`` is the plan
+# file's door (a file names its target); ``targets`` defines it.
+TARGET_DOORS = {"aoizora/planner.py", "aoizora/cli.py", "aoizora/compare.py", "aoizora/builtin.py",
+                "aoizora/plan_schema.py", "extract/targets.py"}
+
+
+def test_the_target_is_resolved_at_the_door():
+    """Below the API and the CLI, code takes a resolved ``Target``: no ``get_target`` call."""
+    bad = [f"{path}:{n.lineno}" for path, _, tree in MODULES if path not in TARGET_DOORS
+           for n in ast.walk(tree) if isinstance(n, ast.Call)
+           and getattr(n.func, "id", getattr(n.func, "attr", "")) == "get_target"]
+    assert not bad, "get_target below the door (take a Target instead):\n" + "\n".join(bad)
+    annotated = [f"{path}:{n.lineno}" for path, _, tree in MODULES for n in ast.walk(tree)
+                 if isinstance(n, ast.arg) and n.annotation is not None
+                 and "str | Target" in ast.unparse(n.annotation) and path not in TARGET_DOORS]
+    assert not annotated, "internal signatures take a Target, not str | Target:\n" + \
+        "\n".join(annotated)
+
+
+MAX_SLEEP_S = 0.1
+
+
+def test_tests_do_not_race_the_clock():
+    """No real sleep over 0.1 s in the tests (#47): a test that needs time to pass moves the
+    ``frozen_clock`` or ``jumping_clock`` of conftest.py, which ``solvers.budget.clock`` reads."""
+    bad = []
+    for p in sorted((ROOT / "tests").glob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr == "sleep" and isinstance(n.func.value, ast.Name)
+                    and n.func.value.id in ("time", "_time")):
+                continue
+            arg = n.args[0] if n.args else None
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, (int, float))
+                    and arg.value <= MAX_SLEEP_S):
+                bad.append(f"tests/{p.name}:{n.lineno} {ast.unparse(n)}")
+    assert not bad, "real sleeps over 0.1 s (or of a computed length) in tests:\n" + "\n".join(bad)

@@ -223,7 +223,7 @@ def test_realized_padded_experts_equal_the_unpadded_step(model, workload, names)
     inputs = registry.random_inputs(model, workload, jax.random.PRNGKey(1))
     args = (params, *inputs)
     want = np.asarray(jax.jit(registry.denoise_step(model, 1))(*args))
-    exs = {e.name: e for e in expert_layouts(model, workload, "v5e-8", dtype=jnp.float32)}
+    exs = {e.name: e for e in expert_layouts(model, workload, get_target("v5e-8"), dtype=jnp.float32)}
     for name in names:
         e = exs[name.split("+")[0]]
         assert e.valid and e.pad_multiple > 1, name

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 import aoizora.planning.plan_assembly as A
+from aoizora.planning.loop_state import IterationRecord
 
 
 def _state(cands, stop="the ILP's best layouts repeat"):
-    return NS(iterations=[{"candidates": cands}], program=NS(target=NS(name="v5e:2x4")),
+    return NS(iterations=[IterationRecord(1, candidates=cands)], program=NS(target=NS(name="v5e:2x4")),
               stop_reason=stop)
 
 

@@ -11,6 +11,12 @@ import pytest
 
 import aoizora
 from aoizora.models import registry as R
+from aoizora.planning.compile_queue import CompileQueue
+from aoizora.planning.seams import Seams
+from aoizora.solvers.placement_heuristics import annealing as placement_annealing
+from aoizora.solvers.sharding import solve_sharding
+from conftest import run_cli as _cli
+from aoizora.extract.targets import get_target
 
 pytestmark = pytest.mark.tpu_compiler
 
@@ -160,11 +166,9 @@ def test_cli_top_k_zero_is_one_line_exit_2():
     assert r.stderr.strip().count("\n") == 0 and "--top-k" in r.stderr
 
 
-def test_a_first_compile_past_the_budget_still_returns_its_plan(small, monkeypatch):
+def test_a_first_compile_past_the_budget_still_returns_its_plan(small, jumping_clock):
     """A compile cannot be interrupted: when the first one ends past the budget, its priced
     candidate comes back, and the plan says by how much the budget was exceeded."""
-    import time as _time
-
     import aoizora.planning.candidate_pricing as pricing
 
     _, _, fn, args, _ = small
@@ -173,19 +177,16 @@ def test_a_first_compile_past_the_budget_still_returns_its_plan(small, monkeypat
 
     def slow_compile(*a, **kw):
         ev = real(*a, **kw)
-        _time.sleep(budget)          # now surely past the deadline
+        jumping_clock.sleep(budget)  # now surely past the deadline (at once: no real wait)
         return ev
 
-    monkeypatch.setattr(pricing, "compile_layout", slow_compile)
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=budget, meshes=[{"x": 8}],
-                     max_iterations=1, verify=False)
+                     max_iterations=1, verify=False, seams=Seams(compile_layout=slow_compile))
     assert p.planning_time_s > budget
     assert any("over budget" in n for n in p.notes)
     assert p.predicted["step_s"] > 0
 
 
-def _cli(*a):
-    return subprocess.run([sys.executable, "-m", "aoizora", *a], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("argv,match", [
@@ -223,7 +224,7 @@ def test_a_seed_layout_with_its_own_program_is_priced_and_recorded(small):
     from aoizora.planner import Seed
 
     m, wl, fn, args, _ = small
-    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32) if e.name == "context")
+    ex = next(e for e in expert_layouts(m, wl, get_target("v5e-8"), dtype=jnp.float32) if e.name == "context")
     seed = Seed(ex.layout, ex.fn, tuple(ex.args), {"pad_multiple": ex.pad_multiple})
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[], max_iterations=1,
                      seed_layouts=[seed])
@@ -248,7 +249,7 @@ def test_the_first_seed_compiles_alone_then_the_ilps_solve(small):
     from aoizora.models.experts import expert_layouts
 
     m, wl, fn, args, _ = small
-    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32) if e.name == "context")
+    ex = next(e for e in expert_layouts(m, wl, get_target("v5e-8"), dtype=jnp.float32) if e.name == "context")
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
                      max_iterations=1, verify=False, seed_layouts=[ex.layout])
     it = p.iterations[0]
@@ -261,23 +262,21 @@ def test_the_first_seed_compiles_alone_then_the_ilps_solve(small):
     assert not any("ILPs skipped" in c for c in it["changes"])
 
 
-def test_the_ilps_are_skipped_when_the_budget_cannot_compile_their_best(small, monkeypatch):
+def test_the_ilps_are_skipped_when_the_budget_cannot_compile_their_best(small):
     """When, after the first seed's compile, the budget holds fewer compiles than the ILP's best
     needs (its place in line and itself), the first iteration solves no ILP, prices the seed, and
     the plan lists the skip among its time limits."""
-    import aoizora.planner as planner
-    from aoizora.planning.compile_queue import CompileQueue
     from aoizora.models.experts import expert_layouts
 
     class NoRoomLeft(CompileQueue):
         def compiles_left(self, slower=1.0):
             return 0 if self.done else super().compiles_left(slower)
 
-    monkeypatch.setattr(planner, "CompileQueue", NoRoomLeft)
     m, wl, fn, args, _ = small
-    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32) if e.name == "context")
+    ex = next(e for e in expert_layouts(m, wl, get_target("v5e-8"), dtype=jnp.float32) if e.name == "context")
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
-                     max_iterations=2, verify=False, seed_layouts=[ex.layout])
+                     max_iterations=2, verify=False, seed_layouts=[ex.layout],
+                     seams=Seams(compile_queue=NoRoomLeft))
     it = p.iterations[0]
     assert [c["layout"] for c in it["candidates"]] == ["expert:context"]
     assert p.layout.name == "expert:context" and p.predicted["step_s"] > 0
@@ -286,13 +285,12 @@ def test_the_ilps_are_skipped_when_the_budget_cannot_compile_their_best(small, m
     assert any(w.startswith("sharding ILPs of iteration 1: skipped") for w in p.time_limited)
 
 
-def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, monkeypatch):
+def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small):
     """When the budget skips the ILP's compiles, the seeds that compiled beside the ILPs are
     still priced and the plan comes from them."""
     from concurrent.futures import Future
 
-    import aoizora.planner as planner
-    from aoizora.planning.compile_queue import CompileQueue, Skipped
+    from aoizora.planning.compile_queue import Skipped
     from aoizora.models.experts import expert_layouts
 
     class NoRoomForTheILP(CompileQueue):
@@ -303,24 +301,22 @@ def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, mon
                 return f
             return super().submit(compile_fn, priority, **kw)
 
-    monkeypatch.setattr(planner, "CompileQueue", NoRoomForTheILP)
     m, wl, fn, args, _ = small
-    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32) if e.name == "context")
+    ex = next(e for e in expert_layouts(m, wl, get_target("v5e-8"), dtype=jnp.float32) if e.name == "context")
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
-                     max_iterations=2, verify=False, seed_layouts=[ex.layout])
+                     max_iterations=2, verify=False, seed_layouts=[ex.layout],
+                     seams=Seams(compile_queue=NoRoomForTheILP))
     assert p.layout.name == "expert:context" and p.predicted["step_s"] > 0
     assert len(p.iterations) == 1 and [c["layout"] for c in p.iterations[0]["candidates"]] == [
         "expert:context"]
     assert any("time budget: 1.0 s left" in n for n in p.notes)
 
 
-def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
+def test_an_unproven_placement_is_annealed_and_never_worse(small):
     """When CP-SAT does not prove its answer (here: forced to return JAX's default order,
     FEASIBLE), the time left after the last compile anneals it twice (from a heuristic's starts
     for CP-SAT's own time limit, then from CP-SAT's answer) and the least Q2 step is kept; the
     certificate keeps CP-SAT's bound and says where the placement came from."""
-    import aoizora.planning.candidate_pricing as pricing
-    import aoizora.planning.final_annealing as final
     from aoizora.formulation.latency import predict_step
     from aoizora.solvers.certificate import Certificate
     from aoizora.solvers.placement import PlacementResult
@@ -339,7 +335,7 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     from aoizora.extract.targets import get_target
 
     seen_starts, limits = [], []
-    real_annealing = final.annealing
+    real_annealing = placement_annealing
 
     def annealing(ev, network, time_limit_s, seed, starts=None, **kw):
         seen_starts.append([[int(v) for v in st] for st in starts])
@@ -347,10 +343,9 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
         return real_annealing(ev, network, time_limit_s=time_limit_s, seed=seed, starts=starts,
                               **kw)
 
-    monkeypatch.setattr(pricing, "solve_placement", stalled)
-    monkeypatch.setattr(final, "annealing", annealing)
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[{"x": 2, "y": 4}],
-                     max_iterations=1, verify=False, placement_time_s=2.0)
+                     max_iterations=1, verify=False, placement_time_s=2.0,
+                     seams=Seams(solve_placement=stalled, annealing=annealing))
     c = p.certificates["placement"]
     choice = c.detail["step_choice"]
     assert p.predicted["step_s"] <= seen["q2"] + 1e-12
@@ -382,14 +377,10 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
 @pytest.mark.parametrize("levels,anneals", [
     ({"comm": "OPTIMAL", "link_bytes": "skipped: no time left"}, True),
     ({"comm": "OPTIMAL", "link_bytes": "OPTIMAL", "hops": "OPTIMAL"}, False)])
-def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypatch, levels,
-                                                                 anneals):
+def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, levels, anneals):
     """A proof of the link-load level leaves the placements tying on it unranked by Q2's
     per-hop latency: the time left anneals them unless every level (link load, link bytes,
     hops) is proven."""
-    import aoizora.planning.candidate_pricing as pricing
-    import aoizora.planning.final_annealing as final
-    import aoizora.planner as planner
     from aoizora.formulation.latency import predict_step
     from aoizora.solvers.certificate import Certificate
     from aoizora.solvers.placement import PlacementResult
@@ -406,7 +397,7 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
         return PlacementResult(list(hint), cert, q2, [])
 
     calls = []
-    real_annealing = final.annealing
+    real_annealing = placement_annealing
 
     def annealing(*a, **kw):
         calls.append(1)
@@ -414,16 +405,14 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
 
     queues = []
 
-    class Queue(planner.CompileQueue):
+    class Queue(CompileQueue):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             queues.append((self, self.reserve_s))
 
-    monkeypatch.setattr(pricing, "solve_placement", proven)
-    monkeypatch.setattr(final, "annealing", annealing)
-    monkeypatch.setattr(planner, "CompileQueue", Queue)
     p = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, meshes=[{"x": 2, "y": 4}],
-                     max_iterations=1, verify=False, placement_time_s=1.0)
+                     max_iterations=1, verify=False, placement_time_s=1.0,
+                     seams=Seams(solve_placement=proven, annealing=annealing, compile_queue=Queue))
     assert len(calls) == (2 if anneals else 0)
     assert p.predicted["step_s"] <= seen["q2"] + 1e-12
     assert ("final_annealing" in p.certificates["placement"].detail) == anneals
@@ -435,10 +424,9 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
     assert first == 2.0 and q.reserve_s == (2.0 if anneals else 0.0)
 
 
-def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path, monkeypatch):
+def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path):
     """The plan records what its loop learned (collective costs of the measured mesh, attention
     scales); the next plan's first ILP starts from exactly that, and says so."""
-    import aoizora.planning.ilp_step as ilp_step
     from aoizora.plans import load_plan
 
     _, _, fn, args, p = small
@@ -452,15 +440,15 @@ def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path, monke
     assert again == cal
 
     seen = []
-    real = ilp_step.solve_sharding
+    real = solve_sharding
 
     def spy(ir, target, mesh, problem, **kw):
         seen.append((problem.axis_costs, problem.attention_scale))
         return real(ir, target, mesh, problem, **kw)
 
-    monkeypatch.setattr(ilp_step, "solve_sharding", spy)
     warm = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, top_k=1, meshes=MESHES,
-                        max_iterations=1, verify=False, calibration=again)
+                        max_iterations=1, verify=False, calibration=again,
+                        seams=Seams(solve_sharding=spy))
     assert seen[0][0] == costs and seen[0][1] == cal.attention_scale
     assert any(n.startswith("started from a calibration") for n in warm.notes)
     assert warm.calibration.source["started_from"] == cal.source

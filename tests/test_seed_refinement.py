@@ -22,7 +22,7 @@ from aoizora.planning.seed_refinement import RefinementError, attention_pins, re
 def cfg2():
     m = R.get_model("wan2.1-small")
     wl = m.workloads[0]
-    ex = next(e for e in expert_layouts(m, wl, "v5e-8", dtype=jnp.float32)
+    ex = next(e for e in expert_layouts(m, wl, get_target("v5e-8"), dtype=jnp.float32)
               if e.name == "cfg2_context")
     return ex, build_ir(ex.fn, *ex.args)
 
@@ -80,7 +80,7 @@ def test_tied_optima_keep_the_seeds_parameter_layout():
     import aoizora.solvers.sharding as S
     from aoizora.planning.seed_refinement import seed_strategies
 
-    ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", "v5e-8")
+    ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", get_target("v5e-8"))
               if e.name == "cfg2_context")
     ir = build_ir(ex.fn, *ex.args)
     tgt = get_target("v5e-8")
@@ -152,7 +152,7 @@ def test_the_planner_prices_the_refined_seed(cfg2):
     from aoizora.planner import Seed
 
     other = next(e for e in expert_layouts(R.get_model("wan2.1-small"),
-                                           R.get_model("wan2.1-small").workloads[0], "v5e-8",
+                                           R.get_model("wan2.1-small").workloads[0], get_target("v5e-8"),
                                            dtype=jnp.float32) if e.name == "tp_cfg")
     seeds = [Seed(e.layout, e.fn, tuple(e.args), {"pad_multiple": e.pad_multiple})
              for e in (ex, other)]

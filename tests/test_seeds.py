@@ -42,13 +42,14 @@ def _layout(name, mesh=None):
 def _state(n_seeds, meshes=({"x": 8},), queue=None):
     return NS(seeds=[Seed(_layout(f"s{i}")) for i in range(1, n_seeds + 1)], meshes=list(meshes),
               program=NS(fn=lambda *a: None, args=(), target=NS(name="v5e:2x4")),
-              queue=queue or _Queue(), seed_compiles=[], progress=NS(stage=lambda t: None))
+              queue=queue or _Queue(), seed_compiles=[], progress=NS(stage=lambda t: None),
+              seams=NS(compile_layout=None))
 
 
 def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch):
     import aoizora.planning.seeds as S
 
-    monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout: layout.name)
+    monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout, **kw: layout.name)
     st = _state(3)
     queue_seed_compiles(st)
     q = st.queue
@@ -71,7 +72,7 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
     the hold moves to the ILP's best."""
     import aoizora.planning.seeds as S
 
-    monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout: layout.name)
+    monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout, **kw: layout.name)
     monkeypatch.setattr(S, "_refine", lambda st, sd, ilp, irs, rec: (NS(
         layout=_layout("refined:" + sd.layout.name), changed=1, summary=lambda: {},
         solution=NS(certificate=NS(status="OPTIMAL", objective=1.0, bound=1.0, detail={}))),

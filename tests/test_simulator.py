@@ -9,6 +9,7 @@ from aoizora.extract.network import Network
 from aoizora.extract.targets import libtpu_available
 from benchmarks.sim.engine import EngineError, FlowEngine, maxmin_rates
 from benchmarks.simulator import LABEL, Simulator, SimulatorError, simulate
+from aoizora.extract.targets import get_target
 
 W = 4.5e10          # v5e one-way link bandwidth, B/s
 LAT = 1e-6          # per hop, s
@@ -294,7 +295,7 @@ def test_real_compiler_output_scanned_mlp_gradient():
 
     from aoizora.extract.aot_compile import compile_evidence, target_mesh
 
-    mesh = target_mesh("v5e:2x4", {"d": 2, "m": 4})
+    mesh = target_mesh(get_target("v5e:2x4"), {"d": 2, "m": 4})
 
     def sds(shape, spec):
         return jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, P(*spec)))
@@ -309,7 +310,7 @@ def test_real_compiler_output_scanned_mlp_gradient():
     w = (None, "m", None)
     ev = compile_evidence(jax.grad(loss, argnums=(1, 2)),
                           [sds((1024, 512), ("d", None)), sds((4, 512, 512), w),
-                           sds((4, 512, 512), w)], mesh=mesh, target="v5e-8")
+                           sds((4, 512, 512), w)], mesh=mesh, target=get_target("v5e-8"))
     assert ev.collectives and ev.compute
     order = [int(d) for d in range(8)]
     r = simulate(ev, order)

@@ -12,6 +12,7 @@ from aoizora.kernels.attention_kernels import (SPLASH_SMEM_BUDGET, padded_length
                                               sharded_attention, splash_blocks,
                                               splash_metadata_bytes)
 from aoizora.kernels.primitives import reference_attention
+from aoizora.extract.targets import get_target
 
 
 def test_metadata_bytes_match_what_libtpu_reported():
@@ -80,15 +81,15 @@ def test_a_long_full_sequence_shard_compiles_for_v5e(monkeypatch):
     import aoizora.kernels.attention_kernels as ak
     from aoizora.extract.aot_compile import compile_evidence, target_mesh
 
-    mesh = target_mesh("v5e-4", {"h": 4}, platform="tpu")
+    mesh = target_mesh(get_target("v5e-4"), {"h": 4}, platform="tpu")
     al = AttentionLayout(heads=("h",))
     q = jax.ShapeDtypeStruct((1, 8, 75776, 128), jnp.bfloat16)
 
     def f(q, k, v):
         return sharded_attention(q, k, v, layout=al, mesh=mesh, scale=0.1, impl="splash")
 
-    ev = compile_evidence(f, (q, q, q), mesh=mesh, target="v5e-4")
+    ev = compile_evidence(f, (q, q, q), mesh=mesh, target=get_target("v5e-4"))
     assert ev.memory.fits, ev.memory.oom_message
     monkeypatch.setattr(ak, "SPLASH_SMEM_BUDGET", 1 << 30)     # never double: block 128
     with pytest.raises(CompileError, match="on-chip SMEM overflows"):    # a new trace
-        compile_evidence(lambda *a: f(*a), (q, q, q), mesh=mesh, target="v5e-4")
+        compile_evidence(lambda *a: f(*a), (q, q, q), mesh=mesh, target=get_target("v5e-4"))

@@ -15,6 +15,7 @@ from aoizora.models import registry
 from aoizora.models.experts import EXPERTS, default_mesh, expert_layouts
 from aoizora.models.stdit_experts import stdit_roles
 from aoizora.runtime.realize import realize
+from aoizora.extract.targets import get_target
 
 SMALL = "opensora-stdit3-small"
 FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
@@ -56,13 +57,13 @@ def test_small_model_runs_on_cpu_and_padding_is_dropped():
 
 
 def test_experts_valid_and_rejected_with_reasons():
-    exs = {e.name: e for e in expert_layouts("opensora-stdit3-xl", "240p-51f", "v5e-8")}
+    exs = {e.name: e for e in expert_layouts("opensora-stdit3-xl", "240p-51f", get_target("v5e-8"))}
     assert list(exs) == list(EXPERTS)
     assert {n for n, e in exs.items() if e.valid} == {"dsp", "ulysses", "context", "fsdp_sp"}
     assert "CFG pair" in exs["cfg2_context"].reason and "16 heads divide" in exs["usp"].reason
     dsp = exs["dsp"].layout
     assert dsp.mesh_axes == {"sp": 8} and dsp.rules["sframes"] == ("sp",) and dsp.rules["tspace"] == ("sp",)
-    wan = {e.name: e for e in expert_layouts("wan2.1-small", "tiny-9f", "v5e-8")}
+    wan = {e.name: e for e in expert_layouts("wan2.1-small", "tiny-9f", get_target("v5e-8"))}
     assert not wan["dsp"].valid and "one sequence" in wan["dsp"].reason
 
 
@@ -71,7 +72,7 @@ def test_every_valid_expert_matches_the_unsharded_step_and_dsp_switches_by_all_t
     inputs = registry.random_inputs(SMALL, "tiny-17f", jax.random.PRNGKey(1))
     args = (params, *inputs)
     want = None
-    for e in expert_layouts(SMALL, "tiny-17f", "v5e-8", dtype=jnp.float32):
+    for e in expert_layouts(SMALL, "tiny-17f", get_target("v5e-8"), dtype=jnp.float32):
         if not e.valid:
             continue
         if want is None:     # every valid configuration pads to 8: one program
@@ -90,8 +91,8 @@ def test_every_valid_expert_matches_the_unsharded_step_and_dsp_switches_by_all_t
 
 @pytest.mark.tpu_compiler
 def test_dsp_compiles_for_v5e_8_with_all_to_alls_and_no_activation_all_gathers():
-    dsp = next(e for e in expert_layouts(SMALL, "tiny-17f", "v5e-8") if e.name == "dsp")
-    mesh = default_mesh("v5e-8", dsp.layout.mesh_axes)
+    dsp = next(e for e in expert_layouts(SMALL, "tiny-17f", get_target("v5e-8")) if e.name == "dsp")
+    mesh = default_mesh(get_target("v5e-8"), dsp.layout.mesh_axes)
     hlo = realize(dsp.fn, dsp.args, dsp.layout, mesh).compile().as_text()
     assert "tpu_custom_call" in hlo, "dsp: no splash kernel in the TPU program"
     # the blocks run in a while loop: everything outside the ENTRY computation is inside it

@@ -1,10 +1,9 @@
 import json
-import subprocess
-import sys
 
 import pytest
 
 from aoizora.extract import targets as T
+from conftest import run_cli as _cli
 
 
 @pytest.mark.parametrize("name,canonical,chips,shape,wrap", [
@@ -48,8 +47,6 @@ def test_devices_have_the_target_coordinates(name):
         __import__("itertools").product(*[range(s) for s in t.shape]))
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "aoizora", *args], capture_output=True, text=True)
 
 
 def test_cli_targets_json():

@@ -18,6 +18,7 @@ from aoizora.plans import Plan, PlanError, load_plan, program_key
 from aoizora.solvers.certificate import Certificate
 from aoizora.kernels.tiles import (RECIPE_OPTIONS, AttentionShape, choose_compiler_options, choose_tiles,
                            tiled_layout)
+from aoizora.extract.targets import get_target
 
 V5E = kernel_chip("v5e", 1.97e14, 8.1e11, 1.5e9)
 # Wan 2.1 1.3B 480p-21f self-attention, context parallel over 4: 12 heads, 2340 x 9360 per shard
@@ -68,7 +69,7 @@ SHAPES = {"7": AttentionShape(2, 12, 9360, 9360, 128), "9": AttentionShape(2, 12
 
 
 def test_chosen_tiles_are_valid_fit_and_beat_the_automatic_ones():
-    tiled, chosen = tiled_layout(LAYOUT, SHAPES, "v5e-8")
+    tiled, chosen = tiled_layout(LAYOUT, SHAPES, get_target("v5e-8"))
     assert set(chosen) == {"7", "9"}
     for key, c in chosen.items():
         a = tiled.attention_for(key)
@@ -78,7 +79,7 @@ def test_chosen_tiles_are_valid_fit_and_beat_the_automatic_ones():
         assert c.vmem_bytes <= V5E.scoped_vmem_bytes
     auto = splash_seconds(SplashShape(12, 2432, 9472, 128), 128, 128, 128, V5E)
     assert chosen["7"].seconds < auto
-    assert tiled_layout(LAYOUT, SHAPES, "v5e-8")[1] == chosen            # deterministic
+    assert tiled_layout(LAYOUT, SHAPES, get_target("v5e-8"))[1] == chosen            # deterministic
 
 
 def test_ring_and_ulysses_are_priced_at_their_own_shard_shapes():
@@ -86,9 +87,9 @@ def test_ring_and_ulysses_are_priced_at_their_own_shard_shapes():
         batch=("data",), seq=("context",), kv="ring")})
     uly = dataclasses.replace(LAYOUT, attention={"*": AttentionLayout(
         batch=("data",), heads=("context",))})
-    g = tiled_layout(LAYOUT, SHAPES, "v5e-8")[1]["9"].seconds
-    r = tiled_layout(ring, SHAPES, "v5e-8")[1]["9"].seconds
-    u = tiled_layout(uly, SHAPES, "v5e-8")[1]["9"].seconds
+    g = tiled_layout(LAYOUT, SHAPES, get_target("v5e-8"))[1]["9"].seconds
+    r = tiled_layout(ring, SHAPES, get_target("v5e-8"))[1]["9"].seconds
+    u = tiled_layout(uly, SHAPES, get_target("v5e-8"))[1]["9"].seconds
     # cross-attention over 512 keys in a ring: 4 calls on 128-key chunks
     assert r > g and u != g
 
@@ -102,7 +103,7 @@ def test_a_vmem_verdict_makes_the_choice_again_smaller():
             raise CompileError("XLA cannot compile f for v5e:2x4: a kernel's on-chip VMEM "
                                "overflows (not HBM; e.g. a Pallas kernel's block sizes)")
 
-    got = choose_tiles(LAYOUT, SHAPES, "v5e-8", check=check)
+    got = choose_tiles(LAYOUT, SHAPES, get_target("v5e-8"), check=check)
     assert len(seen) == 2 and got.attention_for("7") == seen[1]
     vm = lambda a: splash_vmem_bytes(SplashShape(12, 2432, 9472, 128), a.block_q,  # noqa: E731
                                      a.block_kv, a.block_kv_compute)
@@ -113,13 +114,13 @@ def test_no_tiles_when_nothing_compiles_and_other_errors_propagate():
     def vmem(layout):
         raise CompileError("a kernel's on-chip SMEM overflows")
 
-    assert choose_tiles(LAYOUT, SHAPES, "v5e-8", check=vmem, retries=1) is LAYOUT
+    assert choose_tiles(LAYOUT, SHAPES, get_target("v5e-8"), check=vmem, retries=1) is LAYOUT
 
     def other(layout):
         raise CompileError("XLA cannot compile f: INVALID_ARGUMENT")
 
     with pytest.raises(CompileError, match="INVALID_ARGUMENT"):
-        choose_tiles(LAYOUT, SHAPES, "v5e-8", check=other)
+        choose_tiles(LAYOUT, SHAPES, get_target("v5e-8"), check=other)
 
 
 def test_compiler_options_are_kept_only_when_they_price_lower():
@@ -210,7 +211,7 @@ def test_a_non_default_tile_reaches_the_compiled_kernel_and_q2():
     from aoizora.formulation.op_time import op_seconds
     from aoizora.kernels.attention_kernels import sharded_attention
 
-    mesh = target_mesh("v5e-8", {"x": 2, "y": 4}, platform="tpu")
+    mesh = target_mesh(get_target("v5e-8"), {"x": 2, "y": 4}, platform="tpu")
     q = jax.ShapeDtypeStruct((2, 4, 4096, 128), jnp.bfloat16)
     net = Network.from_target(get_target("v5e-8"))
     got = {}
@@ -220,7 +221,7 @@ def test_a_non_default_tile_reaches_the_compiled_kernel_and_q2():
         def f(q, k, v, al=al):
             return sharded_attention(q, k, v, layout=al, mesh=mesh, scale=0.1, impl="splash")
 
-        ev = compile_evidence(f, (q, q, q), mesh=mesh, target="v5e-8")
+        ev = compile_evidence(f, (q, q, q), mesh=mesh, target=get_target("v5e-8"))
         (op,) = [o for o in ev.compute if o.kernel]
         got[bool(tiles)] = (op.kernel, op_seconds(op, ev, net))
     assert got[False][0]["block_q"] == 128 and got[False][0]["block_kv"] == 128
@@ -237,7 +238,7 @@ def test_realized_layouts_compile_with_their_options():
     from aoizora.extract.aot_compile import target_mesh
     from aoizora.runtime.realize import realize
 
-    mesh = target_mesh("v5e-8", {"x": 2, "y": 4}, platform="tpu")
+    mesh = target_mesh(get_target("v5e-8"), {"x": 2, "y": 4}, platform="tpu")
     base = Layout({"x": 2, "y": 4}, [("x", None), (None, "y")])
     ok = realize(_f, ARGS, dataclasses.replace(base, compiler_options=dict(RECIPE_OPTIONS)), mesh)
     assert ok.compiler_options == RECIPE_OPTIONS

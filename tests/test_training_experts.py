@@ -13,10 +13,11 @@ from aoizora.models.training_experts import (MAXDIFFUSION_REMAT, SOURCES, TRAINI
                                              optimizer_sharding, state_leaves,
                                              training_expert_layouts)
 from aoizora.runtime.realize import realize
+from aoizora.extract.targets import get_target
 
 
-def _by_name(*a):
-    return {e.name: e for e in training_expert_layouts(*a)}
+def _by_name(model, workload, target, *a):
+    return {e.name: e for e in training_expert_layouts(model, workload, get_target(target), *a)}
 
 
 def test_verdicts_on_v5p_with_reasons():
@@ -38,7 +39,7 @@ def test_verdicts_on_v5p_with_reasons():
     assert not v5e["maxdiffusion"].valid and "training state" in v5e["maxdiffusion"].reason
     assert _by_name("wan2.1-14b", "480p-21f", "v5p-8", 1)["maxdiffusion"].valid
     with pytest.raises(training.TrainingError, match="Wan 2.1"):
-        training_expert_layouts("hunyuanvideo-small", "tiny-9f", "v5p-8")
+        training_expert_layouts("hunyuanvideo-small", "tiny-9f", get_target("v5p-8"))
 
 
 def test_state_specs_weights_and_moments_alike_batch_on_data():
@@ -72,7 +73,7 @@ def test_state_specs_weights_and_moments_alike_batch_on_data():
 
 @pytest.mark.slow
 def test_valid_experts_train_like_the_unsharded_step():
-    ex = [e for e in training_expert_layouts("wan2.1-small", "tiny-9f", "v5p-16", 2) if e.valid]
+    ex = [e for e in training_expert_layouts("wan2.1-small", "tiny-9f", get_target("v5p-16"), 2) if e.valid]
     mesh_devices = jax.devices()[:8]
     for e in ex:
         params = registry.init_params("wan2.1-small", jax.random.PRNGKey(0))

@@ -51,9 +51,9 @@ from typing import Any, Callable
 
 from aoizora.kernels.backward_tiles import node_backward_tiles
 from aoizora.extract.aot_compile import CompileError
-from aoizora.extract.targets import Target, get_target
-from aoizora.formulation.kernel_model import (KernelChip, SplashShape, block_candidates,
-                                              kernel_chip, round_up,
+from aoizora.extract.targets import Target
+from aoizora.formulation.kernel_model import (AttentionShape, KernelChip, SplashShape,
+                                              block_candidates, kernel_chip, round_up,
                                               splash_seconds, splash_vmem_bytes)
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.kernels.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
@@ -62,18 +62,6 @@ from aoizora.kernels.recipes import MAXDIFFUSION_OPTIONS
 # maxdiffusion's Wan 2.1 generation recipe (``kernels.recipes``)
 RECIPE_OPTIONS: dict[str, bool] = dict(MAXDIFFUSION_OPTIONS)
 MAX_BKV_COMPUTE = 2048
-
-
-@dataclasses.dataclass(frozen=True)
-class AttentionShape:
-    """Global q [B, H, S, D] and k, v [B, H, T, D] of one attention node; e bytes per element."""
-
-    batch: int
-    heads: int
-    q_len: int
-    kv_len: int
-    head_dim: int
-    dtype_bytes: int = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,13 +127,13 @@ def node_tiles(shape: AttentionShape, al: AttentionLayout, mesh_axes: dict[str, 
     return best[1] if best else None
 
 
-def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: "str | Target",
+def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: Target,
                  vmem_fraction: float = 1.0, backward: dict[str, AttentionShape] | None = None
                  ) -> tuple[Layout, dict[str, Any]]:
     """``layout`` with every node of ``shapes`` given its ``node_tiles`` and every attention
     backward node of ``backward`` its ``backward_tiles.node_backward_tiles`` (a node with no
     feasible tiles keeps the automatic choice)."""
-    tgt = get_target(target)
+    tgt = target
     # the same chip numbers Q2's network carries (``extract.network.Network.from_target``)
     chip = kernel_chip(tgt.chip.generation, tgt.chip.peak_bf16_flops, tgt.chip.hbm_bandwidth_Bps,
                        tgt.chip.clock_hz)
@@ -183,7 +171,7 @@ def untiled(layout: Layout) -> Layout:
         k: AttentionLayout(a.batch, a.heads, a.seq, a.kv) for k, a in layout.attention.items()})
 
 
-def kernel_tiled(layout: Layout, ir, target: "str | Target") -> Layout:
+def kernel_tiled(layout: Layout, ir, target: Target) -> Layout:
     """``layout`` with the kernel model's tiles, not its own (a seed's: its authors'), on every
     attention and attention backward node of ``ir`` it lays out; no compile (the caller's
     compile is the verdict)."""
@@ -191,7 +179,7 @@ def kernel_tiled(layout: Layout, ir, target: "str | Target") -> Layout:
     return tiled_layout(untiled(layout), shapes, target, backward=backward)[0]
 
 
-def choose_tiles(layout: Layout, ir_or_shapes: Any, target: "str | Target", *,
+def choose_tiles(layout: Layout, ir_or_shapes: Any, target: Target, *,
                  check: Callable[[Layout], Any] | None = None, retries: int = 3,
                  backward: dict[str, AttentionShape] | None = None) -> Layout:
     """``layout`` with kernel-model tiles on every attention node (module docstring).

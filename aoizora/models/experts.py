@@ -67,7 +67,7 @@ import jax.numpy as jnp
 from jax.sharding import AxisType
 
 from aoizora.extract.frontends.jax.jaxpr_walk import walk
-from aoizora.extract.targets import Target, get_target
+from aoizora.extract.targets import Target
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry, stdit_experts
 from aoizora.models import workloads as W
@@ -119,9 +119,9 @@ class Expert:
 def default_mesh(target, mesh_axes: dict[str, int]):
     """``jax.make_mesh`` over the target's devices (JAX's default device order) with Auto axes.
 
-    target: a Target or target name (its libtpu devices), or a list of devices (e.g. CPU)."""
-    if isinstance(target, (str, Target)):
-        devices = get_target(target).devices()
+    target: a Target (its libtpu devices), or a list of devices (e.g. CPU)."""
+    if isinstance(target, Target):
+        devices = target.devices()
     else:
         devices = list(target)
     n = math.prod(mesh_axes.values())
@@ -387,14 +387,14 @@ def _as_model(model) -> "registry.Model":
     return registry.get_model(model)
 
 
-def expert_layouts(model, workload, target, *, dtype=jnp.bfloat16,
+def expert_layouts(model, workload, target: Target, *, dtype=jnp.bfloat16,
                    block: int = SPLASH_BLOCK) -> list[Expert]:
     """Every expert configuration for ``model`` (name, Model, or WanConfig / HunyuanConfig) at ``workload`` (name or Workload)
-    on ``target`` (Target or name; n = its devices): valid ones with their Layout and padded
+    on ``target`` (a resolved Target; n = its devices): valid ones with their Layout and padded
     program, invalid ones with the reason (e.g. "12 heads do not divide 8 chips ...")."""
     model = _as_model(model)
     wl = model.workload(workload) if isinstance(workload, str) else workload
-    tgt = get_target(target)
+    tgt = target
     n = tgt.num_devices
     hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
     out = []

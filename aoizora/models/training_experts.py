@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 
 from aoizora.extract.frontends.jax.jaxpr_walk import walk
-from aoizora.extract.targets import get_target
+from aoizora.extract.targets import Target
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry, training
 from aoizora.models import experts as E
@@ -381,7 +381,7 @@ def train_workload(m, workload, batch: int):
     return dataclasses.replace(workload, batch=int(batch))
 
 
-def training_expert_layouts(model, workload, target, batch: int = 1,
+def training_expert_layouts(model, workload, target: Target, batch: int = 1,
                             remat: Any = None) -> list[TrainingExpert]:
     """Every expert training configuration for ``model`` (name or Model) at ``workload`` (name or
     Workload) with global ``batch`` on ``target``: valid ones with Layout, TrainConfig and train
@@ -392,7 +392,7 @@ def training_expert_layouts(model, workload, target, batch: int = 1,
         raise training.TrainingError(f"the built-in training step is Wan 2.1's; {m.name} is "
                                      f"{m.family}")
     wl = train_workload(m, workload, batch)
-    tgt = get_target(target)
+    tgt = target
     n = tgt.num_devices
     hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
     block = SPLASH_BLOCK if wl.tokens >= SPLASH_BLOCK * n else 16

@@ -53,20 +53,21 @@ def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence
                             compiler_options=compiler_options or layout.compiler_options or None)
 
 
-def compile_job(fn, args, tgt: Target, layout: Layout,
-                mesh_axes: dict[str, int] | None = None) -> Callable[[], Evidence]:
-    """``compile_layout`` of `layout` in JAX's default device order on `mesh_axes` (default the
-    layout's mesh), to queue."""
+def compile_job(fn, args, tgt: Target, layout: Layout, mesh_axes: dict[str, int] | None = None,
+                compile_fn: Callable[..., Evidence] = compile_layout) -> Callable[[], Evidence]:
+    """``compile_fn`` (``compile_layout``, or the ``Seams``' one) of `layout` in JAX's default
+    device order on `mesh_axes` (default the layout's mesh), to queue."""
     m = layout.mesh_axes if mesh_axes is None else mesh_axes
-    return functools.partial(compile_layout, fn, args, tgt, layout, default_device_order(tgt, m))
+    return functools.partial(compile_fn, fn, args, tgt, layout, default_device_order(tgt, m))
 
 
 def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
-          progress: Progress) -> Candidate:
+          progress: Progress, solve: Callable = solve_placement) -> Candidate:
     """Place and price one compiled candidate (``got``: its ``compile_queue.Compiled``) on
     ``program``'s target and network (``loop_state.Program``) within ``budget``'s ``placement``
     and ``step_choice`` shares of ``settings.placement_time_s`` (``loop_state.Settings``, which
-    also gives the solvers' ``seed`` and ``workers``)."""
+    also gives the solvers' ``seed`` and ``workers``). ``solve``: the placement solver
+    (``Seams.solve_placement``)."""
     network = program.network
     order = default_device_order(program.target, cand.mesh_axes)
     cand.default_order = order
@@ -81,7 +82,7 @@ def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
         progress.note(f"does not fit in HBM: {ev.memory.oom_message[:120]}")
         return cand
     asked = settings.placement_time_s
-    res = solve_placement(ev, network, time_limit_s=budget.share_s("placement", asked),
+    res = solve(ev, network, time_limit_s=budget.share_s("placement", asked),
                           seed=settings.seed, workers=settings.workers, hint=order)
     # CP-SAT certifies the link-load term; among its answer, the other placements it priced and
     # a swap descent, keep the least Q2 step (the latency term breaks link-load near-ties)

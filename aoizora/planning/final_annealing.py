@@ -27,6 +27,8 @@ goes first so that a shortfall (a compile over its expected time) falls on the s
 
 from __future__ import annotations
 
+from typing import Callable
+
 from aoizora.planning.candidate import Candidate
 from aoizora.planning.candidate_pricing import levels_proven
 from aoizora.extract.network import Network
@@ -44,7 +46,8 @@ def anneal_reserve(budget: Budget, placement_time_s: float) -> float:
 
 
 def anneal_best(best: Candidate, network: Network, budget: Budget, placement_time_s: float,
-                seed: int, progress: Progress) -> tuple[str, list[str]]:
+                seed: int, progress: Progress, anneal: Callable = annealing
+                ) -> tuple[str, list[str]]:
     """Anneal ``best``'s placement (module docstring) and keep the least Q2 step in ``best``.
     Returns what it did, in words ("" when it did not run), and where the clock cut it (a run
     cut or not started, the final swap descent cut): ``Plan.time_limited``'s entries."""
@@ -69,7 +72,7 @@ def anneal_best(best: Candidate, network: Network, budget: Budget, placement_tim
             limited.append(f"{name}: not run, {max(left, 0.0):.1f} s left")
             break
         run_s = sh.seconds(now_left, budget.total_s, limit)    # min(limit, left)
-        sa = annealing(ev, network, time_limit_s=run_s, seed=seed, starts=starts,
+        sa = anneal(ev, network, time_limit_s=run_s, seed=seed, starts=starts,
                        max_evaluations=evaluation_budget(limit))
         d = sa.certificate.detail
         if d.get("cut"):

@@ -26,8 +26,7 @@ from aoizora.planning.pricing_order import PricingItem
 from aoizora.planning.seeds import first_iteration_ilps
 from aoizora.solvers.budget import Budget, clock
 from aoizora.runtime.rematerialize import retraceable
-from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolveError,
-                                     solve_sharding)
+from aoizora.solvers.sharding import MemoryBudgetError, ShardingProblem, ShardingSolveError
 
 
 def solve_ilps(state: LoopState, it: int, rec: IterationRecord, seeded: bool
@@ -87,7 +86,7 @@ def _solve(state: LoopState, m: dict[str, int], limit: float, rec: IterationReco
     """Solve mesh ``m``'s ILP within ``limit`` seconds; record its time and where a limit bound."""
     st, top_k = state.mesh_state[mesh_key(m)], state.settings.top_k
     t_ilp = clock()
-    res = solve_sharding(
+    res = state.seams.solve_sharding(
         state.program.ir, state.program.target, m, ShardingProblem(
             axis_costs=st.costs, corrections=st.corrections, forbidden=st.forbidden or None,
             attention_scale=state.scales.attention or None,

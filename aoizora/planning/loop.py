@@ -94,7 +94,8 @@ def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | 
     for k, (q1, m, sol) in enumerate(fresh):
         rank = pricing_rank("ilp", k, n_seeds, lead)
         todo.append(PricingItem("ilp", k, rank, m, sol, queue.submit(
-            compile_job(prog.fn, prog.args, prog.target, sol.layout, m), priority=rank), q1_s=q1))
+            compile_job(prog.fn, prog.args, prog.target, sol.layout, m,
+                        compile_fn=state.seams.compile_layout), priority=rank), q1_s=q1))
     queue.release()   # the ILP's layouts are queued: the seeds held after them may start
     if refined is not None:   # priced in the order they compile (``seeds.queue_seed_compiles``)
         todo += seed_pricing_items(state, refined, ranked[0][2] if ranked else None)
@@ -119,7 +120,7 @@ def price_candidates(state: LoopState, it: int, todo: list[PricingItem], rec: It
             continue
         state.seen.add(layout_id(m, sol.layout))
         cand = place(Candidate(it, dict(m), sol, seed=item.seed), got, state.program, state.budget,
-                     state.settings, state.progress)
+                     state.settings, state.progress, state.seams.solve_placement)
         rec.time_limited += time_limits.placement(
             f"placement of mesh {mesh_str(m)} {sol.layout.name}", cand.placement_cert,
             state.settings.placement_time_s)

@@ -26,6 +26,7 @@ from aoizora.formulation.axis_feedback import transferred_axis_costs
 from aoizora.formulation.calibration import Calibration, mesh_key
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.planning.progress import Progress
+from aoizora.planning.seams import Seams
 from aoizora.solvers.budget import Budget
 
 
@@ -178,6 +179,7 @@ class LoopState:
     progress: Progress
     seeds: list[Seed] = dataclasses.field(default_factory=list)
     on_candidate: Callable[[Candidate], None] | None = None
+    seams: Seams = dataclasses.field(default_factory=Seams)   # what tests may replace
     # ``seeds``: the seeds' compiles, as ``seeds``
     seed_compiles: list = dataclasses.field(default_factory=list)   # Futures
     # ``feedback``: what the ILP applies; ``ilp_step``: its answers and times

@@ -20,7 +20,6 @@ import numpy as np
 
 from aoizora.planning import time_limits
 from aoizora.planning.candidate import Candidate, mesh_str
-from aoizora.planning.candidate_pricing import compile_layout
 from aoizora.extract.aot_compile import CompileError, compiler_identity
 from aoizora.extract.network import Network
 from aoizora.formulation.calibration import Calibration
@@ -119,7 +118,8 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     compiled = {}
 
     def check(candidate):   # the compiler's verdict (VMEM / SMEM); its evidence kept
-        compiled["ev"] = compile_layout(fn, args, prog.target, candidate, best.placement)
+        compiled["ev"] = state.seams.compile_layout(fn, args, prog.target, candidate,
+                                                    best.placement)
 
     state.progress.stage("choosing attention tiles: compiling the plan with them in its order")
     try:
@@ -150,7 +150,7 @@ def _verify(state: LoopState, fn, args, notes: list[str]) -> bool:
     """Compile the plan in its own device order; whether it fits in HBM (noted)."""
     best, tgt = state.best, state.program.target
     state.progress.stage("verifying: compiling the plan with its own device order")
-    ev = compile_layout(fn, args, tgt, best.solution.layout, best.placement)
+    ev = state.seams.compile_layout(fn, args, tgt, best.solution.layout, best.placement)
     fits = ev.memory.fits
     same = ev.placement_open() == {**best.evidence.placement_open()}
     notes.append(f"verified: compiles for {tgt.name} in the planned device order, "

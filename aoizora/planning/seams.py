@@ -1,0 +1,36 @@
+"""The planner's replaceable parts: the seams a test or a benchmark passes to ``aoizora.plan``
+(``seams=``) instead of patching module attributes, which stop applying silently when a
+function moves. The defaults are the real ones."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from aoizora.planning.candidate_pricing import compile_layout
+from aoizora.planning.compile_queue import CompileQueue
+from aoizora.solvers.placement import solve_placement
+from aoizora.solvers.placement_heuristics import annealing
+from aoizora.solvers.sharding import solve_sharding
+
+
+@dataclasses.dataclass(frozen=True)
+class Seams:
+    """What the planner calls for its expensive or clocked steps.
+
+    Attributes:
+      compile_layout: compiles a layout in a device order
+        (``candidate_pricing.compile_layout``: fn, args, target, layout, device order ->
+        ``Evidence``); every candidate, seed and the plan's own re-compile go through it.
+      compile_queue: makes the compile queue (``compile_queue.CompileQueue``: budget, the
+        compile errors, ``reserve_s=``).
+      solve_placement: places one compiled candidate (``solvers.placement.solve_placement``).
+      solve_sharding: solves one mesh's sharding ILP (``solvers.sharding.solve_sharding``).
+      annealing: the final annealing runs (``solvers.placement_heuristics.annealing``).
+    """
+
+    compile_layout: Callable = compile_layout
+    compile_queue: Callable = CompileQueue
+    solve_placement: Callable = solve_placement
+    solve_sharding: Callable = solve_sharding
+    annealing: Callable = annealing
