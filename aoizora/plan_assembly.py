@@ -8,7 +8,9 @@ margin), the plan is compiled again in its own device order and its HBM fit read
 compile. Before that, a plan whose attention has no tiles yet gets the kernel model's tiles
 (``_tile``): compiled in the plan's device order, kept when Q2 prices them lower, and that
 compile is then the verification. The plan's status is OPTIMAL only when both certificates
-(sharding, placement) are.
+(sharding, placement) are; INTERRUPTED when an interrupt ended the run (``aoizora.interrupts``):
+the best plan found by then, its notes and ``time_limited`` naming what the interrupt cut (the
+solver it stopped, the compiles abandoned, the iterations, annealing and re-compile not run).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
 from aoizora.plans import Plan, program_key
 from aoizora.realize import RealizeError
+from aoizora.solvers.budget import Budget
+from aoizora.solvers.stop import Stop
 from aoizora.tiles import choose_tiles, laid_out_shapes, untiled
 
 
@@ -43,6 +47,32 @@ def no_plan_error(state: LoopState) -> PlanningError:
                              f"({len(oom)} tried); use a larger slice or a smaller workload")
     return PlanningError(f"no layout could be compiled and priced for {tgt.name}: "
                          f"{errs[0] if errs else state.stop_reason}")
+
+
+def interrupted_error(stop: Stop, budget: Budget) -> PlanningError:
+    """The one line for an interrupt that came before any layout was priced (nothing to save)."""
+    at = f" at {stop.at - budget.start:.1f} s" if stop.at is not None else ""
+    return PlanningError(f"interrupted by {stop.reason or 'a signal'}{at}, before any layout "
+                         f"was compiled and priced: no plan found yet, nothing saved; run "
+                         f"again with a budget it can finish in", kind="interrupted")
+
+
+def interrupted_cuts(state: LoopState) -> list[str]:
+    """What an interrupt cut, in words (``Plan.time_limited`` entries): the solver it stopped,
+    the compiles abandoned, the iterations and steps not run."""
+    stop, its = state.stop, state.iterations
+    at = stop.at - state.budget.start if stop.at is not None else state.budget.elapsed()
+    head = f"interrupted by {stop.reason} at {at:.1f} s"
+    cut = list(stop.cut) + list(state.queue.abandoned)
+    out = [f"{head}: {c}" for c in cut]
+    left = state.settings.max_iterations - len(its)
+    if left > 0:
+        out.append(f"{head}: iteration {len(its)} ended early, {left} more not run")
+    else:
+        out.append(f"{head}: the last iteration ended early")
+    out.append(f"{head}: the final annealing and the re-compile in the planned device order "
+               f"not run")
+    return out
 
 
 def assemble(state: LoopState, key, calibration: Calibration | None, verify: bool,
@@ -60,6 +90,9 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
         key = program_key(fn, args, prog.target.name)
         program = dict(best.seed.program)
     stop_reason = state.stop_reason
+    interrupted = interrupted_cuts(state) if state.stop.is_set() else []
+    if interrupted:
+        stop_reason = interrupted[0].split(":")[0]
     if state.over_budget:
         stop_reason = f"{stop_reason}; {state.over_budget}"
     its = state.iterations
@@ -71,8 +104,12 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     did, anneal_limited = annealed
     time_limited = [w for r in its for w in r.pop("time_limited", [])]
     time_limited += [f"final annealing of the plan's placement{f' ({did})' if did else ''}"
-                     f": {w}" for w in anneal_limited]
+                     f": {w}" for w in anneal_limited if not interrupted]
+    time_limited += interrupted
     notes = _notes(stop_reason, learned, time_limited)
+    if interrupted:
+        notes.insert(0, "INTERRUPTED: the best plan found before the interrupt; cut: "
+                     + "; ".join(w.split(": ", 1)[1] for w in interrupted))
     ir = state.program.ir
     if ir is not None:   # what the IR could not read (ops kept replicated, attention not taken)
         notes += [f"program: {w}" for w in (*getattr(ir, "warnings", ()), *getattr(ir, "notes", ()))]
@@ -83,7 +120,8 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     elif verify and state.budget.fits("verify", max_compile_s):
         fits = _verify(state, fn, args, notes)
     else:
-        notes.append("not re-compiled in the planned device order (time budget); HBM use is "
+        why = "interrupted" if state.stop.is_set() else "time budget"
+        notes.append(f"not re-compiled in the planned device order ({why}); HBM use is "
                      "placement-independent and was read from the default-order compile")
     return _plan(state, key, fn, args, fits, notes, program, time_limited)
 
@@ -174,7 +212,8 @@ def _plan(state: LoopState, key, fn, args, fits, notes: list[str], program: dict
         planning_time_s=state.budget.elapsed(),
         layout_in_words=named_words(fn, args, best.solution.words), fits_hbm=fits,
         hbm_bytes_per_device=int(best.evidence.memory.total_bytes),
-        status="OPTIMAL" if proven else "NOT PROVEN", notes=notes, program=program,
+        status=("INTERRUPTED" if state.stop.is_set() else "OPTIMAL" if proven
+                else "NOT PROVEN"), notes=notes, program=program,
         calibration=state.learned, time_limited=time_limited, compiler=compiler_identity())
 
 

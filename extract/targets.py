@@ -20,6 +20,8 @@ import functools
 import glob
 import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 
@@ -232,6 +234,34 @@ def _topology_devices(canonical: str) -> tuple:
         raise TargetError(f"libtpu cannot describe {canonical}: {str(e).splitlines()[0]} "
                           f"(install the project: pip install -e .)") from e
     return tuple(sorted(topo.devices, key=lambda d: d.id))
+
+
+def check_libtpu_args(timeout_s: float = 180.0) -> None:
+    """Refuse a ``LIBTPU_INIT_ARGS`` libtpu does not accept (an unknown flag, a bad value) before
+    anything compiles: libtpu reads it once, when it first initialises, and on a bad flag exits
+    the process with code 1 (the code a CI gate reads as a regression). So a child process
+    initialises libtpu with it first (about 3 s; nothing when the variable is empty).
+
+    Raises:
+        TargetError: libtpu refused the options; the message gives libtpu's own line.
+    """
+    args = os.environ.get("LIBTPU_INIT_ARGS", "").strip()
+    if not args:
+        return
+    code = ("import sys; from aoizora.extract.targets import libtpu_available; "
+            "sys.exit(0 if libtpu_available() else 3)")
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return   # no verdict; the compile will say
+    if r.returncode in (0, 3):   # accepted, or libtpu unavailable (said where it matters)
+        return
+    lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
+    said = next((ln for ln in lines if ln.startswith("ERROR:")), lines[-1] if lines else "")
+    said = said[:200] or f"exit code {r.returncode}"
+    raise TargetError(f"LIBTPU_INIT_ARGS={args!r}: libtpu refuses it ({said}); fix or unset "
+                      f"LIBTPU_INIT_ARGS")
 
 
 def libtpu_available() -> bool:

@@ -50,6 +50,7 @@ import pulp
 
 from aoizora.solvers.budget import clock
 from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.stop import cancel_on_stop
 
 
 class ShardingSolveError(ValueError):
@@ -123,13 +124,19 @@ def _objective_offset(prob: pulp.LpProblem) -> float:
 
 def _run_until(args: list[str], deadline: float, **streams) -> tuple[int, bool]:
     """Run a solver process until `deadline` (a ``solvers.budget.clock()`` value); kill it if
-    it is still running then. Returns (return code, killed)."""
+    it is still running then, or when the run is stopped (``solvers.stop``: an interrupt) or
+    an exception comes through the wait (then re-raised). Returns (return code, killed)."""
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, **streams)
     try:
-        return proc.wait(timeout=max(0.0, deadline - clock())), False
+        with cancel_on_stop(proc.kill, "a sharding ILP's solver process (killed)"):
+            return proc.wait(timeout=max(0.0, deadline - clock())), False
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(), True
+    except BaseException:   # an interrupt: no solver process is left behind
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> dict[str, Any]:

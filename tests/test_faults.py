@@ -1,0 +1,353 @@
+"""Faults injected where a user loses work (issue 51): a full disk under a save, SIGINT and SIGTERM
+sent to a real ``aoizora plan`` mid-run, a second Ctrl-C, a compile worker that dies, two
+planners writing one --out, interrupts inside a solver.
+
+The subprocess tests plan the small built-in model for real (each compiles it a few times: about
+20-40 s on 2 cores); they are marked ``tpu_compiler`` and ``faults``."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+
+from aoizora.cli import main
+from aoizora.compile_queue import CompileQueue, Compiled, Skipped
+from aoizora.extract import atomic_io
+from aoizora.extract.atomic_io import atomic_open, atomic_write
+from aoizora.plans import Plan, load_plan
+from aoizora.solvers.budget import Budget
+from aoizora.solvers.stop import Stop, cancel_on_stop, running
+
+from test_cli_errors import _plan_json
+
+JOB = ["--model", "wan2.1-small", "--resolution", "128p", "--frames", "9", "--target", "v5e-8"]
+
+
+# -- atomic saves ----------------------------------------------------------------------------
+def _enospc(*a, **k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_leaves_the_old_plan_whole(tmp_path, monkeypatch):
+    """A save that fails half-way (ENOSPC at the rename, and at the write) leaves the old file
+    byte for byte and no temporary file."""
+    path = tmp_path / "plan.json"
+    plan = Plan.from_json(_plan_json())
+    plan.save(str(path))
+    before = path.read_bytes()
+    monkeypatch.setattr(atomic_io.os, "replace", _enospc)
+    with pytest.raises(OSError, match="No space left"):
+        plan.save(str(path))
+    monkeypatch.undo()
+    monkeypatch.setattr(atomic_io.os, "fsync", _enospc)
+    with pytest.raises(OSError, match="No space left"):
+        plan.save(str(path))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+    assert load_plan(str(path)).to_json() == plan.to_json()
+
+
+class _FullFile:
+    """A file object whose writes fail after ``room`` bytes, as on a full disk."""
+
+    def __init__(self, f, room):
+        self.f, self.room = f, room
+
+    def write(self, data):
+        if len(data) > self.room:
+            self.f.write(data[:self.room])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def test_a_write_cut_short_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    atomic_write(path, json.dumps({"old": list(range(1000))}))
+    before = path.read_bytes()
+    real = os.fdopen
+    monkeypatch.setattr(atomic_io.os, "fdopen", lambda *a, **k: _FullFile(real(*a, **k), 100))
+    with pytest.raises(OSError, match="No space left"):
+        atomic_write(path, json.dumps({"new": list(range(5000))}))
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_atomic_open_keeps_the_files_mode_and_writes_bytes(tmp_path):
+    path = tmp_path / "picture.png"
+    path.write_bytes(b"old")
+    os.chmod(path, 0o640)
+    with atomic_open(path, "wb") as f:
+        f.write(b"\x89PNG new")
+    assert path.read_bytes() == b"\x89PNG new" and (os.stat(path).st_mode & 0o777) == 0o640
+
+
+def test_a_failed_save_still_prints_the_plan_and_exits_2(tmp_path, capsys, monkeypatch):
+    """The CLI's save step: the plan reaches stdout (JSON with --json), then one line, exit 2,
+    and the file that was there is unchanged."""
+    from aoizora import cli, planner
+
+    out = tmp_path / "p.json"
+    out.write_text("the previous plan\n")
+    plan = Plan.from_json(_plan_json())
+    monkeypatch.setattr(planner, "plan", lambda *a, **k: plan)
+    monkeypatch.setattr(cli, "_job", lambda args: _FakeJob())
+    monkeypatch.setattr("aoizora.builtin.expert_seed_layouts", lambda job: [])
+    monkeypatch.setattr(atomic_io.os, "replace", _enospc)
+    code = main(["plan", *JOB, "--quiet", "--json", "--out", str(out)])
+    cap = capsys.readouterr()
+    assert code == 2
+    assert json.loads(cap.out)["status"] == plan.status       # the plan, on stdout
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and "could not be saved" in err[0] and "No space left" in err[0]
+    assert "Traceback" not in cap.err
+    assert out.read_text() == "the previous plan\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+class _FakeJob:
+    fn, args, target = None, (), "v5e-8"
+
+    def describe(self):
+        return "a job"
+
+    def program(self):
+        return {}
+
+
+def test_an_empty_out_is_refused(capsys):
+    assert main(["plan", *JOB, "--out", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out: an empty path" in err
+
+
+def test_two_writers_one_out_a_reader_never_sees_a_torn_plan(tmp_path):
+    """Two processes save plans to one path over and over while this one reads it: every read
+    is a whole plan, one of the two."""
+    path = tmp_path / "p.json"
+    a, b = _plan_json(), _plan_json()
+    b["predicted"]["step_s"] = 2e-3
+    Plan.from_json(a).save(str(path))
+    code = ("import json, sys; from aoizora.plans import Plan; "
+            "p = Plan.from_json(json.loads(sys.argv[1])); "
+            "[p.save(sys.argv[2]) for _ in range(150)]")
+    procs = [subprocess.Popen([sys.executable, "-c", code, json.dumps(d), str(path)])
+             for d in (a, b)]
+    steps, reads = set(), 0
+    while any(p.poll() is None for p in procs):
+        steps.add(load_plan(str(path)).predicted["step_s"])
+        reads += 1
+    assert [p.wait() for p in procs] == [0, 0]
+    steps.add(load_plan(str(path)).predicted["step_s"])
+    assert reads > 0 and steps <= {1e-3, 2e-3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+# -- the compile queue under an interrupt, a dead worker -------------------------------------
+class _Ev:
+    class memory:
+        fits = True
+
+
+def test_an_interrupt_abandons_the_running_compile_without_waiting():
+    queue = CompileQueue(Budget(60.0))
+    started, release = threading.Event(), threading.Event()
+
+    def slow():
+        started.set()
+        release.wait(5)
+        return _Ev()
+
+    running_f = queue.submit(slow)
+    pending_f = queue.submit(lambda: _Ev(), priority=1)
+    started.wait(5)
+    stop = Stop()
+    with stop.cancelling(queue.abandon):
+        stop.request("SIGINT")
+    assert isinstance(running_f.result(timeout=0.1), Skipped)      # not awaited
+    assert isinstance(pending_f.result(timeout=0.1), Skipped)
+    assert queue.abandoned[0].startswith("a compile running for")
+    queue.close(wait=False)
+    release.set()
+
+
+def test_a_killed_compile_worker_is_an_error_not_a_hang():
+    """A compile that dies in its worker (here: the worker's job raises SystemExit, as a killed
+    compile would end it) reaches the planner as an exception from result(), not a hang; the
+    next compile still runs."""
+    queue = CompileQueue(Budget(60.0))
+
+    def killed():
+        raise SystemExit("compile worker killed")
+
+    f = queue.submit(killed)
+    with pytest.raises(SystemExit, match="killed"):
+        f.result(timeout=5)
+    g = queue.submit(lambda: _Ev())
+    assert isinstance(g.result(timeout=5), Compiled)
+    queue.close()
+
+
+def test_a_stop_kills_a_solver_process_at_once():
+    """``mip_run._run_until``: a stop requested while a solver process runs kills it (it does not
+    run to its deadline); the cut is recorded."""
+    from aoizora.solvers.budget import clock
+    from aoizora.solvers.mip_run import _run_until  # noqa: PLC2701 -- the unit under test
+
+    stop = Stop()
+    threading.Timer(0.05, stop.request, args=("SIGTERM",)).start()
+    with running(stop):
+        t = clock()
+        rc, killed = _run_until([sys.executable, "-c", "import time; time.sleep(30)"],
+                                clock() + 30)
+    assert clock() - t < 5 and rc != 0 and not killed
+    assert stop.cut == ["a sharding ILP's solver process (killed)"]
+
+
+def test_an_interrupt_inside_cp_sat_stops_its_search_and_is_recorded():
+    """A CP-SAT search the stop lands in returns early (StopSearch from another thread) and the
+    Stop says what it cut."""
+    from ortools.sat.python import cp_model
+
+    from aoizora.solvers.cpsat_params import solve
+
+    m = cp_model.CpModel()
+    xs = [m.NewIntVar(0, 50, f"x{i}") for i in range(40)]
+    m.AddAllDifferent(xs)
+    m.Maximize(sum((i % 7) * x for i, x in enumerate(xs)) - sum(x * 0 for x in xs))
+    s = cp_model.CpSolver()
+    s.parameters.max_time_in_seconds = 60
+    s.parameters.num_workers = 1
+    stop = Stop()
+    threading.Timer(0.3, stop.request, args=("SIGINT",)).start()
+    with running(stop):
+        t = time.perf_counter()
+        solve(s, m)
+    assert time.perf_counter() - t < 10
+    assert stop.cut == ["a placement CP-SAT search (stopped early)"]
+    assert not s.parameters.catch_sigint_signal
+
+
+def test_cancel_on_stop_without_a_run_does_nothing():
+    with cancel_on_stop(lambda: pytest.fail("called")):
+        pass
+
+
+# -- plan files ------------------------------------------------------------------------------
+def test_show_refuses_nan_and_never_prints_it(tmp_path, capsys):
+    d = _plan_json()
+    text = json.dumps(d).replace('"objective": 0.0002', '"objective": NaN')
+    path = tmp_path / "nan.json"
+    path.write_text(text)
+    assert main(["show", str(path), "--json"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and "not strict JSON (NaN" in cap.err
+
+
+# -- real planner runs under signals ---------------------------------------------------------
+def _plan_until(out: str, cwd, pattern: str, timeout_s: float = 240.0):
+    """A real ``aoizora plan`` of the small model in ``cwd``, its stdout in ``cwd``/../stdout.txt;
+    returns (process, stderr lines so far) once a progress line contains ``pattern`` (or it
+    exited, or ``timeout_s`` passed)."""
+    stdout = open(cwd.parent / "stdout.txt", "w")
+    p = subprocess.Popen([sys.executable, "-m", "aoizora", "plan", *JOB, "--out", out],
+                         cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    stdout.close()
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read():
+        for line in p.stderr:
+            lines.append(line)
+            if pattern in line:
+                seen.set()
+        seen.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    seen.wait(timeout_s)
+    return p, lines
+
+
+def _finish(p, lines, cwd, within_s: float = 5.0):
+    """(stdout, stderr, seconds the process took to exit from now)."""
+    t = time.perf_counter()
+    try:
+        p.wait(timeout=within_s + 5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        pytest.fail(f"still running {within_s + 5:.0f} s after the signal")
+    took = time.perf_counter() - t
+    time.sleep(0.2)            # the reader takes the last lines
+    return (cwd.parent / "stdout.txt").read_text(), "".join(lines), took
+
+
+def _no_children(pid: int) -> None:
+    left = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    assert left.strip() == "", f"processes left behind: {left}"
+    solvers = subprocess.run(["pgrep", "-f", "highs_worker.py"], capture_output=True,
+                             text=True).stdout
+    assert solvers.strip() == ""
+
+
+@pytest.mark.tpu_compiler
+@pytest.mark.faults
+def test_sigterm_mid_loop_saves_the_best_plan_marked_interrupted(tmp_path):
+    """SIGTERM once the loop has priced a candidate: p.json holds the best plan so far, status
+    INTERRUPTED, its notes and time_limited naming what was cut; exit 143 within 5 s; no
+    traceback, no libtpu stack dump, no process left."""
+    run = tmp_path / "run"
+    run.mkdir()
+    p, lines = _plan_until("p.json", run, "candidate 2/")
+    assert p.poll() is None, "".join(lines)[-2000:]
+    p.send_signal(signal.SIGTERM)
+    out, err, took = _finish(p, lines, run)
+    assert took < 5.0
+    assert p.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "SIGTERM received by PID" not in err
+    assert "stack trace" not in err and "FailureSignalHandler" not in err
+    plan = load_plan(str(run / "p.json"))
+    assert plan.status == "INTERRUPTED"
+    assert plan.notes[0].startswith("INTERRUPTED: the best plan found before the interrupt")
+    assert any(w.startswith("interrupted by SIGTERM at ") for w in plan.time_limited)
+    assert "INTERRUPTED" in out
+    _no_children(p.pid)
+    assert sorted(x.name for x in run.iterdir()) == ["p.json"]
+
+
+@pytest.mark.tpu_compiler
+@pytest.mark.faults
+def test_sigint_before_anything_is_priced_says_so_in_one_line_and_a_second_quits(tmp_path):
+    """Ctrl-C while the first compile runs (nothing priced yet): one line saying no plan was
+    found, no file, exit 130 within 5 s; the second Ctrl-C, sent at once after the first, quits
+    at once as well."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "p.json").write_text("kept\n")
+    p, lines = _plan_until("p.json", run, "iteration 1: compiling")
+    assert p.poll() is None, "".join(lines)[-2000:]
+    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGINT)
+    out, err, took = _finish(p, lines, run)
+    assert took < 5.0 and p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "stack trace" not in err
+    said = [ln for ln in err.splitlines() if ln.startswith("aoizora:")]
+    assert said and any("no plan found yet" in ln for ln in said), said
+    assert (run / "p.json").read_text() == "kept\n"
+    _no_children(p.pid)
+    assert sorted(x.name for x in run.iterdir()) == ["p.json"]
