@@ -164,7 +164,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         calibration = load_plan(args.calibration)
     _check_compiler()
-    args.signals.quit_note = ("no plan found yet, nothing saved"
+    args.signals.quit_note = ("quit at once, no plan saved"
                               + (f" ({args.out} unchanged)" if args.out else ""))
     job = _job(args)
     prog = Progress() if args.quiet else ConsoleProgress()

@@ -37,7 +37,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
-from aoizora.extract.targets import Target, TargetError, get_target
+from aoizora.extract.targets import LibtpuArgsError, Target, TargetError, get_target
 from aoizora.formulation.layout import ALL_TILE_FIELDS, tile_problems
 
 PLAN_FORMAT = "aoizora-plan/1"
@@ -209,6 +209,11 @@ def validate_plan_json(d: Any, source: str | None = None) -> PlanModel:
     if not isinstance(d, dict):
         raise plan_error("(the plan)", f"a JSON object is expected, not a {type(d).__name__}",
                          source)
+    bad = _non_finite(d)
+    if bad is not None:
+        loc, v = bad
+        raise plan_error(field_path(loc), f"{v} is not a finite number (a plan holds finite "
+                         f"numbers only)", source)
     if d.get("format") != PLAN_FORMAT:
         raise plan_error("format", f"{d.get('format')!r} is not an AoiZora plan "
                          f"(expected {PLAN_FORMAT!r})", source)
@@ -232,6 +237,21 @@ def validate_plan_json(d: Any, source: str | None = None) -> PlanModel:
     _check_tiles(m.layout, source)
     _check_predicted_seconds(m.predicted, source)
     return m
+
+
+def _non_finite(d: Any) -> tuple[tuple, float] | None:
+    """(location, value) of the first NaN or infinity in ``d`` (parsed JSON), in file order, or
+    None; iterative, so any nesting is safe."""
+    todo: list[tuple[tuple, Any]] = [((), d)]
+    while todo:
+        loc, x = todo.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            return loc, x
+        if isinstance(x, dict):
+            todo += [(loc + (k,), v) for k, v in reversed(list(x.items()))]
+        elif isinstance(x, list):
+            todo += [(loc + (i,), v) for i, v in reversed(list(enumerate(x)))]
+    return None
 
 
 def _target(m: PlanModel, source: str | None) -> Target:
@@ -300,6 +320,8 @@ def _check_order_matches_coords(order: list[int], coords: list[list[int]], tgt: 
     chips come from libtpu's topology; without libtpu the check is skipped."""
     try:
         chip_of = tgt.device_coords()
+    except LibtpuArgsError:
+        raise
     except TargetError:
         return
     for i, (d, c) in enumerate(zip(order, coords)):

@@ -249,10 +249,6 @@ MAX_PLAN_BYTES = 16 * 1024 * 1024
 MAX_PLAN_DEPTH = 64
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number a plan may hold")
-
-
 def _depth(d: Any) -> int:
     """How deeply ``d`` (parsed JSON) nests lists and objects (iteratively: no recursion)."""
     deepest, todo = 0, [(d, 1)]
@@ -266,8 +262,9 @@ def _depth(d: Any) -> int:
 
 
 def _read_json(path: str, redo: str) -> Any:
-    """The JSON in ``path``: strict (no NaN or Infinity), at most ``MAX_PLAN_BYTES`` and
-    ``MAX_PLAN_DEPTH`` levels deep; a one-line PlanError otherwise."""
+    """The JSON in ``path``, at most ``MAX_PLAN_BYTES`` and ``MAX_PLAN_DEPTH`` levels deep; a
+    one-line PlanError otherwise (NaN and Infinity are read, then refused by the schema with the
+    field named, ``plan_schema.validate_plan_json``)."""
     with open(path, "rb") as f:
         raw = f.read(MAX_PLAN_BYTES + 1)
     if len(raw) > MAX_PLAN_BYTES:
@@ -275,14 +272,10 @@ def _read_json(path: str, redo: str) -> Any:
                         f"{redo}")
     text = raw.decode("utf-8")
     try:
-        d = json.loads(text, parse_constant=_no_constant)
+        d = json.loads(text)
     except RecursionError:
         raise PlanError(f"{path}: nested deeper than a plan ever is (more than "
                         f"{MAX_PLAN_DEPTH} levels); {redo}") from None
-    except json.JSONDecodeError:
-        raise
-    except ValueError as e:   # parse_constant: NaN, Infinity, -Infinity
-        raise PlanError(f"{path}: not strict JSON ({e}); {redo}") from None
     if _depth(d) > MAX_PLAN_DEPTH:
         raise PlanError(f"{path}: nested deeper than a plan ever is (more than "
                         f"{MAX_PLAN_DEPTH} levels); {redo}")

@@ -257,7 +257,113 @@ def test_show_refuses_nan_and_never_prints_it(tmp_path, capsys):
     path.write_text(text)
     assert main(["show", str(path), "--json"]) == 2
     cap = capsys.readouterr()
-    assert cap.out == "" and "not strict JSON (NaN" in cap.err
+    assert cap.out == "" and cap.err.startswith(
+        "aoizora: error: certificates.placement.objective: nan is not a finite number")
+
+
+# -- check: 1 only for a regression ---------------------------------------------------------
+@pytest.mark.tpu_compiler
+@pytest.mark.parametrize("command,flags,said", [
+    ("check", "--xla_bogus_flag=1", "Unknown command line flag 'xla_bogus_flag'"),
+    ("plan", "--xla_tpu_enable_async_collective_fusion=maybe", "Illegal value 'maybe'"),
+])
+def test_check_under_a_bad_libtpu_init_args_exits_2_in_one_line(tmp_path, command, flags, said):
+    """libtpu exits 1 on an option it refuses, the code a CI gate reads as a regression: check
+    (and plan) validate LIBTPU_INIT_ARGS first and exit 2 with libtpu's own line."""
+    path = tmp_path / "plan.json"
+    Plan.from_json(_plan_json()).save(str(path))
+    env = {**os.environ, "LIBTPU_INIT_ARGS": flags}
+    for argv in ([["check", str(path), *JOB]] if command == "check"
+                 else [["plan", *JOB, "--quiet"]]):
+        r = subprocess.run([sys.executable, "-m", "aoizora", *argv], capture_output=True,
+                           text=True, env=env, timeout=300)
+        assert r.returncode == 2, r.stderr[-1000:]
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"aoizora: error: LIBTPU_INIT_ARGS={flags!r}: libtpu refuses it (ERROR: "), lines
+        assert said in lines[0] and r.stdout == ""
+
+
+def test_check_without_libtpu_is_a_configuration_error(tmp_path, capsys, monkeypatch):
+    from aoizora import builtin
+    from aoizora.extract import targets
+
+    path = tmp_path / "plan.json"
+    Plan.from_json(_plan_json()).save(str(path))
+    monkeypatch.setattr(targets, "libtpu_available", lambda: False)
+    monkeypatch.setattr(builtin, "builtin_job", lambda *a, **k: pytest.fail("a job was built"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("aoizora: error: libtpu is unavailable here")
+
+
+# -- API inputs ------------------------------------------------------------------------------
+def _api_plan(fn, *args, **kw):
+    import aoizora
+
+    kw.setdefault("target", "v5e-8")
+    kw.setdefault("meshes", [{"x": 8}])
+    with pytest.raises(aoizora.PlanningError) as e:
+        aoizora.plan(fn, *args, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and msg
+    return e.value
+
+
+def _x(*shape):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+def test_a_function_that_raises_while_traced_is_a_planning_error():
+    def broken(x):
+        raise RuntimeError("the model is broken")
+
+    e = _api_plan(broken, _x(8, 128))
+    assert e.kind == "trace"
+    assert str(e).startswith("fn broken raised while traced for the abstract inputs "
+                             "(RuntimeError: the model is broken)")
+
+
+def test_numpy_on_a_tracer_says_to_use_jax_numpy():
+    import numpy as np
+
+    def uses_numpy(x):
+        return np.sin(x)
+
+    e = _api_plan(uses_numpy, _x(8, 128))
+    assert e.kind == "trace" and str(e).startswith("fn uses_numpy raised while traced")
+    assert "use jax.numpy, not numpy, on the traced values" in str(e)
+
+
+@pytest.mark.parametrize("fn,what", [(None, "fn is a NoneType, not a function"),
+                                     ("step", "fn is a str, not a function")])
+def test_a_function_that_is_not_callable_is_named(fn, what):
+    e = _api_plan(fn, _x(8, 128))
+    assert e.kind == "input" and str(e).startswith(what)
+
+
+@pytest.mark.parametrize("shape,bad", [((0, 128), "0"), ((8, 8.5), "8.5"), ((8, -1), "-1")])
+def test_a_dimension_that_is_not_a_positive_integer_is_named(shape, bad):
+    import jax.numpy as jnp
+
+    e = _api_plan(lambda x: jnp.sin(x), _x(*shape))
+    assert e.kind == "input"
+    assert str(e).startswith(f"argument 0 has shape {shape}: dimension {bad} is not a positive "
+                             f"integer")
+
+
+@pytest.mark.parametrize("budget", ["60", None, True, [60]])
+def test_a_budget_of_the_wrong_type_is_named(budget):
+    import jax.numpy as jnp
+
+    import aoizora
+
+    e = _api_plan(lambda x: jnp.sin(x), _x(8, 128), time_budget_s=budget)
+    assert isinstance(e, aoizora.BudgetError) and e.kind == "input"
+    assert str(e).startswith(f"time_budget_s={budget!r}: give a positive, finite number")
 
 
 # -- real planner runs under signals ---------------------------------------------------------
@@ -332,22 +438,47 @@ def test_sigterm_mid_loop_saves_the_best_plan_marked_interrupted(tmp_path):
 
 @pytest.mark.tpu_compiler
 @pytest.mark.faults
-def test_sigint_before_anything_is_priced_says_so_in_one_line_and_a_second_quits(tmp_path):
-    """Ctrl-C while the first compile runs (nothing priced yet): one line saying no plan was
-    found, no file, exit 130 within 5 s; the second Ctrl-C, sent at once after the first, quits
-    at once as well."""
+def test_sigint_20_s_in_leaves_a_plan_or_says_none_was_found(tmp_path):
+    """The issue's case: Ctrl-C about 20 s into planning: either p.json holds a valid plan
+    marked INTERRUPTED, or one line says that no plan was found yet (and the file is not
+    there); exit 130 within 5 s, no traceback, nothing left behind."""
+    run = tmp_path / "run"
+    run.mkdir()
+    p, lines = _plan_until("p.json", run, "no such line", timeout_s=20.0)
+    assert p.poll() is None, "".join(lines)[-2000:]
+    p.send_signal(signal.SIGINT)
+    out, err, took = _finish(p, lines, run)
+    assert took < 5.0 and p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "stack trace" not in err
+    if (run / "p.json").exists():
+        assert load_plan(str(run / "p.json")).status == "INTERRUPTED"
+    else:
+        said = [ln for ln in err.splitlines() if ln.startswith("aoizora:")]
+        assert any("no plan found yet" in ln or "no plan saved" in ln for ln in said), said
+    _no_children(p.pid)
+    assert [x.name for x in run.iterdir()] in ([], ["p.json"])
+
+
+@pytest.mark.tpu_compiler
+@pytest.mark.faults
+def test_a_second_sigint_quits_at_once(tmp_path):
+    """Ctrl-C twice while the first compile runs: the first asks the planner to stop, the
+    second quits at once: one line, exit 130 within 5 s, the old file unchanged, nothing left."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "p.json").write_text("kept\n")
     p, lines = _plan_until("p.json", run, "iteration 1: compiling")
     assert p.poll() is None, "".join(lines)[-2000:]
     p.send_signal(signal.SIGINT)
+    time.sleep(0.05)
     p.send_signal(signal.SIGINT)
     out, err, took = _finish(p, lines, run)
     assert took < 5.0 and p.returncode == 130, err[-2000:]
     assert "Traceback" not in err and "stack trace" not in err
     said = [ln for ln in err.splitlines() if ln.startswith("aoizora:")]
-    assert said and any("no plan found yet" in ln for ln in said), said
+    assert said[0].startswith("aoizora: SIGINT received: stopping"), said
+    assert said[-1].startswith("aoizora: SIGINT received: quit at once") or (
+        "no plan found yet" in said[-1]), said
     assert (run / "p.json").read_text() == "kept\n"
     _no_children(p.pid)
     assert sorted(x.name for x in run.iterdir()) == ["p.json"]
