@@ -92,9 +92,10 @@ class SignalHandling:
         self._main_count += 1
         name = signal.Signals(signum).name
         if self._main_count == 1 and self.stop.active:
+            self.stop.request(name)     # (the watcher may not have yet: a race)
             if self.stop.raises:
                 raise Interrupted(name)
-            return                      # the watcher has requested the stop
+            return
         if not self.hard_exit:
             raise KeyboardInterrupt
         # hard exit: the watcher quits, once a plan being saved (``critical``) is written
@@ -115,7 +116,9 @@ class SignalHandling:
     def _seen(self, signum: int) -> None:
         name = signal.Signals(signum).name
         self.received.append(name)
-        if len(self.received) == 1 and self.stop.active:
+        # the first signal of a run (the main thread's handler may have taken it first and
+        # ended the run already: then the stop is set)
+        if len(self.received) == 1 and (self.stop.active or self.stop.is_set()):
             _say(f"aoizora: {name} received: stopping and keeping the best plan so far "
                  f"(send it again to quit at once)")
             self.stop.request(name)
@@ -140,10 +143,11 @@ class SignalHandling:
 
 
 def _say(line: str) -> None:
-    try:
-        sys.stdout.flush()
-    except Exception:  # noqa: BLE001 -- a closed or broken stdout must not stop the message
-        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 -- a closed or broken stream must not stop the message
+            pass
     try:
         os.write(2, (line + "\n").encode())
     except OSError:

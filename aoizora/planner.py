@@ -261,6 +261,7 @@ def _run(state: LoopState, key, calibration, verify: bool) -> Plan:
             queue.close(wait=not stop.is_set())
     if stop.is_set():
         queue.abandon()
+        state.stop_reason = f"interrupted by {stop.reason}"
     if state.best is None:
         raise interrupted_error(stop, budget) if stop.is_set() else no_plan_error(state)
     annealed = ("", ["not run: interrupted"]) if stop.is_set() else _anneal(state)
