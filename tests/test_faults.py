@@ -18,7 +18,7 @@ from concurrent.futures import Future
 import pytest
 
 from aoizora.cli import main
-from aoizora.compile_queue import CompileQueue, Compiled, Skipped
+from aoizora.planning.compile_queue import CompileQueue, Compiled, Skipped
 from aoizora.extract import atomic_io
 from aoizora.extract.atomic_io import atomic_open, atomic_write
 from aoizora.plans import Plan, load_plan
