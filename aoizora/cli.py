@@ -206,7 +206,7 @@ def _save_and_print(p, args: argparse.Namespace) -> int:
 
 
 def _interrupted_code(args: argparse.Namespace) -> int:
-    from aoizora.interrupts import EXIT_CODES
+    from aoizora.planning.interrupts import EXIT_CODES
 
     names = {"SIGINT": 2, "SIGTERM": 15}
     sig = names.get(args.signals.stop.reason, 2)
@@ -449,10 +449,10 @@ def _user_errors() -> tuple:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command (exit codes: the module docstring). SIGINT and SIGTERM are handled for the
-    whole command (``aoizora.interrupts``, installed before libtpu initialises, so that libtpu's
-    native stack dump never shows): plan keeps and saves its best plan so far; any other
-    command, or a second signal, quits at once."""
-    from aoizora.interrupts import handling_signals
+    whole command (``aoizora.planning.interrupts``, installed before libtpu initialises, so that
+    libtpu's native stack dump never shows): plan keeps and saves its best plan so far; any
+    other command, or a second signal, quits at once."""
+    from aoizora.planning.interrupts import handling_signals
     from aoizora.solvers.stop import Stop, running
 
     args = build_parser().parse_args(argv)

@@ -73,7 +73,7 @@ from aoizora.planning.final_annealing import anneal_best, anneal_reserve
 from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.meshes import candidate_meshes
-from aoizora.interrupts import handling_signals
+from aoizora.planning.interrupts import handling_signals
 from aoizora.planning.loop import iterate
 from aoizora.planning.loop_state import LoopState, Program, Settings, mesh_states
 from aoizora.planning.plan_assembly import assemble, interrupted_error, no_plan_error

@@ -2,8 +2,8 @@
 the best plan found so far.
 
 ``Stop`` is one run's request, set from any thread (``request``; the signal watcher of
-``aoizora.interrupts`` sets it). What runs in native code and cannot see a Python exception
-(a CP-SAT search, a solver process) registers a canceller for its duration
+``aoizora.planning.interrupts`` sets it). What runs in native code and cannot see a Python
+exception (a CP-SAT search, a solver process) registers a canceller for its duration
 (``cancel_on_stop(fn, what)``): ``request`` calls every canceller registered then (and one
 registered later at once) and records ``what`` in ``Stop.cut``, so that the plan can say what the
 interrupt cut (``Plan.time_limited``). While ``raises`` is on, the signal handler also raises

@@ -8,9 +8,10 @@ margin), the plan is compiled again in its own device order and its HBM fit read
 compile. Before that, a plan whose attention has no tiles yet gets the kernel model's tiles
 (``_tile``): compiled in the plan's device order, kept when Q2 prices them lower, and that
 compile is then the verification. The plan's status is OPTIMAL only when both certificates
-(sharding, placement) are; INTERRUPTED when an interrupt ended the run (``aoizora.interrupts``):
-the best plan found by then, its notes and ``time_limited`` naming what the interrupt cut (the
-solver it stopped, the compiles abandoned, the iterations, annealing and re-compile not run).
+(sharding, placement) are; INTERRUPTED when an interrupt ended the run
+(``aoizora.planning.interrupts``): the best plan found by then, its notes and ``time_limited``
+naming what the interrupt cut (the solver it stopped, the compiles abandoned, the iterations,
+annealing and re-compile not run).
 """
 
 from __future__ import annotations
