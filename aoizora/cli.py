@@ -164,6 +164,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         calibration = load_plan(args.calibration)
     _check_compiler()
+    args.signals.keeps_plan = True     # a first signal stops planning and keeps the best
     args.signals.quit_note = ("quit at once, no plan saved"
                               + (f" ({args.out} unchanged)" if args.out else ""))
     job = _job(args)
@@ -190,6 +191,7 @@ def _save_and_print(p, args: argparse.Namespace) -> int:
     if args.out:
         try:
             p.save(args.out)
+            args.signals.quit_note = f"quit; the plan is saved in {args.out}"
         except OSError as e:
             failed = (f"--out: the plan could not be saved to {args.out!r} ({e.strerror or e}); "
                       f"the file there is unchanged; the plan is printed above")

@@ -5,7 +5,8 @@ only; the previous handlers and wakeup fd come back on exit). Each signal is see
 
 - by a watcher thread at once, through ``signal.set_wakeup_fd`` (Python runs signal handlers
   only between bytecodes of the main thread, so not while it is inside a CP-SAT search or a
-  compile): on the first signal while a plan runs (``Stop.active``) it requests the stop
+  compile): on the first signal while a plan runs (``Stop.active``) whose best is to be kept
+  (``keeps_plan``: the API's ``plan`` and the CLI's plan command) it requests the stop
   (``solvers.stop.Stop.request``: CP-SAT searches stopped, solver processes killed, the compile
   queue abandoned); on a second signal, or a first one while no plan runs, it quits at once with
   ``hard_exit`` (the CLI: one line on stderr, children already killed, exit code 128 + the
@@ -44,6 +45,9 @@ class SignalHandling:
         self.stop, self.hard_exit = stop, hard_exit
         self.received: list[str] = []    # signal names, as the watcher saw them
         self.quit_note = "quit"          # what a hard exit says after the signal's name
+        # a first signal stops the plan and keeps its best (else, with hard_exit, it quits):
+        # the API's plan() and the CLI's plan command; not compare, check, inspect, show
+        self.keeps_plan = not hard_exit
         self._main_count = 0
         self._critical = threading.Lock()
         self._old: dict = {}
@@ -91,7 +95,7 @@ class SignalHandling:
     def _handler(self, signum: int, frame) -> None:
         self._main_count += 1
         name = signal.Signals(signum).name
-        if self._main_count == 1 and self.stop.active:
+        if self._main_count == 1 and self.stop.active and self.keeps_plan:
             self.stop.request(name)     # (the watcher may not have yet: a race)
             if self.stop.raises:
                 raise Interrupted(name)
@@ -118,7 +122,8 @@ class SignalHandling:
         self.received.append(name)
         # the first signal of a run (the main thread's handler may have taken it first and
         # ended the run already: then the stop is set)
-        if len(self.received) == 1 and (self.stop.active or self.stop.is_set()):
+        if len(self.received) == 1 and self.keeps_plan and (self.stop.active
+                                                              or self.stop.is_set()):
             _say(f"aoizora: {name} received: stopping and keeping the best plan so far "
                  f"(send it again to quit at once)")
             self.stop.request(name)
