@@ -202,7 +202,21 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     the plan itself): the ILP starts from its collective costs and attention scales instead of
     the defaults (``formulation.calibration``); a calibration from another target is refused.
     ``ilp_time_s`` / ``placement_time_s``: what one ILP / one placement may take at most; the
-    budget's shares (``solvers.budget``) cut them to the time left."""
+    budget's shares (``solvers.budget``) cut them to the time left.
+
+    Interrupts (``aoizora.planning.interrupts``): called in the main thread, ``plan`` handles
+    SIGINT and SIGTERM for its duration (the previous handlers come back after). The first ends
+    planning where it is (a CP-SAT search stopped, a solver process killed, the running compile
+    abandoned, not awaited) and returns the best plan so far with ``status`` "INTERRUPTED", its
+    notes and ``time_limited`` naming what was cut; a second raises KeyboardInterrupt.
+
+    Raises:
+        PlanningError: with ``kind`` (``aoizora.planning_errors``): "input" (an argument
+            ``plan`` cannot use, named), "trace" (``fn`` raised while traced), "budget"
+            (``BudgetError``), "interrupted" (an interrupt before anything was priced),
+            "no_plan" (nothing compiled or fitting).
+        CalibrationError: a ``calibration`` from another target; TargetError: an unknown
+            ``target``."""
     budget = Budget(_budget_seconds(time_budget_s))
     progress = progress or Progress()
     _check_fn(fn)

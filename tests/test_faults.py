@@ -121,6 +121,38 @@ def test_a_failed_save_still_prints_the_plan_and_exits_2(tmp_path, capsys, monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
 
 
+@pytest.mark.parametrize("fault", ["directory-removed", "file-too-large"])
+def test_a_save_that_fails_at_the_end_of_a_run_still_prints_the_plan(tmp_path, capsys,
+                                                                     monkeypatch, fault):
+    """The --out directory removed while planning ran (checked writable at the start), or the
+    process's file size limit hit (EFBIG): the summary is printed, then one line, exit 2."""
+    from aoizora import cli, planner
+
+    where = tmp_path / "out"
+    where.mkdir()
+    plan = Plan.from_json(_plan_json())
+
+    def planned(*a, **k):
+        if fault == "directory-removed":
+            where.rmdir()
+        else:
+            monkeypatch.setattr(atomic_io.os, "fsync", lambda fd: (_ for _ in ()).throw(
+                OSError(errno.EFBIG, os.strerror(errno.EFBIG))))
+        return plan
+
+    monkeypatch.setattr(planner, "plan", planned)
+    monkeypatch.setattr(cli, "_job", lambda args: _FakeJob())
+    monkeypatch.setattr("aoizora.builtin.expert_seed_layouts", lambda job: [])
+    code = main(["plan", *JOB, "--quiet", "--out", str(where / "p.json")])
+    cap = capsys.readouterr()
+    assert code == 2 and cap.out.startswith("AoiZora plan for v5e:2x4")
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and "could not be saved" in err[0], err
+    assert ("No such file or directory" if fault == "directory-removed"
+            else "File too large") in err[0]
+    assert "saved:" not in cap.out
+
+
 class _FakeJob:
     fn, args, target = None, (), "v5e-8"
 
