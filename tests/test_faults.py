@@ -434,6 +434,41 @@ def test_an_interrupt_inside_the_placement_cp_sat_is_in_time_limited(monkeypatch
     json.loads(json.dumps(p.to_json(), allow_nan=False))
 
 
+@pytest.mark.tpu_compiler
+def test_an_interrupt_during_the_final_recompile_abandons_it(monkeypatch):
+    """The plan's re-compile in its device order (the last step) runs on a thread of its own: a
+    SIGINT during it returns the plan at once, INTERRUPTED, without waiting for the compile
+    (here one that would take 60 s)."""
+    import jax
+    import jax.numpy as jnp
+
+    import aoizora
+    from aoizora.planning import plan_assembly
+
+    def mlp(x, w):
+        return jnp.tanh(x @ w) @ w.T
+
+    args = (jax.ShapeDtypeStruct((256, 512), jnp.float32),
+            jax.ShapeDtypeStruct((512, 512), jnp.float32))
+    released = threading.Event()
+
+    def endless_compile(*a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        released.wait(60)
+
+    monkeypatch.setattr(plan_assembly, "compile_layout", endless_compile)
+    t = time.perf_counter()
+    p = aoizora.plan(mlp, *args, target="v5e-8", time_budget_s=60, top_k=1,
+                     meshes=[{"x": 8}], max_iterations=1)
+    released.set()
+    assert p.status == "INTERRUPTED" and time.perf_counter() - t < 50
+    assert any(w.endswith("the re-compile of the plan in its device order (abandoned, not "
+                          "awaited)") for w in p.time_limited), p.time_limited
+    assert not any("iteration" in w for w in p.time_limited if w.startswith("interrupted"))
+    assert any(n.startswith("not re-compiled in the planned device order (interrupted during "
+                            "it)") for n in p.notes)
+
+
 def _catches_sigterm(pid: int) -> bool:
     """Whether process ``pid`` has a handler for SIGTERM (aoizora's, once its CLI started)."""
     try:
