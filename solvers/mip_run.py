@@ -39,18 +39,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
+from functools import partial
 from typing import Any
 
 import pulp
 
 from aoizora.solvers.budget import clock
 from aoizora.solvers.certificate import Certificate
-from aoizora.solvers.stop import cancel_on_stop
+from aoizora.solvers.stop import cancel_on_stop, clean_on_quit
 
 
 class ShardingSolveError(ValueError):
@@ -155,7 +157,7 @@ def run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> d
     detail: dict[str, Any] = {}
     was_none, dummy = prob.fixObjective()
     try:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, clean_on_quit(partial(shutil.rmtree, d, True)):
             mps, sol, log = (os.path.join(d, f) for f in ("model.mps", "model.sol", "cbc.log"))
             t = clock()
             vs, vnames, cnames, _ = prob.writeMPS(mps, rename=1)
@@ -260,7 +262,7 @@ def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "highs_worker.py")
     was_none, dummy = prob.fixObjective()
     try:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, clean_on_quit(partial(shutil.rmtree, d, True)):
             mps, out, err_path = (os.path.join(d, f) for f in ("model.mps", "result.json",
                                                                 "worker.err"))
             t = clock()

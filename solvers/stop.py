@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 from aoizora.solvers.budget import clock
 
-__all__ = ["Interrupted", "Stop", "cancel_on_stop", "current", "running"]
+__all__ = ["Interrupted", "Stop", "cancel_on_stop", "clean_on_quit", "current", "running"]
 
 
 class Interrupted(BaseException):
@@ -43,6 +43,7 @@ class Stop:
         self.reason = ""             # e.g. "SIGTERM"
         self.at: float | None = None  # when it was requested (``budget.clock``)
         self.cut: list[str] = []     # what the cancellers stopped, in words
+        self._at_quit: dict[int, Callable[[], object]] = {}   # ``cleaning``'s, by key
         self.raises = False          # the signal handler raises Interrupted in the main thread
         self.active = False          # a run is going on that keeps its best when stopped
 
@@ -92,6 +93,30 @@ class Stop:
                 self._cancels.pop(k, None)
 
     @contextlib.contextmanager
+    def cleaning(self, fn: Callable[[], object]) -> Iterator[None]:
+        """Call ``fn`` if the process quits at once (``quit_cleanups``, a second signal) while
+        the block runs: e.g. remove a temporary directory the block's own exit would remove."""
+        with self._lock:
+            k = next(self._seq)
+            self._at_quit[k] = fn
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._at_quit.pop(k, None)
+
+    def quit_cleanups(self) -> None:
+        """Run every ``cleaning`` function registered now (the process is about to quit)."""
+        with self._lock:
+            fns = list(self._at_quit.values())
+            self._at_quit.clear()
+        for fn in fns:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 -- quitting: each cleanup on its own
+                pass
+
+    @contextlib.contextmanager
     def raising(self) -> Iterator[None]:
         """While the block runs, an interrupt raises ``Interrupted`` in the main thread."""
         before = self.raises
@@ -126,6 +151,17 @@ def running(stop: Stop) -> Iterator[Stop]:
         yield stop
     finally:
         _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def clean_on_quit(fn: Callable[[], object]) -> Iterator[None]:
+    """``Stop.cleaning`` on the current Stop; nothing when there is none."""
+    stop = current()
+    if stop is None:
+        yield
+        return
+    with stop.cleaning(fn):
+        yield
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future
 
 import pytest
 
@@ -274,6 +273,24 @@ def test_an_interrupt_inside_cp_sat_stops_its_search_and_is_recorded():
     assert time.perf_counter() - t < 10
     assert stop.cut == ["a placement CP-SAT search (stopped early)"]
     assert not s.parameters.catch_sigint_signal
+
+
+def test_a_quit_at_once_removes_the_solver_runs_temporary_directory(tmp_path):
+    """A second signal quits with ``os._exit`` (no unwinding): the temporary directory of the
+    solver run in progress is removed by the Stop's quit cleanups, not left behind."""
+    import shutil
+    import tempfile
+    from functools import partial
+
+    from aoizora.solvers.stop import clean_on_quit
+
+    stop = Stop()
+    with running(stop):
+        d = tempfile.mkdtemp(dir=tmp_path)
+        with clean_on_quit(partial(shutil.rmtree, d, True)):
+            stop.quit_cleanups()          # what SignalHandling.quit runs before os._exit
+            assert not os.path.exists(d)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cancel_on_stop_without_a_run_does_nothing():

@@ -139,6 +139,7 @@ class SignalHandling:
         name = signal.Signals(signum).name
         self.stop.request(name)
         got = self._critical.acquire(timeout=self.CRITICAL_WAIT_S)
+        self.stop.quit_cleanups()       # temporary directories of solver runs
         try:
             _say(f"aoizora: {name} received: {self.quit_note}")
         finally:
