@@ -177,7 +177,7 @@ def test_two_writers_one_out_a_reader_never_sees_a_torn_plan(tmp_path):
     Plan.from_json(a).save(str(path))
     code = ("import json, sys; from aoizora.plans import Plan; "
             "p = Plan.from_json(json.loads(sys.argv[1])); "
-            "[p.save(sys.argv[2]) for _ in range(150)]")
+            "[p.save(sys.argv[2]) for _ in range(60)]")
     procs = [subprocess.Popen([sys.executable, "-c", code, json.dumps(d), str(path)])
              for d in (a, b)]
     steps, reads = set(), 0
