@@ -28,6 +28,7 @@ from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.planning.progress import Progress
 from aoizora.planning.seams import Seams
 from aoizora.solvers.budget import Budget
+from aoizora.solvers.stop import Stop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +180,7 @@ class LoopState:
     progress: Progress
     seeds: list[Seed] = dataclasses.field(default_factory=list)
     on_candidate: Callable[[Candidate], None] | None = None
+    stop: Stop = dataclasses.field(default_factory=Stop)    # the run's interrupt (solvers.stop)
     seams: Seams = dataclasses.field(default_factory=Seams)   # what tests may replace
     # ``seeds``: the seeds' compiles, as ``seeds``
     seed_compiles: list = dataclasses.field(default_factory=list)   # Futures
