@@ -91,7 +91,8 @@ def queue_compiles(state: LoopState, it: int, ranked: list, refined: list) -> li
     ilp_best = ranked[0][2] if ranked else None
     ranks = [pricing_rank("ilp", k, n_seeds, lead) for k in range(len(fresh))]
     todo = [(r, q1, m, sol, None, queue.submit(
-                compile_job(prog.fn, prog.args, prog.target, sol.layout, m), priority=r))
+                compile_job(prog.fn, prog.args, prog.target, sol.layout, m, cache=prog.cache),
+                priority=r))
             for r, (q1, m, sol) in zip(ranks, fresh)]
     queue.release()   # the ILP's layouts are queued: the seeds held after them may start
     if it == 1:   # priced in the order they compile (``seeds.queue_seed_compiles``)

@@ -49,6 +49,7 @@ class Program:
     target: Target
     network: Network
     ir: Any
+    cache: Any = None        # the evidence cache compiles look up (extract.evidence_cache)
 
 
 @dataclasses.dataclass
@@ -113,6 +114,7 @@ class LoopState:
     best: Candidate | None = None
     stop_reason: str = ""
     iterations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    final_evidence: list = dataclasses.field(default_factory=list)   # the plan's own compiles
 
     def __post_init__(self):
         self.given_scale = self.learned.attention_scale

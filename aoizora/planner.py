@@ -56,7 +56,7 @@ long the ILPs took. ``Plan.time_limited`` lists each place where a time limit di
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -64,7 +64,9 @@ import numpy as np
 from aoizora.candidate import Candidate, Seed
 from aoizora.candidate_pricing import compile_layout
 from aoizora.compile_queue import CompileQueue
+from aoizora.compile_workers import WorkersError, workers_for
 from aoizora.extract.aot_compile import CompileError
+from aoizora.extract.evidence_cache import CacheError, EvidenceCache, open_cache
 from aoizora.extract.network import Network
 from aoizora.extract.program_ir import build_ir
 from aoizora.extract.targets import Target, get_target
@@ -141,6 +143,20 @@ def _learning_from(given: Calibration | None, target: Target) -> Calibration:
                        compute_pool=list(given.compute_pool))
 
 
+def _open_cache(cache) -> EvidenceCache | None:
+    try:
+        return open_cache(cache)
+    except CacheError as e:
+        raise PlanningError(str(e)) from None
+
+
+def _workers(spec):
+    try:
+        return workers_for(spec)
+    except WorkersError as e:
+        raise PlanningError(str(e)) from None
+
+
 def _trace(fn, abstract_args):
     try:
         return build_ir(fn, *abstract_args)
@@ -155,7 +171,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          verify: bool = True, progress: Progress | None = None,
          on_candidate: Callable[[Candidate], None] | None = None,
          seed_layouts: Sequence["Layout | Seed"] = (),
-         calibration: "Calibration | Plan | None" = None) -> Plan:
+         calibration: "Calibration | Plan | None" = None,
+         cache: "EvidenceCache | str | bool | None" = None,
+         compile_workers: "str | int | Any | None" = None) -> Plan:
     """Plan ``fn(*abstract_args)`` for ``target`` within ``time_budget_s`` seconds (compiles
     included). ``abstract_args``: pytrees of ``jax.ShapeDtypeStruct`` or arrays. Returns the best
     plan by Q2 with both solvers' certificates and the record of every iteration.
@@ -168,7 +186,14 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     the plan itself): the ILP starts from its collective costs and attention scales instead of
     the defaults (``formulation.calibration``); a calibration from another target is refused.
     ``ilp_time_s`` / ``placement_time_s``: what one ILP / one placement may take at most; the
-    budget's shares (``solvers.budget``) cut them to the time left."""
+    budget's shares (``solvers.budget``) cut them to the time left.
+    ``cache``: the evidence cache (``extract.evidence_cache.open_cache``: None, no cache; True,
+    the user cache directory; a directory; an ``EvidenceCache``); compiles found there are not
+    run again, and the plan counts them (``Plan.compiles``).
+    ``compile_workers``: where compiles run (``aoizora.compile_workers.workers_for``: None or
+    "auto", as many local processes as the machine holds -- in-process when that is one;
+    "inline"; "local:N"; "ray"; "ray://HOST:PORT"; or a workers object, which the caller
+    closes)."""
     budget = Budget(_budget_seconds(time_budget_s))
     progress = progress or Progress()
     tgt = get_target(target)
@@ -184,10 +209,12 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     if not mesh_list and not seed_layouts:
         raise PlanningError("nothing to plan: meshes=[] and no seed_layouts; pass meshes=None "
                             "(every factorization of the chip count), a mesh, or a seed layout")
+    evidence_cache = _open_cache(cache)
+    pool = compile_workers if hasattr(compile_workers, "run") else _workers(compile_workers)
     queue = CompileQueue(budget, (CompileError, RealizeError),
-                         reserve_s=anneal_reserve(budget, placement_time_s))
+                         reserve_s=anneal_reserve(budget, placement_time_s), workers=pool)
     state = LoopState(
-        program=Program(fn, abstract_args, tgt, Network.from_target(tgt), ir),
+        program=Program(fn, abstract_args, tgt, Network.from_target(tgt), ir, evidence_cache),
         settings=Settings(seed, top_k, max_iterations, ilp_time_s, placement_time_s, workers),
         budget=budget, queue=queue, meshes=mesh_list,
         mesh_state=mesh_states(tgt, mesh_list, calibration or Calibration(tgt.name)),
@@ -200,6 +227,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         iterate(state)
     finally:
         queue.close()
+        if pool is not compile_workers:
+            pool.close()
     if state.best is None:
         raise no_plan_error(state)
     annealed = anneal_best(state.best, state.program.network, budget, placement_time_s, seed,

@@ -93,7 +93,8 @@ def queue_seed_compiles(state: LoopState) -> None:
     elif seeds and state.meshes:   # the seeds after the ILP's best wait for it
         queue.hold(pricing_rank("ilp", 0, len(seeds)))
     state.seed_compiles = [queue.submit(compile_job(
-        sd.fn or prog.fn, sd.args if sd.args is not None else prog.args, prog.target, sd.layout),
+        sd.fn or prog.fn, sd.args if sd.args is not None else prog.args, prog.target, sd.layout,
+        cache=prog.cache),
         priority=pricing_rank("seed", i, len(seeds), refinement_first=first),
         slower=SEED_PROGRAM_SLOWER if first else 1.0)
         for i, sd in enumerate(seeds, 1)]
@@ -127,7 +128,8 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: dict[str, Any]
                               + (" and chooses the remat" if sd.retraceable else ""))
         base = sd.retraceable or sd
         def queue(kind: str, layout: Layout, sol: ShardingSolution, unless=None):
-            f = state.queue.submit(compile_job(sfn, sargs, state.program.target, layout),
+            f = state.queue.submit(compile_job(sfn, sargs, state.program.target, layout,
+                                               cache=state.program.cache),
                                    priority=pricing_rank(kind, i, len(state.seeds),
                                                          refinement_first=first), unless=unless)
             out.append((kind, i, Seed(layout, base.fn, base.args, dict(base.program)), sol, f))
