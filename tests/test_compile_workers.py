@@ -1,0 +1,156 @@
+"""Compile workers: a local worker process gives the in-process evidence and plan on the small
+model; a worker that dies mid-compile costs that candidate, never the plan; Ray workers
+(``pytest.importorskip("ray")``) give the local pool's plan and survive a killed worker. A plan
+made twice with the evidence cache gives the same plan from the cache, and a corrupt entry is
+reported in one line and recompiled."""
+
+import functools
+import os
+import threading
+import time
+
+import pytest
+
+from aoizora.builtin import builtin_job, expert_seed_layouts
+from aoizora.candidate_pricing import compile_job
+from aoizora.compile_queue import Compiled, CompileQueue
+from aoizora.compile_workers import (InlineWorkers, LocalWorkers, WorkersError, auto_slots,
+                                     workers_for)
+from aoizora.extract.aot_compile import CompileError
+from aoizora.extract.evidence_cache import EvidenceCache
+from aoizora.planner import plan
+from aoizora.realize import RealizeError
+from aoizora.solvers.budget import Budget
+
+pytestmark = pytest.mark.tpu_compiler
+
+
+@pytest.fixture(scope="module")
+def job():
+    return builtin_job("wan2.1-small", "128p", 9, "v5e-8")
+
+
+def _plan(job, **kw):
+    """A short plan of the small model: its expert seeds and one ILP layout per mesh, one
+    iteration, on two meshes (a budget that does not bind: the plan is repeatable)."""
+    return plan(job.fn, *job.args, target=job.target, time_budget_s=240, top_k=1,
+                max_iterations=1, meshes=[{"data": 2, "seq": 4}], placement_time_s=2,
+                seed_layouts=expert_seed_layouts(job)[:2], **kw)
+
+
+def _same_plan(a, b):
+    assert a.layout.to_json() == b.layout.to_json()
+    assert a.device_order == b.device_order
+    assert a.predicted["step_s"] == pytest.approx(b.predicted["step_s"], rel=1e-9)
+
+
+def _queue(workers):
+    t0 = time.perf_counter()
+    return CompileQueue(Budget.until(t0 + 600, t0), (CompileError, RealizeError), workers=workers)
+
+
+def test_auto_slots_and_specs():
+    assert auto_slots(cores=2, memory_bytes=64 * 1024**3) == 1
+    assert auto_slots(cores=16, memory_bytes=13 * 1024**3) == 2     # memory binds
+    assert auto_slots(cores=16, memory_bytes=1 << 40) == 8
+    assert isinstance(workers_for("inline"), InlineWorkers)
+    with pytest.raises(WorkersError, match="auto, inline"):
+        workers_for("gpu-farm")
+    with pytest.raises(WorkersError, match="local:N"):
+        workers_for("local:0")
+
+
+def test_a_local_worker_gives_the_in_process_evidence_and_survives_a_death(job):
+    seed = expert_seed_layouts(job)[0]
+    work = compile_job(seed.fn or job.fn, seed.args or job.args, job.target, seed.layout)
+    here = work()
+    pool = LocalWorkers(1)
+    try:
+        q = _queue(pool)
+        dies = q.submit(functools.partial(os._exit, 3))          # the worker dies mid-job
+        there = q.submit(work)
+        lost, got = dies.result(), there.result()
+        q.close()
+        assert isinstance(lost, Compiled) and lost.evidence is None
+        assert "died mid-compile" in lost.error and "\n" not in lost.error
+        assert got.error == "" and got.evidence.to_json() | {"compile_s": 0} == \
+            here.to_json() | {"compile_s": 0}
+        assert q.counts == {"compiled": 1, "cached": 0, "failed": 1}
+    finally:
+        pool.close()
+
+
+def test_a_plan_from_a_local_pool_equals_the_in_process_plan_even_when_a_worker_is_killed(job):
+    inline = _plan(job, compile_workers="inline")
+    pool = LocalWorkers(1)
+    killed = []
+
+    def kill_first_worker():            # kill the worker process during its first job
+        for _ in range(600):
+            pids = pool.worker_pids()
+            if pids:
+                time.sleep(0.5)
+                os.kill(pids[0], 9)
+                killed.append(pids[0])
+                return
+            time.sleep(0.05)
+
+    try:
+        local = _plan(job, compile_workers=pool)
+        threading_kill = threading.Thread(target=kill_first_worker, daemon=True)
+        threading_kill.start()
+        survived = _plan(job, compile_workers=pool)
+        threading_kill.join(timeout=5)
+    finally:
+        pool.close()
+    _same_plan(inline, local)
+    assert local.compiles["workers"] == "local processes" and local.compiles["failed"] == 0
+    assert killed and survived.compiles["failed"] == 1       # that candidate, not the plan
+    its = [c for r in survived.iterations for c in r["candidates"]]
+    assert any("died mid-compile" in (c.get("error") or "") for c in its)
+
+
+def test_a_warm_cache_gives_the_same_plan_and_a_corrupt_entry_is_recompiled(job, tmp_path):
+    lines = []
+    cache = EvidenceCache(tmp_path, report=lines.append)
+    cold = _plan(job, cache=cache, compile_workers="inline")
+    n = cold.compiles["compiled"]
+    assert n >= 2 and cold.compiles["cached"] == 0 and cold.compiles["cache"] == str(tmp_path)
+    warm = _plan(job, cache=cache, compile_workers="inline")
+    _same_plan(cold, warm)
+    assert warm.compiles["compiled"] == 0 and warm.compiles["cached"] == n
+    its = [c for r in warm.iterations for c in r["candidates"]]
+    assert its and all(c["evidence"] == "cache" for c in its)
+    _, _, path = sorted(cache.entries())[0]
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 10)
+    again = _plan(job, cache=cache, compile_workers="inline")
+    _same_plan(cold, again)
+    assert again.compiles["compiled"] == 1 and again.compiles["cached"] == n - 1
+    assert len(lines) == 1 and "corrupt entry" in lines[0]
+
+
+def test_ray_workers_give_the_local_pools_plan_and_survive_a_killed_worker(job):
+    ray = pytest.importorskip("ray")
+    from aoizora.compile_workers import RayWorkers
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        workers = RayWorkers(max_retries=0)
+        q = _queue(workers)
+        lost = q.submit(functools.partial(os._exit, 3)).result()
+        q.close()
+        assert lost.evidence is None and "Ray compile worker was lost" in lost.error
+        pool = LocalWorkers(1)
+        try:
+            local = _plan(job, compile_workers=pool)
+        finally:
+            pool.close()
+        on_ray = _plan(job, compile_workers=workers)
+    finally:
+        if started:
+            ray.shutdown()
+    _same_plan(local, on_ray)
+    assert on_ray.compiles["workers"] == "Ray tasks" and on_ray.compiles["failed"] == 0
