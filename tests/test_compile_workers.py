@@ -60,6 +60,38 @@ def test_auto_slots_and_specs():
         workers_for("local:0")
 
 
+class _TwoSlots(InlineWorkers):
+    slots = 2
+
+
+def test_with_two_in_flight_compiles_start_in_priority_order():
+    from types import SimpleNamespace as NS
+
+    t0 = time.perf_counter()
+    q = CompileQueue(Budget.until(t0 + 60, t0), (CompileError,), workers=_TwoSlots())
+    started, running, peak, lock = [], [0], [0], threading.Lock()
+
+    def job(p):
+        def run():
+            with lock:
+                started.append(p)
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(0.05)
+            with lock:
+                running[0] -= 1
+            return NS(memory=NS(fits=True), source="")
+        return run
+
+    q.hold(-1)                          # nothing starts until all four are queued
+    fs = [q.submit(job(p), priority=p) for p in (3, 1, 2, 0)]
+    q.release()
+    got = [f.result() for f in fs]
+    q.close()
+    assert sorted(started[:2]) == [0, 1] and sorted(started[2:]) == [2, 3] and peak[0] == 2
+    assert all(g.evidence is not None for g in got) and q.compiles_left() > 1
+
+
 def test_a_local_worker_gives_the_in_process_evidence_and_survives_a_death(job):
     seed = expert_seed_layouts(job)[0]
     work = compile_job(seed.fn or job.fn, seed.args or job.args, job.target, seed.layout)
