@@ -201,3 +201,18 @@ def test_ray_workers_give_the_local_pools_plan_and_survive_a_killed_worker(job):
             ray.shutdown()
     _same_plan(local, on_ray)
     assert on_ray.compiles["workers"] == "Ray tasks" and on_ray.compiles["failed"] == 0
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--compile-workers", "gpu-farm"], "--compile-workers 'gpu-farm': use auto"),
+    (["--cache-dir", "FILE"], "--cache-dir: cache directory"),
+])
+def test_cli_refuses_bad_workers_and_cache_in_one_line(tmp_path, flags, says):
+    import subprocess
+    import sys
+
+    (tmp_path / "FILE").write_text("x")
+    r = subprocess.run([sys.executable, "-m", "aoizora", "plan", "--model", "wan2.1-small",
+                        "--resolution", "128p", "--frames", "9", "--quiet", *flags],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1
