@@ -76,7 +76,7 @@ def child(args: argparse.Namespace) -> None:
     """In the child process: compile one option set, print the evidence signature as JSON."""
     import aoizora  # noqa: F401
     from aoizora.builtin import builtin_job
-    from aoizora.candidate_pricing import compile_layout
+    from aoizora.planning.candidate_pricing import compile_layout
     from aoizora.extract.network import default_device_order
     from aoizora.models.experts import expert_layouts
 

@@ -72,7 +72,7 @@ def _hlo_dir() -> str | None:
 
 def kept_hlo_dir() -> str | None:
     """The directory of the innermost active ``keeping_hlo`` (None: HLO is not kept): a compile
-    worker in another process keeps its HLO there too (``aoizora.compile_workers``)."""
+    worker in another process keeps its HLO there too (``aoizora.planning.compile_workers``)."""
     return _hlo_dir()
 
 

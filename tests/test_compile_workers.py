@@ -12,14 +12,14 @@ import time
 import pytest
 
 from aoizora.builtin import builtin_job, expert_seed_layouts
-from aoizora.candidate_pricing import compile_job
-from aoizora.compile_queue import Compiled, CompileQueue
-from aoizora.compile_workers import (InlineWorkers, LocalWorkers, WorkersError, auto_slots,
+from aoizora.planning.candidate_pricing import compile_job
+from aoizora.planning.compile_queue import Compiled, CompileQueue
+from aoizora.planning.compile_workers import (InlineWorkers, LocalWorkers, WorkersError, auto_slots,
                                      workers_for)
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.evidence_cache import EvidenceCache
 from aoizora.planner import plan
-from aoizora.realize import RealizeError
+from aoizora.runtime.realize import RealizeError
 from aoizora.solvers.budget import Budget
 
 pytestmark = pytest.mark.tpu_compiler
@@ -179,7 +179,7 @@ def test_a_warm_cache_gives_the_same_plan_and_a_corrupt_entry_is_recompiled(job,
 
 def test_ray_workers_give_the_local_pools_plan_and_survive_a_killed_worker(job):
     ray = pytest.importorskip("ray")
-    from aoizora.compile_workers import RayWorkers
+    from aoizora.planning.compile_workers import RayWorkers
 
     started = not ray.is_initialized()
     if started:

@@ -8,7 +8,7 @@ planner queues compiles here and goes on: the seed layouts compile while the fir
 ILPs solve (the first seed alone: the planner waits for it to know what a compile costs,
 ``compiles_left``), and each layout compiles while the one before it is placed and priced.
 
-- Up to ``workers.slots`` compiles run at once (``aoizora.compile_workers``: in-process, one
+- Up to ``workers.slots`` compiles run at once (``aoizora.planning.compile_workers``: in-process, one
   at a time, by default on a machine with room for one compile -- a compile of a large model
   holds GiBs of host memory and two cores; local worker processes; Ray tasks); each next to
   start is the pending one of least ``priority`` (then first submitted), so with N in flight
@@ -54,7 +54,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from aoizora.compile_workers import InlineWorkers, WorkerLost
+from aoizora.planning.compile_workers import InlineWorkers, WorkerLost
 from aoizora.solvers.budget import Budget, clock
 
 
@@ -85,7 +85,7 @@ class CompileQueue:
     ``errors`` (or its worker is lost: ``WorkerLost``), whose first line becomes
     ``Compiled.error``; any other exception propagates to ``result()``. ``budget``: the planning
     run's (``solvers.budget.Budget``; its start is the queue's t0). ``workers``: where compiles
-    run (``aoizora.compile_workers``; default in-process, one at a time); the caller closes
+    run (``aoizora.planning.compile_workers``; default in-process, one at a time); the caller closes
     them. Call ``close()`` when done."""
 
     def __init__(self, budget: Budget, errors: tuple[type, ...] = (), reserve_s: float = 0.0,

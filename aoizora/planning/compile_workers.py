@@ -2,7 +2,7 @@
 
 A compile job is a picklable callable that returns the evidence (``candidate_pricing.
 compile_job``: a partial of ``compile_layout`` with the program, the layout, the device order and
-the evidence cache). ``CompileQueue`` (``aoizora.compile_queue``) runs up to ``slots`` of them at
+the evidence cache). ``CompileQueue`` (``aoizora.planning.compile_queue``) runs up to ``slots`` of them at
 once, each through ``run(job)``, which blocks until the job's evidence is back:
 
 - ``InlineWorkers``: one slot, the job runs on the queue's own thread (the behaviour before
@@ -128,9 +128,11 @@ def _unpack(result: tuple[str, Any, dict[str, str]], where: str) -> Any:
 def _init_worker(num_cpu_devices: int) -> None:
     import jax
 
+    from aoizora.extract.targets import prepare_libtpu_env
+
+    prepare_libtpu_env()
     if num_cpu_devices:
         jax.config.update("jax_num_cpu_devices", num_cpu_devices)
-    import aoizora  # noqa: F401  (sets libtpu's environment)
 
 
 class LocalWorkers:
