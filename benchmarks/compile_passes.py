@@ -35,7 +35,14 @@ OPTION_SETS: dict[str, dict[str, Any] | None] = {
 }
 _PASS = re.compile(r"HLO pass: (\S+) time: [^(]*\((\d+) us\)")
 _PIPE = re.compile(r"Running HLO pass pipeline on module \S+: (.+)$")
-_STAGE = re.compile(r"\] (\w+) stage duration: ([\d.]+)(ms|s)\b")
+_STAGE = re.compile(r"\] (\w+) stage duration: ((?:[\d.]+(?:h|ms|us|m|s))+)")
+_UNIT = re.compile(r"([\d.]+)(h|ms|us|m|s)")
+_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def duration_s(text: str) -> float:
+    """An absl duration ("1m53.2s", "584.8ms", "5.4s") in seconds."""
+    return sum(float(v) * _SECONDS[u] for v, u in _UNIT.findall(text))
 
 
 def parse_pass_log(text: str) -> dict[str, Any]:
@@ -56,7 +63,7 @@ def parse_pass_log(text: str) -> dict[str, Any]:
             per_pipe[pipe] += s
     stages: dict[str, float] = collections.Counter()
     for m in _STAGE.finditer(text):
-        stages[m.group(1)] += float(m.group(2)) * (1e-3 if m.group(3) == "ms" else 1.0)
+        stages[m.group(1)] += duration_s(m.group(2))
     return {"passes_s": sum(per_pass.values()), "stages_s": dict(stages),
             "by_pass": dict(sorted(per_pass.items(), key=lambda kv: -kv[1])[:25]),
             "by_pipeline": dict(sorted(per_pipe.items(), key=lambda kv: -kv[1])[:15])}
@@ -104,13 +111,23 @@ def run_option_set(args: argparse.Namespace, options: dict | None) -> dict[str, 
     if sig is None:
         return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:300]}
     timing = parse_pass_log(p.stderr)
-    return {**sig, **timing, "other_s": sig["compile_s"] - timing["passes_s"]}
+    out = {**sig, **timing, "other_s": sig["compile_s"] - timing["passes_s"]}
+    st = out["stages_s"]
+    if "BACKEND_PASSES" not in st and "HLO_PASSES" in st:   # not logged: the rest of the compile
+        st["BACKEND_PASSES (rest)"] = sig["compile_s"] - st["HLO_PASSES"] - st.get(
+            "CODE_GENERATION", 0.0)
+    return out
 
 
 def same_evidence(a: dict[str, Any], b: dict[str, Any]) -> tuple[bool, str]:
     """Same collectives and bytes, cycles within 1%, same fit."""
     if a["collectives"] != b["collectives"]:
-        return False, "collectives differ"
+        ca = collections.Counter(map(tuple, a["collectives"]))
+        cb = collections.Counter(map(tuple, b["collectives"]))
+        only_a, only_b = ca - cb, cb - ca
+        return False, (f"collectives differ: {sum(only_a.values())} only in the default "
+                       f"(e.g. {next(iter(only_a), None)}), {sum(only_b.values())} only here "
+                       f"(e.g. {next(iter(only_b), None)})")
     if a["fits"] != b["fits"]:
         return False, "fit differs"
     rel = abs(a["cycles"] - b["cycles"]) / max(a["cycles"], 1.0)
@@ -135,7 +152,8 @@ def report(cell: str, rows: dict[str, dict[str, Any]]) -> str:
             continue
         same = "-" if label == "default" or not base else "%s (%s)" % same_evidence(base, r)
         st = r.get("stages_s", {})
-        cells = " | ".join(f"{st[k]:.2f}" if k in st else "-" for k in
+        st = {**st, "BACKEND_PASSES": st.get("BACKEND_PASSES", st.get("BACKEND_PASSES (rest)"))}
+        cells = " | ".join(f"{st[k]:.2f}" if st.get(k) is not None else "-" for k in
                            ("HLO_PASSES", "BACKEND_PASSES", "CODE_GENERATION", "END_TO_END"))
         lines.append(f"| {label} | {r['compile_s']:.2f} | {cells} | {same} |")
     if base and "by_pipeline" in base:
