@@ -14,8 +14,8 @@ benchmarks. ``EvidenceCache`` keeps what one compile gave, keyed by what decides
 - an entry is one file ``<dir>/<key[:2]>/<key>.ev``: a first line with the SHA-256 of the body and
   its length, then the body (gzip'd JSON of the evidence, and of the compiled HLO text when it
   was kept: ``aot_compile.keeping_hlo``);
-- writes are atomic (``atomic_write``: a temporary file in the same directory, fsync,
-  ``os.replace``), so concurrent planners never read a partial entry; two writers of one key
+- writes are atomic (``extract.atomic_io.atomic_write``: a temporary file in the same
+  directory, fsync, ``os.replace``), so concurrent planners never read a partial entry; two writers of one key
   leave one whole entry (last wins; both wrote the same evidence up to ``compile_s``);
 - a read whose checksum, length or JSON does not match is reported in one line (``notes`` and
   stderr), the entry removed, and ``None`` returned: the caller recompiles; it is never trusted;
@@ -36,10 +36,10 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import threading
 from typing import Any, Callable
 
+from aoizora.extract.atomic_io import atomic_write
 from aoizora.extract.evidence import Evidence
 
 DEFAULT_LIMIT_BYTES = 2 * 1024 ** 3     # 2 GiB
@@ -50,41 +50,6 @@ _SUFFIX = ".ev"
 
 class CacheError(ValueError):
     """A cache location or limit that cannot be used (one line: what to pass instead)."""
-
-
-def atomic_write(path: "str | os.PathLike[str]", data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one, never
-    a part: a temporary file in the same directory, flushed and fsync'd, then ``os.replace``
-    (atomic on POSIX and Windows), then the directory fsync'd where the platform allows.
-
-    Raises:
-        OSError: the directory cannot be written (the temporary file is removed)."""
-    path = os.fspath(path)
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path)[-8:])
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if hasattr(os, "O_DIRECTORY"):
-        try:
-            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            return
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)
 
 
 def cache_dir(environ: "dict[str, str] | None" = None, platform: str | None = None) -> str:

@@ -14,8 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 from aoizora.extract.aot_compile import compile_evidence, keeping_hlo, read_hlo, target_mesh
 from aoizora.extract.evidence import Evidence, MemoryUse
-from aoizora.extract.evidence_cache import (CacheError, EvidenceCache, atomic_write, cache_dir,
-                                            open_cache)
+from aoizora.extract.atomic_io import atomic_write
+from aoizora.extract.evidence_cache import CacheError, EvidenceCache, cache_dir, open_cache
 
 pytestmark = pytest.mark.tpu_compiler
 
