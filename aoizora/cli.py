@@ -134,6 +134,30 @@ def _job(args: argparse.Namespace, plan=None):
                        batch=getattr(args, "batch", 1), remat=prog.get("remat"))
 
 
+def _cache(args: argparse.Namespace):
+    """The evidence cache of ``--cache-dir`` / ``AOIZORA_CACHE`` / the user cache directory, at
+    most ``--cache-limit`` GiB; None with ``--no-cache`` (``extract.evidence_cache``)."""
+    from aoizora.extract.evidence_cache import CacheError, open_cache
+
+    if getattr(args, "no_cache", False):
+        return None
+    limit = getattr(args, "cache_limit", None)
+    try:
+        return open_cache(args.cache_dir or True,
+                          int(limit * 1024 ** 3) if limit is not None else None)
+    except CacheError as e:
+        raise UsageError(f"--cache-dir: {e}") from None
+
+
+def _workers(args: argparse.Namespace):
+    from aoizora.planning.compile_workers import WorkersError, workers_for
+
+    try:
+        return workers_for(args.compile_workers)
+    except WorkersError as e:
+        raise UsageError(str(e)) from None
+
+
 def _plan_json(p) -> dict:
     d = p.to_json()
     d["device_order"] = [list(c) for c in p.device_coords]
@@ -173,9 +197,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from aoizora.builtin import expert_seed_layouts
 
     seeds = [] if args.no_seeds else expert_seed_layouts(job)
-    p = plan(job.fn, *job.args, target=job.target, time_budget_s=args.time_budget,
-             seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog,
-             calibration=calibration)
+    workers = _workers(args)
+    try:
+        p = plan(job.fn, *job.args, target=job.target, time_budget_s=args.time_budget,
+                 seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog,
+                 calibration=calibration, cache=_cache(args), compile_workers=workers)
+    finally:
+        workers.close()
     if not p.program:
         p.program = job.program()
     with args.signals.critical():      # a second signal waits for the save (atomic anyway)
@@ -259,7 +287,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         fn, fargs, layout = ex.fn, ex.args, ex.layout
         order = default_device_order(job.target, layout.mesh_axes)
         what = f"expert configuration {ex.name} ({ex.reason}), JAX's default device order"
-    ev = compile_layout(fn, fargs, job.target, layout, order)
+    ev = compile_layout(fn, fargs, job.target, layout, order, cache=_cache(args))
     if args.json:
         print(json.dumps(ev.to_json()))
     else:
@@ -280,7 +308,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         pjob = _job(args, plan)
         plan.check_key(program_key(pjob.fn, pjob.args, pjob.target.name), ignore_target=False)
     prog = Progress() if args.quiet else ConsoleProgress()
-    res = compare(job, plan=plan, time_budget_s=args.time_budget, seed=args.seed, progress=prog)
+    workers = _workers(args)
+    try:
+        res = compare(job, plan=plan, time_budget_s=args.time_budget, seed=args.seed,
+                      progress=prog, cache=_cache(args), compile_workers=workers)
+    finally:
+        workers.close()
     res.pop("plan")
     if args.json:
         print(json.dumps(res, indent=1))
@@ -317,7 +350,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     job = _job(args, p)
     p.check_key(program_key(job.fn, job.args, job.target.name), ignore_target=False)
     try:
-        ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
+        ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order,
+                            cache=_cache(args))
     except CompileError as e:
         print(f"FAIL: the plan no longer compiles for {job.target.name} in its device order: "
               f"{str(e).splitlines()[0][:160]}")
@@ -359,6 +393,22 @@ def _add_job_args(p: argparse.ArgumentParser) -> None:
                         "step (flow matching, AdamW) with --batch videos")
     p.add_argument("--batch", type=_COUNT, default=1,
                    help="training: global batch, videos per step (default 1)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="evidence cache directory (default $AOIZORA_CACHE, else the user cache "
+                        "directory, e.g. ~/.cache/aoizora)")
+    p.add_argument("--cache-limit", type=_POSITIVE, metavar="GIB",
+                   help="evidence cache size limit in GiB; least recently used entries are "
+                        "evicted past it (default 2)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile everything again; read and write no evidence cache")
+
+
+def _add_workers_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compile-workers", default="auto", metavar="WHERE",
+                   help="where compiles run: auto (default: as many local processes as cores "
+                        "and memory hold, in-process when that is one), inline, local, local:N, "
+                        "ray (a local Ray instance or $RAY_ADDRESS), ray://HOST:PORT (a cluster; "
+                        "needs the ray extra)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -396,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "if the save fails or is interrupted)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
     pl.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_workers_arg(pl)
     pl.set_defaults(func=cmd_plan)
 
     sh = sub.add_parser("show", help="summarize a saved plan (and draw it with --png)")
@@ -431,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--seed", type=int, default=0)
     cp.add_argument("--json", action="store_true")
     cp.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_workers_arg(cp)
     cp.set_defaults(func=cmd_compare)
     return p
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from aoizora.builtin import Job
 from aoizora.extract.aot_compile import CompileError
+from aoizora.extract.evidence_cache import EvidenceCache
 from aoizora.extract.network import Network, default_device_order
 from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.latency import predict_step
@@ -37,11 +38,13 @@ def _row(name: str, **kw) -> dict[str, Any]:
     return r
 
 
-def price_default_order(fn, args, job: Job, layout, network: Network) -> dict[str, Any]:
-    """Compile `layout` in JAX's default device order and price it with Q2."""
+def price_default_order(fn, args, job: Job, layout, network: Network,
+                        cache: EvidenceCache | None = None) -> dict[str, Any]:
+    """Compile `layout` in JAX's default device order and price it with Q2 (``cache``: the
+    evidence cache to look the compile up in, ``extract.evidence_cache``)."""
     order = default_device_order(job.target, layout.mesh_axes)
     try:
-        ev = compile_layout(fn, args, job.target, layout, order)
+        ev = compile_layout(fn, args, job.target, layout, order, cache=cache)
     except (CompileError, RealizeError) as e:
         return {"valid": False, "reason": str(e).splitlines()[0], "mesh": dict(layout.mesh_axes)}
     out = {"mesh": dict(layout.mesh_axes), "fits_hbm": ev.memory.fits,
@@ -57,7 +60,11 @@ def price_default_order(fn, args, job: Job, layout, network: Network) -> dict[st
 
 
 def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0, seed: int = 0,
-            progress: Progress | None = None, keep_evidence: bool = False) -> dict[str, Any]:
+            progress: Progress | None = None, keep_evidence: bool = False,
+            cache: EvidenceCache | None = None, compile_workers: Any = None) -> dict[str, Any]:
+    """The rows of the module docstring for ``job`` (planned now unless ``plan`` is given).
+    ``cache``: the evidence cache every compile looks up (``extract.evidence_cache``);
+    ``compile_workers``: where the planner's compiles run (``plan(compile_workers=...)``)."""
     progress = progress or Progress()
     network = Network.from_target(job.target)
     rows = []
@@ -67,14 +74,15 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
 
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=time_budget_s,
                          seed_layouts=expert_seed_layouts(job),
-                         seed=seed, progress=progress)
+                         seed=seed, progress=progress, cache=cache,
+                         compile_workers=compile_workers)
     pr = plan.predicted
     rows.append(_row("aoizora", mesh=plan.mesh, step_s=pr["step_s"], compute_s=pr["compute_s"],
                      communication_s=pr["communication_s"], fits_hbm=plan.fits_hbm,
                      planning_time_s=plan.planning_time_s, device_order=plan.device_order))
     progress.stage("AoiZora's layout under JAX's default device order")
     pj = plan_job(job, plan)
-    d = price_default_order(pj.fn, pj.args, job, plan.layout, network)
+    d = price_default_order(pj.fn, pj.args, job, plan.layout, network, cache)
     rows.append(_row("aoizora-layout/default-order", **_clean(d, keep_evidence)))
 
     progress.stage("Alpa-style logical search (fixed alpha-beta, default order)")
@@ -82,7 +90,7 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
     if best is None:
         rows.append(_row("alpa-logical", valid=False, reason="no layout fits on any mesh"))
     else:
-        d = price_default_order(job.fn, job.args, job, best[1].layout, network)
+        d = price_default_order(job.fn, job.args, job, best[1].layout, network, cache)
         rows.append(_row("alpa-logical", planning_time_s=alpa_t, q1_s=best[0],
                          **_clean(d, keep_evidence)))
 
@@ -91,7 +99,7 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
         if not ex.valid:
             rows.append(_row(f"expert:{ex.name}", valid=False, reason=ex.reason))
             continue
-        d = price_default_order(ex.fn, ex.args, job, ex.layout, network)
+        d = price_default_order(ex.fn, ex.args, job, ex.layout, network, cache)
         rows.append(_row(f"expert:{ex.name}", description=ex.reason, **_clean(d, keep_evidence)))
 
     base = rows[0]["step_s"]

@@ -191,6 +191,7 @@ class PlanModel(_Strict):
     calibration: dict[str, Any] | None = None
     time_limited: list[str] = []
     compiler: dict[str, str] = {}
+    compiles: dict[str, Any] = {}
 
 
 # -- checking ------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -65,7 +65,9 @@ import numpy as np
 from aoizora.planning.candidate import Candidate, Seed
 from aoizora.planning.candidate_pricing import compile_layout
 from aoizora.planning.seams import Seams
+from aoizora.planning.compile_workers import WorkersError, workers_for
 from aoizora.extract.aot_compile import CompileError
+from aoizora.extract.evidence_cache import CacheError, EvidenceCache, open_cache
 from aoizora.extract.network import Network
 from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import Target, get_target
@@ -167,6 +169,20 @@ def _learning_from(given: Calibration | None, target: Target) -> Calibration:
                        compute_pool=list(given.compute_pool))
 
 
+def _open_cache(cache) -> EvidenceCache | None:
+    try:
+        return open_cache(cache)
+    except CacheError as e:
+        raise PlanningError(str(e), kind="input") from None
+
+
+def _workers(spec):
+    try:
+        return workers_for(spec)
+    except WorkersError as e:
+        raise PlanningError(str(e), kind="input") from None
+
+
 def _trace(fn, abstract_args, target: Target):
     """(the plan key, the partitioner IR) of ``fn(*abstract_args)``; a PlanningError of kind
     "trace" naming the function and its first error line when it raises while traced."""
@@ -189,7 +205,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          verify: bool = True, progress: Progress | None = None,
          on_candidate: Callable[[Candidate], None] | None = None,
          seed_layouts: Sequence["Layout | Seed"] = (),
-         calibration: "Calibration | Plan | None" = None, seams: Seams | None = None) -> Plan:
+         calibration: "Calibration | Plan | None" = None,
+         cache: "EvidenceCache | str | bool | None" = None,
+         compile_workers: "str | int | Any | None" = None, seams: Seams | None = None) -> Plan:
     """Plans ``fn(*abstract_args)`` for ``target``: a mesh, a layout and a device order.
 
     Every candidate layout is compiled ahead of time by XLA:TPU, placed by CP-SAT and priced by
@@ -218,6 +236,13 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         by Q2 wins whichever produced it, and the plan says so.
       calibration: what an earlier plan's loop learned on this target (``Plan.calibration``,
         or the plan itself): the ILP starts from its collective costs and attention scales.
+      cache: the evidence cache (``extract.evidence_cache.open_cache``: None, no cache; True,
+        the user cache directory; a directory; an ``EvidenceCache``); compiles found there are
+        not run again, and the plan counts them (``Plan.compiles``).
+      compile_workers: where compiles run (``aoizora.planning.compile_workers.workers_for``:
+        None or "auto", as many local processes as the machine holds -- in-process when that is
+        one; "inline"; "local:N"; "ray"; "ray://HOST:PORT"; or a workers object, which the
+        caller closes).
       seams: the planner's replaceable parts (``aoizora.planning.seams.Seams``: the compile,
         the compile queue, the placement and sharding solvers, the annealing), for tests and
         benchmarks; None: the real ones.
@@ -271,10 +296,16 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                                 "(every factorization of the chip count), a mesh, or a seed "
                                 "layout", kind="input")
         seams = seams or Seams()
+        evidence_cache = _open_cache(cache)
+        pool = compile_workers if hasattr(compile_workers, "run") else _workers(compile_workers)
+        if pool is not compile_workers:
+            scope.callback(pool.close)
         queue = seams.compile_queue(budget, (CompileError, RealizeError),
-                                    reserve_s=anneal_reserve(budget, placement_time_s))
+                                    reserve_s=anneal_reserve(budget, placement_time_s),
+                                    workers=pool)
         state = LoopState(
-            program=Program(fn, abstract_args, tgt, Network.from_target(tgt), ir),
+            program=Program(fn, abstract_args, tgt, Network.from_target(tgt), ir,
+                            evidence_cache),
             settings=Settings(seed, top_k, max_iterations, ilp_time_s, placement_time_s, workers),
             budget=budget, queue=queue, meshes=mesh_list,
             mesh_state=mesh_states(tgt, mesh_list, calibration or Calibration(tgt.name)),

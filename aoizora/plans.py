@@ -118,6 +118,9 @@ class Plan:
     calibration: Calibration | None = None           # what the loop learned (warm start next time)
     time_limited: list[str] = dataclasses.field(default_factory=list)  # aoizora.planning.time_limits
     compiler: dict[str, str] = dataclasses.field(default_factory=dict)  # extract.aot_compile.compiler_identity
+    # the planning run's compiles: "compiled" (ran), "cached" (evidence from the evidence cache),
+    # "failed", "workers" (where they ran), "cache" (the cache directory, or None)
+    compiles: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.predicted, Predicted):
@@ -264,6 +267,7 @@ class Plan:
             "calibration": finite_json(self.calibration.to_json()) if self.calibration else None,
             "time_limited": list(self.time_limited),
             "compiler": dict(self.compiler),
+            "compiles": dict(self.compiles),
         }
 
     @classmethod
@@ -301,6 +305,7 @@ class Plan:
             program=dict(d.get("program", {})), calibration=calibration,
             time_limited=[str(w) for w in d.get("time_limited", [])],
             compiler={str(k): str(v) for k, v in d.get("compiler", {}).items()},
+            compiles=dict(d.get("compiles", {})),
         )
 
     def save(self, path: str) -> None:

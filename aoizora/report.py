@@ -50,6 +50,12 @@ def format_plan(p: Plan) -> str:
         lines.append(f"  {name:<9} {c.solver:<18} {c.status:<9} objective {_ms(c.objective)}  "
                      f"bound {_ms(c.bound)}  gap {gap}  {c.time_s:.2f} s")
     lines.append(f"iterations: {len(p.iterations)}; planning time {p.planning_time_s:.1f} s")
+    if p.compiles:
+        c = p.compiles
+        lines.append(f"compiles: {c.get('compiled', 0)} compiled ({c.get('workers', '?')}), "
+                     f"{c.get('cached', 0)} from the evidence cache"
+                     + (f", {c['failed']} failed" if c.get("failed") else "")
+                     + (f" ({c['cache']})" if c.get("cache") else " (no cache)"))
     if p.compiler:
         c = p.compiler
         lines.append(f"compiled by: jax {c.get('jax') or '?'}, libtpu {c.get('libtpu') or '?'}"

@@ -12,6 +12,11 @@
   thread) each compile also writes its program's HLO text (``compiled.as_text()``) gzip'd into
   `directory`, and the evidence's ``hlo_path`` names the file (``read_hlo`` reads it back): for
   benchmarks that price the compiled program with a model of their own. Off by default.
+- with ``cache=`` (an ``evidence_cache.EvidenceCache``) the lowered program is looked up first
+  (``evidence_key_parts``: its StableHLO, the target, device order, options and compiler
+  identity); a hit returns the stored evidence (``source="cache"``, ``compile_s`` of the compile
+  that made it) without compiling, a miss compiles and stores it. Under ``keeping_hlo`` an entry
+  without the HLO text is a miss (compiled again, and stored with it).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 
 from aoizora.extract.compiled_evidence import evidence_from_compiled
 from aoizora.extract.evidence import Evidence, MemoryUse
+from aoizora.extract.evidence_cache import EvidenceCache
 from aoizora.extract.targets import Target, libtpu_available
 
 
@@ -64,6 +70,12 @@ def _hlo_dir() -> str | None:
         return _HLO_DIRS[-1] if _HLO_DIRS else None
 
 
+def kept_hlo_dir() -> str | None:
+    """The directory of the innermost active ``keeping_hlo`` (None: HLO is not kept): a compile
+    worker in another process keeps its HLO there too (``aoizora.planning.compile_workers``)."""
+    return _hlo_dir()
+
+
 def _keep_hlo(directory: str, text: str, tgt: Target) -> str:
     path = os.path.join(directory, f"{next(_HLO_SEQ):05d}-{tgt.short_name}.hlo.gz")
     with gzip.open(path, "wt", compresslevel=1, encoding="utf-8") as f:
@@ -96,6 +108,28 @@ def compiler_identity() -> dict[str, str]:
             out[name] = ""
     out["LIBTPU_INIT_ARGS"] = os.environ.get("LIBTPU_INIT_ARGS", "")
     return out
+
+
+def evidence_key_parts(lowered: Any, mesh: Any, tgt: Target,
+                       compiler_options: "dict[str, Any] | None",
+                       donate_argnums: Sequence[int] = ()) -> dict[str, Any]:
+    """What decides a compile's evidence (``evidence_cache`` keys it): the SHA-256 of the lowered
+    StableHLO text (program, shardings, kernel configs), the target, the mesh's device order,
+    axes and platform, the per-compile options, the donated arguments, and the compiler's
+    identity (``compiler_identity`` and ``XLA_FLAGS``)."""
+    import hashlib
+
+    text = lowered.as_text()
+    devs = list(mesh.devices.flat)
+    return {
+        "program": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "target": tgt.name, "mesh_axes": [[str(k), int(v)] for k, v in mesh.shape.items()],
+        "device_order": [int(d.id) for d in devs],
+        "platform": str(getattr(devs[0], "platform", "")),
+        "compiler_options": sorted((str(k), str(v)) for k, v in (compiler_options or {}).items()),
+        "donate_argnums": sorted(int(i) for i in donate_argnums),
+        "compiler": {**compiler_identity(), "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},
+    }
 
 
 def compiler_differences(recorded: dict[str, str], current: dict[str, str] | None = None) -> list[str]:
@@ -171,7 +205,8 @@ def _tree_shardings(mesh: Any, tree: Any) -> Any:
 def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
                      in_shardings: Any = None, out_shardings: Any = None,
                      static_argnums: Sequence[int] = (), donate_argnums: Sequence[int] = (),
-                     compiler_options: "dict[str, Any] | None" = None) -> Evidence:
+                     compiler_options: "dict[str, Any] | None" = None,
+                     cache: EvidenceCache | None = None) -> Evidence:
     """Compile `fn(*args)` on `mesh` for `target` and return its Evidence.
 
     `args`: positional arguments as pytrees of `jax.ShapeDtypeStruct` (with or without a
@@ -181,7 +216,8 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
     `compiler_options`: XLA / libtpu options for this compile only, as for
     `jax.stages.Lowered.compile`, e.g.
     ``{"xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call": True}``; the evidence
-    is then of the program compiled with them."""
+    is then of the program compiled with them. `cache`: look the compile up first and store
+    what it gives (module docstring)."""
     import jax
 
     tgt = target
@@ -200,6 +236,26 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
     except Exception as e:
         raise CompileError(f"cannot trace/lower {getattr(fn, '__name__', fn)} for {tgt.name}: "
                            f"{_first_line(e)}") from e
+    keep = _hlo_dir()
+    key = None
+    if cache is not None:
+        key = cache.key(evidence_key_parts(lowered, mesh, tgt, compiler_options, donate_argnums))
+        hit = cache.get(key)
+        if hit is not None and (keep is None or hit.hlo_text is not None):
+            ev = hit.evidence
+            ev.source = "cache"
+            if keep:
+                ev.hlo_path = _keep_hlo(keep, hit.hlo_text, tgt)
+            return ev
+    ev = _compile(fn, lowered, mesh, tgt, compiler_options, keep)
+    if cache is not None:
+        cache.put(key, ev, read_hlo(ev) if keep else None)
+    return ev
+
+
+def _compile(fn: Any, lowered: Any, mesh: Any, tgt: Target,
+             compiler_options: "dict[str, Any] | None", keep: str | None) -> Evidence:
+    """``lowered.compile`` -> Evidence (``compile_evidence``'s compile and reading)."""
     t0 = time.perf_counter()
     try:
         compiled = lowered.compile(compiler_options=compiler_options)
@@ -225,7 +281,6 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
         raise CompileError(f"XLA cannot compile {getattr(fn, '__name__', fn)} for {tgt.name}: "
                            f"{_first_line(e)}") from e
     dt = time.perf_counter() - t0
-    keep = _hlo_dir()
     text = compiled.as_text() if keep else None
     ev = evidence_from_compiled(compiled, target=tgt, mesh=mesh, compile_s=dt, hlo_text=text)
     if keep:

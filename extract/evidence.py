@@ -128,6 +128,9 @@ class Evidence:
     # it (``aot_compile.keeping_hlo``); None otherwise. Not part of the evidence's JSON nor of
     # its equality: it names a file of this machine, which may be gone.
     hlo_path: str | None = dataclasses.field(default=None, compare=False, repr=False)
+    # Where this evidence came from on this call: "" (compiled here), "cache" (an entry of
+    # ``evidence_cache.EvidenceCache``). Not part of the JSON nor of equality, like ``hlo_path``.
+    source: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self):
         # evidence saved before it kept the generation, or made from a target name alone (a
@@ -155,12 +158,14 @@ class Evidence:
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d.pop("hlo_path", None)
+        d.pop("source", None)
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Evidence":
         d = dict(d)
         d.pop("hlo_path", None)
+        d.pop("source", None)
         d["collectives"] = [
             Collective(**{**c, "source_target_pairs": (
                 [tuple(p) for p in c["source_target_pairs"]]

@@ -1,8 +1,11 @@
 """Test set-up: 8 CPU devices for running plans for real, libtpu quiet for ahead-of-time compiles."""
 
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# the CLI's evidence cache (extract.evidence_cache): one per test session, not the user's
+os.environ.setdefault("AOIZORA_CACHE", tempfile.mkdtemp(prefix="aoizora-test-cache-"))
 
 import jax  # noqa: E402
 

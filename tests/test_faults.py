@@ -532,7 +532,9 @@ def _plan_until(out: str, cwd, pattern: str, timeout_s: float = 240.0):
     stdout = open(cwd.parent / "stdout.txt", "w")
     tmp = cwd.parent / "tmp"      # its temporary files and directories (solver runs) go here
     tmp.mkdir()
-    p = subprocess.Popen([sys.executable, "-m", "aoizora", "plan", *JOB, "--out", out],
+    # --no-cache: these tests signal the planner while a compile runs (a cache hit is instant)
+    p = subprocess.Popen([sys.executable, "-m", "aoizora", "plan", *JOB, "--out", out,
+                          "--no-cache"],
                          cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "TMPDIR": str(tmp)})
     stdout.close()

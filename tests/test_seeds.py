@@ -41,7 +41,7 @@ def _layout(name, mesh=None):
 
 def _state(n_seeds, meshes=({"x": 8},), queue=None):
     return NS(seeds=[Seed(_layout(f"s{i}")) for i in range(1, n_seeds + 1)], meshes=list(meshes),
-              program=NS(fn=lambda *a: None, args=(), target=NS(name="v5e:2x4")),
+              program=NS(fn=lambda *a: None, args=(), target=NS(name="v5e:2x4"), cache=None),
               queue=queue or _Queue(), seed_compiles=[], progress=NS(stage=lambda t: None),
               seams=NS(compile_layout=None))
 

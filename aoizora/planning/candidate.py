@@ -47,6 +47,7 @@ class Candidate:
     default_order: list[int] | None = None
     compile_s: float = 0.0
     compile_started_s: float | None = None   # seconds into planning (compiles run in background)
+    cached: bool = False              # its evidence came from the evidence cache (no compile)
     error: str = ""
     seed: Seed | None = None          # set when the layout was given, not solved
 
@@ -65,6 +66,7 @@ class Candidate:
             "q1_s": self.q1_s if math.isfinite(self.q1_s) else None,
             "seed": self.seed.program if self.seed is not None else None,
             "fits_hbm": self.fits, "compile_s": round(self.compile_s, 3),
+            "evidence": "cache" if self.cached else "compiled",
             "compile_started_s": (round(self.compile_started_s, 3)
                                   if self.compile_started_s is not None else None),
             "q2_step_s": self.q2.step_s if self.q2 else None,

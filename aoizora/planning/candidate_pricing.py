@@ -25,6 +25,7 @@ from aoizora.planning.candidate import Candidate
 from aoizora.planning.compile_queue import Compiled
 from aoizora.extract.aot_compile import compile_evidence, target_mesh
 from aoizora.extract.evidence import Evidence
+from aoizora.extract.evidence_cache import EvidenceCache
 from aoizora.extract.network import default_device_order
 from aoizora.extract.frontends.jax.ir_builder import state_arguments
 from aoizora.extract.targets import Target
@@ -39,26 +40,38 @@ from aoizora.solvers.placement_step import choose_by_step
 
 
 def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence[int],
-                   compiler_options: dict[str, Any] | None = None) -> Evidence:
+                   compiler_options: dict[str, Any] | None = None,
+                   cache: EvidenceCache | None = None) -> Evidence:
     """Realize `layout` on the target's devices in `device_order` and compile it ahead of time
     (``compiler_options``: libtpu options for this compile only, as ``compile_evidence`` takes;
     default the layout's own ``compiler_options``). State fed back (a training step's state,
     ``state_arguments``) is donated, as ``plan.jit(..., donate_argnums=...)`` runs it, so the
-    memory analysis counts it once."""
+    memory analysis counts it once. ``cache``: the evidence cache to look the compile up in and
+    store it to (``extract.evidence_cache``; None: always compile)."""
     mesh = target_mesh(tgt, layout.mesh_axes, list(device_order))
     realized = realize(fn, args, layout, mesh)
     donate = state_arguments(tuple(args), jax.eval_shape(fn, *args))
     return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt,
                             donate_argnums=donate,
-                            compiler_options=compiler_options or layout.compiler_options or None)
+                            compiler_options=compiler_options or layout.compiler_options or None,
+                            cache=cache)
 
 
 def compile_job(fn, args, tgt: Target, layout: Layout, mesh_axes: dict[str, int] | None = None,
-                compile_fn: Callable[..., Evidence] = compile_layout) -> Callable[[], Evidence]:
+                compile_fn: Callable[..., Evidence] = compile_layout,
+                cache: EvidenceCache | None = None) -> Callable[[], Evidence]:
     """``compile_fn`` (``compile_layout``, or the ``Seams``' one) of `layout` in JAX's default
-    device order on `mesh_axes` (default the layout's mesh), to queue."""
+    device order on `mesh_axes` (default the layout's mesh), to queue: a picklable partial (a
+    compile worker may run it in another process, ``aoizora.planning.compile_workers``). The
+    cache is passed only when there is one, so a seam's compile need not take it."""
     m = layout.mesh_axes if mesh_axes is None else mesh_axes
-    return functools.partial(compile_fn, fn, args, tgt, layout, default_device_order(tgt, m))
+    return functools.partial(compile_fn, fn, args, tgt, layout, default_device_order(tgt, m),
+                             **cache_kw(cache))
+
+
+def cache_kw(cache: EvidenceCache | None) -> dict[str, EvidenceCache]:
+    """``{"cache": cache}`` when there is a cache, else ``{}``."""
+    return {} if cache is None else {"cache": cache}
 
 
 def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
@@ -72,6 +85,7 @@ def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
     order = default_device_order(program.target, cand.mesh_axes)
     cand.default_order = order
     cand.compile_s, cand.compile_started_s = got.seconds, got.started_s
+    cand.cached = got.cached
     if got.error:
         cand.error = got.error
         progress.note(f"skipped: {cand.error}")

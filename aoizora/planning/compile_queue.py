@@ -1,4 +1,5 @@
-"""The planner's compiles, one at a time on a background thread, in the order of priority.
+"""The planner's compiles, on background threads through a pool of workers, in the order of
+priority.
 
 A compile (``realize`` + libtpu's ahead-of-time compile) is the slowest step of the loop and
 runs mostly in XLA's native code, while the planner's other steps run elsewhere: the sharding
@@ -7,8 +8,17 @@ planner queues compiles here and goes on: the seed layouts compile while the fir
 ILPs solve (the first seed alone: the planner waits for it to know what a compile costs,
 ``compiles_left``), and each layout compiles while the one before it is placed and priced.
 
-- One compile runs at a time (a compile of a large model holds GiBs of host memory); the next is
-  the pending one of least ``priority`` (then first submitted). The planner gives each layout
+- Up to ``workers.slots`` compiles run at once (``aoizora.planning.compile_workers``: in-process, one
+  at a time, by default on a machine with room for one compile -- a compile of a large model
+  holds GiBs of host memory and two cores; local worker processes; Ray tasks); each next to
+  start is the pending one of least ``priority`` (then first submitted), so with N in flight
+  the N of least priority run and the pricing order keeps its meaning: the planner waits for
+  them in its order. A worker lost mid-compile (``WorkerLost``) costs that compile
+  (``Compiled.error``), not the plan.
+- A compile whose evidence came from the evidence cache (``Evidence.source == "cache"``,
+  ``extract.evidence_cache``) is marked ``Compiled.cached``; it does not count as a compile
+  alone below (its ``seconds`` are a lookup's): the compile time its entry recorded does,
+  until a compile has run here. The planner gives each layout
   its place in the pricing order, so a layout queued later (the ILP's best, once the ILPs are
   solved) still compiles before the seeds placed after it.
 - ``hold(p)`` keeps every compile of priority above ``p`` from starting until ``release()``:
@@ -41,6 +51,7 @@ import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
+from aoizora.planning.compile_workers import InlineWorkers, WorkerLost
 from aoizora.solvers.budget import Budget, clock
 
 
@@ -53,6 +64,7 @@ class Compiled:
     seconds: float = 0.0             # wall-clock
     contended_s: float = 0.0         # of which the planner said the cores were contended
     started_s: float = 0.0           # when it started, in seconds since the budget's start
+    cached: bool = False             # the evidence came from the evidence cache (no compile)
 
 
 @dataclasses.dataclass
@@ -67,12 +79,16 @@ class Skipped:
 class CompileQueue:
     """``submit(compile_fn, priority)`` -> a Future of ``Compiled`` or ``Skipped``.
     ``compile_fn()`` returns the evidence (anything with ``.memory.fits``) or raises one of
-    ``errors``, whose first line becomes ``Compiled.error``; any other exception propagates to
-    ``result()``. ``budget``: the planning run's (``solvers.budget.Budget``; its start is the
-    queue's t0). Call ``close()`` when done."""
+    ``errors`` (or its worker is lost: ``WorkerLost``), whose first line becomes
+    ``Compiled.error``; any other exception propagates to ``result()``. ``budget``: the planning
+    run's (``solvers.budget.Budget``; its start is the queue's t0). ``workers``: where compiles
+    run (``aoizora.planning.compile_workers``; default in-process, one at a time); the caller closes
+    them. Call ``close()`` when done."""
 
-    def __init__(self, budget: Budget, errors: tuple[type, ...] = (), reserve_s: float = 0.0):
+    def __init__(self, budget: Budget, errors: tuple[type, ...] = (), reserve_s: float = 0.0,
+                 workers: Any = None):
         self.budget, self.errors, self.reserve_s = budget, errors, reserve_s
+        self.workers = workers if workers is not None else InlineWorkers()
         self.done: list[Compiled] = []  # every compile that ran, in order
         self.fitting = False         # some compiled layout fits in HBM
         self._contended_s = 0.0      # contended seconds up to _since (or up to now, if on)
@@ -82,23 +98,37 @@ class CompileQueue:
         self._seq = itertools.count()
         self._cv = threading.Condition()
         self._closed = False
-        self._running: tuple[Future, float] | None = None   # the compile running, since when
+        self._running: dict[int, tuple[Future, float]] = {}   # per thread: a compile, since when
         self.abandoned: list[str] = []   # what ``abandon`` cut, in words
-        self._worker = threading.Thread(target=self._work, name="aoizora-compile", daemon=True)
-        self._worker.start()
+        self._threads = [threading.Thread(target=self._work, name=f"aoizora-compile-{i}",
+                                          daemon=True) for i in range(self.workers.slots)]
+        for t in self._threads:
+            t.start()
 
     @property
     def expected_compile_s(self) -> float:
         """What the next compile is expected to take alone (module docstring), seconds."""
-        return max((c.seconds - c.contended_s / 2 for c in self.done), default=0.0)
+        ran = [c.seconds - c.contended_s / 2 for c in self.done if not c.cached]
+        if ran:
+            return max(ran)
+        return max((c.evidence.compile_s for c in self.done if c.cached), default=0.0)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Compiles that ran (``compiled``), evidence from the cache (``cached``), failures."""
+        return {"compiled": sum(1 for c in self.done if not c.cached and c.evidence is not None),
+                "cached": sum(1 for c in self.done if c.cached),
+                "failed": sum(1 for c in self.done if c.evidence is None)}
 
     def compiles_left(self, slower: float = 1.0) -> int:
         """How many more compiles of ``slower`` x ``expected_compile_s`` fit before the deadline
         less ``reserve_s``, each with the margin ``1.2 x + 1 s`` the start check uses (module
-        doc); a large number before the first compile has finished (nothing is known yet)."""
+        doc), times the compiles that run at once (``workers.slots``); a large number before the
+        first compile has finished (nothing is known yet)."""
         if not self.done:
             return 1 << 30
-        return self.budget.count("compile", self.expected_compile_s * slower, self.reserve_s)
+        return self.budget.count("compile", self.expected_compile_s * slower,
+                                 self.reserve_s) * self.workers.slots
 
     def contended(self, on: bool) -> None:
         """The planner starts (``on``) or stops work that competes with compiles for the cores."""
@@ -153,8 +183,9 @@ class CompileQueue:
                 _, _, f, job, unless = heapq.heappop(self._pending)
             if not f.set_running_or_notify_cancel():
                 continue
+            me = threading.get_ident()
             with self._cv:
-                self._running = (f, clock())
+                self._running[me] = (f, clock())
             try:
                 why = unless() if unless is not None else ""
                 out = Skipped(why, budget=False) if why else job()
@@ -163,7 +194,7 @@ class CompileQueue:
             else:
                 _settle(f, out)
             with self._cv:
-                self._running = None
+                self._running.pop(me, None)
 
     def _run(self, compile_fn: Callable[[], Any], slower: float = 1.0):
         left = self.budget.left()
@@ -180,8 +211,9 @@ class CompileQueue:
         c0 = self._contended_until(t)
         out = Compiled(started_s=t - self.budget.start)
         try:
-            out.evidence = compile_fn()
-        except self.errors as e:
+            out.evidence = self.workers.run(compile_fn)
+            out.cached = getattr(out.evidence, "source", "") == "cache"
+        except (WorkerLost, *self.errors) as e:
             out.error = str(e).splitlines()[0]
         end = clock()
         out.seconds = end - t
@@ -200,20 +232,21 @@ class CompileQueue:
             self._closed = True
             pending = [f for _, _, f, _, _ in self._pending]
             self._pending.clear()
-            running = self._running
+            running = list(self._running.values())
             self._cv.notify_all()
         for f in pending:
             _settle(f, Skipped(reason, budget=False))
-        if running is not None and not running[0].done():
-            self.abandoned.append(f"a compile running for {clock() - running[1]:.1f} s "
-                                  f"(abandoned, not awaited)")
-            _settle(running[0], Skipped(reason, budget=False))
+        for f, since in running:
+            if not f.done():
+                self.abandoned.append(f"a compile running for {clock() - since:.1f} s "
+                                      f"(abandoned, not awaited)")
+                _settle(f, Skipped(reason, budget=False))
         if pending:
             self.abandoned.append(f"{len(pending)} queued compile(s) (not started)")
 
     def close(self, wait: bool = True) -> None:
-        """Skip what has not started and, with ``wait``, wait for a running compile (it cannot
-        be interrupted; after ``abandon`` nothing waits for it)."""
+        """Skip what has not started and, with ``wait``, wait for the running compiles (they
+        cannot be interrupted; after ``abandon`` nothing waits for them)."""
         with self._cv:
             self._closed = True
             for _, _, f, _, _ in self._pending:
@@ -221,7 +254,8 @@ class CompileQueue:
             self._pending.clear()
             self._cv.notify_all()
         if wait:
-            self._worker.join()
+            for t in self._threads:
+                t.join()
 
 
 def _settle(f: Future, result: Any = None, error: BaseException | None = None) -> None:

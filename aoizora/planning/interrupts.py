@@ -54,6 +54,8 @@ class SignalHandling:
         self._old_fd = -1
         self._socks: tuple[socket.socket, socket.socket] | None = None
         self._watcher: threading.Thread | None = None
+        self._announced = False
+        self._announce_lock = threading.Lock()
 
     # -- installing ----------------------------------------------------------------------------
     def install(self) -> bool:
@@ -96,6 +98,7 @@ class SignalHandling:
         self._main_count += 1
         name = signal.Signals(signum).name
         if self._main_count == 1 and self.stop.active and self.keeps_plan:
+            self._announce_stop(name)   # before the run can end and print its own line
             self.stop.request(name)     # (the watcher may not have yet: a race)
             if self.stop.raises:
                 raise Interrupted(name)
@@ -117,6 +120,16 @@ class SignalHandling:
                 if signum in SIGNALS:
                     self._seen(signum)
 
+    def _announce_stop(self, name: str) -> None:
+        """The first signal's line, said once, by whichever of the handler and the watcher
+        takes the signal first (so that it comes before any line the stopped run prints)."""
+        with self._announce_lock:
+            if self._announced:
+                return
+            self._announced = True
+        _say(f"aoizora: {name} received: stopping and keeping the best plan so far "
+             f"(send it again to quit at once)")
+
     def _seen(self, signum: int) -> None:
         name = signal.Signals(signum).name
         self.received.append(name)
@@ -124,8 +137,7 @@ class SignalHandling:
         # ended the run already: then the stop is set)
         if len(self.received) == 1 and self.keeps_plan and (self.stop.active
                                                               or self.stop.is_set()):
-            _say(f"aoizora: {name} received: stopping and keeping the best plan so far "
-                 f"(send it again to quit at once)")
+            self._announce_stop(name)
             self.stop.request(name)
         elif self.hard_exit:
             self.quit(signum)

@@ -93,7 +93,8 @@ def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | 
         rank = pricing_rank("ilp", k, n_seeds, lead)
         todo.append(PricingItem("ilp", k, rank, m, sol, queue.submit(
             compile_job(prog.fn, prog.args, prog.target, sol.layout, m,
-                        compile_fn=state.seams.compile_layout), priority=rank), q1_s=q1))
+                        compile_fn=state.seams.compile_layout, cache=prog.cache),
+            priority=rank), q1_s=q1))
     queue.release()   # the ILP's layouts are queued: the seeds held after them may start
     if refined is not None:   # priced in the order they compile (``seeds.queue_seed_compiles``)
         todo += seed_pricing_items(state, refined, ranked[0][2] if ranked else None)

@@ -52,6 +52,7 @@ class Program:
     target: Target
     network: Network
     ir: Any
+    cache: Any = None        # the evidence cache compiles look up (extract.evidence_cache)
 
 
 @dataclasses.dataclass
@@ -195,6 +196,7 @@ class LoopState:
     best: Candidate | None = None
     stop_reason: str = ""
     iterations: list[IterationRecord] = dataclasses.field(default_factory=list)
+    final_evidence: list = dataclasses.field(default_factory=list)   # the plan's own compiles
 
     def __post_init__(self):
         self.scales = Scales(self.learned.attention_scale, self.learned.attention_scale,

@@ -25,6 +25,7 @@ import numpy as np
 
 from aoizora.planning import time_limits
 from aoizora.planning.candidate import Candidate, mesh_str
+from aoizora.planning.candidate_pricing import cache_kw
 from aoizora.extract.aot_compile import CompileError, compiler_identity
 from aoizora.extract.network import Network
 from aoizora.formulation.calibration import Calibration
@@ -198,7 +199,8 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
 
     def check(candidate):   # the compiler's verdict (VMEM / SMEM); its evidence kept
         compiled["ev"] = _abandonable(lambda: state.seams.compile_layout(
-            fn, args, prog.target, candidate, best.placement))
+            fn, args, prog.target, candidate, best.placement, **cache_kw(prog.cache)))
+        state.final_evidence.append(compiled["ev"])
 
     state.progress.stage("choosing attention tiles: compiling the plan with them in its order")
     try:
@@ -229,8 +231,9 @@ def _verify(state: LoopState, fn, args, notes: list[str]) -> bool:
     """Compile the plan in its own device order; whether it fits in HBM (noted)."""
     best, tgt = state.best, state.program.target
     state.progress.stage("verifying: compiling the plan with its own device order")
-    ev = _abandonable(lambda: state.seams.compile_layout(fn, args, tgt, best.solution.layout,
-                                                         best.placement))
+    ev = _abandonable(lambda: state.seams.compile_layout(
+        fn, args, tgt, best.solution.layout, best.placement, **cache_kw(state.program.cache)))
+    state.final_evidence.append(ev)
     fits = ev.memory.fits
     same = ev.placement_open() == {**best.evidence.placement_open()}
     notes.append(f"verified: compiles for {tgt.name} in the planned device order, "
@@ -256,7 +259,21 @@ def _plan(state: LoopState, key, fn, args, fits, notes: list[str], program: dict
         hbm_bytes_per_device=int(best.evidence.memory.total_bytes),
         status=("INTERRUPTED" if state.stop.is_set() else "OPTIMAL" if proven
                 else "NOT PROVEN"), notes=notes, program=program,
-        calibration=state.learned, time_limited=time_limited, compiler=compiler_identity())
+        calibration=state.learned, time_limited=time_limited, compiler=compiler_identity(),
+        compiles=compile_counts(state))
+
+
+def compile_counts(state: LoopState) -> dict[str, Any]:
+    """The run's compiles (``Plan.compiles``): how many ran, came from the evidence cache or
+    failed (the compile queue's, plus the plan's own tile and verification compiles), where
+    they ran and the cache directory."""
+    out: dict[str, Any] = dict(state.queue.counts)
+    for ev in state.final_evidence:
+        out["cached" if getattr(ev, "source", "") == "cache" else "compiled"] += 1
+    out["workers"] = getattr(state.queue.workers, "name", "in-process")
+    cache = state.program.cache
+    out["cache"] = cache.directory if cache is not None else None
+    return out
 
 
 def _predicted(best: Candidate, q2: Q2, network: Network) -> Predicted:

@@ -92,7 +92,7 @@ def queue_seed_compiles(state: LoopState) -> None:
         queue.hold(pricing_rank("ilp", 0, len(seeds)))
     state.seed_compiles = [queue.submit(compile_job(
         sd.fn or prog.fn, sd.args if sd.args is not None else prog.args, prog.target, sd.layout,
-        compile_fn=state.seams.compile_layout),
+        compile_fn=state.seams.compile_layout, cache=prog.cache),
         priority=pricing_rank("seed", i, len(seeds), refinement_first=first),
         slower=SEED_PROGRAM_SLOWER if first else 1.0)
         for i, sd in enumerate(seeds, 1)]
@@ -127,7 +127,8 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: IterationRecord) -> list[Pr
         def queue(kind: str, layout: Layout, sol: ShardingSolution, unless=None):
             rank = pricing_rank(kind, i, len(state.seeds), refinement_first=first)
             f = state.queue.submit(compile_job(sfn, sargs, state.program.target, layout,
-                                               compile_fn=state.seams.compile_layout),
+                                               compile_fn=state.seams.compile_layout,
+                                               cache=state.program.cache),
                                    priority=rank, unless=unless)
             out.append(PricingItem(kind, i, rank, dict(layout.mesh_axes), sol, f,
                                    seed=Seed(layout, base.fn, base.args, dict(base.program))))
