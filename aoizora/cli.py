@@ -131,6 +131,19 @@ def _plan_json(p) -> dict:
     return d
 
 
+# The wall clock's guard when ``--compiles`` is given and ``--time-budget`` is not, seconds:
+# the count decides, the guard only stops a run on a machine far slower than expected.
+COMPILE_GUARD_S = 3600.0
+
+
+def _time_budget(args: argparse.Namespace, default: float = 300.0) -> float:
+    """``--time-budget`` if given; else ``COMPILE_GUARD_S`` with ``--compiles``, else
+    ``default``."""
+    if args.time_budget is not None:
+        return args.time_budget
+    return COMPILE_GUARD_S if getattr(args, "compiles", None) is not None else default
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from aoizora.planner import plan
     from aoizora.progress import ConsoleProgress, Progress
@@ -145,13 +158,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         calibration = load_plan(args.calibration)
     job = _job(args)
     prog = Progress() if args.quiet else ConsoleProgress()
-    prog.stage(f"planning {job.describe()}, budget {args.time_budget:g} s, seed {args.seed}")
+    time_budget = _time_budget(args)
+    count = "" if args.compiles is None else f"{args.compiles} compiles, guard "
+    prog.stage(f"planning {job.describe()}, budget {count}{time_budget:g} s, seed {args.seed}")
     from aoizora.builtin import expert_seed_layouts
 
     seeds = [] if args.no_seeds else expert_seed_layouts(job)
-    p = plan(job.fn, *job.args, target=job.target, time_budget_s=args.time_budget,
+    p = plan(job.fn, *job.args, target=job.target, time_budget_s=time_budget,
              seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog,
-             calibration=calibration)
+             calibration=calibration, compiles=args.compiles)
     if not p.program:
         p.program = job.program()
     if args.out:
@@ -228,7 +243,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         pjob = _job(args, plan)
         plan.check_key(program_key(pjob.fn, pjob.args, pjob.target.name), ignore_target=False)
     prog = Progress() if args.quiet else ConsoleProgress()
-    res = compare(job, plan=plan, time_budget_s=args.time_budget, seed=args.seed, progress=prog)
+    res = compare(job, plan=plan, time_budget_s=_time_budget(args, 120.0), seed=args.seed,
+                  progress=prog, compiles=args.compiles)
     res.pop("plan")
     if args.json:
         print(json.dumps(res, indent=1))
@@ -325,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="plan a built-in model (default: Wan 2.1 1.3B, 480p, 81 frames, v5e-8)")
     _add_job_args(pl)
-    pl.add_argument("--time-budget", type=_POSITIVE, default=300.0, help="seconds for the whole call, compiles included (default 300)")
+    pl.add_argument("--time-budget", type=_POSITIVE, default=None, help="seconds for the whole call, compiles included (default 300; with --compiles, a guard of 3600)")
+    pl.add_argument("--compiles", type=_COUNT, default=None, help="at most N candidate compiles: the count, not the machine's load, decides what is priced (the time budget is then a guard)")
     pl.add_argument("--seed", type=int, default=0, help="solver seed (default 0)")
     pl.add_argument("--top-k", type=_COUNT, default=2, help="layouts compiled per iteration (default 2)")
     pl.add_argument("--no-seeds", action="store_true",
@@ -362,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", help="the plan against expert configurations, Alpa-style search, default order")
     _add_job_args(cp)
     cp.add_argument("--plan", help="a saved plan (else plan now)")
-    cp.add_argument("--time-budget", type=_POSITIVE, default=120.0, help="planning budget when no --plan (default 120)")
+    cp.add_argument("--time-budget", type=_POSITIVE, default=None, help="planning budget when no --plan (default 120; with --compiles, a guard of 3600)")
+    cp.add_argument("--compiles", type=_COUNT, default=None, help="planning budget in candidate compiles when no --plan")
     cp.add_argument("--seed", type=int, default=0)
     cp.add_argument("--json", action="store_true")
     cp.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -57,7 +57,8 @@ def price_default_order(fn, args, job: Job, layout, network: Network) -> dict[st
 
 
 def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0, seed: int = 0,
-            progress: Progress | None = None, keep_evidence: bool = False) -> dict[str, Any]:
+            progress: Progress | None = None, keep_evidence: bool = False,
+            compiles: int | None = None) -> dict[str, Any]:
     progress = progress or Progress()
     network = Network.from_target(job.target)
     rows = []
@@ -67,7 +68,7 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
 
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=time_budget_s,
                          seed_layouts=expert_seed_layouts(job),
-                         seed=seed, progress=progress)
+                         seed=seed, progress=progress, compiles=compiles)
     pr = plan.predicted
     rows.append(_row("aoizora", mesh=plan.mesh, step_s=pr["step_s"], compute_s=pr["compute_s"],
                      communication_s=pr["communication_s"], fits_hbm=plan.fits_hbm,

@@ -49,13 +49,15 @@ def solve_ilps(state: LoopState, it: int, rec: dict[str, Any]) -> tuple[list, li
     if first_with_seeds and state.meshes:
         queue.contended(False)
         waited = clock()
-        skip_ilps = first_compile_alone(state, refined)
+        skip_ilps, by_clock = first_compile_alone(state, refined)
         rec["ilps_started_s"] = round(state.budget.elapsed(), 3)
         ilp.extend(clock() - waited)   # the ILPs' share, shifted by the wait
         queue.contended(True)
         if skip_ilps:
             rec["changes"].append(f"sharding ILPs skipped: {skip_ilps}")
-            rec["time_limited"].append(f"sharding ILPs of iteration 1: skipped ({skip_ilps})")
+            if by_clock:
+                rec["time_limited"].append(
+                    f"sharding ILPs of iteration 1: skipped ({skip_ilps})")
             progress.note(f"sharding ILPs skipped ({skip_ilps})")
     meshes_now = [] if skip_ilps else sorted(state.meshes, key=lambda m: (len(m), list(m.values())))
     for m in meshes_now:

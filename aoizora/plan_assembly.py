@@ -73,6 +73,9 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     time_limited += [f"final annealing of the plan's placement{f' ({did})' if did else ''}"
                      f": {w}" for w in anneal_limited]
     notes = _notes(stop_reason, learned, time_limited)
+    if state.budget.compiles is not None:
+        notes.append(f"budget: {state.budget.compiles} candidate compile(s), "
+                     f"{state.budget.total_s:g} s of wall clock as a guard")
     ir = state.program.ir
     if ir is not None:   # what the IR could not read (ops kept replicated, attention not taken)
         notes += [f"program: {w}" for w in (*getattr(ir, "warnings", ()), *getattr(ir, "notes", ()))]

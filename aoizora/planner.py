@@ -38,6 +38,8 @@ left and assembles the plan. The steps, each a module of its own:
   6. ``aoizora.plan_assembly``: the Plan, with both certificates, every iteration's record and
      what the loop learned (``Plan.calibration``).
 
+With ``compiles=N`` (``solvers.budget``) at most N candidate compiles run once one fits, the
+time budget a guard: the count, not the machine's load, decides which layouts are priced.
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``, with the
 budget's ``compile`` margin) before the deadline less the ``reserve`` share, kept for the last
@@ -85,11 +87,17 @@ from aoizora.solvers.budget import Budget
 __all__ = ["plan", "Seed", "Candidate", "compile_layout", "PlanningError", "BudgetError"]
 
 
-def _budget_seconds(time_budget_s) -> float:
+def _budget(time_budget_s, compiles) -> Budget:
+    """The run's budget: ``time_budget_s`` seconds, and at most ``compiles`` candidate compiles
+    if given (``solvers.budget``). Raises BudgetError on a bad number."""
     if not math.isfinite(float(time_budget_s)) or time_budget_s <= 0:
         raise BudgetError(f"time budget {time_budget_s} s: give a positive, finite number of "
                           "seconds")
-    return float(time_budget_s)
+    try:
+        return Budget(float(time_budget_s), compiles=compiles)
+    except (TypeError, ValueError):
+        raise BudgetError(f"compiles={compiles!r}: give a whole number of compiles, 1 or more, "
+                          "or None (the time budget alone)") from None
 
 
 def _check_plan_args(abstract_args, seed, workers, placement_time_s, ilp_time_s, top_k,
@@ -155,7 +163,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          verify: bool = True, progress: Progress | None = None,
          on_candidate: Callable[[Candidate], None] | None = None,
          seed_layouts: Sequence["Layout | Seed"] = (),
-         calibration: "Calibration | Plan | None" = None) -> Plan:
+         calibration: "Calibration | Plan | None" = None,
+         compiles: int | None = None) -> Plan:
     """Plan ``fn(*abstract_args)`` for ``target`` within ``time_budget_s`` seconds (compiles
     included). ``abstract_args``: pytrees of ``jax.ShapeDtypeStruct`` or arrays. Returns the best
     plan by Q2 with both solvers' certificates and the record of every iteration.
@@ -168,8 +177,12 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     the plan itself): the ILP starts from its collective costs and attention scales instead of
     the defaults (``formulation.calibration``); a calibration from another target is refused.
     ``ilp_time_s`` / ``placement_time_s``: what one ILP / one placement may take at most; the
-    budget's shares (``solvers.budget``) cut them to the time left."""
-    budget = Budget(_budget_seconds(time_budget_s))
+    budget's shares (``solvers.budget``) cut them to the time left.
+    ``compiles``: at most this many candidate compiles (None: the time budget alone decides how
+    many); the time budget is then a guard. The count, unlike the clock, does not depend on the
+    machine's load: the same inputs, seed and ``compiles`` give the same plan wherever no time
+    limit binds (``Plan.time_limited``). Raises BudgetError for a count below 1."""
+    budget = _budget(time_budget_s, compiles)
     progress = progress or Progress()
     tgt = get_target(target)
     _check_plan_args(abstract_args, seed, workers, placement_time_s, ilp_time_s, top_k,

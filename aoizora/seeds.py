@@ -219,13 +219,14 @@ def _retimed_solution(sd: Seed, ref, layout: Layout) -> ShardingSolution:
         f"the kernel model's tiles"] + list(sol.words))
 
 
-def first_compile_alone(state: LoopState, refined: list) -> str:
+def first_compile_alone(state: LoopState, refined: list) -> tuple[str, bool]:
     """Wait for the first compile of the pricing order (the first seed's; with training seeds
     the first refinement's, or the next queued where a seed has none), which so has the cores to
     itself, then say whether the
-    first iteration's sharding ILPs are worth solving: "" when the budget still holds the
-    compiles ranked before the ILP's best (``pricing_rank``: the first seed's refinement and
-    the second seed) and the ILP's best itself, else why not.
+    first iteration's sharding ILPs are worth solving: ("", False) when the budget still holds
+    the compiles ranked before the ILP's best (``pricing_rank``: the first seed's refinement and
+    the second seed) and the ILP's best itself, else (why not, whether the clock decided it:
+    False where the compile count did, which is repeatable).
 
     Until the first compile the planner cannot know what a compile costs. Solved beside it, the
     ILPs took one of the 2 cores: Wan 2.1 1.3B 480p-41f for v5e-16 compiled in 31.9 s beside
@@ -255,7 +256,11 @@ def first_compile_alone(state: LoopState, refined: list) -> str:
     waiting = sum(1 for f in ahead if not f.done())
     room = queue.compiles_left()
     if room >= waiting + 1:
-        return ""
+        return "", False
+    counted = state.budget.compiles_left(len(queue.done))
+    if counted is not None and counted <= room:    # the count decided, not the clock
+        return (f"the compile budget ({state.budget.compiles}) holds {counted} more compile(s) "
+                f"and the ILP's best would be compile {waiting + 1} after the first seed's"), False
     return (f"the time budget holds {room} more compile(s) of about "
             f"{queue.expected_compile_s:.1f} s and the ILP's best would be compile "
-            f"{waiting + 1} after the first seed's")
+            f"{waiting + 1} after the first seed's"), True
