@@ -317,14 +317,17 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
               progress: Progress | None = None, log: Callable[[str], None] = print,
               random_placements: int = RANDOM_PLACEMENTS, experts: bool = True,
               alpa: bool = True, planner_workers: int = 2,
-              calibration_from: str | None = None) -> dict[str, Any]:
+              calibration_from: str | None = None,
+              compiles: int | None = None) -> dict[str, Any]:
     """``run_cell``'s work, inside its ``keeping_hlo``.
     ``calibration_from``: a cell JSON whose plan's calibration the planner starts from (a warm
-    start, ``plan(..., calibration=...)``); recorded in the cell."""
+    start, ``plan(..., calibration=...)``); recorded in the cell. ``compiles``: the planner's
+    budget in candidate compiles (``plan(..., compiles=N)``; ``budget_s`` is then its guard)."""
     t_cell = time.perf_counter()
     out: dict[str, Any] = {"cell": cell.name, "model": cell.model, "resolution": cell.resolution,
                            "frames": cell.frames, "target_arg": cell.target,
-                           "budget_s": budget_s, "seed": seed, "planner_workers": planner_workers,
+                           "budget_s": budget_s, "compiles": compiles, "seed": seed,
+                           "planner_workers": planner_workers,
                            "machine_start": machine(),
                            "labels": {"sim": SIM_LABEL, "q2": Q2_LABEL,
                                       "sim_compute": "the simulator's own compute and kernel "
@@ -350,14 +353,15 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
     # -- the plan -------------------------------------------------------------------------------
     cands: list[Candidate] = []
     plan = best = None
-    log(f"[{cell.name}] planning (budget {budget_s:g} s)")
+    log(f"[{cell.name}] planning (budget "
+        f"{'' if compiles is None else f'{compiles} compiles, guard '}{budget_s:g} s)")
     try:
         from aoizora.builtin import expert_seed_layouts
 
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
                          progress=progress, on_candidate=cands.append,
                          seed_layouts=expert_seed_layouts(job), workers=planner_workers,
-                         calibration=calibration)
+                         calibration=calibration, compiles=compiles)
     except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on with the baselines
         out["errors"].append({"row": "aoizora", "error": _err(e),
                               "traceback": traceback.format_exc(limit=4)})
@@ -707,7 +711,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.grid", description=__doc__.split("\n")[0])
     ap.add_argument("--cells", default="", help="comma-separated cell names (default: all, "
                                                 "cheapest first); see --list")
-    ap.add_argument("--budget", type=float, default=120.0, help="planning time budget per cell, s")
+    ap.add_argument("--budget", type=float, default=120.0, help="planning time budget per cell, s "
+                    "(with --compiles: the wall clock's guard)")
+    ap.add_argument("--compiles", type=int, default=None, help="planning budget per cell in "
+                    "candidate compiles: the count, not the machine's load, decides the plan")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="re-run cells whose JSON exists")
     ap.add_argument("--smoke", action="store_true", help="one small cell into a temp dir (CI)")
@@ -784,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 out = run_cell(c, budget_s=a.budget, seed=a.seed, progress=_LogProgress(log),
                                log=log, planner_workers=a.planner_workers,
-                               calibration_from=a.calibration_from)
+                               calibration_from=a.calibration_from, compiles=a.compiles)
             except Exception as e:  # noqa: BLE001 -- e.g. an unknown workload; record, go on
                 out = {"cell": c.name, "error": _err(e), "traceback": traceback.format_exc(limit=6),
                        "budget_s": a.budget, "seed": a.seed, "machine_start": machine(),
@@ -805,6 +812,8 @@ def _run_isolated(c: Cell, a, d: Path, log) -> dict[str, Any] | None:
     cmd = [sys.executable, "-m", "benchmarks.grid", "--in-process", "--force", "--cells", c.name,
            "--budget", str(a.budget), "--seed", str(a.seed), "--out", str(d),
            "--planner-workers", str(a.planner_workers)]
+    if a.compiles is not None:
+        cmd += ["--compiles", str(a.compiles)]
     if a.calibration_from:
         cmd += ["--calibration-from", str(Path(a.calibration_from).resolve())]
     t0 = time.perf_counter()

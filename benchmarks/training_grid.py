@@ -227,13 +227,15 @@ def _program(ex) -> dict[str, Any]:
 
 
 def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, log,
-              compiled: PlannerCompiles):
+              compiled: PlannerCompiles, compiles: int | None = None):
     """(plan summary, [plan row, plan-layout-in-default-order row]); ``compiled`` collects the
-    planner's compiles (call inside ``keeping_hlo``)."""
+    planner's compiles (call inside ``keeping_hlo``); ``compiles``: the planner's budget in
+    candidate compiles (``budget`` seconds its guard)."""
     seeds = expert_seed_layouts(job)
     t0 = time.perf_counter()
     p = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget, seed=seed,
-                  seed_layouts=seeds, progress=_LogProgress(log), on_candidate=compiled)
+                  seed_layouts=seeds, progress=_LogProgress(log), on_candidate=compiled,
+                  compiles=compiles)
     wall = time.perf_counter() - t0
     if not p.program:
         p.program = job.program()
@@ -266,13 +268,16 @@ def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, 
     return summary, rows
 
 
-def run_cell(cell: Cell, budget: float, seed: int, log=print, alpa: bool = True
-             ) -> dict[str, Any]:
+def run_cell(cell: Cell, budget: float, seed: int, log=print, alpa: bool = True,
+             compiles: int | None = None) -> dict[str, Any]:
+    """One training cell's JSON-ready record (module docstring); ``compiles``: the planner's
+    budget in candidate compiles, ``budget`` seconds then its guard."""
     job = builtin_job(cell.model, None, None, cell.target, workload=cell.workload, task="train",
                       batch=cell.batch)
     sim = Simulator(job.target)
     flops = model_flops(job)
     out: dict[str, Any] = {"cell": cell.name, **dataclasses.asdict(cell), "budget_s": budget,
+                           "compiles": compiles,
                            "seed": seed, "machine": machine_info(), "git": git_state(),
                            "tokens": job.workload.tokens, "padded_tokens": job.padded_tokens,
                            "model_flops": flops, "labels": {"q2": Q2_LABEL, "sim": SIM_LABEL},
@@ -280,7 +285,8 @@ def run_cell(cell: Cell, budget: float, seed: int, log=print, alpa: bool = True
     compiled = PlannerCompiles(job)
     with tempfile.TemporaryDirectory(prefix="aoizora-training-hlo-") as d, keeping_hlo(d):
         try:
-            out["plan"], rows = plan_rows(job, budget, seed, sim, flops["flops"], log, compiled)
+            out["plan"], rows = plan_rows(job, budget, seed, sim, flops["flops"], log, compiled,
+                                          compiles)
             out["rows"] += rows
         except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
             out["errors"].append({"where": "plan", "error": traceback.format_exc()[-2000:]})
@@ -534,7 +540,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.training_grid",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
-    ap.add_argument("--budget", type=float, default=300.0, help="planning budget per cell, s")
+    ap.add_argument("--budget", type=float, default=300.0, help="planning budget per cell, s "
+                    "(with --compiles: the wall clock's guard)")
+    ap.add_argument("--compiles", type=int, default=None,
+                    help="planning budget per cell in candidate compiles")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--out", default=str(RESULTS))
@@ -566,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             print(f"cell {c.name}", flush=True)
             write_cell(run_cell(c, a.budget, a.seed, log=lambda s: print(s, flush=True),
-                                alpa=not a.no_alpa), out_dir)
+                                alpa=not a.no_alpa, compiles=a.compiles), out_dir)
     Path(a.summary).write_text("\n".join(report(out_dir)) + "\n")
     return 0
 
