@@ -244,7 +244,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         plan.check_key(program_key(pjob.fn, pjob.args, pjob.target.name), ignore_target=False)
     prog = Progress() if args.quiet else ConsoleProgress()
     res = compare(job, plan=plan, time_budget_s=_time_budget(args, 120.0), seed=args.seed,
-                  progress=prog, compiles=args.compiles)
+                  progress=prog, compiles=args.compiles, tuned=args.tuned,
+                  tune_compiles=args.tune_compiles)
     res.pop("plan")
     if args.json:
         print(json.dumps(res, indent=1))
@@ -381,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--plan", help="a saved plan (else plan now)")
     cp.add_argument("--time-budget", type=_POSITIVE, default=None, help="planning budget when no --plan (default 120; with --compiles, a guard of 3600)")
     cp.add_argument("--compiles", type=_COUNT, default=None, help="planning budget in candidate compiles when no --plan")
+    cp.add_argument("--tuned", action="store_true", help="also each expert at the best of the knobs its users turn (remat, attention blocks, compiler options), the best of them, and that one under a solved placement")
+    cp.add_argument("--tune-compiles", type=_COUNT, default=None, help="with --tuned: at most this many settings compiled per expert (default: every one)")
     cp.add_argument("--seed", type=int, default=0)
     cp.add_argument("--json", action="store_true")
     cp.add_argument("--quiet", action="store_true", help="no progress on stderr")
