@@ -57,6 +57,8 @@ OTHER_RESULTS = (
      "python -m benchmarks.training_grid --report"),
     ("compile_budget_repeat.md", "one cell planned twice with `--compiles 4`",
      "python -m benchmarks.compile_budget_repeat"),
+    ("tuned_cells.md", "cells re-run with tuned experts and a compile budget",
+     "python -m benchmarks.tuned_cells_report"),
     ("plan_wan2.1-1.3b_480p-81f_v5e-8.md", "the default `aoizora plan`",
      "python -m benchmarks.plan_default"),
     ("ilp_only.md", "cells planned with no seed layouts", "python -m benchmarks.ilp_only"),
@@ -363,9 +365,11 @@ def limits(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
     low = [r for r in rho if r < 0.9]
     met = [(t, geomean([c.vs_expert for c in cs])) for t, cs in groups(inf, by_model=False)[:-1]]
     return "\n".join([
-        "", "- **The baselines are the experts as published**, not tuned the way their users "
-        "tune them (remat, attention blocks sized to the shard, compiler options): a speedup "
-        "mixes what the plan's layout adds with knobs any expert could turn.",
+        "", "- **The grids' baselines are the experts as published**, not tuned the way their "
+        "users tune them (remat, attention blocks sized to the shard, compiler options): a "
+        "speedup mixes what the plan's layout adds with knobs any expert could turn. Tuned "
+        "experts exist (`aoizora compare --tuned`, the grids' `--tuned-experts`); neither grid "
+        "has been re-run with them. " + tuned_cells_text(),
         f"- **Neither grid is one run.** Inference: {len(inf)} cells {commits_text(inf)}, on "
         f"{budget_text(inf)}. Training: {len(tr)} cells {commits_text(tr)}. A compile-count "
         "budget (`--compiles N`) makes a cell's plan repeatable "
@@ -381,6 +385,28 @@ def limits(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
         f"plan layout's placements is under 0.9 in {len(low)} of {len(rho)} inference cells "
         f"(min {min(rho, default=float('nan')):.3f}); the simulator's fastest pair is the plan "
         f"in {sum(bool(c.top1) for c in inf)} of {len(inf)}."])
+
+
+def tuned_cells_text(dirs: Sequence[Path] = (RES / "grid_tuned", RES / "training_tuned")) -> str:
+    """The cells re-run with tuned experts (``benchmarks.tuned_cells_report``): per cell, the
+    plan against the best tuned expert and the best expert as published (simulated)."""
+    parts = []
+    for d in dirs:
+        for p in sorted(Path(d).glob("*.json")):
+            c = json.loads(p.read_text())
+            rows = _rows(c)
+            plan, bt = rows.get("aoizora") or {}, rows.get("best-tuned-expert") or {}
+            pub = [r for n, r in rows.items() if n.startswith("expert:") and r.get("sim_step_s")]
+            if not (plan.get("sim_step_s") and bt.get("sim_step_s") and pub):
+                continue
+            best_pub = min(r["sim_step_s"] for r in pub)
+            parts.append(f"{c['cell']}: the plan {bt['sim_step_s'] / plan['sim_step_s']:.3f}x "
+                         f"over the best tuned expert, {best_pub / plan['sim_step_s']:.3f}x over "
+                         f"the best as published")
+    if not parts:
+        return "No cell has been re-run with them."
+    return (f"Re-run with them and a compile budget, {len(parts)} cell(s) only "
+            f"(`tuned_cells.md`, simulated): " + "; ".join(parts) + ".")
 
 
 def _expert_based(cells: Sequence[CellFigures]) -> int:
