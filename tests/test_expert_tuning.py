@@ -89,3 +89,33 @@ def test_knob_settings_build_the_small_models_programs():
     assert TE.variant(inf, "cfg2_context", Knobs(remat="none")) is None
     assert TE.variant(inf, "cfg2_context", Knobs(options="libtpu_default")).layout \
         .compiler_options == {}
+
+
+def test_the_tuned_cells_report_and_readme_sentence_read_a_cell(tmp_path):
+    import json
+
+    from benchmarks.tuned_cells_report import cell_line, tuning_lines
+    from benchmarks.update_readme import tuned_cells_text
+
+    cell = {"cell": "m_w_t", "compiles": 4, "budget_s": 1800, "git": {"git_commit": "ab" * 20},
+            "rows": [{"name": "aoizora", "sim_step_s": 0.10},
+                     {"name": "expert:a", "sim_step_s": 0.15},
+                     {"name": "best-tuned-expert", "sim_step_s": 0.12, "expert": "a",
+                      "knobs": "remat none, blocks shard, options published"},
+                     {"name": "best-tuned-expert/solved-placement", "sim_step_s": 0.11}],
+            "tuning": [{"name": "a", "gain": 1.25, "untried": [],
+                        "published": {"step_s": 0.15}, "trials": [{}, {}],
+                        "best": {"step_s": 0.12, "remat": "none", "blocks": "shard",
+                                 "options": "published"}}]}
+    d = tmp_path / "grid_tuned"
+    d.mkdir()
+    (d / "m_w_t.json").write_text(json.dumps(cell))
+    line = cell_line(cell)
+    assert "| 1.200x |" in line and "| 1.500x |" in line and "| 1.100x |" in line
+    assert tuned_cells_text([d]) == (
+        "Re-run with them and a compile budget, 1 cell(s) only (`tuned_cells.md`, simulated): "
+        "m_w_t: the plan 1.200x over the best tuned expert, 1.500x over the best as published.")
+    assert tuned_cells_text([tmp_path / "none"]) == "No cell has been re-run with them."
+    assert tuning_lines(cell) == ["- a: as published 150.00 ms; best 120.00 ms with remat none, "
+                                  "blocks shard, options published (1.250x from tuning); 2 "
+                                  "setting(s) priced"]
