@@ -52,8 +52,9 @@ def tuned_expert_rows(job, price: Callable[[Variant], Priced],
     rows = []
     for t in tuned:
         if t.best is None:
+            why = next((x.priced.reason for x in t.trials if x.priced.reason), "")
             rows.append({"name": f"tuned:{t.name}", "valid": False,
-                         "reason": "no setting of its knobs was priced (none fits in HBM)"})
+                         "reason": f"no setting of its knobs was priced: {why}"[:300]})
             continue
         rows.append({**t.best.priced.detail, "name": f"tuned:{t.name}", "valid": True,
                      "knobs": t.best.knobs.label(), "tuning_gain": t.gain})
