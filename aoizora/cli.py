@@ -146,7 +146,7 @@ def _time_budget(args: argparse.Namespace, default: float = 300.0) -> float:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from aoizora.planner import plan
-    from aoizora.progress import ConsoleProgress, Progress
+    from aoizora.planning.progress import ConsoleProgress, Progress
     from aoizora.report import format_plan
 
     if args.out:
@@ -235,7 +235,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from aoizora.compare import compare
     from aoizora.plans import load_plan, program_key
-    from aoizora.progress import ConsoleProgress, Progress
+    from aoizora.planning.progress import ConsoleProgress, Progress
 
     plan = load_plan(args.plan) if args.plan else None  # checked before anything is built
     job = _job(args)
@@ -398,7 +398,7 @@ def _user_errors() -> tuple:
     from aoizora.models.training import TrainingError
     from aoizora.planner import PlanningError
     from aoizora.plans import PlanError
-    from aoizora.realize import RealizeError
+    from aoizora.runtime.realize import RealizeError
     from aoizora.solvers.sharding import ShardingSolveError
 
     return (UsageError, TargetError, WorkloadError, PlanningError, PlanError, RealizeError,

@@ -41,7 +41,7 @@ from typing import Any, Callable
 from aoizora.formulation.layout import Layout
 from aoizora.models import experts as E
 from aoizora.models import training_experts as T
-from aoizora.models.recipes import MAXDIFFUSION_OPTIONS
+from aoizora.kernels.recipes import MAXDIFFUSION_OPTIONS
 
 PUBLISHED = "published"
 
@@ -155,8 +155,8 @@ def variant(job, name: str, knobs: Knobs) -> Variant | None:
         return None
     layout = ex.layout
     if knobs.blocks == "shard":
-        from aoizora.extract.program_ir import build_ir
-        from aoizora.tiles import kernel_tiled
+        from aoizora.extract.frontends.jax.ir_builder import build_ir
+        from aoizora.kernels.tiles import kernel_tiled
 
         with warnings.catch_warnings():     # ops kept replicated: the IR's warning, not ours
             warnings.simplefilter("ignore")
