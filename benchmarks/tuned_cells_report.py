@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RES = ROOT / "benchmarks" / "results"
-DIRS = (RES / "grid_tuned", RES / "training_tuned")
+DIRS = (RES / "grid_tuned", RES / "training_tuned", RES / "tuned_small")
 OUT = RES / "tuned_cells.md"
 
 
@@ -29,7 +29,7 @@ def _rows(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _ms(r: dict[str, Any] | None) -> str:
-    return f"{r['sim_step_s'] * 1e3:.2f}" if r and r.get("sim_step_s") else "-"
+    return f"{r['sim_step_s'] * 1e3:.4g}" if r and r.get("sim_step_s") else "-"
 
 
 def _x(r: dict[str, Any] | None, plan: dict[str, Any] | None) -> str:
@@ -60,8 +60,9 @@ def tuning_lines(c: dict[str, Any]) -> list[str]:
     out = []
     for t in c.get("tuning", []):
         p, b = t.get("published") or {}, t.get("best") or {}
-        ps = f"{p['step_s'] * 1e3:.2f} ms" if p.get("step_s") else "not priced"
-        bs = f"{b['step_s'] * 1e3:.2f} ms" if b.get("step_s") else "not priced"
+        why = next((x.get("reason") for x in t.get("trials", []) if x.get("reason")), "")
+        ps = f"{p['step_s'] * 1e3:.4g} ms" if p.get("step_s") else f"not priced ({why[:160]})"
+        bs = f"{b['step_s'] * 1e3:.4g} ms" if b.get("step_s") else "not priced"
         knobs = ", ".join(f"{k} {b[k]}" for k in ("remat", "blocks", "options") if k in b)
         gain = f" ({t['gain']:.3f}x from tuning)" if t.get("gain") else ""
         untried = f"; not tried (compile cap): {len(t['untried'])}" if t.get("untried") else ""
@@ -82,7 +83,9 @@ def report(dirs: Sequence[Path]) -> str:
              "at the best of its users' knobs (`aoizora/expert_tuning.py`), the least of them; "
              "as published: the best expert with its recipe's settings; solved placement: the "
              "best tuned expert under CP-SAT's placement. Only these cells were re-run: no "
-             "grid-wide figure follows from them.", "",
+             "grid-wide figure follows from them. `tuned_small/` holds cells of the small test "
+             "model (`wan2.1-small`, a few MB of weights), run to check the machinery end to "
+             "end: they say nothing about the real models.", "",
              "| cell | commit | budget | plan ms | best tuned expert ms | plan x it | best expert "
              "as published ms | plan x it | tuned + solved placement ms | plan x it | plan x "
              "Alpa-style |", "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -116,6 +116,6 @@ def test_the_tuned_cells_report_and_readme_sentence_read_a_cell(tmp_path):
         "Re-run with them and a compile budget, 1 cell(s) only (`tuned_cells.md`, simulated): "
         "m_w_t: the plan 1.200x over the best tuned expert, 1.500x over the best as published.")
     assert tuned_cells_text([tmp_path / "none"]) == "No cell has been re-run with them."
-    assert tuning_lines(cell) == ["- a: as published 150.00 ms; best 120.00 ms with remat none, "
+    assert tuning_lines(cell) == ["- a: as published 150 ms; best 120 ms with remat none, "
                                   "blocks shard, options published (1.250x from tuning); 2 "
                                   "setting(s) priced"]
