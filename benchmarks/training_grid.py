@@ -72,6 +72,7 @@ from benchmarks.sim.hlo_cost import compute_breakdown
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
 from benchmarks.tuned_rows import solved_order, tuned_expert_rows
 from aoizora.expert_tuning import Priced
+from aoizora.extract.atomic_io import atomic_write
 
 Q2_LABEL = "predicted (Q2)"
 RESULTS = Path(__file__).resolve().parent / "results" / "training_grid"
@@ -425,7 +426,7 @@ class _LogProgress(Progress):
 def write_cell(out: dict[str, Any], directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{out['cell']}.json"
-    path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    atomic_write(path, json.dumps(out, indent=1, default=str) + "\n")
     return path
 
 
@@ -643,7 +644,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 alpa=not a.no_alpa, compiles=a.compiles,
                                 tuned=(a.tune_compiles or True) if a.tuned_experts else None),
                        out_dir)
-    Path(a.summary).write_text("\n".join(report(out_dir)) + "\n")
+    atomic_write(Path(a.summary), "\n".join(report(out_dir)) + "\n")
     return 0
 
 

@@ -39,6 +39,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from aoizora.extract.atomic_io import atomic_write
+
 ROOT = Path(__file__).resolve().parent.parent
 RES = ROOT / "benchmarks" / "results"
 GRID = RES / "grid_independent"
@@ -452,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print("README.md's generated regions are up to date")
         return 0
-    readme.write_text(new)
+    atomic_write(readme, new)
     print("README.md's generated regions regenerated")
     return 0
 

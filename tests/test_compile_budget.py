@@ -4,6 +4,7 @@ planner, the repeat check ignores timings and nothing else, and (slow) the small
 twice with the same count gives the same plan."""
 
 import json
+import types
 
 import jax
 import jax.numpy as jnp
@@ -51,10 +52,12 @@ def test_the_cli_hands_the_count_and_its_guard_to_the_planner(monkeypatch, argv,
 
     monkeypatch.setattr(planner, "plan", fake_plan)
     monkeypatch.setattr(builtin, "expert_seed_layouts", lambda job: [])
+    args = cli.build_parser().parse_args(
+        ["plan", "--model", "wan2.1-small", "--resolution", "128p", "--frames", "9", "--quiet",
+         *argv])
+    args.signals = types.SimpleNamespace()      # main() sets the signal handling; not needed here
     with pytest.raises(_Stop):
-        cli.cmd_plan(cli.build_parser().parse_args(
-            ["plan", "--model", "wan2.1-small", "--resolution", "128p", "--frames", "9",
-             "--quiet", *argv]))
+        cli.cmd_plan(args)
     assert (got["compiles"], got["time_budget_s"]) == want
 
 
