@@ -165,6 +165,19 @@ def _plan_json(p) -> dict:
     return d
 
 
+# The wall clock's guard when ``--compiles`` is given and ``--time-budget`` is not, seconds:
+# the count decides, the guard only stops a run on a machine far slower than expected.
+COMPILE_GUARD_S = 3600.0
+
+
+def _time_budget(args: argparse.Namespace, default: float = 300.0) -> float:
+    """``--time-budget`` if given; else ``COMPILE_GUARD_S`` with ``--compiles``, else
+    ``default``."""
+    if args.time_budget is not None:
+        return args.time_budget
+    return COMPILE_GUARD_S if getattr(args, "compiles", None) is not None else default
+
+
 def _check_compiler() -> None:
     """LIBTPU_INIT_ARGS that libtpu refuses is a configuration error (exit 2), checked before
     anything compiles (``extract.targets.check_libtpu_args``)."""
@@ -193,15 +206,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
                               + (f" ({args.out} unchanged)" if args.out else ""))
     job = _job(args)
     prog = Progress() if args.quiet else ConsoleProgress()
-    prog.stage(f"planning {job.describe()}, budget {args.time_budget:g} s, seed {args.seed}")
+    time_budget = _time_budget(args)
+    count = "" if args.compiles is None else f"{args.compiles} compiles, guard "
+    prog.stage(f"planning {job.describe()}, budget {count}{time_budget:g} s, seed {args.seed}")
     from aoizora.builtin import expert_seed_layouts
 
     seeds = [] if args.no_seeds else expert_seed_layouts(job)
     workers = _workers(args)
     try:
-        p = plan(job.fn, *job.args, target=job.target, time_budget_s=args.time_budget,
+        p = plan(job.fn, *job.args, target=job.target, time_budget_s=time_budget,
                  seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog,
-                 calibration=calibration, cache=_cache(args), compile_workers=workers)
+                 calibration=calibration, compiles=args.compiles, cache=_cache(args),
+                 compile_workers=workers)
     finally:
         workers.close()
     if not p.program:
@@ -310,8 +326,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     prog = Progress() if args.quiet else ConsoleProgress()
     workers = _workers(args)
     try:
-        res = compare(job, plan=plan, time_budget_s=args.time_budget, seed=args.seed,
-                      progress=prog, cache=_cache(args), compile_workers=workers)
+        res = compare(job, plan=plan, time_budget_s=_time_budget(args, 120.0), seed=args.seed,
+                      progress=prog, compiles=args.compiles, tuned=args.tuned,
+                      tune_compiles=args.tune_compiles, cache=_cache(args),
+                      compile_workers=workers)
     finally:
         workers.close()
     res.pop("plan")
@@ -434,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="plan a built-in model (default: Wan 2.1 1.3B, 480p, 81 frames, v5e-8)")
     _add_job_args(pl)
-    pl.add_argument("--time-budget", type=_POSITIVE, default=300.0, help="seconds for the whole call, compiles included (default 300)")
+    pl.add_argument("--time-budget", type=_POSITIVE, default=None, help="seconds for the whole call, compiles included (default 300; with --compiles, a guard of 3600)")
+    pl.add_argument("--compiles", type=_COUNT, default=None, help="at most N candidate compiles: the count, not the machine's load, decides what is priced (the time budget is then a guard)")
     pl.add_argument("--seed", type=int, default=0, help="solver seed (default 0)")
     pl.add_argument("--top-k", type=_COUNT, default=2, help="layouts compiled per iteration (default 2)")
     pl.add_argument("--no-seeds", action="store_true",
@@ -478,7 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp = sub.add_parser("compare", help="the plan against expert configurations, Alpa-style search, default order")
     _add_job_args(cp)
     cp.add_argument("--plan", help="a saved plan (else plan now)")
-    cp.add_argument("--time-budget", type=_POSITIVE, default=120.0, help="planning budget when no --plan (default 120)")
+    cp.add_argument("--time-budget", type=_POSITIVE, default=None, help="planning budget when no --plan (default 120; with --compiles, a guard of 3600)")
+    cp.add_argument("--compiles", type=_COUNT, default=None, help="planning budget in candidate compiles when no --plan")
+    cp.add_argument("--tuned", action="store_true", help="also each expert at the best of the knobs its users turn (remat, attention blocks, compiler options), the best of them, and that one under a solved placement")
+    cp.add_argument("--tune-compiles", type=_COUNT, default=None, help="with --tuned: at most this many settings compiled per expert (default: every one)")
     cp.add_argument("--seed", type=int, default=0)
     cp.add_argument("--json", action="store_true")
     cp.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -7,14 +7,19 @@ Rows (every latency predicted by the Q2 link-load model on the compiled TPU prog
 - ``alpa-logical``: the sharding ILP with fixed, placement-oblivious alpha-beta costs (Alpa's
   model), its best layout compiled and placed in JAX's default order;
 - ``expert:NAME``: each expert configuration (``models.experts``) in JAX's default order, or the
-  reason it is rejected.
+  reason it is rejected: the expert as published;
+- with ``tuned``: ``tuned:NAME``, each expert at the best of the knobs its users turn (remat,
+  attention blocks, compiler options: ``aoizora.expert_tuning``), in JAX's default order;
+  ``best-tuned-expert``, the least of them (the headline baseline); and
+  ``best-tuned-expert/solved-placement``, that one under the placement CP-SAT solves for it
+  (what placement adds to it, apart from what layouts add).
 ``speedup`` = baseline step / AoiZora step (> 1: AoiZora faster).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from aoizora.builtin import Job
 from aoizora.extract.aot_compile import CompileError
@@ -61,8 +66,12 @@ def price_default_order(fn, args, job: Job, layout, network: Network,
 
 def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0, seed: int = 0,
             progress: Progress | None = None, keep_evidence: bool = False,
-            cache: EvidenceCache | None = None, compile_workers: Any = None) -> dict[str, Any]:
-    """The rows of the module docstring for ``job`` (planned now unless ``plan`` is given).
+            compiles: int | None = None, tuned: bool = False,
+            tune_compiles: int | None = None, cache: EvidenceCache | None = None,
+            compile_workers: Any = None) -> dict[str, Any]:
+    """The plan (made now unless ``plan``) against every baseline (module docstring), each
+    priced by Q2. ``compiles``: the planner's budget in compiles; ``tuned``: add the tuned
+    experts' rows, each expert tuned within ``tune_compiles`` compiles (None: every setting);
     ``cache``: the evidence cache every compile looks up (``extract.evidence_cache``);
     ``compile_workers``: where the planner's compiles run (``plan(compile_workers=...)``)."""
     progress = progress or Progress()
@@ -74,7 +83,7 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
 
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=time_budget_s,
                          seed_layouts=expert_seed_layouts(job),
-                         seed=seed, progress=progress, cache=cache,
+                         seed=seed, progress=progress, compiles=compiles, cache=cache,
                          compile_workers=compile_workers)
     pr = plan.predicted
     rows.append(_row("aoizora", mesh=plan.mesh, step_s=pr["step_s"], compute_s=pr["compute_s"],
@@ -102,16 +111,80 @@ def compare(job: Job, *, plan: Plan | None = None, time_budget_s: float = 120.0,
         d = price_default_order(ex.fn, ex.args, job, ex.layout, network, cache)
         rows.append(_row(f"expert:{ex.name}", description=ex.reason, **_clean(d, keep_evidence)))
 
+    tuning = tuned_rows(job, network, progress, tune_compiles, seed, cache) if tuned else {}
+    rows += tuning.get("rows", [])
     base = rows[0]["step_s"]
     for r in rows:
         r["speedup"] = (r["step_s"] / base) if (r.get("step_s") and base) else None
     experts = [r for r in rows if r["name"].startswith("expert:") and r.get("step_s")]
     best_expert = min(experts, key=lambda r: r["step_s"]) if experts else None
-    return {"model": job.model.name, "workload": job.workload.name, "target": job.target.name,
-            "tokens": job.workload.tokens, "padded_tokens": job.padded_tokens,
-            "rows": rows, "best_expert": best_expert["name"] if best_expert else None,
-            "speedup_over_best_expert": best_expert["speedup"] if best_expert else None,
-            "plan": plan}
+    best_tuned = next((r for r in rows if r["name"] == "best-tuned-expert"
+                       and r.get("speedup")), None)
+    out = {"model": job.model.name, "workload": job.workload.name, "target": job.target.name,
+           "tokens": job.workload.tokens, "padded_tokens": job.padded_tokens,
+           "rows": rows, "best_expert": best_expert["name"] if best_expert else None,
+           "speedup_over_best_expert": best_expert["speedup"] if best_expert else None,
+           "plan": plan}
+    if tuned:
+        out["speedup_over_best_tuned_expert"] = best_tuned["speedup"] if best_tuned else None
+        out["tuning"] = tuning.get("tuning", [])
+    return out
+
+
+def _tuned_price(job: Job, network: Network, keep: dict,
+                 cache: EvidenceCache | None = None) -> Callable:
+    """Q2 of a tuned setting compiled in JAX's default order (``expert_tuning.Priced``); the
+    evidence is kept in ``keep`` by layout name, for the solved placement (``cache``: the
+    evidence cache the compiles look up)."""
+    from aoizora.expert_tuning import Priced
+
+    def price(v) -> Priced:
+        d = price_default_order(v.fn, v.args, job, v.layout, network, cache)
+        if not d.get("step_s"):
+            return Priced(None, d.get("fits_hbm"), d.get("reason", ""))
+        keep[v.layout.name] = d["evidence"]
+        return Priced(d["step_s"], True, detail=_clean(d, False))
+    return price
+
+
+def tuned_rows(job: Job, network: Network, progress: Progress, tune_compiles: int | None,
+               seed: int = 0, cache: EvidenceCache | None = None) -> dict[str, Any]:
+    """{"rows": tuned:NAME rows, best-tuned-expert, best-tuned-expert/solved-placement;
+    "tuning": every expert's settings priced} (module docstring), priced by Q2."""
+    from aoizora.expert_tuning import best_of, tune_expert
+    from aoizora.solvers.placement import solve_placement
+
+    evidence: dict[str, Any] = {}
+    price = _tuned_price(job, network, evidence, cache)
+    tuned = []
+    for ex in job_experts(job):
+        if ex.valid:
+            progress.stage(f"tuning expert configuration {ex.name}")
+            tuned.append(tune_expert(job, ex.name, price, tune_compiles))
+    rows = []
+    for t in tuned:
+        if t.best is None:
+            rows.append(_row(f"tuned:{t.name}", valid=False, reason="no setting priced"))
+            continue
+        rows.append(_row(f"tuned:{t.name}", description=t.best.knobs.label(),
+                         **t.best.priced.detail))
+    best = best_of(tuned)
+    if best is not None:
+        rows.append(_row("best-tuned-expert", description=f"{best.name}: "
+                         f"{best.best.knobs.label()}", **best.best.priced.detail))
+        ev = evidence[best.best.variant.layout.name]
+        res = solve_placement(ev, network, time_limit_s=10.0, seed=seed,
+                              hint=best.best.priced.detail["device_order"])
+        order, how = best.best.priced.detail["device_order"], "JAX's default order kept"
+        if res.placement is not None and predict_step(ev, res.placement, network).step_s < \
+                best.best.priced.step_s:
+            order, how = list(res.placement), f"placement CP-SAT {res.certificate.status}"
+        q = predict_step(ev, order, network)
+        rows.append(_row("best-tuned-expert/solved-placement",
+                         mesh=best.best.priced.detail["mesh"], step_s=q.step_s,
+                         compute_s=q.compute_s, communication_s=q.communication_s,
+                         device_order=list(order), description=f"{best.name}, {how}"))
+    return {"rows": rows, "tuning": [t.to_json() for t in tuned]}
 
 
 def job_experts(job: Job) -> list:

@@ -38,6 +38,8 @@ left and assembles the plan. The steps, each a module of its own:
   6. ``aoizora.planning.plan_assembly``: the Plan, with both certificates, every iteration's record and
      what the loop learned (``Plan.calibration``).
 
+With ``compiles=N`` (``solvers.budget``) at most N candidate compiles run once one fits, the
+time budget a guard: the count, not the machine's load, decides which layouts are priced.
 The time budget bounds the whole call, compiles included; the next compile starts only when the
 longest a compile took alone so far still fits (``CompileQueue.expected_compile_s``, with the
 budget's ``compile`` margin) before the deadline less the ``reserve`` share, kept for the last
@@ -97,6 +99,17 @@ def _budget_seconds(time_budget_s) -> float:
         raise BudgetError(f"time_budget_s={time_budget_s!r}: give a positive, finite number of "
                           "seconds (int or float, e.g. 300)", kind="input")
     return float(time_budget_s)
+
+
+def _budget(time_budget_s, compiles) -> Budget:
+    """The run's budget: ``time_budget_s`` seconds, and at most ``compiles`` candidate compiles
+    if given (``solvers.budget``). Raises BudgetError on a bad number."""
+    seconds = _budget_seconds(time_budget_s)
+    try:
+        return Budget(seconds, compiles=compiles)
+    except (TypeError, ValueError):
+        raise BudgetError(f"compiles={compiles!r}: give a whole number of compiles, 1 or more, "
+                          "or None (the time budget alone)", kind="input") from None
 
 
 def _check_fn(fn) -> None:
@@ -207,7 +220,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          seed_layouts: Sequence["Layout | Seed"] = (),
          calibration: "Calibration | Plan | None" = None,
          cache: "EvidenceCache | str | bool | None" = None,
-         compile_workers: "str | int | Any | None" = None, seams: Seams | None = None) -> Plan:
+         compile_workers: "str | int | Any | None" = None, seams: Seams | None = None,
+         compiles: int | None = None) -> Plan:
     """Plans ``fn(*abstract_args)`` for ``target``: a mesh, a layout and a device order.
 
     Every candidate layout is compiled ahead of time by XLA:TPU, placed by CP-SAT and priced by
@@ -246,6 +260,10 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
       seams: the planner's replaceable parts (``aoizora.planning.seams.Seams``: the compile,
         the compile queue, the placement and sharding solvers, the annealing), for tests and
         benchmarks; None: the real ones.
+      compiles: at most this many candidate compiles (None: the time budget alone decides how
+        many); the time budget is then a guard. The count, unlike the clock, does not depend on
+        the machine's load: the same inputs, seed and ``compiles`` give the same plan wherever
+        no time limit binds (``Plan.time_limited``).
 
     Interrupts (``aoizora.planning.interrupts``): called in the main thread, ``plan`` handles
     SIGINT and SIGTERM for its duration (the previous handlers come back after). The first ends
@@ -259,7 +277,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
 
     Raises:
       BudgetError: ``time_budget_s`` is not a positive, finite number of seconds, or too small
-        for one compile of the program (a PlanningError of kind "budget").
+        for one compile of the program, or ``compiles`` is below 1 (a PlanningError of kind
+        "budget").
       PlanningError: with ``kind`` (``aoizora.planning_errors``): "input" (an argument ``plan``
         cannot use, named), "trace" (``fn`` raised while traced), "interrupted" (an interrupt
         before anything was priced), "no_plan" (nothing compiled or fitting); one line, with
@@ -267,7 +286,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
       TargetError: ``target`` names no known slice (``aoizora.extract.targets``).
       CalibrationError: ``calibration`` was measured on another target.
     """
-    budget = Budget(_budget_seconds(time_budget_s))
+    budget = _budget(time_budget_s, compiles)
     progress = progress or Progress()
     _check_fn(fn)
     tgt = get_target(target)

@@ -86,6 +86,8 @@ from aoizora.planning.progress import Progress
 from benchmarks.machine import git_state, machine_info
 from benchmarks.planner_compiles import PlannerCompiles
 from benchmarks.simulator import LABEL as SIM_LABEL_BASE, Simulator
+from benchmarks.tuned_rows import solved_order, tuned_expert_rows
+from aoizora.expert_tuning import Priced
 
 Q2_LABEL = "predicted (Q2)"
 # the "simulated" column of this grid: the simulator given every program's HLO
@@ -318,14 +320,20 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
               progress: Progress | None = None, log: Callable[[str], None] = print,
               random_placements: int = RANDOM_PLACEMENTS, experts: bool = True,
               alpa: bool = True, planner_workers: int = 2,
-              calibration_from: str | None = None) -> dict[str, Any]:
+              calibration_from: str | None = None,
+              compiles: int | None = None, tuned_experts: bool = False,
+              tune_compiles: int | None = None) -> dict[str, Any]:
     """``run_cell``'s work, inside its ``keeping_hlo``.
     ``calibration_from``: a cell JSON whose plan's calibration the planner starts from (a warm
-    start, ``plan(..., calibration=...)``); recorded in the cell."""
+    start, ``plan(..., calibration=...)``); recorded in the cell. ``compiles``: the planner's
+    budget in candidate compiles (``plan(..., compiles=N)``; ``budget_s`` is then its guard).
+    ``tuned_experts``: the tuned experts' rows too (``benchmarks.tuned_rows``), each expert
+    tuned within ``tune_compiles`` compiles (None: every setting)."""
     t_cell = time.perf_counter()
     out: dict[str, Any] = {"cell": cell.name, "model": cell.model, "resolution": cell.resolution,
                            "frames": cell.frames, "target_arg": cell.target,
-                           "budget_s": budget_s, "seed": seed, "planner_workers": planner_workers,
+                           "budget_s": budget_s, "compiles": compiles, "seed": seed,
+                           "planner_workers": planner_workers,
                            "machine_start": machine(),
                            "labels": {"sim": SIM_LABEL, "q2": Q2_LABEL,
                                       "sim_compute": "the simulator's own compute and kernel "
@@ -351,14 +359,15 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
     # -- the plan -------------------------------------------------------------------------------
     cands: list[Candidate] = []
     plan = best = None
-    log(f"[{cell.name}] planning (budget {budget_s:g} s)")
+    log(f"[{cell.name}] planning (budget "
+        f"{'' if compiles is None else f'{compiles} compiles, guard '}{budget_s:g} s)")
     try:
         from aoizora.builtin import expert_seed_layouts
 
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
                          progress=progress, on_candidate=cands.append,
                          seed_layouts=expert_seed_layouts(job), workers=planner_workers,
-                         calibration=calibration)
+                         calibration=calibration, compiles=compiles)
     except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on with the baselines
         out["errors"].append({"row": "aoizora", "error": _err(e),
                               "traceback": traceback.format_exc(limit=4)})
@@ -495,6 +504,18 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                                   "traceback": traceback.format_exc(limit=4)})
             rows.append(_row("alpa-logical", valid=False, error=_err(e)))
 
+    # -- tuned experts (first: the published settings they compile serve the expert rows) ---------
+    if tuned_experts:
+        log(f"[{cell.name}] tuned experts")
+        try:
+            tuned, out["tuning"] = tuned_expert_rows(
+                job, _tuned_price(job, network, pricer, seeds_compiled),
+                _tuned_solved(job, network, pricer, seeds_compiled, seed), log, tune_compiles)
+            rows += tuned
+        except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
+            out["errors"].append({"row": "tuned:*", "error": _err(e),
+                                  "traceback": traceback.format_exc(limit=6)})
+
     # -- expert configurations --------------------------------------------------------------------
     if experts:
         try:
@@ -551,6 +572,43 @@ def _expert_row(ex, job: Job, network, pricer: _Pricer, errors: list,
         return _row(name, valid=False, error=_err(e))
 
 
+def _tuned_price(job: Job, network: Network, pricer: _Pricer, compiled: PlannerCompiles):
+    """``expert_tuning``'s price: a tuned setting compiled in the default order (or the
+    planner's compile of it) and priced by the simulator; its evidence joins ``compiled``."""
+    def price(v) -> Priced:
+        ev = compiled.evidence(v.layout, v.program)
+        order = default_device_order(job.target, v.layout.mesh_axes)
+        if ev is None:
+            d = price_default_order(v.fn, v.args, job, v.layout, network)
+            ev = d.pop("evidence", None)
+            if ev is None:
+                return Priced(None, d.get("fits_hbm"), d.get("reason", ""))
+            if read_hlo(ev) is not None:
+                compiled.by_key[compiled.key(v.layout, v.program)] = ev
+        row = _priced_row(f"tuned:{v.expert} [{v.knobs.label()}]", pricer, ev, order,
+                          _layout_key(v.layout.mesh_axes, v.layout),
+                          program=f"expert:{v.expert}", fits_hbm=True, compile_s=ev.compile_s)
+        return Priced(row["sim_step_s"], True, detail=row)
+    return price
+
+
+def _tuned_solved(job: Job, network: Network, pricer: _Pricer, compiled: PlannerCompiles,
+                  seed: int):
+    """The best tuned setting of an expert under the placement CP-SAT solves (``tuned_rows``)."""
+    def solved(t):
+        v = t.best.variant
+        ev = compiled.evidence(v.layout, v.program)
+        if ev is None:
+            return None
+        order, how = solved_order(ev, network, default_device_order(job.target,
+                                                                    v.layout.mesh_axes), seed)
+        return {**_priced_row("best-tuned-expert/solved-placement", pricer, ev, order,
+                              _layout_key(v.layout.mesh_axes, v.layout),
+                              program=f"expert:{v.expert}", fits_hbm=True),
+                "description": how}
+    return solved
+
+
 def _finish_cell(out: dict[str, Any], plan_key: str | None) -> None:
     rows = out["rows"]
     az = next((r for r in rows if r["name"] == "aoizora" and r.get("sim_step_s")), None)
@@ -564,6 +622,10 @@ def _finish_cell(out: dict[str, Any], plan_key: str | None) -> None:
     out["best_expert"] = be["name"] if be else None
     out["best_expert_sim_step_s"] = be["sim_step_s"] if be else None
     out["speedup_over_best_expert"] = be["speedup_sim"] if be else None
+    bt = next((r for r in rows if r["name"] == "best-tuned-expert" and r.get("sim_step_s")), None)
+    if bt is not None:
+        out["best_tuned_expert"] = f"{bt.get('expert')} [{bt.get('knobs')}]"
+        out["speedup_over_best_tuned_expert"] = bt["speedup_sim"]
     priced = [r for r in rows if r.get("sim_step_s") and r["name"] != "aoizora"]
     out["never_slower"] = (all(r["speedup_sim"] >= 1.0 - TIE_REL for r in priced)
                            if az and priced else None)
@@ -706,7 +768,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.grid", description=__doc__.split("\n")[0])
     ap.add_argument("--cells", default="", help="comma-separated cell names (default: all, "
                                                 "cheapest first); see --list")
-    ap.add_argument("--budget", type=float, default=120.0, help="planning time budget per cell, s")
+    ap.add_argument("--budget", type=float, default=120.0, help="planning time budget per cell, s "
+                    "(with --compiles: the wall clock's guard)")
+    ap.add_argument("--compiles", type=int, default=None, help="planning budget per cell in "
+                    "candidate compiles: the count, not the machine's load, decides the plan")
+    ap.add_argument("--tuned-experts", action="store_true", help="also each expert at the best "
+                    "of its users' knobs, the best of them, and that one under a solved placement")
+    ap.add_argument("--tune-compiles", type=int, default=None,
+                    help="with --tuned-experts: at most this many settings compiled per expert")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="re-run cells whose JSON exists")
     ap.add_argument("--smoke", action="store_true", help="one small cell into a temp dir (CI)")
@@ -783,7 +852,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 out = run_cell(c, budget_s=a.budget, seed=a.seed, progress=_LogProgress(log),
                                log=log, planner_workers=a.planner_workers,
-                               calibration_from=a.calibration_from)
+                               calibration_from=a.calibration_from, compiles=a.compiles,
+                               tuned_experts=a.tuned_experts, tune_compiles=a.tune_compiles)
             except Exception as e:  # noqa: BLE001 -- e.g. an unknown workload; record, go on
                 out = {"cell": c.name, "error": _err(e), "traceback": traceback.format_exc(limit=6),
                        "budget_s": a.budget, "seed": a.seed, "machine_start": machine(),
@@ -804,6 +874,12 @@ def _run_isolated(c: Cell, a, d: Path, log) -> dict[str, Any] | None:
     cmd = [sys.executable, "-m", "benchmarks.grid", "--in-process", "--force", "--cells", c.name,
            "--budget", str(a.budget), "--seed", str(a.seed), "--out", str(d),
            "--planner-workers", str(a.planner_workers)]
+    if a.compiles is not None:
+        cmd += ["--compiles", str(a.compiles)]
+    if a.tuned_experts:
+        cmd += ["--tuned-experts"]
+    if a.tune_compiles is not None:
+        cmd += ["--tune-compiles", str(a.tune_compiles)]
     if a.calibration_from:
         cmd += ["--calibration-from", str(Path(a.calibration_from).resolve())]
     t0 = time.perf_counter()

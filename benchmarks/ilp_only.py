@@ -55,10 +55,12 @@ def _grid_reference(cell_name: str) -> dict[str, Any]:
             "grid_commit": g.get("machine_start", {}).get("git_commit", "")[:12]}
 
 
-def run_cell(cell, budget_s: float, seed: int) -> dict[str, Any]:
-    """Plan one cell with no seeds and price the plan; never raises for a failing plan."""
+def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None) -> dict[str, Any]:
+    """Plan one cell with no seeds and price the plan; never raises for a failing plan.
+    ``compiles``: the planner's budget in candidate compiles (``budget_s`` then its guard)."""
     job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
-    out: dict[str, Any] = {"cell": cell.name, "budget_s": budget_s, "seed": seed,
+    out: dict[str, Any] = {"cell": cell.name, "budget_s": budget_s, "compiles": compiles,
+                           "seed": seed,
                            "machine": machine_info(), "git": git_state(),
                            "labels": {"sim": SIM_LABEL, "q2": "predicted (Q2)"}, "unit": "seconds",
                            "reference": _grid_reference(cell.name)}
@@ -66,7 +68,7 @@ def run_cell(cell, budget_s: float, seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         p = aoizora.plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
-                         seed_layouts=[], on_candidate=cands.append)
+                         seed_layouts=[], on_candidate=cands.append, compiles=compiles)
     except Exception as e:  # noqa: BLE001 -- recorded
         out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return out
@@ -135,7 +137,10 @@ def _load(d: dict) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
-    ap.add_argument("--budget", type=float, default=240.0)
+    ap.add_argument("--budget", type=float, default=240.0,
+                    help="planning budget per cell, s (with --compiles: the wall clock's guard)")
+    ap.add_argument("--compiles", type=int, default=None,
+                    help="planning budget per cell in candidate compiles")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default="after-hint-fix")
     ap.add_argument("--force", action="store_true")
@@ -149,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (want and cell.name not in want) or ((d / f"{cell.name}.json").exists() and not a.force):
                 continue
             print(f"[{cell.name}] planning with no seeds, budget {a.budget:g} s", flush=True)
-            out = run_cell(cell, a.budget, a.seed)
+            out = run_cell(cell, a.budget, a.seed, a.compiles)
             atomic_write(d / f"{cell.name}.json", json.dumps(out, indent=1, default=str) + "\n")
             print(f"[{cell.name}] {out.get('sim_step_s', out.get('error'))}", flush=True)
     tags = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.exists() else []

@@ -22,6 +22,12 @@ class PlannerCompiles:
 
     def __init__(self, job):
         self.job, self.by_key = job, {}
+        self.texts: dict[str, str] = {}      # HLO text of compiles added with ``add``
+
+    def add(self, layout, program: dict[str, Any], ev, hlo: str) -> None:
+        """A compile made elsewhere (e.g. a tuned expert's setting), with its HLO text."""
+        k = self.key(layout, program)
+        self.by_key[k], self.texts[k] = ev, hlo
 
     def __call__(self, cand) -> None:
         if cand.evidence is not None and cand.fits and read_hlo(cand.evidence) is not None:
@@ -41,5 +47,6 @@ class PlannerCompiles:
 
     def get(self, layout, program: dict[str, Any]):
         """(evidence, HLO text) of that compile, or None."""
-        ev = self.evidence(layout, program)
-        return None if ev is None else (ev, read_hlo(ev))
+        k = self.key(layout, program)
+        ev = self.by_key.get(k)
+        return None if ev is None else (ev, self.texts.get(k) or read_hlo(ev))

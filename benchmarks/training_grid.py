@@ -70,6 +70,8 @@ from benchmarks.planner_compiles import PlannerCompiles
 from benchmarks.sim.constants import chip_model
 from benchmarks.sim.hlo_cost import compute_breakdown
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
+from benchmarks.tuned_rows import solved_order, tuned_expert_rows
+from aoizora.expert_tuning import Priced
 from aoizora.extract.atomic_io import atomic_write
 
 Q2_LABEL = "predicted (Q2)"
@@ -194,6 +196,56 @@ def expert_row(ex, job: Job, sim: Simulator, flops: float, log,
     return row
 
 
+def add_tuned(out: dict[str, Any], job: Job, sim: Simulator, flops: float, log,
+              compiled: PlannerCompiles, tune_compiles: int | None) -> None:
+    """The tuned experts' rows (``benchmarks.tuned_rows``) into ``out``; each setting compiled in
+    the default order (or the planner's compile of it) and simulated; its compile joins
+    ``compiled``, so the expert rows reuse the published settings'."""
+    network = Network.from_target(job.target)
+
+    def row_of(v, ev, hlo, order) -> dict[str, Any]:
+        module = parse_hlo_module(hlo)
+        return {"remat": v.program.get("remat"), "mesh": dict(v.layout.mesh_axes),
+                "optimizer_sharding": optimizer_sharding(v.args, v.layout), **memory_row(ev),
+                **price(ev, module, order, job, sim, flops), **compute_by_kind(ev, module, job)}
+
+    def price_setting(v) -> Priced:
+        order = default_device_order(job.target, v.layout.mesh_axes)
+        got = compiled.get(v.layout, v.program)
+        if got is None:
+            log(f"  compiling tuned {v.expert} [{v.knobs.label()}]")
+            try:
+                got = compile_hlo(v.fn, v.args, job.target, v.layout, order)
+            except (CompileError, RealizeError) as e:
+                return Priced(None, None, f"does not compile: {str(e).splitlines()[0][:200]}")
+            if got[0].memory.fits:
+                compiled.add(v.layout, v.program, *got)
+        ev, hlo = got
+        if not ev.memory.fits:
+            return Priced(None, False, "does not fit in HBM: " + ev.memory.oom_message[:200])
+        return Priced(None, True, detail={}) if hlo is None else _priced(row_of(v, ev, hlo,
+                                                                                order))
+
+    def solved(t) -> dict[str, Any] | None:
+        v = t.best.variant
+        got = compiled.get(v.layout, v.program)
+        if got is None or got[1] is None:
+            return None
+        order, how = solved_order(got[0], network,
+                                  default_device_order(job.target, v.layout.mesh_axes))
+        return {**row_of(v, got[0], got[1], order), "description": how}
+
+    try:
+        rows, out["tuning"] = tuned_expert_rows(job, price_setting, solved, log, tune_compiles)
+        out["rows"] += rows
+    except Exception:  # noqa: BLE001 -- recorded, the cell goes on
+        out["errors"].append({"where": "tuned", "error": traceback.format_exc()[-2000:]})
+
+
+def _priced(row: dict[str, Any]) -> Priced:
+    return Priced(row.get("sim_step_s"), True, detail=row)
+
+
 def alpa_row(job: Job, sim: Simulator, flops: float, log) -> dict[str, Any]:
     """Alpa-style logical search (``compare.alpa_logical``: the sharding ILP with fixed,
     placement-oblivious alpha-beta costs on every candidate mesh, ``ALPA_ILP_TIME_S`` each, the
@@ -228,13 +280,15 @@ def _program(ex) -> dict[str, Any]:
 
 
 def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, log,
-              compiled: PlannerCompiles):
+              compiled: PlannerCompiles, compiles: int | None = None):
     """(plan summary, [plan row, plan-layout-in-default-order row]); ``compiled`` collects the
-    planner's compiles (call inside ``keeping_hlo``)."""
+    planner's compiles (call inside ``keeping_hlo``); ``compiles``: the planner's budget in
+    candidate compiles (``budget`` seconds its guard)."""
     seeds = expert_seed_layouts(job)
     t0 = time.perf_counter()
     p = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget, seed=seed,
-                  seed_layouts=seeds, progress=_LogProgress(log), on_candidate=compiled)
+                  seed_layouts=seeds, progress=_LogProgress(log), on_candidate=compiled,
+                  compiles=compiles)
     wall = time.perf_counter() - t0
     if not p.program:
         p.program = job.program()
@@ -267,13 +321,18 @@ def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, 
     return summary, rows
 
 
-def run_cell(cell: Cell, budget: float, seed: int, log=print, alpa: bool = True
-             ) -> dict[str, Any]:
+def run_cell(cell: Cell, budget: float, seed: int, log=print, alpa: bool = True,
+             compiles: int | None = None, tuned: int | bool | None = None) -> dict[str, Any]:
+    """One training cell's JSON-ready record (module docstring); ``compiles``: the planner's
+    budget in candidate compiles, ``budget`` seconds then its guard; ``tuned``: the tuned
+    experts' rows too (``benchmarks.tuned_rows``; True: every setting, an int: at most that many
+    settings compiled per expert)."""
     job = builtin_job(cell.model, None, None, cell.target, workload=cell.workload, task="train",
                       batch=cell.batch)
     sim = Simulator(job.target)
     flops = model_flops(job)
     out: dict[str, Any] = {"cell": cell.name, **dataclasses.asdict(cell), "budget_s": budget,
+                           "compiles": compiles,
                            "seed": seed, "machine": machine_info(), "git": git_state(),
                            "tokens": job.workload.tokens, "padded_tokens": job.padded_tokens,
                            "model_flops": flops, "labels": {"q2": Q2_LABEL, "sim": SIM_LABEL},
@@ -281,11 +340,15 @@ def run_cell(cell: Cell, budget: float, seed: int, log=print, alpa: bool = True
     compiled = PlannerCompiles(job)
     with tempfile.TemporaryDirectory(prefix="aoizora-training-hlo-") as d, keeping_hlo(d):
         try:
-            out["plan"], rows = plan_rows(job, budget, seed, sim, flops["flops"], log, compiled)
+            out["plan"], rows = plan_rows(job, budget, seed, sim, flops["flops"], log, compiled,
+                                          compiles)
             out["rows"] += rows
         except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
             out["errors"].append({"where": "plan", "error": traceback.format_exc()[-2000:]})
             log(f"  plan failed: {e}")
+        if tuned:
+            add_tuned(out, job, sim, flops["flops"], log, compiled,
+                      None if tuned is True else int(tuned))
         for ex in training_expert_layouts(job.model, job.workload, job.target, job.batch):
             try:
                 out["rows"].append(expert_row(ex, job, sim, flops["flops"], log, compiled))
@@ -340,6 +403,10 @@ def finish(out: dict[str, Any]) -> None:
         best = min(experts, key=lambda r: r["sim_step_s"])
         out["best_expert"] = best["name"]
         out["speedup_over_best_expert_sim"] = best["speedup_sim"]
+    bt = rows.get("best-tuned-expert")
+    if bt and bt.get("speedup_sim"):
+        out["best_tuned_expert"] = f"{bt.get('expert')} [{bt.get('knobs')}]"
+        out["speedup_over_best_tuned_expert_sim"] = bt["speedup_sim"]
 
 
 class _LogProgress(Progress):
@@ -535,7 +602,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.training_grid",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
-    ap.add_argument("--budget", type=float, default=300.0, help="planning budget per cell, s")
+    ap.add_argument("--budget", type=float, default=300.0, help="planning budget per cell, s "
+                    "(with --compiles: the wall clock's guard)")
+    ap.add_argument("--compiles", type=int, default=None,
+                    help="planning budget per cell in candidate compiles")
+    ap.add_argument("--tuned-experts", action="store_true", help="also each expert at the best "
+                    "of its users' knobs, the best of them, and that one under a solved placement")
+    ap.add_argument("--tune-compiles", type=int, default=None,
+                    help="with --tuned-experts: at most this many settings compiled per expert")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--out", default=str(RESULTS))
@@ -567,7 +641,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             print(f"cell {c.name}", flush=True)
             write_cell(run_cell(c, a.budget, a.seed, log=lambda s: print(s, flush=True),
-                                alpa=not a.no_alpa), out_dir)
+                                alpa=not a.no_alpa, compiles=a.compiles,
+                                tuned=(a.tune_compiles or True) if a.tuned_experts else None),
+                       out_dir)
     atomic_write(Path(a.summary), "\n".join(report(out_dir)) + "\n")
     return 0
 

@@ -1,60 +1,81 @@
-"""Regenerate README.md's results section from the committed results in benchmarks/results/.
+"""Regenerate every figure README.md quotes from the committed results in benchmarks/results/.
 
-    python -m benchmarks.update_readme            # rewrite the section
+    python -m benchmarks.update_readme            # rewrite the generated regions
     python -m benchmarks.update_readme --check    # exit 1 if README.md is not up to date
 
-Everything between the README's `<!-- benchmarks-start -->` and `<!-- benchmarks-end -->` markers
-is replaced by ``section()``: one short table of the workload grid, read from the cell JSON files
-of ``benchmarks/results/grid/`` (``python -m benchmarks.grid``), and the list of the other result
-files with the command that writes each. Per group of cells (a target, a model, all of them):
+README.md marks each generated region as ``<!-- generated:NAME -->...<!-- /generated -->``
+(inline or on lines of their own); ``REGIONS`` maps NAME to the function that writes its text,
+and ``splice`` replaces what is between the markers, nothing else. The figures come from ONE
+inference grid and ONE training grid:
 
-  vs X        = geometric mean over the group's cells of  step(X) / step(AoiZora's plan),
-                with its least and largest value (> 1: the plan is faster);
-  placement   = the largest over the group of  step(plan's layout, jax.make_mesh order) /
-                step(plan) - 1, and in how many cells it is under 0.5%;
-  never slower, top-1: counts of cells (the cell JSON's ``never_slower`` and
-                ``fidelity.top1``).
+  - inference: the cell JSON files of ``benchmarks/results/grid_independent/`` (``python -m
+    benchmarks.grid --out benchmarks/results/grid_independent``): every step simulated by the
+    independent simulator (``benchmarks/sim/``) on each program's compiled HLO;
+  - training: ``benchmarks/results/training_grid/`` (``python -m benchmarks.training_grid``).
 
-Every step is the row's ``sim_step_s`` (the AoiZora reference simulator) as the cell JSON holds it.
+Per group of cells (a target, a model, all of them), for a baseline X:
+
+  speedup     = step(X) / step(AoiZora's plan) per cell (> 1: the plan is faster), reported as
+                the geometric mean AND the median over the group, with the least (the worst
+                cell) and the largest;
+  placement   = step(the plan's layout in ``jax.make_mesh``'s order) / step(plan) - 1;
+  never slower, top-1: counts of cells (the cell's ``never_slower``, ``fidelity.top1``; in
+                training, never slower than the best expert: speedup >= 1 - ``TIE``).
+
+Every region also says where the figures came from: how many commits the cells ran at (no hash:
+README.md names no commit; the results files list each cell's), the budget they were planned on.
+Raises SystemExit when README.md lacks a region's markers or names a region not in ``REGIONS``.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import dataclasses
 import json
 import math
+import re
+import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
 from aoizora.extract.atomic_io import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
 RES = ROOT / "benchmarks" / "results"
-GRID = RES / "grid"
-START, END = "<!-- benchmarks-start -->", "<!-- benchmarks-end -->"
-TARGET_ORDER = ("v5e-4", "v5e-8", "v5e-16", "v6e-8")
+GRID = RES / "grid_independent"
+TRAINING = RES / "training_grid"
+TARGET_ORDER = ("v5e-4", "v5e-8", "v5e-16", "v6e-8", "v5p-8", "v5p-16", "v5p-128")
 MODEL_NAMES = {"wan2.1-1.3b": "Wan 2.1 1.3B", "wan2.1-14b": "Wan 2.1 14B",
-               "hunyuanvideo-13b": "HunyuanVideo 13B"}
-PLACEMENT_SMALL = 0.005   # a placement gain under this counts as small (0.5%)
+               "hunyuanvideo-13b": "HunyuanVideo 13B", "opensora-stdit3-xl": "STDiT3-XL"}
+TIE = 1e-4                # a speedup within 0.01% of 1 is a tie
+REGION = re.compile(r"<!-- generated:([\w-]+) -->(.*?)<!-- /generated -->", re.S)
 
 # the other result files: (file, what it holds, the command that writes it)
 OTHER_RESULTS = (
-    ("plan_wan2.1-1.3b_480p-81f_v5e-8.md", "the default `aoizora plan`, its summary and iterations",
+    ("grid_independent.md", "every inference cell and row, each cell's commit",
+     "python -m benchmarks.grid_independent_report"),
+    ("training_grid.md", "every training cell and row, each cell's commit",
+     "python -m benchmarks.training_grid --report"),
+    ("compile_budget_repeat.md", "one cell planned twice with `--compiles 4`",
+     "python -m benchmarks.compile_budget_repeat"),
+    ("tuned_cells.md", "cells re-run with tuned experts and a compile budget",
+     "python -m benchmarks.tuned_cells_report"),
+    ("plan_wan2.1-1.3b_480p-81f_v5e-8.md", "the default `aoizora plan`",
      "python -m benchmarks.plan_default"),
-    ("ilp_only.md", "every grid cell planned with no seed layouts: what the ILP's own layouts "
-     "are worth against the best expert", "python -m benchmarks.ilp_only"),
-    ("hint_invariance_v5e-16.md", "a 4.1e9-parameter joint text+video DiT with and without "
-     "hints, before and after the fix", "python -m benchmarks.hint_invariance"),
-    ("refactor_invariance.md", "three grid cells planned before and after the refactor of the "
-     "planner: the same plans", "python -m benchmarks.refactor_invariance"),
-    ("tile_compare_wan2.1-1.3b_480p-81f_v5e-8.md", "one layout under three splash tile choices, "
-     "priced by Q2's kernel model", "python -m benchmarks.tile_compare"),
-    ("placement_solver.md", "placement CP-SAT against heuristics on v5e-16, v5e-64, v5e-256",
+    ("ilp_only.md", "cells planned with no seed layouts", "python -m benchmarks.ilp_only"),
+    ("hint_invariance_v5e-16.md", "a joint text+video DiT with and without hints",
+     "python -m benchmarks.hint_invariance"),
+    ("refactor_invariance.md", "three cells planned before and after the planner's refactor",
+     "python -m benchmarks.refactor_invariance"),
+    ("tile_compare_wan2.1-1.3b_480p-81f_v5e-8.md", "one layout under three splash tile choices",
+     "python -m benchmarks.tile_compare"),
+    ("placement_solver.md", "placement CP-SAT against heuristics on v5e-16/64/256",
      "python -m benchmarks.placement_solver"),
-    ("sharding_vs_heuristics.md", "sharding ILP against heuristic searches (Q1)",
+    ("sharding_vs_heuristics.md", "the sharding ILP against heuristic searches (Q1)",
      "python -m benchmarks.sharding_vs_heuristics"),
-    ("sharding_solvers.md", "HiGHS against CBC at the planner's per-mesh limit",
-     "python -m benchmarks.sharding_solvers --force"),
-    ("simulator_validation.md", "the independent simulator against 17 measured public TPU figures",
+    ("sharding_solvers.md", "HiGHS against CBC", "python -m benchmarks.sharding_solvers --force"),
+    ("simulator_validation.md", "the independent simulator against measured public TPU figures",
      "python -m benchmarks.simulator_validation"),
     ("expert_compile.md", "the expert configurations compiled for v5e-8",
      "python -m benchmarks.expert_compile"),
@@ -62,144 +83,379 @@ OTHER_RESULTS = (
      "python -m benchmarks.kv_overlap"),
     ("compiler_options.md", "libtpu options against the best expert's exposed communication",
      "python -m benchmarks.compiler_options"),
-    ("evidence_timing.md", "trace, compile and parse times",
-     "python -m benchmarks.evidence_timing"),
+    ("evidence_timing.md", "trace, compile and parse times", "python -m benchmarks.evidence_timing"),
 )
 
 
-def load_cells(directory: Path = GRID) -> list[dict[str, Any]]:
-    """The grid's cell JSON files that hold a plan, in file-name order."""
-    cells = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
-    return [c for c in cells if not c.get("error") and row(c, "aoizora")]
+# -- the cells ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class CellFigures:
+    """One cell's figures, whichever grid it comes from (None: the cell has no such row)."""
+
+    name: str
+    target: str
+    model: str
+    best_expert: str
+    vs_expert: float                 # best expert's step / the plan's, simulated
+    vs_expert_q2: float | None       # the same by Q2, the planner's own price
+    vs_alpa: float | None
+    placement: float | None          # the plan's layout in make_mesh's order / the plan - 1
+    never_slower: bool
+    top1: bool | None
+    commit: str
+    budget_s: float
+    planning_s: float
+    compiled: int | None             # candidate layouts the planner compiled
+    rho_placements: float | None = None   # Spearman, Q2 against the simulator, the plan's layout
+    expert_compiled: bool | None = None   # the planner compiled the best expert's layout itself
+    plan_layout: str = ""            # the plan's layout name (e.g. refined:expert:NAME, ilp#1)
 
 
-def row(cell: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """The row ``name`` of a cell with a simulated step, or None."""
-    r = next((r for r in cell.get("rows", []) if r.get("name") == name), None)
-    return r if r and r.get("sim_step_s") else None
+def _rows(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r.get("name"): r for r in c.get("rows", [])}
 
 
-def speedups(cells: Sequence[dict[str, Any]], name: str) -> list[float]:
-    """step(row ``name``) / step(plan) per cell that has the row; "best-expert": the cell's best
-    expert configuration (``speedup_over_best_expert``)."""
-    if name == "best-expert":
-        return [c["speedup_over_best_expert"] for c in cells if c.get("speedup_over_best_expert")]
+def _ratio(rows, name: str, plan: str = "aoizora", key: str = "sim_step_s") -> float | None:
+    r, p = rows.get(name) or {}, rows.get(plan) or {}
+    return r[key] / p[key] if r.get(key) and p.get(key) else None
+
+
+def inference_cell(c: dict[str, Any]) -> CellFigures:
+    """A ``benchmarks.grid`` cell (independent pricing) as figures."""
+    rows = _rows(c)
+    place = _ratio(rows, "aoizora-layout/default-order")
+    return CellFigures(
+        name=c["cell"], target=c["target_arg"], model=c["model"],
+        best_expert=c["best_expert"].removeprefix("expert:"),
+        vs_expert=c["speedup_over_best_expert"],
+        vs_expert_q2=_ratio(rows, c["best_expert"], key="q2_step_s"),
+        vs_alpa=_ratio(rows, "alpa-logical"), placement=None if place is None else place - 1,
+        never_slower=bool(c.get("never_slower")), top1=bool((c.get("fidelity") or {}).get("top1")),
+        commit=(c.get("machine_start") or {}).get("git_commit", "?"),
+        budget_s=float(c.get("budget_s") or 0), planning_s=float(c.get("planning_time_s") or 0),
+        compiled=sum(1 for k in c.get("candidates", []) if k.get("compile_s")),
+        rho_placements=(c.get("fidelity") or {}).get("rho_placements"),
+        expert_compiled=any(k.get("layout") == c["best_expert"] and k.get("compile_s")
+                            for k in c.get("candidates", [])))
+
+
+def training_cell(c: dict[str, Any]) -> CellFigures:
+    """A ``benchmarks.training_grid`` cell as figures."""
+    rows = _rows(c)
+    sp = c["speedup_over_best_expert_sim"]
+    return CellFigures(
+        name=c["cell"], target=c["target"], model=c["model"],
+        best_expert=c["best_expert"].removeprefix("expert:"), vs_expert=sp,
+        vs_expert_q2=(rows.get(c["best_expert"]) or {}).get("speedup_q2"),
+        vs_alpa=(rows.get("alpa-logical") or {}).get("speedup_sim"),
+        placement=c.get("placement_gain_sim"), never_slower=sp >= 1 - TIE, top1=None,
+        commit=(c.get("git") or {}).get("git_commit", "?"),
+        budget_s=float(c.get("budget_s") or 0),
+        planning_s=float((c.get("plan") or {}).get("planning_time_s") or 0), compiled=None,
+        plan_layout=(c.get("plan") or {}).get("layout_name") or "")
+
+
+def load(directory: Path, as_figures: Callable[[dict[str, Any]], CellFigures]
+         ) -> list[CellFigures]:
+    """The cells of ``directory`` that hold a plan and a best expert, in file-name order."""
     out = []
-    for c in cells:
-        r, az = row(c, name), row(c, "aoizora")
-        if r and az:
-            out.append(r["sim_step_s"] / az["sim_step_s"])
+    for p in sorted(Path(directory).glob("*.json")):
+        c = json.loads(p.read_text())
+        if not c.get("error") and c.get("best_expert") and _rows(c).get("aoizora"):
+            out.append(as_figures(c))
     return out
 
+
+# -- statistics -----------------------------------------------------------------------------------
 
 def geomean(v: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in v) / len(v))
 
 
-def _ratio(v: Sequence[float]) -> str:
+def ratio_text(v: Sequence[float | None], median: bool = True) -> str:
+    """"g x / median m x (lo-hi x)" over the values that exist; "-" when none."""
+    v = [x for x in v if x]
     if not v:
         return "-"
     if len(v) == 1:
         return f"{v[0]:.3f}x"
-    return f"{geomean(v):.3f}x ({min(v):.3f}-{max(v):.3f}x)"
+    med = f" / {statistics.median(v):.3f}x" if median else ""
+    return f"{geomean(v):.3f}x{med} ({min(v):.3f}-{max(v):.3f}x)"
 
 
-def _placement(v: Sequence[float]) -> str:
-    if not v:
-        return "-"
-    small = sum(1 for x in v if x - 1.0 < PLACEMENT_SMALL)
-    return f"{(max(v) - 1.0) * 100:.1f}% ({small} of {len(v)} under {PLACEMENT_SMALL:.1%})"
+def placement_text(v: Sequence[float | None]) -> str:
+    v = [x for x in v if x is not None]
+    return "-" if not v else (f"{max(v) * 100:.1f}% ({sum(1 for x in v if x < 0.005)} of "
+                              f"{len(v)} under 0.5%)")
 
 
-def groups(cells: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(label, cells) per target, per model, then all cells."""
-    by_target: dict[str, list] = {}
-    by_model: dict[str, list] = {}
+def groups(cells: Sequence[CellFigures], by_model: bool = True
+           ) -> list[tuple[str, list[CellFigures]]]:
+    """(label, cells) per target, per model (if ``by_model``), then all cells."""
+    by_t: dict[str, list] = collections.defaultdict(list)
+    by_m: dict[str, list] = collections.defaultdict(list)
     for c in cells:
-        by_target.setdefault(c.get("target_arg", "?"), []).append(c)
-        by_model.setdefault(c.get("model", "?"), []).append(c)
+        by_t[c.target].append(c)
+        by_m[c.model].append(c)
     rank = {t: i for i, t in enumerate(TARGET_ORDER)}
-    out = [(t, by_target[t]) for t in sorted(by_target, key=lambda t: (rank.get(t, 99), t))]
-    rank = {m: i for i, m in enumerate(MODEL_NAMES)}
-    out += [(MODEL_NAMES.get(m, m), by_model[m])
-            for m in sorted(by_model, key=lambda m: (rank.get(m, 99), m))]
+    out = [(t, by_t[t]) for t in sorted(by_t, key=lambda t: (rank.get(t, 99), t))]
+    if by_model:
+        rank = {m: i for i, m in enumerate(MODEL_NAMES)}
+        out += [(MODEL_NAMES.get(m, m), by_m[m])
+                for m in sorted(by_m, key=lambda m: (rank.get(m, 99), m))]
     return out + [("all cells", list(cells))]
 
 
-def grid_table(cells: Sequence[dict[str, Any]]) -> list[str]:
-    budgets = sorted({f"{c.get('budget_s', 0):g} s" for c in cells})
+def commits_text(cells: Sequence[CellFigures]) -> str:
+    """"at 1 commit" or "at 7 commits (31 cells at one, 1 at each of the others)"."""
+    n = collections.Counter(c.commit for c in cells)
+    if len(n) == 1:
+        return "at one commit"
+    top = max(n.values())
+    return (f"at {len(n)} commits ({top} cells at the most common; planned and priced by "
+            f"different code)")
+
+
+def budget_text(cells: Sequence[CellFigures]) -> str:
+    budgets = sorted({c.budget_s for c in cells})
+    over = [c for c in cells if c.planning_s > c.budget_s]
+    comp = [c.compiled for c in cells if c.compiled is not None]
+    text = (f"a wall-clock budget of {', '.join(f'{b:g}' for b in budgets)} s per cell on a shared "
+            f"2-core machine, not a compile count")
+    if comp:
+        text += f" (its load decided how many layouts each cell compiled: {min(comp)}-{max(comp)})"
+    if over:
+        text += (f"; {len(over)} cell(s) ran past it "
+                 f"({', '.join(f'{c.planning_s:.0f} s' for c in over)})")
+    return text
+
+
+def losing_cells(cells: Sequence[CellFigures]) -> list[CellFigures]:
+    return sorted((c for c in cells if c.vs_expert < 1 - TIE), key=lambda c: c.vs_expert)
+
+
+# -- the regions ----------------------------------------------------------------------------------
+
+def _by_target(cells: Sequence[CellFigures]) -> str:
+    return "; ".join(f"{t} {ratio_text([c.vs_expert for c in cs])}"
+                     for t, cs in groups(cells, by_model=False)[:-1])
+
+
+def intro(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
+    """The intro's figures: the inference grid and the training grid, one sentence each."""
+    lose = losing_cells(inf)
+    return (f"Its inference grid ({len(inf)} cells; simulated by the independent simulator, not "
+            f"measured) gives {ratio_text([c.vs_expert for c in inf])} over the best expert "
+            f"configuration as published per cell (geometric mean / median (worst-best cell)), "
+            f"slower than it in {len(lose)} of {len(inf)} cells; "
+            f"{ratio_text([c.vs_alpa for c in inf])} over Alpa-style search; at most "
+            f"{max(c.placement or 0 for c in inf) * 100:.1f}% from placement alone over "
+            f"`jax.make_mesh`'s order. Training steps (Wan 2.1 on v5p, {len(tr)} cells, "
+            f"simulated) over the best expert as published: {_by_target(tr)}. Neither grid "
+            f"has been re-run with tuned experts or at one commit (Limits).")
+
+
+def _table(cells: Sequence[CellFigures], by_model: bool, top1: bool) -> list[str]:
+    head = ("| cells | n | vs best expert: geomean / median (worst-best) | vs Alpa-style | "
+            "placement alone, largest | never slower" + (" | top-1 |" if top1 else " |"))
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
+    for label, cs in groups(cells, by_model):
+        n = len(cs)
+        row = (f"| {label} | {n} | {ratio_text([c.vs_expert for c in cs])} | "
+               f"{ratio_text([c.vs_alpa for c in cs], median=False)} | "
+               f"{placement_text([c.placement for c in cs])} | "
+               f"{sum(c.never_slower for c in cs)} of {n} |")
+        lines.append(row + (f" {sum(bool(c.top1) for c in cs)} of {n} |" if top1 else ""))
+    return lines
+
+
+def _losers(cells: Sequence[CellFigures], what: str) -> str:
+    lose = losing_cells(cells)
+    if not lose:
+        return f"The plan is no slower than the best expert in any {what} cell."
+    experts = collections.Counter(c.best_expert for c in lose)
+    text = (f"**Where the plan loses** ({len(lose)} of {len(cells)} {what} cells, best expert "
+            f"{', '.join(f'{e} in {n}' for e, n in experts.most_common())}): "
+            + ", ".join(f"{c.name} {c.vs_expert:.3f}x" for c in lose) + ".")
+    priced = [c for c in lose if c.expert_compiled and c.vs_expert_q2]
+    unpriced = [c for c in lose if c.expert_compiled is False]
+    if priced:
+        q2 = [c.vs_expert_q2 for c in priced]
+        text += (f" Why: in {len(priced)} the planner compiled that expert's layout and Q2, the "
+                 f"price it chooses by, put the plan ahead of it ({min(q2):.3f}-{max(q2):.3f}x): "
+                 f"Q2 misses the gap the simulator prices.")
+    if unpriced:
+        text += (f" In {len(unpriced)} the budget ended before the planner compiled that "
+                 f"expert's layout ({', '.join(str(c.compiled) for c in unpriced)} layout(s) "
+                 f"compiled).")
+    return text
+
+
+def results(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
+    """The README's results section: both grids, where the plan loses, the other results."""
     lines = [
-        f"The workload grid: {len(cells)} cells (model x workload x target), planning budget "
-        f"{', '.join(budgets)}, seed 0. Every step latency is **simulated by the AoiZora reference "
-        "simulator** (`benchmarks/simulator.py`) on the program libtpu compiled for the target "
-        "ahead of time; no TPU ran. Speedup = baseline step / the plan's step: geometric mean "
-        "over the cells (least-largest). Baselines: the best of seven expert configurations "
-        "(`aoizora/models/experts.py`) in JAX's default order; Alpa-style search (the sharding "
-        "ILP with fixed alpha-beta costs, default order); the plan's own layout in "
-        "`jax.make_mesh`'s order (what placement alone gains). **Planned and simulated before this "
-        "round's changes** (hints, Q2's splash kernel model, tiles: `CHANGELOG.md`) by the "
-        "simulator of that time, which priced compute as Q2 did (splash at 100% of peak): not "
-        "re-run yet.", "",
-        "| cells | n | vs best expert | vs Alpa-style search | placement vs `jax.make_mesh` order, "
-        "largest | never slower | top-1 |",
-        "|---|---|---|---|---|---|---|"]
-    for label, cs in groups(cells):
-        never = sum(1 for c in cs if c.get("never_slower"))
-        top1 = sum(1 for c in cs if (c.get("fidelity") or {}).get("top1"))
-        lines.append(f"| {label} | {len(cs)} | {_ratio(speedups(cs, 'best-expert'))} | "
-                     f"{_ratio(speedups(cs, 'alpa-logical'))} | "
-                     f"{_placement(speedups(cs, 'aoizora-layout/default-order'))} | "
-                     f"{never} of {len(cs)} | {top1} of {len(cs)} |")
-    lines += ["", "never slower: the plan is no slower than any baseline in the cell (differences "
-              "under 0.01% are ties); top-1: the simulator's fastest (layout, placement) pair of "
-              "the cell is the plan. Every cell, every row: `benchmarks/results/grid.md`. "
-              "Reproduce: `python -m benchmarks.grid` (a cell at a time, about 5-9 minutes each "
-              "on 2 cores), `python -m benchmarks.grid_report`, "
-              "`python -m benchmarks.update_readme`."]
-    return lines
+        "", f"**Inference grid**: {len(inf)} cells (model x workload x target), seed 0, planned "
+        f"on {budget_text(inf)}, {commits_text(inf)}. Every step is **simulated by the "
+        "independent simulator** (`benchmarks/sim/`: its own compute, kernel, network and "
+        "overlap models on each program's compiled HLO); no TPU ran. Speedup = baseline step / "
+        "the plan's step. Baselines: the best expert configuration per cell **as published** "
+        "(`aoizora/models/experts.py`, JAX's default order, not tuned); Alpa-style search (the "
+        "sharding ILP with fixed alpha-beta costs); the plan's layout in `jax.make_mesh`'s order "
+        "(placement alone). never slower: no baseline of the cell is faster (0.01% ties); "
+        "top-1: the simulator's fastest (layout, placement) pair of the cell is the plan.", ""]
+    lines += _table(inf, by_model=True, top1=True)
+    lines += ["", _losers(inf, "inference"), "",
+              f"**Training grid**: {len(tr)} cells (Wan 2.1, flow matching, AdamW, on v5p), "
+              f"seed 0, planned on {budget_text(tr)}, {commits_text(tr)}. Simulated as above; "
+              "experts as published with their authors' remat and attention blocks "
+              "(`aoizora/models/training_experts.py`).", ""]
+    lines += _table(tr, by_model=False, top1=False)
+    lines += ["", _losers(tr, "training"), "",
+              "Every cell, every row, each cell's commit: `benchmarks/results/grid_independent.md`, "
+              "`benchmarks/results/training_grid.md`. Reproduce: `python -m benchmarks.grid --out "
+              "benchmarks/results/grid_independent --compiles N`, `python -m "
+              "benchmarks.training_grid --compiles N`, then `python -m benchmarks.update_readme`.",
+              "", ilp_only_text(), "",
+              "Other results in `benchmarks/results/` (each file states its machine, commit and "
+              "how it ran): " + "; ".join(f"`{f}`: {what} (`{cmd}`)"
+                                         for f, what, cmd in OTHER_RESULTS if (RES / f).exists())
+              + "."]
+    return "\n".join(lines) + "\n"
 
 
-def other_results() -> list[str]:
-    lines = ["Other results (each file states its machine and how it ran):", ""]
-    for fname, what, cmd in OTHER_RESULTS:
-        if (RES / fname).exists():
-            lines.append(f"- `benchmarks/results/{fname}`: {what} (`{cmd}`)")
-    return lines
+def ilp_only_text(directory: Path = RES / "ilp_only") -> str:
+    """One sentence per run of ``benchmarks.ilp_only`` (a subdirectory): the ILP's own layout
+    (no seeds) against the best expert of the grid it was run against."""
+    parts = []
+    for d in sorted(p for p in Path(directory).glob("*") if p.is_dir()):
+        cs = [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
+        v = [c["speedup_over_best_expert"] for c in cs if c.get("speedup_over_best_expert")]
+        if v:
+            budgets = sorted({c.get("budget_s") for c in cs})
+            parts.append(f"{min(v):.2f}-{max(v):.2f}x of the best expert in {len(v)} cell(s) "
+                         f"at {', '.join(f'{b:g}' for b in budgets)} s (`{d.name}`)")
+    if not parts:
+        return ""
+    return ("**The ILP alone** (no seed layouts, `ilp_only.md`; priced against the grid before "
+            "the independent simulator, not re-run since): " + "; ".join(parts) + ".")
 
 
-def section() -> str:
-    cells = load_cells()
-    body = (grid_table(cells) if cells
-            else ["No grid cell has run yet (`python -m benchmarks.grid`)."])
-    return "\n".join(body + [""] + other_results())
+def paper(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
+    """The comparison with the paper: its figures (quoted) against this repository's."""
+    v5e8 = [c.placement or 0 for c in inf if c.target == "v5e-8"]
+    worst = max(inf, key=lambda c: c.placement or 0)
+    tw = max(tr, key=lambda c: c.placement or 0)
+    return "\n".join([
+        "", f"| | the paper (TPU v5e; training v5p) | this repository (simulated, {len(inf)} + "
+        f"{len(tr)} cells, experts as published) |", "|---|---|---|",
+        f"| over expert configurations | 1.23x average | {ratio_text([c.vs_expert for c in inf])}"
+        f" geometric mean / median over the best per cell; slower in "
+        f"{len(losing_cells(inf))} of {len(inf)} |",
+        f"| over Alpa | 1.32x average | {ratio_text([c.vs_alpa for c in inf], median=False)} "
+        f"geometric mean over our Alpa-style ILP (fixed alpha-beta costs) |",
+        f"| placement alone | up to 16.6% on v5e-8 | at most {(worst.placement or 0) * 100:.1f}% "
+        f"({worst.target}), at most {max(v5e8, default=0) * 100:.1f}% on v5e-8 |",
+        f"| training on v5p | 1.11x (4 chips), 1.21x (8 chips) | {_by_target(tr)} over the best "
+        f"training expert as published; placement alone up to {(tw.placement or 0) * 100:.1f}% "
+        f"({tw.target}) |", ""])
 
 
-def splice(text: str, body: str) -> str:
-    """``text`` with everything between the markers replaced by ``body``."""
-    if START not in text or END not in text:
-        raise SystemExit("README.md lacks the benchmark markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{body}\n{END}{tail}"
+def limits(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
+    """The limits that quote the grids."""
+    rho = [c.rho_placements for c in inf if c.rho_placements is not None]
+    low = [r for r in rho if r < 0.9]
+    met = [(t, geomean([c.vs_expert for c in cs])) for t, cs in groups(inf, by_model=False)[:-1]]
+    return "\n".join([
+        "", "- **The grids' baselines are the experts as published**, not tuned the way their "
+        "users tune them (remat, attention blocks sized to the shard, compiler options): a "
+        "speedup mixes what the plan's layout adds with knobs any expert could turn. Tuned "
+        "experts exist (`aoizora compare --tuned`, the grids' `--tuned-experts`); neither grid "
+        "has been re-run with them. " + tuned_cells_text(),
+        f"- **Neither grid is one run.** Inference: {len(inf)} cells {commits_text(inf)}, on "
+        f"{budget_text(inf)}. Training: {len(tr)} cells {commits_text(tr)}. A compile-count "
+        "budget (`--compiles N`) makes a cell's plan repeatable "
+        "(`compile_budget_repeat.md`); the grids have not been re-run with it.",
+        f"- **Training plans are experts' layouts**: {_expert_based(tr)} of {len(tr)} plans are "
+        f"an expert's layout refined or retimed (its remat and attention blocks changed); "
+        f"planning took {min(c.planning_s for c in tr):.0f}-{max(c.planning_s for c in tr):.0f} "
+        f"s of {budget_text(tr).split(' per cell')[0].removeprefix('a wall-clock budget of ')}, "
+        f"the ILP's own layouts won no cell.",
+        "- **The speedup target of 1.10x over the best expert** (inference, geometric mean): "
+        + ", ".join(f"{t} {g:.3f}x ({'met' if g >= 1.10 else 'missed'})" for t, g in met) + ".",
+        f"- **Q2 and the simulator rank close placements differently**: Spearman's rho over the "
+        f"plan layout's placements is under 0.9 in {len(low)} of {len(rho)} inference cells "
+        f"(min {min(rho, default=float('nan')):.3f}); the simulator's fastest pair is the plan "
+        f"in {sum(bool(c.top1) for c in inf)} of {len(inf)}."])
+
+
+def tuned_cells_text(dirs: Sequence[Path] = (RES / "grid_tuned", RES / "training_tuned")) -> str:
+    """The cells re-run with tuned experts (``benchmarks.tuned_cells_report``): per cell, the
+    plan against the best tuned expert and the best expert as published (simulated)."""
+    parts = []
+    for d in dirs:
+        for p in sorted(Path(d).glob("*.json")):
+            c = json.loads(p.read_text())
+            rows = _rows(c)
+            plan, bt = rows.get("aoizora") or {}, rows.get("best-tuned-expert") or {}
+            pub = [r for n, r in rows.items() if n.startswith("expert:") and r.get("sim_step_s")]
+            if not (plan.get("sim_step_s") and bt.get("sim_step_s") and pub):
+                continue
+            best_pub = min(r["sim_step_s"] for r in pub)
+            parts.append(f"{c['cell']}: the plan {bt['sim_step_s'] / plan['sim_step_s']:.3f}x "
+                         f"over the best tuned expert, {best_pub / plan['sim_step_s']:.3f}x over "
+                         f"the best as published")
+    if not parts:
+        return "No cell has been re-run with them."
+    return (f"Re-run with them and a compile budget, {len(parts)} cell(s) only "
+            f"(`tuned_cells.md`, simulated): " + "; ".join(parts) + ".")
+
+
+def _expert_based(cells: Sequence[CellFigures]) -> int:
+    return sum(1 for c in cells if "expert:" in c.plan_layout)
+
+
+REGIONS: dict[str, Callable[[Sequence[CellFigures], Sequence[CellFigures]], str]] = {
+    "intro": intro, "results": results, "paper": paper, "limits": limits}
+
+
+def regions(grid: Path = GRID, training: Path = TRAINING) -> dict[str, str]:
+    """Each region's text, from the committed results."""
+    inf, tr = load(grid, inference_cell), load(training, training_cell)
+    if not inf or not tr:
+        raise SystemExit(f"no cells in {grid if not inf else training}: run the grid first")
+    return {name: fn(inf, tr) for name, fn in REGIONS.items()}
+
+
+def splice(text: str, texts: dict[str, str]) -> str:
+    """``text`` with every generated region's content replaced by ``texts[name]``; SystemExit
+    when a region is unknown or one of ``texts`` has no region."""
+    found = [m.group(1) for m in REGION.finditer(text)]
+    unknown, missing = set(found) - set(texts), set(texts) - set(found)
+    if unknown or missing:
+        raise SystemExit(f"README.md's generated regions: unknown {sorted(unknown)}, missing "
+                         f"{sorted(missing)} (markers: <!-- generated:NAME -->...<!-- /generated -->)")
+    return REGION.sub(lambda m: f"<!-- generated:{m.group(1)} -->{texts[m.group(1)]}"
+                                f"<!-- /generated -->", text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true",
-                    help="exit 1 if README.md's results section is not what the results give")
+                    help="exit 1 if README.md's generated regions are not what the results give")
     args = ap.parse_args(argv)
     readme = ROOT / "README.md"
     text = readme.read_text()
-    new = splice(text, section())
+    new = splice(text, regions())
     if args.check:
         if new != text:
-            print("README.md's results section is out of date: "
+            print("README.md's generated regions are out of date: "
                   "run python -m benchmarks.update_readme")
             return 1
-        print("README.md's results section is up to date")
+        print("README.md's generated regions are up to date")
         return 0
     atomic_write(readme, new)
-    print("README.md results section regenerated")
+    print("README.md's generated regions regenerated")
     return 0
 
 

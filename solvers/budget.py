@@ -39,6 +39,13 @@ What the solvers count in other units derives from a share's seconds:
   - a placement heuristic's evaluations (``solvers.placement_heuristics.evaluation_budget``):
     ``EVALUATIONS_PER_S * seconds`` of the share asked, so that the clock only caps it.
 
+A budget may also hold a number of compiles (``Budget(..., compiles=N)``; ``plan(...,
+compiles=N)``, ``aoizora plan --compiles N``): then the compile queue starts a candidate's compile
+only while fewer than N have run (``compiles_left``), and the seconds are a guard, as above, that
+stops the run on a machine slower than expected. A count does not depend on the machine's speed
+or load: with the same inputs, seed and N, the same compiles run (where the clock's guard does
+not bind, which ``Plan.time_limited`` lists). Shares stay in seconds; only compiles are counted.
+
 One clock: every deadline in the planner and its solvers is a ``clock()`` value. The exception
 is the HiGHS worker process (``solvers.mip_run``), which is handed its deadline on the epoch
 clock (``time.time()``): ``perf_counter``'s reference point is undefined across processes.
@@ -123,13 +130,28 @@ def share(name: str) -> Share:
 class Budget:
     """``total_s`` seconds of ``clock`` from ``start`` (default now): ``deadline = start +
     total_s``. ``child(name, asked_s)`` is the named share of it, a Budget of its own starting
-    now; ``extend(s)`` moves the deadline (a step that waited keeps its share)."""
+    now (in seconds only); ``extend(s)`` moves the deadline (a step that waited keeps its share).
+    ``compiles``: at most that many candidate compiles (None: the seconds decide alone; module
+    docstring); ``compiles_left(done)`` says how many remain after ``done``.
 
-    def __init__(self, total_s: float, start: float | None = None, name: str = "plan"):
+    Raises:
+        ValueError: ``compiles`` is not a whole number of 1 or more.
+    """
+
+    def __init__(self, total_s: float, start: float | None = None, name: str = "plan",
+                 compiles: int | None = None):
         self.start = clock() if start is None else float(start)
         self.total_s = float(total_s)
         self.deadline = self.start + self.total_s
         self.name = name
+        if compiles is not None and (isinstance(compiles, bool) or int(compiles) != compiles
+                                     or compiles < 1):
+            raise ValueError(f"compiles={compiles!r}: give a whole number of compiles, 1 or more")
+        self.compiles = None if compiles is None else int(compiles)
+
+    def compiles_left(self, done: int) -> int | None:
+        """Compiles the count still allows after ``done`` have run (None: no count)."""
+        return None if self.compiles is None else max(0, self.compiles - int(done))
 
     @classmethod
     def until(cls, deadline: float, start: float | None = None, name: str = "plan") -> "Budget":
@@ -178,4 +200,5 @@ class Budget:
         return self.left() > MARGINS[margin].need_s(expected_s)
 
     def __repr__(self) -> str:
-        return f"Budget({self.name}: {self.total_s:.3f} s, {self.left():.3f} s left)"
+        count = "" if self.compiles is None else f", {self.compiles} compiles"
+        return f"Budget({self.name}: {self.total_s:.3f} s{count}, {self.left():.3f} s left)"

@@ -283,3 +283,38 @@ def test_a_compile_expected_slower_is_skipped_where_a_usual_one_starts(frozen_cl
     assert isinstance(s, Skipped) and s.budget and "a compile takes about 4.0 s" in s.reason
     assert isinstance(usual.result(), Compiled)
     q.close()
+
+
+def test_a_compile_count_decides_which_compiles_start_whatever_the_clock():
+    """``Budget(compiles=N)``: once something fits, the (N+1)-th compile is skipped by the
+    count (``clock=False``: repeatable), with hours of time left; before anything fits, the
+    count does not stop the queue (nothing could be priced)."""
+    q = CompileQueue(Budget(3600.0, compiles=2), (Boom,))
+    fits = [False, True, True, True]
+    fs = [q.submit(lambda f=f: _ev(f), priority=i) for i, f in enumerate(fits)]
+    got = [f.result() for f in fs]
+    q.close()
+    assert [type(g).__name__ for g in got] == ["Compiled", "Compiled", "Skipped", "Skipped"]
+    assert not got[2].clock and got[2].budget and "compile budget: 2" in got[2].reason
+    assert q.compiles_left() == 0 and len(q.done) == 2
+
+
+def test_compiles_left_counts_finished_compiles_only():
+    q = CompileQueue(Budget(3600.0, compiles=3), (Boom,))
+    assert q.compiles_left() == 3            # nothing finished: the count alone
+    release, started = threading.Event(), threading.Event()
+
+    def held():
+        started.set()
+        release.wait(5)
+        return _ev()
+
+    f = q.submit(held)
+    started.wait(5)
+    assert q.compiles_left() == 3            # one running: not yet counted
+    release.set()
+    f.result()
+    assert q.compiles_left() == 2
+    q.close()
+    with pytest.raises(ValueError, match="whole number of compiles"):
+        Budget(60.0, compiles=0)

@@ -4,7 +4,8 @@
 - neither README.md nor any module, class or function docstring of the package (aoizora/,
   extract/, formulation/, solvers/) holds a commit hash: a 7-40 character hex token that is a
   prefix of a commit in ``git rev-list --all`` (skipped where git or the history is missing);
-- the README's results section is what ``benchmarks.update_readme`` generates from the results;
+- every generated region of the README is what ``benchmarks.update_readme`` writes from the
+  committed results, and a changed result changes it;
 - the README holds the CI recipe of ``.ci/run`` verbatim.
 """
 
@@ -78,12 +79,42 @@ def test_no_commit_hash_in_package_docstrings(commits):
     assert bad == [], f"docstrings name commits (state the contract, not the run): {bad[:10]}"
 
 
-def test_readme_results_section_is_generated():
+def test_readme_figures_are_generated_from_the_results():
     from benchmarks import update_readme
 
     text = README.read_text()
-    assert update_readme.splice(text, update_readme.section()) == text, (
-        "README.md's results section is out of date: run python -m benchmarks.update_readme")
+    assert update_readme.splice(text, update_readme.regions()) == text, (
+        "README.md's generated regions are out of date: run python -m benchmarks.update_readme")
+
+
+def test_a_changed_result_changes_the_readme(tmp_path):
+    """One cell's simulated step moved by 1%: the regions no longer match README.md."""
+    import json
+    import shutil
+
+    from benchmarks import update_readme
+
+    grid, training = tmp_path / "grid", tmp_path / "training"
+    shutil.copytree(update_readme.GRID, grid)
+    shutil.copytree(update_readme.TRAINING, training)
+    text = README.read_text()
+    assert update_readme.splice(text, update_readme.regions(grid, training)) == text
+    cell = sorted(grid.glob("*.json"))[0]
+    d = json.loads(cell.read_text())
+    d["speedup_over_best_expert"] *= 1.01
+    cell.write_text(json.dumps(d))
+    assert update_readme.splice(text, update_readme.regions(grid, training)) != text
+
+
+def test_every_region_is_known_and_present():
+    from benchmarks.update_readme import splice
+
+    text = "a <!-- generated:x -->old<!-- /generated --> b"
+    assert splice(text, {"x": "new"}) == "a <!-- generated:x -->new<!-- /generated --> b"
+    with pytest.raises(SystemExit, match="missing \\['y'\\]"):
+        splice(text, {"x": "new", "y": ""})
+    with pytest.raises(SystemExit, match="unknown \\['x'\\]"):
+        splice(text, {})
 
 
 def test_readme_holds_the_ci_recipe_verbatim():

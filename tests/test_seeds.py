@@ -11,12 +11,14 @@ from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.planning.loop_state import new_record
 from aoizora.planning.pricing_order import PricingItem, pricing_rank
 from aoizora.planning.seeds import first_compile_alone, queue_seed_compiles, seed_solution
+from aoizora.solvers.budget import Budget
 
 
 class _Queue:
     def __init__(self, room=10, expected=5.0):
         self.held, self.submitted, self.unless, self.slower = None, [], [], []
         self.room, self.expected_compile_s = room, expected
+        self.done = []                # compiles finished (``CompileQueue.done``)
 
     def hold(self, p):
         self.held = p
@@ -39,11 +41,11 @@ def _layout(name, mesh=None):
                   rules={"act": ("context",)}, name=name)
 
 
-def _state(n_seeds, meshes=({"x": 8},), queue=None):
+def _state(n_seeds, meshes=({"x": 8},), queue=None, compiles=None):
     return NS(seeds=[Seed(_layout(f"s{i}")) for i in range(1, n_seeds + 1)], meshes=list(meshes),
               program=NS(fn=lambda *a: None, args=(), target=NS(name="v5e:2x4"), cache=None),
               queue=queue or _Queue(), seed_compiles=[], progress=NS(stage=lambda t: None),
-              seams=NS(compile_layout=None))
+              seams=NS(compile_layout=None), budget=Budget(3600.0, compiles=compiles))
 
 
 def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch):
@@ -124,11 +126,26 @@ def test_the_ilps_start_only_if_the_budget_holds_their_best():
     # ahead of the ILP's best: the second seed (waiting) and the first seed's refinement (done)
     refined = [PricingItem("refined", 1, pricing_rank("refined", 1, 2), {}, None,
                            st.queue.submit(None))]
-    assert first_compile_alone(st, refined) == ""
+    assert first_compile_alone(st, refined) == ("", False)
     st.queue.room = 1
     why = first_compile_alone(st, refined)
     assert why == ("the time budget holds 1 more compile(s) of about 5.0 s and the ILP's best "
-                   "would be compile 2 after the first seed's")
+                   "would be compile 2 after the first seed's", True)
+
+
+def test_a_compile_count_that_decides_the_ilps_skip_is_not_a_time_limit():
+    st = _state(2, compiles=3)
+    st.seed_compiles = [st.queue.submit(None), Future()]   # the second seed still compiling
+    st.queue.submitted.clear()
+    refined = [PricingItem("refined", 1, pricing_rank("refined", 1, 2), {}, None,
+                           st.queue.submit(None))]
+    st.queue.done = [1, 2]                 # two compiles finished: the count leaves one
+    st.queue.room = 1                      # what the queue says (min of count and clock)
+    why, by_clock = first_compile_alone(st, refined)
+    assert not by_clock and why.startswith("the compile budget (3) holds 1 more compile(s)")
+    st.queue.done = [1]                    # the count leaves two: the ILP's best fits
+    st.queue.room = 2
+    assert first_compile_alone(st, refined) == ("", False)
 
 
 def test_a_seed_as_a_solution_says_it_proves_nothing():

@@ -387,6 +387,14 @@ def training_expert_layouts(model, workload, target: Target, batch: int = 1,
     Workload) with global ``batch`` on ``target``: valid ones with Layout, TrainConfig and train
     step; rejected ones with the reason. ``remat``: every expert's step traced with this remat
     instead of its recipe's (``build``)."""
+    return [training_expert(name, model, workload, target, batch, remat)
+            for name in TRAINING_EXPERTS]
+
+
+def training_expert(name: str, model, workload, target, batch: int = 1,
+                    remat: Any = None) -> TrainingExpert:
+    """Expert ``name`` of ``TRAINING_EXPERTS`` alone (``training_expert_layouts``' arguments):
+    valid with its Layout, TrainConfig and train step, or rejected with the reason."""
     m = registry.get_model(model)
     if m.family != "wan":
         raise training.TrainingError(f"the built-in training step is Wan 2.1's; {m.name} is "
@@ -396,16 +404,13 @@ def training_expert_layouts(model, workload, target: Target, batch: int = 1,
     n = tgt.num_devices
     hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
     block = SPLASH_BLOCK if wl.tokens >= SPLASH_BLOCK * n else 16
-    out = []
-    for name in TRAINING_EXPERTS:
-        ex = build(name, m, wl, n, batch, block, remat)
-        if ex.valid:
-            b = state_bytes_per_chip(ex.args, ex.layout.in_specs, ex.layout.mesh_axes)
-            need = b["params"] + b["moments"]
-            if need > hbm:
-                ex.layout, ex.reason = None, (
-                    f"the training state (fp32 weights and AdamW moments) needs "
-                    f"{need / 2**30:.2f} GiB per chip under {ex.reason}, more than the "
-                    f"{hbm / 2**30:.2f} GiB of HBM")
-        out.append(ex)
-    return out
+    ex = build(name, m, wl, n, batch, block, remat)
+    if ex.valid:
+        b = state_bytes_per_chip(ex.args, ex.layout.in_specs, ex.layout.mesh_axes)
+        need = b["params"] + b["moments"]
+        if need > hbm:
+            ex.layout, ex.reason = None, (
+                f"the training state (fp32 weights and AdamW moments) needs "
+                f"{need / 2**30:.2f} GiB per chip under {ex.reason}, more than the "
+                f"{hbm / 2**30:.2f} GiB of HBM")
+    return ex

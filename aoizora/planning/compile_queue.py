@@ -36,6 +36,12 @@ ILPs solve (the first seed alone: the planner waits for it to know what a compil
   raw wall-clock nor CPU time would do on a 2-core machine (XLA compiles on both cores); the
   half count can be up to 25% short (benchmarks/results/lab_notes.md), which the margin below
   (1.2 x + 1 s) partly covers; a compile that then runs past the deadline is reported.
+- With a compile count (``Budget.compiles``, ``plan(..., compiles=N)``), the count decides
+  first: once a compiled layout fits in HBM, a compile starts only while fewer than N have
+  finished (``compiles_left``); the time check above stays as a guard. The count is of compiles
+  *finished*, never of one running, so ``compiles_left`` asked from another thread while a
+  compile runs gives the same answer whenever it is asked. A compile the count did not start
+  comes back as ``Skipped(..., clock=False)``: the count, not the machine, decided it.
 - A compile of a program unlike the ones compiled so far can say so: ``submit(..., slower=f)``
   expects it to take ``f`` x ``expected_compile_s`` (a training seed's own step, with its
   authors' remat and host offload: ``seeds.SEED_PROGRAM_SLOWER``).
@@ -74,6 +80,7 @@ class Skipped:
     reason: str
     before_first: bool = False       # no compile ran, and none will: the budget is spent
     budget: bool = True              # False: skipped by the submitter's ``unless``, not the budget
+    clock: bool = True               # False: the compile count decided, not the clock
 
 
 class CompileQueue:
@@ -124,11 +131,13 @@ class CompileQueue:
         """How many more compiles of ``slower`` x ``expected_compile_s`` fit before the deadline
         less ``reserve_s``, each with the margin ``1.2 x + 1 s`` the start check uses (module
         doc), times the compiles that run at once (``workers.slots``); a large number before the
-        first compile has finished (nothing is known yet)."""
-        if not self.done:
-            return 1 << 30
-        return self.budget.count("compile", self.expected_compile_s * slower,
-                                 self.reserve_s) * self.workers.slots
+        first compile has finished (nothing is known yet). With a compile count, at most what the
+        count leaves after the compiles finished."""
+        by_count = self.budget.compiles_left(len(self.done))
+        by_time = (1 << 30 if not self.done else
+                   self.budget.count("compile", self.expected_compile_s * slower,
+                                     self.reserve_s) * self.workers.slots)
+        return by_time if by_count is None else min(by_count, by_time)
 
     def contended(self, on: bool) -> None:
         """The planner starts (``on``) or stops work that competes with compiles for the cores."""
@@ -201,6 +210,8 @@ class CompileQueue:
         if self._closed:
             return Skipped("the planner stopped")
         expected = self.expected_compile_s * slower
+        if self.fitting and self.budget.compiles_left(len(self.done)) == 0:
+            return Skipped(f"compile budget: {self.budget.compiles} compile(s) done", clock=False)
         if self.fitting and self.compiles_left(slower) < 1:
             kept = f" ({self.reserve_s:.1f} s of it kept for after)" if self.reserve_s else ""
             return Skipped(f"time budget: {left:.1f} s left{kept}, a compile takes about "

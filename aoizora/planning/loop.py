@@ -142,6 +142,10 @@ def _skipped(state: LoopState, m, sol, got: Skipped, rec: IterationRecord) -> No
                            f"({got.reason})")
         return
     state.stop_reason = got.reason   # what compiled before it is still priced
+    if not got.clock:                # the compile count decided: repeatable, not a time limit
+        rec.changes.append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not started "
+                           f"({got.reason})")
+        return
     rec.time_limited.append(f"compile of mesh {mesh_str(m)} {sol.layout.name}: not "
                             f"started ({got.reason})")
 

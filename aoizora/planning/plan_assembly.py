@@ -121,6 +121,9 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     if interrupted:
         notes.insert(0, "INTERRUPTED: the best plan found before the interrupt; cut: "
                      + "; ".join(w.split(": ", 1)[1] for w in interrupted))
+    if state.budget.compiles is not None:
+        notes.append(f"budget: {state.budget.compiles} candidate compile(s), "
+                     f"{state.budget.total_s:g} s of wall clock as a guard")
     ir = state.program.ir
     if ir is not None:   # what the IR could not read (ops kept replicated, attention not taken)
         notes += [f"program: {w}" for w in (*getattr(ir, "warnings", ()), *getattr(ir, "notes", ()))]

@@ -220,13 +220,14 @@ def _retimed_solution(sd: Seed, ref, layout: Layout) -> ShardingSolution:
         f"the kernel model's tiles"] + list(sol.words))
 
 
-def first_compile_alone(state: LoopState, refined: list[PricingItem]) -> str:
+def first_compile_alone(state: LoopState, refined: list[PricingItem]) -> tuple[str, bool]:
     """Wait for the first compile of the pricing order (the first seed's; with training seeds
     the first refinement's, or the next queued where a seed has none), which so has the cores to
     itself, then say whether the
-    first iteration's sharding ILPs are worth solving: "" when the budget still holds the
-    compiles ranked before the ILP's best (``pricing_rank``: the first seed's refinement and
-    the second seed) and the ILP's best itself, else why not.
+    first iteration's sharding ILPs are worth solving: ("", False) when the budget still holds
+    the compiles ranked before the ILP's best (``pricing_rank``: the first seed's refinement and
+    the second seed) and the ILP's best itself, else (why not, whether the clock decided it:
+    False where the compile count did, which is repeatable).
 
     Until the first compile the planner cannot know what a compile costs. Solved beside it, the
     ILPs take one of the 2 cores and slow it, so that with a short budget the compiles ranked
@@ -253,10 +254,14 @@ def first_compile_alone(state: LoopState, refined: list[PricingItem]) -> str:
     waiting = sum(1 for f in ahead if not f.done())
     room = queue.compiles_left()
     if room >= waiting + 1:
-        return ""
+        return "", False
+    counted = state.budget.compiles_left(len(queue.done))
+    if counted is not None and counted <= room:    # the count decided, not the clock
+        return (f"the compile budget ({state.budget.compiles}) holds {counted} more compile(s) "
+                f"and the ILP's best would be compile {waiting + 1} after the first seed's"), False
     return (f"the time budget holds {room} more compile(s) of about "
             f"{queue.expected_compile_s:.1f} s and the ILP's best would be compile "
-            f"{waiting + 1} after the first seed's")
+            f"{waiting + 1} after the first seed's"), True
 
 
 def first_iteration_ilps(state: LoopState, ilp: Budget, rec: IterationRecord
@@ -280,13 +285,14 @@ def first_iteration_ilps(state: LoopState, ilp: Budget, rec: IterationRecord
         return refined, ""
     queue.contended(False)
     waited = clock()
-    skip = first_compile_alone(state, refined)
+    skip, by_clock = first_compile_alone(state, refined)
     rec.ilps_started_s = round(state.budget.elapsed(), 3)
     ilp.extend(clock() - waited)   # the ILPs' share, shifted by the wait
     queue.contended(True)
     if skip:
         rec.changes.append(f"sharding ILPs skipped: {skip}")
-        rec.time_limited.append(f"sharding ILPs of iteration 1: skipped ({skip})")
+        if by_clock:               # a compile count's skip is repeatable: not a time limit
+            rec.time_limited.append(f"sharding ILPs of iteration 1: skipped ({skip})")
         state.progress.note(f"sharding ILPs skipped ({skip})")
     return refined, skip
 
