@@ -96,11 +96,13 @@ def collective_bytes(ev: Evidence) -> dict[str, float]:
     return out
 
 
-def layouts_of(job, ilp_limit_s: float) -> list[dict[str, Any]]:
+def layouts_of(job, ilp_limit_s: float, ilp_prefix: str = "ilp",
+               experts: bool = True) -> list[dict[str, Any]]:
     """The cell's layouts (module docstring): dicts with name, layout, fn, args, program, and the
-    ILP's choice and Q1 for ILP layouts."""
+    ILP's choice and Q1 for ILP layouts (named ``<ilp_prefix>:<mesh>``: a prefix per version of
+    Q1 keeps the layouts an earlier Q1 chose)."""
     out = []
-    for ex in expert_layouts(job.model, job.workload, job.target):
+    for ex in expert_layouts(job.model, job.workload, job.target) if experts else []:
         if ex.valid:
             out.append({"name": f"expert:{ex.name}", "layout": ex.layout, "fn": ex.fn,
                         "args": ex.args, "program": {"expert": ex.name,
@@ -114,7 +116,7 @@ def layouts_of(job, ilp_limit_s: float) -> list[dict[str, Any]]:
             print(f"  mesh {m}: no ILP layout ({str(e).splitlines()[0]})", flush=True)
             continue
         sol = res.best
-        name = "ilp:" + "x".join(str(v) for v in m.values())
+        name = f"{ilp_prefix}:" + "x".join(str(v) for v in m.values())
         out.append({"name": name, "layout": sol.layout, "fn": job.fn, "args": job.args,
                     "program": {"job": True}, "choice": dict(sol.choice),
                     "q1_at_collect_s": sol.predicted.get("total_s"),
@@ -123,14 +125,15 @@ def layouts_of(job, ilp_limit_s: float) -> list[dict[str, Any]]:
 
 
 def collect_cell(model: str, resolution: str, frames: int, target: str, ilp_limit_s: float,
-                 only: set[str] | None = None) -> Path:
+                 only: set[str] | None = None, ilp_prefix: str = "ilp") -> Path:
     """Compile and price every layout of the cell not cached yet; returns the cell's directory."""
     job = builtin_job(model, resolution, frames, target)
     d = RESULTS / cell_name(model, resolution, frames, target)
     d.mkdir(parents=True, exist_ok=True)
     net = Network.from_target(job.target)
     sim = Simulator(job.target, net)
-    for L in layouts_of(job, ilp_limit_s):
+    wanted_experts = only is None or any(n.startswith("expert:") for n in only)
+    for L in layouts_of(job, ilp_limit_s, ilp_prefix, wanted_experts):
         fname = L["name"].replace(":", "_")
         path = d / f"{fname}.json"
         if path.exists() or (only and L["name"] not in only):
@@ -177,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cell", required=True, help="model,resolution,frames,target")
     ap.add_argument("--ilp-limit", type=float, default=60.0, help="seconds per mesh's ILP")
     ap.add_argument("--only", default="", help="comma-separated layout names")
+    ap.add_argument("--ilp-prefix", default="ilp", help="name prefix of the ILP's layouts")
     a = ap.parse_args(argv)
     try:
         model, res, frames, target = a.cell.split(",")
@@ -186,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     only = {s for s in a.only.split(",") if s} or None
-    d = collect_cell(model, res, frames_i, target, a.ilp_limit, only)
+    d = collect_cell(model, res, frames_i, target, a.ilp_limit, only, a.ilp_prefix)
     print(f"wrote {d}")
     return 0
 
