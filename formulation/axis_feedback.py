@@ -113,6 +113,7 @@ def transferred_axis_costs(default: AxisCosts, ratios: dict[str, float]) -> Axis
     """``default`` with every axis's beta for collective kind k multiplied by ``ratios[k]``
     (what the kind cost, over the default, on the meshes measured so far; module docstring)."""
     return dataclasses.replace(
-        default, beta_by_kind={a: {k: b * r for k, r in ratios.items()}
+        default, beta_by_kind={a: {**default.beta_by_kind.get(a, {}),
+                                   **{k: b * r for k, r in ratios.items()}}
                                for a, b in default.beta_s_per_byte.items()},
         note=f"{default.note}; collective kinds scaled as measured on other meshes")

@@ -517,7 +517,7 @@ class _Builder:
         comm = 0.0
         for a in axes:
             per *= self.sizes[a]
-            comm += self.ac.all_gather(a, per)
+            comm += self.ac.ring_permute(a, per)
         bytes_dev = sum(shard_bytes(self.T[n.operands[k]], sp, self.sizes) for k, sp in req2.items()) \
             + shard_bytes(out_t, out_spec, self.sizes)
         comp = self.compute_time(n, frac, bytes_dev)

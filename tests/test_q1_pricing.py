@@ -3,6 +3,7 @@ it would run with (and its layouts carry those tiles), and prices a chain of fol
 fused pass over HBM."""
 
 import jax
+import pytest
 import jax.numpy as jnp
 
 from aoizora.extract.program_ir import build_ir
@@ -80,3 +81,19 @@ def test_a_chain_of_followers_is_one_pass_over_hbm(v5e4):
     one_pass = 2 * 4096 * 4096 * 2 / v5e4.chip.hbm_bandwidth_Bps   # read a, write the result
     assert total(True) < total(False)
     assert abs(total(True) - one_pass) / one_pass < 0.05
+
+
+def test_a_ring_is_priced_as_permutes_over_one_link(v5e4):
+    """Ring attention's keys/values go to the ring neighbour: one link, one direction, even on
+    an axis the all-gather's default prices over two (v5e-4 is 2x2: a logical 4 spans both)."""
+    from aoizora.formulation.collective_cost import default_axis_costs as dac
+
+    ir = _attention_ir()
+    ac = dac(v5e4, {"x": 4})
+    ring = next(st for st in _attention_strategies(ir, v5e4, {"x": 4},
+                                                   Hardware.from_chip(v5e4.chip)).values()
+                if st.kv == "ring")
+    kv_bytes = 2 * 1 * 8 * 4096 * 128 * 2          # k and v, gathered, per device at the end
+    one_link = ac.alpha_s["x"] + 3 / 4 * kv_bytes / v5e4.chip.link_bandwidth_Bps
+    assert ring.comm == pytest.approx(one_link, rel=1e-6)
+    assert ac.all_gather("x", kv_bytes) < one_link   # the all-gather's default uses 2 links
