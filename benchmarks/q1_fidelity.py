@@ -58,6 +58,7 @@ from aoizora.solvers.sharding_layout import tensor_spec
 from aoizora.seed_refinement import RefinementError, attention_pins
 from benchmarks.grid import spearman
 from benchmarks.q1_fidelity_collect import RESULTS
+from benchmarks.q1_teacher import Teacher, teach
 
 REPORT_MD = RESULTS.parent / "q1_fidelity.md"
 REPORT_JSON = RESULTS.parent / "q1_fidelity.json"
@@ -146,25 +147,34 @@ def q1_terms(graph, model, choice: dict[str, int], attention_s: dict[str, float]
             "peak_bytes": peak_memory(model, choice, remat=None)}
 
 
-def variant_problem(variant: str, target, **kw) -> ShardingProblem:
+def variant_problem(variant: str, target, mesh: dict[str, int] | None = None,
+                    teacher: Teacher | None = None, **kw) -> ShardingProblem:
     """The ShardingProblem of a Q1 variant: "roofline" (attention and every op priced
-    max(flops / peak, bytes / HBM): Q1 before this benchmark's changes) or "current" (the
-    defaults: attention by the splash kernel model at its tiles, ...)."""
+    max(flops / peak, bytes / HBM), followers unfused: Q1 before issue 52), "current" (the
+    defaults: attention by the splash kernel model at its tiles, fused followers, ring permutes
+    over one link) or "feedback" (current, with what ``teacher``'s compile taught:
+    ``benchmarks.q1_teacher``)."""
     if variant == "roofline":
         c = target.chip
         kw["hardware"] = Hardware(float(c.peak_bf16_flops), float(c.hbm_bandwidth_Bps),
                                   int(c.hbm_bytes))
         kw["options"] = Options(fusion=False)
-    elif variant != "current":
-        raise ValueError(f"Q1 variant {variant!r}: use 'roofline' or 'current'")
+    elif variant == "feedback" and teacher is not None:
+        kw["axis_costs"] = teacher.axis_costs(target, mesh)
+        kw["options"] = Options(compute_scale=teacher.compute_scale)
+        kw["attention_scale"] = {"*": {"gather": teacher.attention_scale,
+                                       "ring": teacher.attention_scale}}
+    elif variant not in ("current", "feedback"):
+        raise ValueError(f"Q1 variant {variant!r}: use 'roofline', 'current' or 'feedback'")
     return ShardingProblem(remat="stacks", **kw)
 
 
-def q1_of(rec: dict[str, Any], ir, target, variant: str = "current") -> dict[str, Any]:
+def q1_of(rec: dict[str, Any], ir, target, variant: str = "current",
+          teacher: Teacher | None = None) -> dict[str, Any]:
     """Q1 terms of one record's layout (module docstring) under Q1 ``variant``."""
     layout = Layout.from_json(rec["layout"])
     mesh = dict(rec["mesh"])
-    prob = variant_problem(variant, target)
+    prob = variant_problem(variant, target, mesh, teacher)
     _hw, _b, graph, model = build_problem(ir, target, mesh, prob)
     if rec.get("choice"):
         names = rec["choice"]
@@ -180,7 +190,8 @@ def q1_of(rec: dict[str, Any], ir, target, variant: str = "current") -> dict[str
         _kept, cuts = attention_pins(graph, layout)
         cuts += input_pins(ir, graph, layout)
         res = solve_sharding(ir, target, mesh, variant_problem(
-            variant, target, graph=graph, forbidden=cuts or None), time_limit_s=60.0, seed=0)
+            variant, target, mesh, teacher, graph=graph, forbidden=cuts or None),
+            time_limit_s=60.0, seed=0)
         choice = {g: next(k for k, st in enumerate(graph.groups[g].strategies) if st.name == n)
                   for g, n in res.best.choice.items()}
         how = f"ILP pinned to the expert ({len(cuts)} cuts), {res.best.certificate.status}"
@@ -190,7 +201,7 @@ def q1_of(rec: dict[str, Any], ir, target, variant: str = "current") -> dict[str
         t = layout_attention_seconds(graph.groups[g], graph.groups[g].strategies[k], layout, ir,
                                      chip)
         if t is not None:
-            att[g] = t
+            att[g] = t * (teacher.attention_scale if teacher is not None else 1.0)
     out = q1_terms(graph, model, choice, att)
     out["how"] = how
     return out
@@ -200,7 +211,10 @@ def _ratio(a, b):
     return (a / b) if (a is not None and b) else None
 
 
-def cell_rows(d: Path, variant: str = "current") -> list[dict[str, Any]]:
+def cell_rows(d: Path, variant: str = "current", teacher_name: str = ""
+              ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The cell's rows under Q1 ``variant``, and the teacher's summary ("feedback": the layout
+    ``teacher_name``, default the first ILP layout on the smallest mesh it has)."""
     recs = [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
     recs = [r for r in recs if "sim" in r]
     if not recs:
@@ -211,32 +225,47 @@ def cell_rows(d: Path, variant: str = "current") -> list[dict[str, Any]]:
     job = builtin_job(model, resolution, int(frames.rstrip("f")), target)
     experts = {f"expert:{ex.name}": ex for ex in expert_layouts(job.model, job.workload, job.target)}
     irs: dict[str, Any] = {}
-    rows = []
-    for r in recs:
+
+    def ir_of(r):
         prog = "job" if r["program"].get("job") else r["name"]
         if prog not in irs:
             fn, args = (job.fn, job.args) if prog == "job" else (experts[prog].fn, experts[prog].args)
             irs[prog] = build_ir(fn, *args)
+        return irs[prog]
+
+    teacher = None
+    if variant == "feedback":
+        # the layout the planner compiles first: the ILP's best by Q1 (today's ILP layouts)
+        ilps = sorted((r for r in recs if r.get("choice") and r["name"].startswith("ilp52")),
+                      key=lambda r: (r.get("q1_at_collect_s") or math.inf, r["name"]))
+        trec = next((r for r in recs if r["name"] == teacher_name), ilps[0] if ilps else recs[0])
+        teacher = teach(d, trec, q1_of(trec, ir_of(trec), job.target, "current"), job.target)
+    rows = []
+    for r in recs:
         t0 = time.perf_counter()
         try:
-            q1 = q1_of(r, irs[prog], job.target, variant)
+            q1 = q1_of(r, ir_of(r), job.target, variant, teacher)
         except (ShardingSolveError, RefinementError, KeyError) as e:
             q1 = {"error": str(e).splitlines()[0]}
         q1["wall_s"] = round(time.perf_counter() - t0, 2)
         rows.append({"name": r["name"], "mesh": r["mesh"], "q1": q1, "q2": r["q2"],
+                     "teacher": teacher is not None and r["name"] == teacher.name,
                      "sim": r["sim"], "memory": r["memory"], "fits_hbm": r["fits_hbm"],
                      "collective_bytes": r["collective_bytes"]})
-    return rows
+    return rows, (teacher.summary() if teacher is not None else None)
 
 
 def cell_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in rows if "step_s" in r["q1"] and r["fits_hbm"]]
+    ok = [r for r in rows if "step_s" in r["q1"] and r["fits_hbm"] and not r.get("teacher")]
     q1 = [r["q1"]["step_s"] for r in ok]
     q2 = [r["q2"]["step_s"] for r in ok]
     sim = [r["sim"]["step_s"] for r in ok]
     err = [abs(a / s - 1) for a, s in zip(q1, sim)]
     err2 = [abs(a / s - 1) for a, s in zip(q2, sim)]
+    e12 = [abs(a / b - 1) for a, b in zip(q1, q2)]
     return {"layouts": len(ok), "median_abs_q1_over_sim_minus_1": statistics.median(err) if err else None,
+            "median_abs_q1_over_q2_minus_1": statistics.median(e12) if e12 else None,
+            "spearman_q1_q2": spearman(q1, q2),
             "spearman_q1_sim": spearman(q1, sim), "median_abs_q2_over_sim_minus_1":
             statistics.median(err2) if err2 else None, "spearman_q2_sim": spearman(q2, sim)}
 
@@ -256,19 +285,26 @@ def markdown(cells: dict[str, Any], tag: str) -> str:
     rhos = [c["summary"]["spearman_q1_sim"] for c in cells.values()
             if c["summary"]["spearman_q1_sim"] is not None]
     L += ["| cell | layouts | median abs(Q1/sim - 1) | Spearman rho (Q1, sim) | "
-          "median abs(Q2/sim - 1) | Spearman rho (Q2, sim) |", "|---|---|---|---|---|---|"]
+          "median abs(Q2/sim - 1) | Spearman rho (Q2, sim) | median abs(Q1/Q2 - 1) | "
+          "Spearman rho (Q1, Q2) |", "|---|---|---|---|---|---|---|---|"]
     for name, c in cells.items():
         s = c["summary"]
         f = lambda v, p="{:.1%}": "-" if v is None else p.format(v)  # noqa: E731
         L.append(f"| {name} | {s['layouts']} | {f(s['median_abs_q1_over_sim_minus_1'])} | "
                  f"{f(s['spearman_q1_sim'], '{:.2f}')} | {f(s['median_abs_q2_over_sim_minus_1'])} | "
-                 f"{f(s['spearman_q2_sim'], '{:.2f}')} |")
+                 f"{f(s['spearman_q2_sim'], '{:.2f}')} | {f(s['median_abs_q1_over_q2_minus_1'])} | "
+                 f"{f(s['spearman_q1_q2'], '{:.2f}')} |")
     if meds:
         L += ["", f"Over cells: median of the cells' median abs(Q1/sim - 1) "
                   f"{statistics.median(meds):.1%}; median cell's Spearman rho "
                   f"{statistics.median(rhos) if rhos else float('nan'):.2f}.", ""]
     for name, c in cells.items():
-        L += [f"## {name}", "",
+        t = c.get("teacher")
+        L += [f"## {name}", ""] + ([
+            f"Feedback from one compile: `{t['teacher']}` (mesh {t['mesh']}): compute scale "
+            f"{t['compute_scale']:.3f}, attention scale {t['attention_scale']:.3f}, collective "
+            f"kind ratios {', '.join(f'{k} {v:.2f}' for k, v in t['kind_ratios'].items())}; "
+            "its row is left out of the cell's figures.", ""] if t else []) + [
               "| layout | mesh | Q1 | Q2 | sim | Q1 attn | Q2 attn | sim attn | Q1 other | "
               "Q2 other | sim other | Q1 own coll. | Q1 reshard | sim coll. (all runs) | "
               "sim exposed | Q1 peak GiB | compiler GiB |",
@@ -298,8 +334,10 @@ def markdown(cells: dict[str, Any], tag: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tag", default="current", help="label of this Q1 (e.g. the change made)")
-    ap.add_argument("--variant", default="current", choices=("current", "roofline"),
-                    help="Q1 as it is now, or priced by rooflines only (Q1 before issue 52)")
+    ap.add_argument("--variant", default="current", choices=("current", "roofline", "feedback"),
+                    help="Q1 as it is now, priced by rooflines only (Q1 before issue 52), or "
+                         "as it is now after one compile's feedback")
+    ap.add_argument("--teacher", default="", help="feedback: the layout that was compiled")
     ap.add_argument("--cells", default="", help="comma-separated cell directory names")
     a = ap.parse_args(argv)
     want = {c for c in a.cells.split(",") if c}
@@ -310,12 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cells = {}
     for d in dirs:
-        rows = cell_rows(d, a.variant)
+        rows, teacher = cell_rows(d, a.variant, a.teacher)
         if rows:
-            cells[d.name] = {"rows": rows, "summary": cell_summary(rows)}
+            cells[d.name] = {"rows": rows, "summary": cell_summary(rows), "teacher": teacher}
             print(d.name, cells[d.name]["summary"], flush=True)
     hist = json.loads(REPORT_JSON.read_text()) if REPORT_JSON.exists() else {}
-    hist[a.tag] = cells
+    hist.setdefault(a.tag, {}).update(cells)
     REPORT_JSON.write_text(json.dumps(hist, indent=1, default=str))
     REPORT_MD.write_text("\n".join(markdown(c, t) for t, c in hist.items()))
     print(f"wrote {REPORT_MD}")
