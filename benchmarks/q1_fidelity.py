@@ -45,17 +45,17 @@ from typing import Any, Sequence
 
 import aoizora  # noqa: F401
 from aoizora.builtin import builtin_job
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.sharding_ilp import evaluate, peak_memory
 from aoizora.formulation.kernel_model import SplashShape, splash_seconds
 from aoizora.formulation.strategies import Hardware, Options
-from aoizora.models.attention_kernels import padded_lengths
-from aoizora.tiles import attention_shapes
+from aoizora.kernels.attention_kernels import padded_lengths
+from aoizora.kernels.tiles import attention_shapes
 from aoizora.models.experts import expert_layouts
 from aoizora.solvers.sharding import ShardingProblem, ShardingSolveError, build_problem, solve_sharding
 from aoizora.solvers.sharding_layout import tensor_spec
-from aoizora.seed_refinement import RefinementError, attention_pins
+from aoizora.planning.seed_refinement import RefinementError, attention_pins
 from benchmarks.grid import spearman
 from benchmarks.q1_fidelity_collect import RESULTS
 from benchmarks.q1_teacher import Teacher, teach

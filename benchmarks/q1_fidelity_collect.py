@@ -7,7 +7,7 @@ The layouts of a cell: every valid expert configuration (``models.experts.expert
 own padded program) and the sharding ILP's best layout on every candidate mesh
 (``formulation.meshes.candidate_meshes``; the ILP as the planner's first iteration runs it: no
 feedback, ``remat="stacks"``), on the cell's program. Each is compiled ahead of time by libtpu
-in JAX's default device order (``aoizora.candidate_pricing.compile_layout``) with its HLO kept,
+in JAX's default device order (``aoizora.planning.candidate_pricing.compile_layout``) with its HLO kept,
 then priced by Q2 (``formulation.latency.predict_step``) and by the simulator
 (``benchmarks.simulator``: its own compute model on the HLO), both in that order.
 
@@ -32,12 +32,12 @@ from typing import Any, Sequence
 
 import aoizora  # noqa: F401  -- sets libtpu's environment first
 from aoizora.builtin import builtin_job
-from aoizora.candidate_pricing import compile_layout
+from aoizora.planning.candidate_pricing import compile_layout
 from aoizora.extract.aot_compile import keeping_hlo, read_hlo
 from aoizora.extract.evidence import Evidence, attention_node_of
 from aoizora.extract.hlo import parse_hlo_module
 from aoizora.extract.network import Network, default_device_order
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.meshes import candidate_meshes
 from aoizora.formulation.op_time import op_seconds

@@ -6,20 +6,20 @@ import jax
 import pytest
 import jax.numpy as jnp
 
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.attention_tiles import AttentionShape, best_tiles
 from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.kernel_model import kernel_chip
 from aoizora.formulation.strategies import Hardware, Options, build_strategies, fused_tensors
 from aoizora.solvers.sharding import solve_sharding
-from aoizora.tiles import node_tiles
+from aoizora.kernels.tiles import node_tiles
 from aoizora.formulation.layout import AttentionLayout
 
 sds = jax.ShapeDtypeStruct
 
 
 def _attention_ir(s=4096, h=8, d=128):
-    from aoizora.models.primitives import attention
+    from aoizora.kernels.primitives import attention
 
     return build_ir(lambda q, k, v: attention(q, k, v), *[sds((1, h, s, d), jnp.bfloat16)] * 3)
 

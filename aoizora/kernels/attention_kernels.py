@@ -48,7 +48,7 @@ from jax.sharding import PartitionSpec as P
 from aoizora.formulation.attention_tiles import (SPLASH_SMEM_BUDGET, SPLASH_SMEM_BYTES,  # noqa: F401
                                                  splash_metadata_bytes)
 from aoizora.formulation.layout import AttentionLayout, tile_problems
-from aoizora.models.primitives import MASK_VALUE, reference_attention
+from aoizora.kernels.primitives import MASK_VALUE, reference_attention
 
 SPLASH_BLOCK = 128
 _NEG = MASK_VALUE   # the splash kernel's own mask value
