@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 import aoizora
 from aoizora.builtin import builtin_job
+from aoizora.extract.aot_compile import keeping_hlo, read_hlo
+from aoizora.extract.hlo import parse_hlo_module
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
 from aoizora.planner import Candidate
@@ -43,8 +46,11 @@ TIE = 0.99          # within 1% of the best expert counts as a tie
 
 
 def _grid_reference(cell_name: str) -> dict[str, Any]:
-    """The committed grid cell's best expert and plan, simulated and Q2 steps (seconds)."""
-    g = json.loads((GRID_RESULTS / f"{cell_name}.json").read_text())
+    """The committed grid cell's best expert and plan, simulated and Q2 steps (seconds): from
+    the independent grid (``grid_independent/``: the simulator's own compute on the HLO) when it
+    has the cell, else the grid."""
+    ind = GRID_RESULTS.parent / "grid_independent" / f"{cell_name}.json"
+    g = json.loads((ind if ind.exists() else GRID_RESULTS / f"{cell_name}.json").read_text())
     rows = {r["name"]: r for r in g["rows"]}
     experts = [r for r in g["rows"] if r["name"].startswith("expert:") and r.get("sim_step_s")]
     best = min(experts, key=lambda r: r["sim_step_s"])
@@ -66,12 +72,20 @@ def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None) -> d
                            "reference": _grid_reference(cell.name)}
     cands: list[Candidate] = []
     t0 = time.perf_counter()
-    try:
-        p = aoizora.plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
-                         seed_layouts=[], on_candidate=cands.append, compiles=compiles)
-    except Exception as e:  # noqa: BLE001 -- recorded
-        out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        return out
+    with tempfile.TemporaryDirectory() as tmp, keeping_hlo(tmp):
+        try:
+            p = aoizora.plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s,
+                             seed=seed, seed_layouts=[], on_candidate=cands.append,
+                             compiles=compiles)
+        except Exception as e:  # noqa: BLE001 -- recorded
+            out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return out
+        return _priced_plan(out, p, cands, job, t0)
+
+
+def _priced_plan(out: dict[str, Any], p, cands: list, job, t0: float) -> dict[str, Any]:
+    """``out`` with the plan and its prices: Q2 and the simulator (its own compute model on the
+    plan's HLO, kept while planning) under the plan's device order."""
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     best = next((c for c in cands if c.solution.layout is p.layout and c.evidence is not None), None)
     out["plan"] = {"mesh": p.mesh, "device_order": p.device_order, "status": p.status,
@@ -82,7 +96,11 @@ def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None) -> d
         return out
     net = Network.from_target(job.target)
     q = predict_step(best.evidence, p.device_order, net)
-    s = Simulator(job.target, net).run(best.evidence, p.device_order)
+    text = read_hlo(best.evidence)
+    s = Simulator(job.target, net).run(best.evidence, p.device_order,
+                                       hlo=parse_hlo_module(text) if text is not None else None)
+    out["sim_hlo"] = text is not None
+    out["candidates"] = [dict(c.summary(), words=list(c.solution.words)) for c in cands]
     ref = out["reference"]
     out.update(q2_step_s=q.step_s, sim_step_s=s.step_s, sim_compute_s=s.compute_s,
                speedup_over_best_expert=ref["best_expert_sim_s"] / s.step_s,

@@ -42,6 +42,7 @@ from aoizora.formulation.latency import Q2
 from aoizora.formulation.traffic import base_kind, collective_link_bytes, mesh_axis_groups
 
 EXPOSURE_FLOOR = 0.1   # the least share of a collective kind's link time the ILP charges it
+MIN_POOLED_LINK_S = 1e-3   # seconds of link time per step a kind needs to transfer to meshes
 
 
 def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Network,
@@ -101,11 +102,18 @@ def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Networ
 def pool_kind_ratios(pool: dict[str, list[float]], detail: dict[str, dict[str, Any]],
                      default: AxisCosts) -> None:
     """Adds one mesh's measured kinds (``effective_axis_costs``' detail) to ``pool``: kind ->
-    [sum w r, sum w], r = measured beta / the axis's default beta, w = its link seconds."""
+    [sum w r, sum w], r = measured beta / the axis's default beta for that kind, w = its link
+    seconds. A kind measured on less than ``MIN_POOLED_LINK_S`` of link time on an axis is not
+    pooled: its beta is set by latency, not bandwidth (on Wan 2.1 1.3B 480p-21f, v5e-8, mesh 8,
+    7 MB of all-to-alls measured 18x their default beta and, transferred, priced Ulysses'
+    gigabytes of all-to-all at 100 ms where the simulator exposes 17 ms)."""
     for a, d in detail.items():
         for k, v in d.get("by_kind", {}).items():
+            if v["link_s"] < MIN_POOLED_LINK_S:
+                continue
+            base = default.beta_by_kind.get(a, {}).get(k, default.beta_s_per_byte[a])
             acc = pool.setdefault(k, [0.0, 0.0])
-            acc[0] += v["link_s"] * v["beta_s_per_B"] / default.beta_s_per_byte[a]
+            acc[0] += v["link_s"] * v["beta_s_per_B"] / base
             acc[1] += v["link_s"]
 
 
@@ -113,6 +121,7 @@ def transferred_axis_costs(default: AxisCosts, ratios: dict[str, float]) -> Axis
     """``default`` with every axis's beta for collective kind k multiplied by ``ratios[k]``
     (what the kind cost, over the default, on the meshes measured so far; module docstring)."""
     return dataclasses.replace(
-        default, beta_by_kind={a: {k: b * r for k, r in ratios.items()}
+        default, beta_by_kind={a: {**default.beta_by_kind.get(a, {}),
+                                   **{k: b * r for k, r in ratios.items()}}
                                for a, b in default.beta_s_per_byte.items()},
         note=f"{default.note}; collective kinds scaled as measured on other meshes")

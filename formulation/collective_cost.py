@@ -41,6 +41,9 @@ BYTES_FACTOR = {
     "reduce-scatter": lambda n: (n - 1) / n,
     "all-reduce": lambda n: 2 * (n - 1) / n,
     "all-to-all": lambda n: (n - 1) / (n * n),
+    # a ring of n - 1 permutes to the next device (ring attention's keys / values): each device
+    # receives what an all-gather would bring, one shard per step
+    "collective-permute": lambda n: (n - 1) / n,
 }
 
 
@@ -76,6 +79,11 @@ class AxisCosts:
 
     def all_reduce(self, axis: str, V: float) -> float:
         return self.cost("all-reduce", axis, V)
+
+    def ring_permute(self, axis: str, V: float) -> float:
+        """n - 1 permutes to the ring neighbour on ``axis`` moving ``V`` bytes in all: beta is
+        the kind's own (``default_axis_costs``: one link, one direction), else the axis's."""
+        return self.cost("collective-permute", axis, V)
 
     def all_to_all(self, axis: str, V: float) -> float:
         return self.cost("all-to-all", axis, V)
@@ -142,8 +150,11 @@ def default_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
             links, hops = max(1, sum(1 for _, whole in sp if whole) or 1), max(n - 1, 0)
         beta[name] = 1.0 / (W * links)
         alpha[name] = hops * float(chip.hop_latency_s)
+    # a permute to the ring neighbour sends over one link in one direction, whatever the axis
+    # spans (``ChipSpec.link_bandwidth_Bps`` is per link and direction)
+    permute = {name: {"collective-permute": 1.0 / W} for name in mesh_axes}
     return AxisCosts(sizes={k: int(v) for k, v in mesh_axes.items()}, alpha_s=alpha,
-                     beta_s_per_byte=beta,
+                     beta_s_per_byte=beta, beta_by_kind=permute,
                      note=f"default for {target.name}: logical axes on physical axes in make_mesh "
                           f"order; ring = 2 links, line = 1 link per physical axis spanned")
 

@@ -73,6 +73,7 @@ import itertools
 import math
 from typing import Any
 
+from aoizora.formulation.attention_tiles import AttentionShape, best_tiles, chip_of
 from aoizora.formulation.collective_cost import AxisCosts
 
 Spec = tuple[tuple[str, ...], ...]
@@ -95,14 +96,25 @@ class StrategyError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Hardware:
-    """Per-device numbers the costs use. Units: FLOP/s, bytes/s, bytes."""
+    """Per-device numbers the costs use. Units: FLOP/s, bytes/s, bytes, Hz. ``generation`` and
+    ``clock_hz`` (a TPU's, e.g. "v5e", 1.5e9) let attention be priced by the splash kernel model
+    (``formulation.attention_tiles``); without them attention is priced by its roofline."""
     peak_flops: float
     hbm_bandwidth_Bps: float
     hbm_bytes: int
+    generation: str = ""
+    clock_hz: float = 0.0
 
     @classmethod
     def from_chip(cls, chip) -> "Hardware":
-        return cls(float(chip.peak_bf16_flops), float(chip.hbm_bandwidth_Bps), int(chip.hbm_bytes))
+        return cls(float(chip.peak_bf16_flops), float(chip.hbm_bandwidth_Bps), int(chip.hbm_bytes),
+                   str(getattr(chip, "generation", "") or ""), float(getattr(chip, "clock_hz", 0.0)))
+
+    def kernel_chip(self):
+        """The kernel model's chip for these numbers, or None (no generation / clock)."""
+        if not self.generation or self.clock_hz <= 0:
+            return None
+        return chip_of(self.generation, self.peak_flops, self.hbm_bandwidth_Bps, self.clock_hz)
 
 
 @dataclasses.dataclass
@@ -116,6 +128,7 @@ class Strategy:
     labels: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # anchor labels
     kv: str = "gather"                          # attention: keys/values "gather"ed or in a "ring"
     compute: float = 0.0                        # attention: Q1's unscaled compute part of `cost`
+    tiles: dict[str, int] | None = None         # attention: the splash tiles Q1 priced it with
 
 
 @dataclasses.dataclass
@@ -257,6 +270,7 @@ class Options:
     allow_padding: bool = False           # intermediates may be split unevenly (padded shards)
     max_strategies: int = 400             # per anchor, after merging (replicated always kept)
     compute_scale: float = 1.0            # factor on the compute of every op but attention
+    fusion: bool = True                   # followers priced as fused chains (module docstring)
 
 
 class _Builder:
@@ -274,6 +288,8 @@ class _Builder:
         self.scan_xs_outers = {t.outer for t in self.T.values() if t.kind == "scan_xs"}
         self._sb: dict[tuple[str, Spec], float] = {}
         self._node_kind = {n.key: n.kind for n in ir.nodes}
+        self._chip = hw.kernel_chip()
+        self._fused_in, self._fused_out = fused_tensors(ir) if opts.fusion else (set(), set())
 
     # --- tensor origins
     def resolve(self, tid: str):
@@ -328,6 +344,31 @@ class _Builder:
     def compute_time(self, n, flops_frac: float, bytes_dev: float) -> float:
         t = max(n.flops * flops_frac / self.hw.peak_flops, bytes_dev / self.hw.hbm_bandwidth_Bps)
         return t if n.kind in ATTENTION_KINDS else t * self.opts.compute_scale
+
+    def attention_kernel(self, n, assign, ring: bool):
+        """(seconds per call, tiles) of attention node ``n`` split as ``assign`` by the splash
+        kernel model at its per-shard shape with the tiles it would get
+        (``formulation.attention_tiles.best_tiles``); None when the model cannot price it (no
+        kernel chip, no feasible tile, a split that does not divide)."""
+        if self._chip is None:
+            return None
+        q, k = self.T[n.operands[0]], self.T[n.operands[1]]
+        e = max(q.bytes // max(math.prod(q.shape), 1), 1)
+        if "shape" in n.params:
+            b, h, sq, skv, d = (int(v) for v in n.params["shape"])
+        elif len(q.shape) == 4 and len(k.shape) == 4:
+            b, h, sq, d, skv = q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2]
+        else:
+            return None
+        n_b, n_h, n_s = (math.prod(self.sizes[a] for a in assign.get(lab, ()))
+                         for lab in ("b", "h", "s"))
+        if b % n_b or h % n_h:
+            return None
+        c = best_tiles(AttentionShape(b, h, sq, skv, d, e), n_b, n_h, n_s, ring, self._chip)
+        if c is None:
+            return None
+        return c.seconds, {"block_q": c.block_q, "block_kv": c.block_kv,
+                           "block_kv_compute": c.block_kv_compute}
 
     def label_sizes(self, n) -> dict[str, int]:
         out = {}
@@ -408,6 +449,11 @@ class _Builder:
         bytes_dev = sum(shard_bytes(self.T[n.operands[k]], s, self.sizes) for k, s in req.items()) \
             + shard_bytes(out_t, out_spec, self.sizes)
         comp = self.compute_time(n, frac, bytes_dev)
+        tiles = None
+        if n.kind == "attention":
+            kern = self.attention_kernel(n, assign, ring=False)
+            if kern is not None:
+                comp, tiles = kern
         options: list[list[tuple[str, int | None]]] = []
         for a in partial:
             opts = [("ar", None)]
@@ -440,7 +486,7 @@ class _Builder:
             words = _words(n, assign, combo, partial)
             scaled = comp * self._scale(n.key, "gather") if n.kind == "attention" else comp
             s = Strategy(name, self._outs(n, spec_t), {}, scaled + comm, comm, words, dict(assign),
-                         compute=comp if n.kind == "attention" else 0.0)
+                         compute=comp if n.kind == "attention" else 0.0, tiles=tiles)
             s._req_local = req  # type: ignore[attr-defined]
             variants.append(s)
         if n.kind == "attention" and assign.get("s"):
@@ -471,15 +517,19 @@ class _Builder:
         comm = 0.0
         for a in axes:
             per *= self.sizes[a]
-            comm += self.ac.all_gather(a, per)
+            comm += self.ac.ring_permute(a, per)
         bytes_dev = sum(shard_bytes(self.T[n.operands[k]], sp, self.sizes) for k, sp in req2.items()) \
             + shard_bytes(out_t, out_spec, self.sizes)
         comp = self.compute_time(n, frac, bytes_dev)
+        tiles = None
+        kern = self.attention_kernel(n, assign, ring=True)
+        if kern is not None:
+            comp, tiles = kern
         name = " ".join(f"{lab}:{'+'.join(ax)}" for lab, ax in sorted(assign.items())) + " kv:ring"
         words = _words(n, assign, (), []) + ", keys/values in a ring"
         scaled = comp * self._scale(n.key, "ring")
         s = Strategy(name, self._outs(n, out_spec), {}, max(scaled, comm), comm, words,
-                     dict(assign), kv="ring", compute=comp)
+                     dict(assign), kv="ring", compute=comp, tiles=tiles)
         s._req_local = req2  # type: ignore[attr-defined]
         return s
 
@@ -571,8 +621,10 @@ class _Builder:
             have = self.spec_of(tid, kk)
             if have not in memo:
                 out_specs, req_local, comm, frac = self._derive(n, f, have)
-                bytes_dev = sum(self.sbytes(n.operands[k], sp) for k, sp in req_local.items()) \
-                    + sum(self.sbytes(r, sp) for r, sp in zip(n.results, out_specs))
+                bytes_dev = sum(self.sbytes(n.operands[k], sp) for k, sp in req_local.items()
+                                if n.operands[k] not in self._fused_in) \
+                    + sum(self.sbytes(r, sp) for r, sp in zip(n.results, out_specs)
+                          if r not in self._fused_out)
                 c = (self.compute_time(n, frac, bytes_dev) + comm) * n.repeat
                 memo[have] = (out_specs, req_local, c, comm * n.repeat)
             out_specs, req_local, c, cm = memo[have]
@@ -817,6 +869,22 @@ def _words(n, assign, combo, partial) -> str:
         parts.append(f"partial sum over {a} by " + ("all-reduce" if how == "ar" else f"reduce-scatter to dim {d}"))
     kind = {"attention": "attention", "attention_bwd": "attention backward"}.get(n.kind, n.kind)
     return f"{kind}: " + (", ".join(parts) if parts else "replicated")
+
+
+def fused_tensors(ir) -> tuple[set[str], set[str]]:
+    """(read free, written free): tensors a follower reads from another follower (the compiler
+    fuses the chain: the operand stays on chip), and tensors a follower makes that only
+    followers consume and the program does not return (never written to HBM). A chain of
+    followers then pays HBM once for what enters it and once for what leaves it."""
+    kinds = {n.key: n.kind for n in ir.nodes}
+    follower_made = {tid for tid, t in ir.tensors.items()
+                     if t.kind == "node" and kinds.get(t.producer) in FOLLOW_KINDS}
+    cons = ir.consumers()
+    outs = set(ir.outputs)
+    written_free = {tid for tid in follower_made
+                    if tid not in outs and cons.get(tid)
+                    and all(kinds.get(c) in FOLLOW_KINDS for c in cons[tid])}
+    return follower_made, written_free
 
 
 def build_strategies(ir, axis_costs: AxisCosts, hardware: Hardware,

@@ -55,6 +55,8 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
             st = graph.groups[n.key].strategies[choice[n.key]]
             attention[n.key] = AttentionLayout(batch=st.labels.get("b", ()), heads=st.labels.get("h", ()),
                                                seq=st.labels.get("s", ()), kv=st.kv)
+            if st.tiles:   # the tiles Q1 priced it with: the candidate runs what was compared
+                attention[n.key] = attention[n.key].with_tiles(**st.tiles)
     out_specs = [spec(t) for t in ir.outputs]
     for o, i in getattr(ir, "state_aliases", ()):   # new state in its input's layout
         out_specs[o] = spec(ir.inputs[i])

@@ -201,7 +201,7 @@ def test_exposed_cost_per_kind_from_q2():
         assert new.beta_s_per_byte["x"] == pytest.approx(detail["x"]["beta_after_s_per_B"])
     # without Q2 only the pooled effective bandwidth is measured
     new, detail = effective_axis_costs(evidence(0.0), placement, net, costs)
-    assert "by_kind" not in detail["x"] and new.beta_by_kind == {}
+    assert "by_kind" not in detail["x"] and new.beta_by_kind == costs.beta_by_kind   # defaults
 
 
 def test_meshes_not_compiled_take_the_kinds_measured_on_others():
@@ -225,3 +225,10 @@ def test_meshes_not_compiled_take_the_kinds_measured_on_others():
     assert t.all_to_all("a", V) == pytest.approx(1e-6 + 1.75 * 3e-10 * 7 / 64 * V)
     assert t.all_gather("a", V) == pytest.approx(1e-6 + 0.5 * 3e-10 * 7 / 8 * V)
     assert t.all_reduce("a", V) == pytest.approx(d2.all_reduce("a", V))     # kind not measured
+    # a kind measured on under MIN_POOLED_LINK_S of link time (latency-bound) is not pooled
+    from aoizora.formulation.axis_feedback import MIN_POOLED_LINK_S
+
+    small: dict = {}
+    pool_kind_ratios(small, {"x": {"by_kind": {"all-to-all": {
+        "beta_s_per_B": 40e-10, "link_s": MIN_POOLED_LINK_S / 2}}}}, d1)
+    assert small == {}

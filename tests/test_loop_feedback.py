@@ -60,7 +60,8 @@ def test_unmeasured_meshes_take_the_pooled_kind_ratios():
     assert rec.feedback["transferred"] == {"meshes": ["x2xy4"],
                                               "ratio_to_default": {"all-reduce": 2.0}}
     st = s.mesh_state[mesh_key(MESHES[1])]
-    assert all(st.costs.beta_by_kind[a] == {"all-reduce": 2.0 * b}
+    assert all(st.costs.beta_by_kind[a] == {**st.default.beta_by_kind.get(a, {}),
+                                            "all-reduce": 2.0 * b}
                for a, b in st.default.beta_s_per_byte.items())
     assert rec.changes[0].startswith("meshes x2xy4 (no ILP layout compiled yet)")
     assert s.mesh_state[mesh_key(MESHES[0])].costs == s.mesh_state[mesh_key(MESHES[0])].default

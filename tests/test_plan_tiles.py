@@ -22,8 +22,12 @@ def planned():
 def test_the_plan_takes_tiles_that_price_lower(planned):
     _, _, p = planned
     (note,) = [n for n in p.notes if n.startswith("attention tiles")]
-    before, after = (float(x) for x in re.search(r"([\d.]+) -> ([\d.]+) ms", note).groups())
-    assert after < before and p.predicted["step_s"] * 1e3 == pytest.approx(after, abs=1e-3)
+    got = re.search(r"([\d.]+) -> ([\d.]+) ms", note)
+    if got is None:   # the ILP's layout already ran the kernel model's tiles when compared
+        assert "chosen before the comparison" in note
+    else:
+        before, after = (float(x) for x in got.groups())
+        assert after < before and p.predicted["step_s"] * 1e3 == pytest.approx(after, abs=1e-3)
     tiles = [a.tiles for a in p.layout.attention.values()]
     assert tiles and all(t.get("block_q") and t.get("block_kv") for t in tiles)
 

@@ -8,9 +8,8 @@ import pytest
 
 from aoizora.extract.aot_compile import CompileError, _scratch_space
 from aoizora.formulation.layout import AttentionLayout
-from aoizora.kernels.attention_kernels import (SPLASH_SMEM_BUDGET, padded_lengths,
-                                              sharded_attention, splash_blocks,
-                                              splash_metadata_bytes)
+from aoizora.formulation.attention_tiles import SPLASH_SMEM_BUDGET, splash_metadata_bytes
+from aoizora.kernels.attention_kernels import padded_lengths, sharded_attention, splash_blocks
 from aoizora.kernels.primitives import reference_attention
 from aoizora.extract.targets import get_target
 

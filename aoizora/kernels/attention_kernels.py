@@ -45,6 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from aoizora.formulation.attention_tiles import (SPLASH_SMEM_BUDGET, SPLASH_SMEM_BYTES,  # noqa: F401
+                                                 splash_metadata_bytes)
 from aoizora.formulation.layout import AttentionLayout, tile_problems
 from aoizora.kernels.primitives import MASK_VALUE, reference_attention
 
@@ -74,21 +76,6 @@ def splash_block(local_len: int, block: int = SPLASH_BLOCK) -> int:
     """The splash query block for a per-shard query length: ``block`` when the shard is at least
     that long, else one block covering the shard (rounded up to 8 sublanes)."""
     return block if local_len >= block else _round_up(max(local_len, 1), 8)
-
-
-# The splash kernel's mask metadata (``block_mask`` int8 and ``data_next``, the next key block
-# to load, int8/int16/int32 by its largest value) is scalar-prefetched into SMEM, one entry per
-# (query block, key block), the key-block axis padded to 128 (the compiler's limit on v5e:
-# benchmarks/results/lab_notes.md). Past the budget the block doubles.
-SPLASH_SMEM_BYTES = 1 << 20
-SPLASH_SMEM_BUDGET = SPLASH_SMEM_BYTES - (64 << 10)     # room for the kernel's other scalars
-
-
-def splash_metadata_bytes(lq: int, lkv: int, bq: int, bkv: int) -> int:
-    """Bytes of SMEM the splash kernel's mask metadata takes for per-shard lengths lq x lkv."""
-    q_blocks, kv_blocks = -(-lq // bq), -(-lkv // bkv)
-    index_bytes = 1 if kv_blocks <= 128 else 2 if kv_blocks <= 1 << 15 else 4
-    return q_blocks * _round_up(kv_blocks, 128) * (1 + index_bytes)
 
 
 def splash_blocks(lq: int, lkv: int, block: int = SPLASH_BLOCK) -> tuple[int, int]:

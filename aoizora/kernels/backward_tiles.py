@@ -33,7 +33,7 @@ from aoizora.formulation.kernel_model import KernelChip, SplashShape, block_cand
 from aoizora.formulation.layout import AttentionLayout
 from aoizora.formulation.splash_backward_model import (dkv_seconds, dkv_vmem_bytes, dq_seconds,
                                                        dq_vmem_bytes)
-from aoizora.kernels.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
+from aoizora.formulation.attention_tiles import SPLASH_SMEM_BUDGET, splash_metadata_bytes
 
 MAX_COMPUTE_BLOCK = 2048
 

@@ -52,25 +52,14 @@ from typing import Any, Callable
 from aoizora.kernels.backward_tiles import node_backward_tiles
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.targets import Target
-from aoizora.formulation.kernel_model import (AttentionShape, KernelChip, SplashShape,
-                                              block_candidates, kernel_chip, round_up,
-                                              splash_seconds, splash_vmem_bytes)
+from aoizora.formulation.attention_tiles import (MAX_BKV_COMPUTE, AttentionShape, TileChoice,
+                                                 best_tiles)
+from aoizora.formulation.kernel_model import KernelChip, kernel_chip
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.kernels.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
 from aoizora.kernels.recipes import MAXDIFFUSION_OPTIONS
 
 # maxdiffusion's Wan 2.1 generation recipe (``kernels.recipes``)
 RECIPE_OPTIONS: dict[str, bool] = dict(MAXDIFFUSION_OPTIONS)
-MAX_BKV_COMPUTE = 2048
-
-
-@dataclasses.dataclass(frozen=True)
-class TileChoice:
-    block_q: int
-    block_kv: int
-    block_kv_compute: int
-    seconds: float           # kernel-model seconds of the node's kernel calls per run
-    vmem_bytes: int
 
 
 def attention_shapes(ir, kind: str = "attention") -> dict[str, AttentionShape]:
@@ -92,39 +81,12 @@ def _size(mesh_axes: dict[str, int], axes: tuple[str, ...]) -> int:
     return math.prod(mesh_axes[a] for a in axes)
 
 
-def _pad_seconds(shape: AttentionShape, lead: int, lq: int, lkv: int, chip: KernelChip) -> float:
-    """``pad_s``: copying the padded q (lq > 0) and k, v (lkv > 0) once, read and written."""
-    return 2.0 * shape.dtype_bytes * lead * shape.head_dim * (lq + 2 * lkv) / chip.hbm_Bps
-
-
 def node_tiles(shape: AttentionShape, al: AttentionLayout, mesh_axes: dict[str, int],
                chip: KernelChip, vmem_fraction: float = 1.0) -> TileChoice | None:
-    """The fastest feasible tiles of one node under ``al`` (module docstring); None if none."""
+    """The fastest feasible tiles of one node under ``al`` (module docstring); None if none.
+    The chooser is ``formulation.attention_tiles.best_tiles``, the one Q1 prices with."""
     n_b, n_h, n_s = (_size(mesh_axes, a) for a in (al.batch, al.heads, al.seq))
-    r = n_s if al.kv == "ring" else 1
-    lead = shape.batch // n_b * (shape.heads // n_h)
-    lq0, lkv0 = -(-shape.q_len // n_s), -(-shape.kv_len // r)
-    best = None
-    for bq in block_candidates(lq0, 8, 8):
-        lq = round_up(shape.q_len, n_s * bq) // n_s
-        for bkv in block_candidates(lkv0, 128, 16):
-            lkv = round_up(shape.kv_len, r * bkv) // r
-            if splash_metadata_bytes(lq, lkv, bq, bkv) > SPLASH_SMEM_BUDGET:
-                continue
-            for bkvc in range(128, min(bkv, MAX_BKV_COMPUTE) + 1, 128):
-                if bkv % bkvc:
-                    continue
-                sh = SplashShape(lead, lq, lkv, shape.head_dim, shape.dtype_bytes)
-                vmem = splash_vmem_bytes(sh, bq, bkv, bkvc)
-                if vmem > chip.scoped_vmem_bytes * vmem_fraction:
-                    continue
-                t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + _pad_seconds(
-                    shape, lead, lq if shape.q_len % (n_s * bq) else 0,
-                    lkv if shape.kv_len % (r * bkv) else 0, chip)
-                key = (t, vmem, bq, bkv, bkvc)
-                if best is None or key < best[0]:
-                    best = (key, TileChoice(bq, bkv, bkvc, t, vmem))
-    return best[1] if best else None
+    return best_tiles(shape, n_b, n_h, n_s, al.kv == "ring", chip, vmem_fraction)
 
 
 def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: Target,

@@ -198,6 +198,13 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     if not shapes and not backward:
         return False
     base = untiled(layout)
+    if choose_tiles(base, shapes, prog.target, backward=backward) == layout:
+        # the candidate was compiled and compared with the kernel model's tiles already (the
+        # ILP prices and lays out attention with them): no second compile to find them again
+        tiles = sorted({str(a.tiles) for a in layout.attention.values()})
+        notes.append(f"attention tiles {'; '.join(tiles)}: the plan was compiled and compared "
+                     f"with them (the kernel model's, chosen before the comparison)")
+        return False
     compiled = {}
 
     def check(candidate):   # the compiler's verdict (VMEM / SMEM); its evidence kept

@@ -1,0 +1,114 @@
+"""The splash tiles an attention strategy would run with, and their kernel-model seconds: one
+chooser for Q1 (the sharding ILP prices every attention strategy at its per-shard shape with the
+tiles it would get) and for the planner (``aoizora.tiles`` gives the realized layout the same
+tiles), so candidates are compared at the tiles they run, not at automatic ones.
+
+    per shard (n_b, n_h, n_s = sizes of the strategy's batch, heads, seq axes; ring: r = n_s,
+    gather: r = 1):
+        lead = B / n_b * H / n_h
+        Lq(bq)  = roundup(S, n_s * bq) / n_s          (the wrapper pads S to n_s * bq)
+        Lkv(bkv) = roundup(T, r * bkv) / r
+    cost(bq, bkv, bkvc) = r * splash_seconds(lead, Lq(bq), Lkv(bkv), D; bq, bkv, bkvc)
+                          + pad_s(bq, bkv)
+    pad_s = 2 e lead D (Lq [S % (n_s bq) != 0] + 2 Lkv [T % (r bkv) != 0]) / hbm_Bps
+    (a tile that makes the wrapper pad a tensor the program did not pad pays the copy), over
+
+        bq   in {128 * 2^i <= Lq} u {roundup(ceil(S / n_s) / m, 8) : m = 1..8}
+        bkv  in {128 * 2^i <= Lkv} u {roundup(ceil(T / r) / m, 128) : m = 1..16}
+        bkvc in {multiples of 128 dividing bkv, at most 2048}
+
+that fit: scoped VMEM (``kernel_model.splash_vmem_bytes``) within the chip's scoped limit times
+``vmem_fraction``, and the mask metadata within SMEM (``splash_metadata_bytes``). Ties go to less
+VMEM, then to smaller tiles (deterministic). ``kernel_model`` is the source of every constant.
+This module has no jax import (formulation layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from aoizora.formulation.kernel_model import (KernelChip, KernelModelError, SplashShape,
+                                              block_candidates, kernel_chip, round_up,
+                                              splash_seconds, splash_vmem_bytes)
+
+MAX_BKV_COMPUTE = 2048
+# The splash kernel's mask metadata (``block_mask`` int8 and ``data_next``, int8/int16/int32 by
+# its largest value) is scalar-prefetched into SMEM, one entry per (query block, key block), the
+# key-block axis padded to 128: libtpu 0.0.42.1 on v5e reports "Used 1.08M of 1.00M smem" for
+# 592 x 592 blocks and compiles 544 x 544.
+SPLASH_SMEM_BYTES = 1 << 20
+SPLASH_SMEM_BUDGET = SPLASH_SMEM_BYTES - (64 << 10)     # room for the kernel's other scalars
+
+
+def splash_metadata_bytes(lq: int, lkv: int, bq: int, bkv: int) -> int:
+    """Bytes of SMEM the splash kernel's mask metadata takes for per-shard lengths lq x lkv."""
+    q_blocks, kv_blocks = -(-lq // bq), -(-lkv // bkv)
+    index_bytes = 1 if kv_blocks <= 128 else 2 if kv_blocks <= 1 << 15 else 4
+    return q_blocks * round_up(kv_blocks, 128) * (1 + index_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionShape:
+    """Global q [B, H, S, D] and k, v [B, H, T, D] of one attention node; e bytes per element."""
+
+    batch: int
+    heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    dtype_bytes: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class TileChoice:
+    block_q: int
+    block_kv: int
+    block_kv_compute: int
+    seconds: float           # kernel-model seconds of the node's kernel calls per run
+    vmem_bytes: int
+
+
+def chip_of(generation: str, peak_flops: float, hbm_Bps: float, clock_hz: float
+            ) -> KernelChip | None:
+    """The kernel model's chip, or None when it has none for these numbers (then the caller
+    prices attention another way)."""
+    try:
+        return kernel_chip(generation, peak_flops, hbm_Bps, clock_hz)
+    except KernelModelError:
+        return None
+
+
+def _pad_seconds(shape: AttentionShape, lead: int, lq: int, lkv: int, chip: KernelChip) -> float:
+    return 2.0 * shape.dtype_bytes * lead * shape.head_dim * (lq + 2 * lkv) / chip.hbm_Bps
+
+
+@functools.lru_cache(maxsize=4096)
+def best_tiles(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
+               chip: KernelChip, vmem_fraction: float = 1.0) -> TileChoice | None:
+    """The fastest feasible tiles of one attention node split (n_b, n_h, n_s) ways, keys/values
+    gathered or in a ring (module docstring); None if no tile fits."""
+    r = n_s if ring else 1
+    lead = shape.batch // n_b * (shape.heads // n_h)
+    lq0, lkv0 = -(-shape.q_len // n_s), -(-shape.kv_len // r)
+    best = None
+    for bq in block_candidates(lq0, 8, 8):
+        lq = round_up(shape.q_len, n_s * bq) // n_s
+        for bkv in block_candidates(lkv0, 128, 16):
+            lkv = round_up(shape.kv_len, r * bkv) // r
+            if splash_metadata_bytes(lq, lkv, bq, bkv) > SPLASH_SMEM_BUDGET:
+                continue
+            sh = SplashShape(lead, lq, lkv, shape.head_dim, shape.dtype_bytes)
+            pad = _pad_seconds(shape, lead, lq if shape.q_len % (n_s * bq) else 0,
+                               lkv if shape.kv_len % (r * bkv) else 0, chip)
+            for bkvc in range(128, min(bkv, MAX_BKV_COMPUTE) + 1, 128):
+                if bkv % bkvc:
+                    continue
+                vmem = splash_vmem_bytes(sh, bq, bkv, bkvc)
+                if vmem > chip.scoped_vmem_bytes * vmem_fraction:
+                    continue
+                t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + pad
+                key = (t, vmem, bq, bkv, bkvc)
+                if best is None or key < best[0]:
+                    best = (key, TileChoice(bq, bkv, bkvc, t, vmem))
+    return best[1] if best else None
