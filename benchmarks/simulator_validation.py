@@ -43,6 +43,9 @@ MATMUL_DOC = ("JAX docs, Pallas TPU 'Matrix Multiplication' guide, measured outp
 AXLEARN = ("apple/axlearn axlearn/common/flash_attention/tpu_attention_benchmark.py, 'Sample "
            "outputs: (v5p)' (commit c40b39a5, PR #908): flash_fwd, batch 2, seq 8192, block 512, "
            "causal sliding window 1024, head_dim 128, bf16")
+AXLEARN_BWD = ("apple/axlearn axlearn/common/flash_attention/tpu_attention_benchmark.py, 'Sample "
+               "outputs: (v5p)' (commit c40b39a5, PR #908): flash_bwd = jit(grad(mean(flash))) "
+               "over q, k, v, same configuration as flash_fwd")
 BOOK = ("JAX scaling book, chapter 'sharding', Pop Quiz 2 "
         "(jax-ml.github.io/scaling-book/sharding): profiled AllGather on TPU v5e")
 
@@ -109,7 +112,10 @@ def pallas_matmul_program(n: int, bm: int, bk: int, bn: int):
     return mm, [((n, n), "bf16"), ((n, n), "bf16")], "v5e:1x1", None, None
 
 
-def _axlearn_splash(heads: int):
+def _axlearn_splash(heads: int, backward: bool = False):
+    """axlearn's flash benchmark on one v5p chip: the forward (``flash_fwd``) or, with
+    ``backward``, ``jit(grad(mean(attention)))`` over q, k, v (``flash_bwd``: the forward saving
+    its residuals, then the splash dq and dk/dv kernels)."""
     import jax
     import jax.numpy as jnp
     from jax.experimental.pallas.ops.tpu.splash_attention import (
@@ -127,6 +133,10 @@ def _axlearn_splash(heads: int):
         kern = sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1)
         return jnp.einsum("bnth->btnh", jax.vmap(kern)(q, k, v))
     shape = ((B, T, heads, H), "bf16")
+    if backward:
+        def g(q, k, v):
+            return jax.grad(lambda *a: f(*a).astype(jnp.float32).mean(), argnums=(0, 1, 2))(q, k, v)
+        return g, [shape, shape, shape], "v5p:2x2x1", None, None
     return f, [shape, shape, shape], "v5p:2x2x1", None, None
 
 
@@ -163,6 +173,13 @@ def cases() -> list[Case]:
                         "v5p (one chip)", f"transposes + splash_mha_fwd, B=2 T=8192 N={heads} "
                         "H=128, LocalMask(1024, 0), blocks 512", t,
                         functools.partial(_axlearn_splash, heads)))
+    for heads, t in ((16, 5.8e-3), (40, 15.2e-3), (56, 20.4e-3), (72, 26.2e-3), (88, 31.3e-3),
+                     (110, 37.3e-3)):
+        out.append(Case(f"splash fwd+bwd, {heads} heads (axlearn)", "attention-bound", AXLEARN_BWD,
+                        "v5p (one chip)", f"jit(grad(mean(splash))) over q, k, v: transposes, "
+                        f"splash_mha_fwd_residuals, splash_mha_dq, splash_mha_dkv; B=2 T=8192 "
+                        f"N={heads} H=128, LocalMask(1024, 0), all blocks 512", t,
+                        functools.partial(_axlearn_splash, heads, True)))
     out.append(Case("AllGather over Y=4 of bf16[2048,8192] (book)", "communication-bound", BOOK,
                     "v5e 8x4 (mesh X=8, Y=4)", "all-gather of [E_Y, F] over Y, E=2048 F=8192",
                     680e-6, functools.partial(_book_allgather, 2048, 8192), timer=False))
