@@ -400,7 +400,7 @@ def test_validation_summary_leaves_fitted_rows_out():
     cs = cases()
     assert len(cs) >= 10 and {c.kind for c in cs} == {"matmul-bound", "attention-bound",
                                                       "communication-bound"}
-    assert sum(c.fitted for c in cs) == 2 and all(c.source for c in cs)
+    assert sum(c.fitted for c in cs) == 3 and all(c.source for c in cs)
     rows = [{"case": "a", "error_pct": 10.0, "fitted": False},
             {"case": "b", "error_pct": -150.0, "fitted": True},
             {"case": "c", "error_pct": -60.0, "fitted": False},
@@ -515,3 +515,15 @@ def test_host_offload_bytes_are_priced_on_the_pcie_link():
     ev2, text2 = _offload_program(False)
     assert not host_transfers(parse_hlo_module(text2), text2,
                               {o.name: (o.index, o.count) for o in ev2.compute})[0]
+
+
+def test_matmul_padding_to_the_mxu_raises_time_and_xla_matmuls_run_below_peak():
+    from benchmarks.sim.constants import XLA_MXU_EFFICIENCY, chip_model
+    from benchmarks.sim.kernel_model import matmul_flops
+
+    v5e, v6e = chip_model("v5e"), chip_model("v6e")
+    base = matmul_flops(1024, 128, 1024, v5e)
+    assert matmul_flops(1024, 129, 1024, v5e) == 2 * base        # k one past the 128 tile
+    assert matmul_flops(1024, 128, 1024, v6e) == 2 * base        # v6e's MXU is 256 wide
+    assert matmul_flops(1, 128, 128, v5e) == matmul_flops(8, 128, 128, v5e)
+    assert 0.5 < XLA_MXU_EFFICIENCY < 1.0

@@ -197,7 +197,8 @@ class HloCoster:
             mx, vp, eu = 0.0, 0.0, 0.0
         ch = self.chip
         clock = ch.clock_hz * ch.cores
-        t = {"mxu": mx / (ch.peak_bf16_flops * XLA_MXU_EFFICIENCY), "hbm": self._bytes(ins, comp) / ch.hbm_Bps,
+        t = {"mxu": mx / (ch.peak_bf16_flops * XLA_MXU_EFFICIENCY),
+             "hbm": self._bytes(ins, comp) / ch.hbm_Bps,
              "vpu": vp / (ch.vpu_f32_ops_per_cycle * clock),
              "eup": eu / (ch.eup_ops_per_cycle * clock)}
         bound = max(t, key=t.get)
