@@ -164,9 +164,10 @@ class Simulator:
         # bound the cache to about 40 MB of per-link arrays
         self._max_episodes = int(min(20000, max(256, 2.5e6 // max(1, self.net.num_links))))
         self._op_seconds: dict[str, float] = {}
-        # the last HLO module priced and its (op seconds, notes): one program is often simulated
-        # under many placements; pricing its ops again would give the same numbers
-        self._hlo_priced: tuple[Any, dict[str, float], list[str]] | None = None
+        # the last HLO priced (the object given: text or module), its module and (op seconds,
+        # notes): one program is often simulated under many placements; pricing its ops again
+        # would give the same numbers
+        self._hlo_priced: tuple[Any, Any, dict[str, float], list[str]] | None = None
 
     # -- compute --------------------------------------------------------------------------------
     def compute_seconds(self, op: ComputeOp, clock_hz: float) -> float:
@@ -233,24 +234,28 @@ class Simulator:
             hlo: Any = None) -> SimResult:
         """Simulate one step. ``hlo``: the compiled program's HLO text (``compiled.as_text()``) or
         a parsed ``HloModule``; its ops are then priced by the simulator's own compute model
-        (module docstring, 1). ``kernel_flops``: without ``hlo``, flops per run for compute ops
+        (module docstring, 1); host offload is priced only from the text (pass the same string
+        object across placements: its pricing is cached on it). ``kernel_flops``: without ``hlo``, flops per run for compute ops
         (by name) that the evidence has no cycle estimate or flops for."""
         notes: list[str] = []
         self._op_seconds = {}
         self._host = []
         if hlo is not None:
             from aoizora.extract.hlo import parse_hlo_module
-            module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
-            if self._hlo_priced is None or self._hlo_priced[0] is not module:
-                self._hlo_priced = (module, *compute_seconds_by_name(
+            if self._hlo_priced is None or self._hlo_priced[0] is not hlo:
+                module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
+                self._hlo_priced = (hlo, module, *compute_seconds_by_name(
                     module, chip_model(self.target.chip.generation)))
-            _, self._op_seconds, cnotes = self._hlo_priced
+            _, module, self._op_seconds, cnotes = self._hlo_priced
             notes += list(cnotes)
             if isinstance(hlo, str):
                 from benchmarks.sim.host import host_transfers
                 self._host, hnotes = host_transfers(
                     module, hlo, {o.name: (int(o.index), int(o.count)) for o in evidence.compute})
                 notes += hnotes
+            else:
+                notes.append("HLO given parsed, without its text: host offload (memory spaces "
+                             "are read from the text) not priced")
             missing = sorted({o.name for o in evidence.compute} - set(self._op_seconds))
             if missing:
                 notes.append(f"{len(missing)} compute op(s) not priced by the simulator's model "
