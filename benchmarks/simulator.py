@@ -48,6 +48,12 @@ What it does
 Placement: ``placement[r]`` is the device (position in ``target.devices()``) of logical rank r;
 by default the device order the evidence was compiled under, else rank r on device r.
 
+Host offload (``benchmarks.sim.host``): each transfer between HBM and host memory (an
+offloading remat policy's async slices and copies to and from memory space S(5)) moves its bytes
+over the chip's PCIe link, one link each way at ``ChipModel.host_Bps``, shared fairly among the
+transfers in flight, released and waited for where the schedule starts and ends it, so the
+compute between them overlaps it (the episodes of 5 include them).
+
 Not simulated: the host (dispatching the program from Python), the reduction arithmetic of
 reduce-scatter / all-reduce, HBM traffic of the
 collectives (two devices of one chip, as on v4, exchange data at no cost), DMA engine limits beyond
@@ -147,14 +153,21 @@ class Simulator:
         cm = chip_model(self.target.chip.generation)
         self.net = SimNetwork.of(self.target, cm.link_Bps, cm.hop_latency_s, network)
         self.expander = Expander(self.net)
-        self.capacity = np.asarray(self.net.link_bandwidth, dtype=float)
+        # the network's links, then this chip's PCIe link to its host, each way (to host, to
+        # device): every chip of an SPMD program offloads alike, so one chip's links stand for all
+        self.host_links = (self.net.num_links, self.net.num_links + 1)
+        self.capacity = np.concatenate([np.asarray(self.net.link_bandwidth, dtype=float),
+                                        [cm.host_Bps, cm.host_Bps]])
+        self._host_latency_s = cm.hop_latency_s
+        self._host: list = []
         self._episodes: dict[Any, tuple] = {}
         # bound the cache to about 40 MB of per-link arrays
         self._max_episodes = int(min(20000, max(256, 2.5e6 // max(1, self.net.num_links))))
         self._op_seconds: dict[str, float] = {}
-        # the last HLO module priced and its (op seconds, notes): one program is often simulated
-        # under many placements; pricing its ops again would give the same numbers
-        self._hlo_priced: tuple[Any, dict[str, float], list[str]] | None = None
+        # the last HLO priced (the object given: text or module), its module and (op seconds,
+        # notes): one program is often simulated under many placements; pricing its ops again
+        # would give the same numbers
+        self._hlo_priced: tuple[Any, Any, dict[str, float], list[str]] | None = None
 
     # -- compute --------------------------------------------------------------------------------
     def compute_seconds(self, op: ComputeOp, clock_hz: float) -> float:
@@ -221,18 +234,28 @@ class Simulator:
             hlo: Any = None) -> SimResult:
         """Simulate one step. ``hlo``: the compiled program's HLO text (``compiled.as_text()``) or
         a parsed ``HloModule``; its ops are then priced by the simulator's own compute model
-        (module docstring, 1). ``kernel_flops``: without ``hlo``, flops per run for compute ops
+        (module docstring, 1); host offload is priced only from the text (pass the same string
+        object across placements: its pricing is cached on it). ``kernel_flops``: without ``hlo``, flops per run for compute ops
         (by name) that the evidence has no cycle estimate or flops for."""
         notes: list[str] = []
         self._op_seconds = {}
+        self._host = []
         if hlo is not None:
             from aoizora.extract.hlo import parse_hlo_module
-            module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
-            if self._hlo_priced is None or self._hlo_priced[0] is not module:
-                self._hlo_priced = (module, *compute_seconds_by_name(
+            if self._hlo_priced is None or self._hlo_priced[0] is not hlo:
+                module = parse_hlo_module(hlo) if isinstance(hlo, str) else hlo
+                self._hlo_priced = (hlo, module, *compute_seconds_by_name(
                     module, chip_model(self.target.chip.generation)))
-            _, self._op_seconds, cnotes = self._hlo_priced
+            _, module, self._op_seconds, cnotes = self._hlo_priced
             notes += list(cnotes)
+            if isinstance(hlo, str):
+                from benchmarks.sim.host import host_transfers
+                self._host, hnotes = host_transfers(
+                    module, hlo, {o.name: (int(o.index), int(o.count)) for o in evidence.compute})
+                notes += hnotes
+            else:
+                notes.append("HLO given parsed, without its text: host offload (memory spaces "
+                             "are read from the text) not priced")
             missing = sorted({o.name for o in evidence.compute} - set(self._op_seconds))
             if missing:
                 notes.append(f"{len(missing)} compute op(s) not priced by the simulator's model "
@@ -262,10 +285,16 @@ class Simulator:
                          f"evidence ({', '.join(sorted({o.name for o in blind})[:4])}): priced on "
                          "their bytes only, so their compute is likely underestimated")
         positions = _has_positions(ev)
-        counts = sorted({c.count for c in ev.collectives} | {o.count for o in ev.compute})
+        if self._host and not positions:
+            notes.append(f"{len(self._host)} host transfer(s) not priced: the evidence has no "
+                         "schedule positions")
+            self._host = []
+        counts = sorted({c.count for c in ev.collectives} | {o.count for o in ev.compute}
+                        | {h.count for h in self._host})
         per_coll: dict[int, tuple[float, float, str]] = {}
-        link_bytes = np.zeros(self.net.num_links)
-        link_busy = np.zeros(self.net.num_links)
+        link_bytes = np.zeros(len(self.capacity))
+        link_busy = np.zeros(len(self.capacity))
+        host_time: dict[int, tuple[float, float, str]] = {}
         loops = []
         step = comp_total = 0.0
         for k in counts:
@@ -273,9 +302,18 @@ class Simulator:
             ops = [o for o in ev.compute if o.count == k]
             if positions:
                 items = _items_from_positions(ev, cis, ops, self, clock)
+                items += [((h.start_key, 0, len(ev.collectives) + j), "start",
+                           len(ev.collectives) + j) for j, h in enumerate(self._host)
+                          if h.count == k]
+                items += [((h.done_key, 2, len(ev.collectives) + j), "done",
+                           len(ev.collectives) + j) for j, h in enumerate(self._host)
+                          if h.count == k]
+                items.sort(key=lambda x: x[0])
             else:
                 items = _items_from_phases(ev, cis, ops, self, clock, notes)
             body, comp, lb, lbusy = self._walk(ev, items, rank_chip, per_coll)
+            for p in [p for p in per_coll if p >= len(ev.collectives)]:
+                host_time[p - len(ev.collectives)] = per_coll.pop(p)
             step += k * body
             comp_total += k * comp
             link_bytes += k * lb
@@ -291,6 +329,12 @@ class Simulator:
             colls.append(CollectiveTime(c.name, c.kind, int(c.bytes), int(c.count), c.group_size,
                                         len(c.replica_groups), bool(c.is_async), algo, t, ex,
                                         ex * c.count))
+        if self._host:
+            hb = sum(h.bytes * h.count for h in self._host)
+            hx = sum(host_time.get(j, (0, 0, ""))[1] * h.count for j, h in enumerate(self._host))
+            notes.append(f"host offload: {len(self._host)} transfer(s), {hb / 1e9:.3f} GB per "
+                         f"step over PCIe, {hx * 1e3:.3f} ms exposed")
+        link_bytes, link_busy = link_bytes[:self.net.num_links], link_busy[:self.net.num_links]
         order = np.argsort(-link_busy, kind="stable")[:top_links]
         links = [LinkUse(list(self.net.chips[int(self.net.link_src[l])]),
                          list(self.net.chips[int(self.net.link_dst[l])]),
@@ -311,8 +355,8 @@ class Simulator:
         it is simulated once per distinct episode (cached on the Simulator, across placements)."""
         t = 0.0
         comp = 0.0
-        lb = np.zeros(self.net.num_links)
-        lbusy = np.zeros(self.net.num_links)
+        lb = np.zeros(len(self.capacity))
+        lbusy = np.zeros(len(self.capacity))
         i, n = 0, len(items)
         while i < n:
             typ, payload = items[i][1], items[i][2]
@@ -339,7 +383,7 @@ class Simulator:
                     local[it[2]] = len(local)
             key = (tuple((it[1], it[2] if it[1] == "compute" else local[it[2]]) for it in seg
                          if it[1] == "compute" or it[2] in local),
-                   tuple(self._signature(ev.collectives[ci], rank_chip) for ci in local))
+                   tuple(self._signature(ev, ci, rank_chip) for ci in local))
             res = self._episodes.get(key)
             if res is None:
                 res = self._run_episode(ev, seg, local, rank_chip)
@@ -356,8 +400,13 @@ class Simulator:
             i = j
         return t, comp, lb, lbusy
 
-    def _signature(self, c: Collective, rank_chip: np.ndarray) -> tuple:
-        """What a collective's transfers depend on: kind, bytes, groups and pairs as chips."""
+    def _signature(self, ev: Evidence, ci: int, rank_chip: np.ndarray) -> tuple:
+        """What a collective's transfers depend on: kind, bytes, groups and pairs as chips (a
+        host transfer, ``ci`` past the collectives: its direction and bytes)."""
+        if ci >= len(ev.collectives):
+            h = self._host[ci - len(ev.collectives)]
+            return ("host", h.to_host, float(h.bytes))
+        c = ev.collectives[ci]
         nr = len(rank_chip)
 
         def chip(r: int) -> int:
@@ -382,6 +431,12 @@ class Simulator:
             if typ == "compute":
                 t += p
                 comp += p
+            elif typ == "start" and p >= len(ev.collectives):
+                h = self._host[p - len(ev.collectives)]
+                algos[p] = "PCIe to host" if h.to_host else "PCIe from host"
+                link = self.host_links[0 if h.to_host else 1]
+                eng.add([float(h.bytes)], [[link]], [self._host_latency_s], t, p)
+                started[p] = t
             elif typ == "start":
                 b = self.expander.expand(ev.collectives[p], rank_chip)
                 algos[p] = b.algorithm

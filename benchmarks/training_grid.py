@@ -132,11 +132,11 @@ def compile_hlo(fn, args, tgt, layout, order):
     return ev, compiled.as_text()
 
 
-def price(ev, module, order, job: Job, sim: Simulator, flops: float) -> dict[str, Any]:
-    """Q2 and the simulator on one compiled program (``module``: its parsed HLO) under one
-    placement."""
+def price(ev, hlo: str, order, job: Job, sim: Simulator, flops: float) -> dict[str, Any]:
+    """Q2 and the simulator on one compiled program (``hlo``: its HLO text, from which the
+    simulator also prices host offload) under one placement."""
     q = predict_step(ev, order, Network.from_target(job.target))
-    r = sim.run(ev, order, hlo=module)
+    r = sim.run(ev, order, hlo=hlo)
     n = job.target.num_devices
     peak = job.target.chip.peak_bf16_flops
     return {"q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
@@ -191,7 +191,7 @@ def expert_row(ex, job: Job, sim: Simulator, flops: float, log,
         row.update(valid=False, reason="does not fit in HBM: " + ev.memory.oom_message[:200])
         return row
     module = parse_hlo_module(hlo)
-    row.update(price(ev, module, order, job, sim, flops))
+    row.update(price(ev, hlo, order, job, sim, flops))
     row.update(compute_by_kind(ev, module, job))
     return row
 
@@ -207,7 +207,7 @@ def add_tuned(out: dict[str, Any], job: Job, sim: Simulator, flops: float, log,
         module = parse_hlo_module(hlo)
         return {"remat": v.program.get("remat"), "mesh": dict(v.layout.mesh_axes),
                 "optimizer_sharding": optimizer_sharding(v.args, v.layout), **memory_row(ev),
-                **price(ev, module, order, job, sim, flops), **compute_by_kind(ev, module, job)}
+                **price(ev, hlo, order, job, sim, flops), **compute_by_kind(ev, module, job)}
 
     def price_setting(v) -> Priced:
         order = default_device_order(job.target, v.layout.mesh_axes)
@@ -270,7 +270,7 @@ def alpa_row(job: Job, sim: Simulator, flops: float, log) -> dict[str, Any]:
     if not ev.memory.fits:
         return {**row, "valid": False, "reason": "does not fit in HBM: " + ev.memory.oom_message[:200]}
     module = parse_hlo_module(hlo)
-    row.update(price(ev, module, order, job, sim, flops))
+    row.update(price(ev, hlo, order, job, sim, flops))
     row.update(compute_by_kind(ev, module, job))
     return row
 
@@ -314,10 +314,10 @@ def plan_rows(job: Job, budget: float, seed: int, sim: Simulator, flops: float, 
               "mesh": dict(p.layout.mesh_axes), "valid": True, **memory_row(ev)}
     module = parse_hlo_module(hlo)              # one program: parsed and broken down once
     common.update(compute_by_kind(ev, module, job))
-    rows = [{"name": "aoizora", **common, **price(ev, module, p.device_order, job, sim, flops)}]
+    rows = [{"name": "aoizora", **common, **price(ev, hlo, p.device_order, job, sim, flops)}]
     default = default_device_order(job.target, p.layout.mesh_axes)
     rows.append({"name": "aoizora-layout/default-order", **common,
-                 **price(ev, module, default, job, sim, flops)})
+                 **price(ev, hlo, default, job, sim, flops)})
     return summary, rows
 
 

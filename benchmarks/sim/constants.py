@@ -13,6 +13,10 @@ Sources
   lane on v5 ("in v5 you can add 4 pairs of f32 values together from VREGs in each cycle"),
   TPU memory tiles of (8, 128); chapter "sharding": about 1 us per ICI hop, one-way ICI
   bandwidth per link 4.5e10 B/s on v5e and v4, 9e10 B/s on v5p and v6e (its hardware table).
+- [book-pcie] the scaling book, chapter "tpus" (jax-ml/scaling-book tpus.md): "PCIe bandwidth is
+  typically around 1.5e10 bytes / second per chip", footnote "Trillium (TPU v6e) has 32GB/s, about
+  2x higher than v5": 1.5e10 B/s on v4, v5e, v5p; 3.2e10 B/s on v6e. Taken as each way
+  (PCIe is full duplex) [assumed].
 - [derived] clock = peak / (2 FLOP x MXUs per chip x MXU_dim^2) from the [cloud] peak and the
   [book] MXU geometry.
 - [fit]    fitted on one measured figure, named, and that figure is marked as not independent in
@@ -42,6 +46,7 @@ class ChipModel:
     hop_latency_s: float = 1e-6 # per ICI hop [book, chapter "sharding": "typically around 1us"]
     tile_rows: int = 8          # second-minor tile of a 32-bit array in memory [book]
     tile_cols: int = 128        # minor tile [book]
+    host_Bps: float = 1.5e10    # PCIe to the host per chip, each way [book-pcie]
 
     @property
     def clock_hz(self) -> float:
@@ -67,7 +72,8 @@ CHIPS: dict[str, ChipModel] = {
     # v5p: 459 TFLOP/s, 2,765 GB/s, 2 TensorCores (megacore), 4 MXUs of 128x128 each [cloud, book]
     "v5p": ChipModel("v5p", 4.59e14, 2.765e12, 2, 128, 8, 8 * 128 * 4, _EUP, link_Bps=9e10),
     # v6e: 918 TFLOP/s, 1,640 GB/s, 1 TensorCore, MXUs of 256x256 [cloud, book]
-    "v6e": ChipModel("v6e", 9.18e14, 1.64e12, 1, 256, 4, 8 * 128 * 4, _EUP, link_Bps=9e10),
+    "v6e": ChipModel("v6e", 9.18e14, 1.64e12, 1, 256, 4, 8 * 128 * 4, _EUP, link_Bps=9e10,
+                     host_Bps=3.2e10),
     # v4: 275 TFLOP/s, 1,228 GB/s, 2 TensorCores (megacore), 4 MXUs of 128x128 each [cloud, book]
     "v4": ChipModel("v4", 2.75e14, 1.228e12, 2, 128, 8, 8 * 128 * 2, _EUP),
 }
@@ -79,6 +85,15 @@ CHIPS: dict[str, ChipModel] = {
 # those blocks (32 kB + 32 kB of DMA, 4.2 MFLOP) is under 0.1 us, so the step costs
 # 11.77 ms / 32,768 = 0.359 us, minus the modelled 0.08 us of DMA. That row is reported as fitted.
 GRID_STEP_OVERHEAD_S = 0.28e-6
+
+# Sustained fraction of MXU peak an XLA matmul reaches on its padded FLOPs (padding: k and n to
+# the MXU width, m to 8 rows, ``kernel_model.matmul_flops``). [fit] on ONE figure: the Pallas
+# TPU matmul guide's XLA bf16 8192^3 matmul on TPU v5e, 6,047 us measured by timeit, minus the
+# host dispatch (108 us, itself fitted on the 1024^3 row) = 5,939 us of device time against
+# 5,582 us at peak: 0.94. That row is reported as fitted; the 4096^3 row checks it. No curve
+# over shapes is fitted: no published measurement of XLA matmuls at skinny shapes was found, so
+# small shards pay only their padding, the launch overhead and their HBM bytes.
+XLA_MXU_EFFICIENCY = 0.94
 
 # Per launched XLA op or kernel: [assumed] equal to one grid step's overhead (a launch is one
 # more trip of the core's scalar unit through descriptor setup and a barrier, the same kind of

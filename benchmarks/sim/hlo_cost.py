@@ -6,7 +6,8 @@ dots, copies and transposes, kernels), seconds on one chip (``benchmarks.sim.con
 - XLA ops (a fusion, or a lone convolution / dot / copy): ``OP_LAUNCH_S + max(t_mxu, t_hbm,
   t_vpu, t_eup)`` (the compiler pipelines HBM copies, MXU and VPU work inside one op):
   t_mxu: each convolution / dot as (m x k) @ (k x n) with k and n padded to the MXU width and
-  m to 8 (``kernel_model.matmul_flops``; a convolution's k is its input features times, per
+  m to 8 (``kernel_model.matmul_flops``), over ``XLA_MXU_EFFICIENCY`` of the peak (fitted on one
+  published matmul, ``constants``; a convolution's k is its input features times, per
   spatial dim, the window taps that meet real input: min(window, input x window / output),
   which prices XLA:TPU's batch-as-padded-spatial spelling of batched matmuls right), over the
   chip's peak; t_hbm: the bytes of the op's operands and result over HBM
@@ -33,7 +34,7 @@ import math
 import re
 from typing import Any
 
-from benchmarks.sim.constants import OP_LAUNCH_S, ChipModel
+from benchmarks.sim.constants import OP_LAUNCH_S, XLA_MXU_EFFICIENCY, ChipModel
 from benchmarks.sim.kernel_model import StepWork, kernel_time, matmul_flops, splash_time_s
 from benchmarks.sim.mosaic import MosaicError, parse_kernel
 
@@ -196,7 +197,8 @@ class HloCoster:
             mx, vp, eu = 0.0, 0.0, 0.0
         ch = self.chip
         clock = ch.clock_hz * ch.cores
-        t = {"mxu": mx / ch.peak_bf16_flops, "hbm": self._bytes(ins, comp) / ch.hbm_Bps,
+        t = {"mxu": mx / (ch.peak_bf16_flops * XLA_MXU_EFFICIENCY),
+             "hbm": self._bytes(ins, comp) / ch.hbm_Bps,
              "vpu": vp / (ch.vpu_f32_ops_per_cycle * clock),
              "eup": eu / (ch.eup_ops_per_cycle * clock)}
         bound = max(t, key=t.get)
