@@ -82,10 +82,14 @@ def _fmt_bytes(n: float) -> str:
 def cmd_targets(args: argparse.Namespace) -> int:
     from aoizora.extract import targets as T
 
-    ts = [T.get_target(args.name)] if args.name else T.standard_targets()
+    src = getattr(args, "from_topology", None)
+    if src:
+        ts = [T.get_target(src if src.startswith("topo:") else "topo:" + src)]
+    else:
+        ts = [T.get_target(args.name)] if args.name else T.standard_targets()
     rows = [t.to_json() for t in ts]
     if args.json:
-        print(json.dumps(rows if not args.name else rows[0], indent=2))
+        print(json.dumps(rows if not (args.name or src) else rows[0], indent=2))
         return 0
     hdr = f"{'name':<10} {'canonical':<13} {'chips':>5}  {'shape':<8} {'wrap':<12} {'link (one way)':>15} {'HBM/chip':>10} {'bf16 peak':>12}"
     print(hdr)
@@ -95,8 +99,26 @@ def cmd_targets(args: argparse.Namespace) -> int:
               f"{'x'.join(map(str, r['shape'])):<8} {wrap:<12} "
               f"{r['link_bandwidth_Bps'] / 1e9:>10.0f} GB/s {_fmt_bytes(r['hbm_bytes']):>10} "
               f"{r['peak_bf16_flops'] / 1e12:>7.0f} TFLOP/s")
-    print("wrap: wraparound link per physical axis (y/n). Numbers: Google Cloud TPU docs and the JAX scaling book.")
+    print("wrap: wraparound link per physical axis (y/n). TPU numbers: Google Cloud TPU docs and "
+          "the JAX scaling book; GPU: datasheets and NCCL (src/graph/topo.h, tuning.cc).")
+    for r in rows:
+        if "links" in r:
+            _print_links(r)
     return 0
+
+
+def _print_links(row: dict) -> None:
+    """The distinct links of a GPU target (bandwidth one way, latency, source), one line each."""
+    print(f"\n{row['name']}: {row['description']}")
+    seen = set()
+    for l in row["links"]:
+        key = (l["kind"], l["bandwidth_Bps"], l["latency_s"])
+        n = sum(1 for m in row["links"] if (m["kind"], m["bandwidth_Bps"], m["latency_s"]) == key)
+        if key in seen:
+            continue
+        seen.add(key)
+        print(f"  {n:>2} x {l['kind']:<7} {l['a']} - {l['b']} ...  {l['bandwidth_Bps'] / 1e9:7.1f} "
+              f"GB/s each way, {l['latency_s'] * 1e6:4.2f} us  [{l['source']}]")
 
 
 def _fmt_count(n: float) -> str:
@@ -441,9 +463,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="aoizora", description=__doc__,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("targets", help="list TPU targets (or show one) with chips, shape, wraparound, links, HBM")
-    t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8")
+    t = sub.add_parser("targets", help="list TPU and GPU targets (or show one) with chips, shape, wraparound, links, HBM")
+    t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8, h100-8, l40-8, topo:FILE")
     t.add_argument("--json", action="store_true", help="print JSON")
+    t.add_argument("--from-topology", metavar="FILE", help="a GPU box from `nvidia-smi topo -m` "
+                   "output or NCCL's topology XML (NCCL_TOPO_DUMP_FILE); GEN:FILE names the GPU "
+                   "(h100, a100, l40). Use the same file as target=topo:FILE")
     t.set_defaults(func=cmd_targets)
 
     m = sub.add_parser("models", help="list the built-in models and workloads with parameter and token counts")
@@ -523,6 +548,20 @@ def _user_errors() -> tuple:
             ShardingSolveError, CalibrationError, TrainingError)
 
 
+def _host_backend_for_gpu_targets(args: argparse.Namespace) -> None:
+    """Planning for a GPU target on a machine without one: run jax on the CPU backend (XLA:GPU
+    compiles ahead of time through the CUDA plugin's topology, which needs no backend), so the
+    plugin does not try, and fail, to start CUDA. A user's JAX_PLATFORMS is kept."""
+    import glob
+
+    target = str(getattr(args, "target", "") or "")
+    gpu_target = target.lower().startswith("topo:") or target.lower() in (
+        "h100-8", "a100-8", "l40-8", "h100-16")
+    if gpu_target and not os.environ.get("JAX_PLATFORMS") and not glob.glob("/dev/nvidia[0-9]*"):
+        import jax                  # read before any backend starts (none has: nothing ran yet)
+        jax.config.update("jax_platforms", "cpu")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command (exit codes: the module docstring). SIGINT and SIGTERM are handled for the
     whole command (``aoizora.planning.interrupts``, installed before libtpu initialises, so that
@@ -532,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     from aoizora.solvers.stop import Stop, running
 
     args = build_parser().parse_args(argv)
+    _host_backend_for_gpu_targets(args)
     stop = Stop()
     with running(stop), handling_signals(stop, hard_exit=True) as signals:
         args.signals = signals

@@ -131,8 +131,10 @@ class LayoutModel(_Strict):
 
 
 class LinkModel(_Strict):
-    src: list[Count] = Field(alias="from")
-    dst: list[Count] = Field(alias="to")
+    """A link's end is a chip's coordinates, or a switch's name on a switched network (e.g.
+    ``pcie_sw0`` of a GPU box)."""
+    src: list[Count] | Annotated[str, Field(min_length=1)] = Field(alias="from")
+    dst: list[Count] | Annotated[str, Field(min_length=1)] = Field(alias="to")
     seconds: Seconds
 
 

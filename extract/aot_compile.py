@@ -36,7 +36,8 @@ import numpy as np
 from aoizora.extract.compiled_evidence import evidence_from_compiled
 from aoizora.extract.evidence import Evidence, MemoryUse
 from aoizora.extract.evidence_cache import EvidenceCache
-from aoizora.extract.targets import Target, libtpu_available
+from aoizora.extract.hardware.gpu import COMPILER_OPTIONS as GPU_COMPILER_OPTIONS
+from aoizora.extract.targets import Target, TargetError, libtpu_available
 
 
 class CompileError(ValueError):
@@ -149,9 +150,10 @@ def target_mesh(target: Target, axes: "dict[str, int] | Sequence[tuple[str, int]
     `device_order`: physical device ids per logical rank (default: by id). When libtpu is not
     available and `allow_cpu`, the mesh is built from the same number of CPU devices instead
     (the evidence then comes out as ``fidelity="cpu-low"``); ``platform="cpu"`` forces that
-    fallback, ``platform="tpu"`` forbids it."""
+    fallback, ``platform="tpu"`` forbids it. A GPU target (``h100-8``, ...) compiles with XLA:GPU
+    ahead of time over the jax CUDA plugin's devices (the ``gpu`` extra), and raises CompileError
+    when that plugin is missing, unless ``platform="cpu"`` asks for the CPU fallback."""
     import jax
-    from jax.sharding import AxisType, Mesh
 
     tgt = target
     items = list(axes.items()) if isinstance(axes, dict) else [tuple(a) for a in axes]
@@ -161,9 +163,16 @@ def target_mesh(target: Target, axes: "dict[str, int] | Sequence[tuple[str, int]
     if n != tgt.num_devices:
         raise CompileError(f"mesh {dict(zip(names, sizes))} has {n} devices but {tgt.name} has "
                            f"{tgt.num_devices}; choose axis sizes whose product is {tgt.num_devices}")
-    if platform not in (None, "tpu", "cpu"):
-        raise CompileError(f"platform {platform!r}: use 'tpu', 'cpu' or None (automatic)")
-    use_tpu = platform != "cpu" and libtpu_available()
+    if platform not in (None, "tpu", "cpu", "gpu"):
+        raise CompileError(f"platform {platform!r}: use 'tpu', 'gpu', 'cpu' or None (automatic)")
+    if tgt.family == "gpu" and platform != "cpu":
+        # XLA:GPU ahead of time (the jax CUDA plugin, extra `gpu`); no silent CPU fallback
+        try:
+            devs = {d.id: d for d in tgt.devices()}
+        except TargetError as e:
+            raise CompileError(f"cannot compile for {tgt.name}: {e}") from e
+        return _mesh(devs, device_order, names, sizes, tgt)
+    use_tpu = platform not in ("cpu", "gpu") and libtpu_available()
     if platform == "tpu" and not use_tpu:
         raise CompileError(f"libtpu is unavailable; cannot compile for {tgt.name} "
                            f"(install jax[tpu] or use platform='cpu')")
@@ -178,6 +187,12 @@ def target_mesh(target: Target, axes: "dict[str, int] | Sequence[tuple[str, int]
         devs = {i: d for i, d in enumerate(cpus[:n])}
     else:
         raise CompileError(f"libtpu is unavailable; cannot compile for {tgt.name}")
+    return _mesh(devs, device_order, names, sizes, tgt)
+
+
+def _mesh(devs: dict, device_order, names: tuple, sizes: tuple, tgt: Target) -> Any:
+    from jax.sharding import AxisType, Mesh
+
     order = list(device_order) if device_order is not None else sorted(devs)
     if sorted(order) != sorted(devs):
         raise CompileError(f"device_order {order} is not a permutation of the device ids "
@@ -236,6 +251,7 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
     except Exception as e:
         raise CompileError(f"cannot trace/lower {getattr(fn, '__name__', fn)} for {tgt.name}: "
                            f"{_first_line(e)}") from e
+    compiler_options, dropped = _options_for(tgt, mesh, compiler_options)
     keep = _hlo_dir()
     key = None
     if cache is not None:
@@ -247,18 +263,33 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
             if keep:
                 ev.hlo_path = _keep_hlo(keep, hit.hlo_text, tgt)
             return ev
-    ev = _compile(fn, lowered, mesh, tgt, compiler_options, keep)
+    ev = _compile(fn, lowered, mesh, tgt, compiler_options, keep, dropped)
     if cache is not None:
         cache.put(key, ev, read_hlo(ev) if keep else None)
     return ev
 
 
+def _options_for(tgt: Target, mesh: Any, compiler_options: "dict[str, Any] | None"
+                 ) -> "tuple[dict[str, Any] | None, list[str]]":
+    """The options one compile is given, and the TPU options dropped from them: on a GPU
+    target compiled by XLA:GPU, ``GPU_COMPILER_OPTIONS`` under the caller's, without the
+    ``xla_tpu_`` options a layout written for TPUs (an expert's, a recipe's) may carry."""
+    if not (tgt.family == "gpu" and _platform(mesh) == "gpu"):
+        return compiler_options, []
+    dropped = sorted(k for k in (compiler_options or {}) if k.startswith("xla_tpu_"))
+    return {**GPU_COMPILER_OPTIONS, **{k: v for k, v in (compiler_options or {}).items()
+                                       if k not in dropped}}, dropped
+
+
 def _compile(fn: Any, lowered: Any, mesh: Any, tgt: Target,
-             compiler_options: "dict[str, Any] | None", keep: str | None) -> Evidence:
-    """``lowered.compile`` -> Evidence (``compile_evidence``'s compile and reading)."""
+             compiler_options: "dict[str, Any] | None", keep: str | None,
+             dropped: list[str]) -> Evidence:
+    """``lowered.compile`` -> Evidence (``compile_evidence``'s compile and reading; ``dropped``:
+    the options taken out, to which the compile adds any XLA:GPU does not know)."""
     t0 = time.perf_counter()
     try:
-        compiled = lowered.compile(compiler_options=compiler_options)
+        compiled = _compile_dropping_unknown(lowered, compiler_options, dropped,
+                                             tgt.family == "gpu")
     except Exception as e:
         msg = str(e)
         space = _scratch_space(msg)
@@ -269,10 +300,10 @@ def _compile(fn: Any, lowered: Any, mesh: Any, tgt: Target,
                 f"{_oom_text(msg)[:300]}") from e
         if "RESOURCE_EXHAUSTED" in msg:
             dt = time.perf_counter() - t0
-            platform = str(getattr(next(iter(mesh.devices.flat)), "platform", "tpu"))
+            platform = _platform(mesh)
             return Evidence(
                 target=tgt.name, mesh_axes=dict(mesh.shape), generation=tgt.generation,
-                fidelity="tpu" if platform == "tpu" else "cpu-low",
+                fidelity=platform if platform in ("tpu", "gpu") else "cpu-low",
                 memory=MemoryUse(hbm_bytes=tgt.chip.hbm_bytes // tgt.chip.devices_per_chip,
                                  fits=False, oom_message=_oom_text(msg)),
                 clock_hz=tgt.chip.clock_hz, compile_s=dt,
@@ -283,9 +314,33 @@ def _compile(fn: Any, lowered: Any, mesh: Any, tgt: Target,
     dt = time.perf_counter() - t0
     text = compiled.as_text() if keep else None
     ev = evidence_from_compiled(compiled, target=tgt, mesh=mesh, compile_s=dt, hlo_text=text)
+    if dropped:
+        ev.warnings.append(f"TPU options not given to XLA:GPU: {', '.join(sorted(dropped))}")
     if keep:
         ev.hlo_path = _keep_hlo(keep, text, tgt)
     return ev
+
+
+def _compile_dropping_unknown(lowered: Any, options: "dict[str, Any] | None", dropped: list,
+                              drop: bool) -> Any:
+    """``lowered.compile(options)``; with `drop` (a GPU target), an option XLA:GPU does not know
+    (a TPU layout's, e.g. ``xla_enable_async_all_reduce``) is removed, named in `dropped`, and
+    the compile retried."""
+    options = dict(options or {})
+    while True:
+        try:
+            return lowered.compile(compiler_options=options or None)
+        except Exception as e:
+            m = re.search(r"No such compile option: '([^']+)'", str(e))
+            if not (drop and m and m.group(1) in options):
+                raise
+            options.pop(m.group(1))
+            dropped.append(m.group(1))
+
+
+def _platform(mesh: Any) -> str:
+    """The platform of the mesh's devices: "tpu", "gpu" (XLA:GPU ahead of time) or "cpu"."""
+    return str(getattr(next(iter(mesh.devices.flat)), "platform", "tpu"))
 
 
 def _first_line(e: BaseException) -> str:

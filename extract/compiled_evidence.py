@@ -9,7 +9,8 @@ counter's start value from the loop's init tuple and its step from the body's in
 too, because XLA:TPU hides them there:
 
 - ``collective(...)`` at top level: a sync collective; ``X-start`` / ``X-done`` and
-  ``async-start`` / ``async-done``: an async collective from start to done;
+  ``async-start`` / ``async-done``: an async collective from start to done (sync when XLA:GPU
+  marks the start ``collective_backend_config.is_sync``);
 - a ``fusion`` whose computation ends in ``custom-call AsyncCollectiveStart`` /
   ``AsyncCollectiveDone``: the start / done of the collective inside (matched by ``channel_id``);
   fusions in between that contain the same channel (``async_collective_fusion``) are the compute
@@ -311,6 +312,15 @@ def _kernel_flops(ins: Instruction) -> float:
     return attention_kernel_flops(ins) or float(_cost_estimate(ins).get("flops", 0) or 0)
 
 
+def _marked_sync(ins: Instruction) -> bool:
+    """XLA:GPU spells every collective as a start / done pair and marks the ones it runs
+    synchronously (nothing scheduled in between overlaps them) ``collective_backend_config``
+    ``is_sync: true``; those are sync collectives."""
+    cfg = ins.backend_config if isinstance(ins.backend_config, dict) else {}
+    cbc = cfg.get("collective_backend_config")
+    return isinstance(cbc, dict) and cbc.get("is_sync") in (True, "true")
+
+
 class _Walker:
     def __init__(self, module: HloModule, num_devices: int):
         self.m = module
@@ -488,7 +498,8 @@ class _Walker:
                 if op_ is None:
                     raise EvidenceError(f"HLO line {ins.line_no}: %{ins.name} has no matching start")
                 coll = self._new_collective(start, ASYNC_DONE[op], op_.instr, op_.comp, None,
-                                            op_.coll.count, True, op_.comp, out_shape=ins.shape)
+                                            op_.coll.count, not _marked_sync(op_.instr), op_.comp,
+                                            out_shape=ins.shape)
                 coll.start_index = op_.coll.start_index
                 op_.coll = coll
                 self._close(start, ins)
@@ -730,7 +741,7 @@ def evidence_from_compiled(compiled: Any, *, target: "Target", mesh: Any, compil
     tgt = target
     platform = str(getattr(next(iter(mesh.devices.flat)), "platform", "tpu"))
     if fidelity is None:
-        fidelity = "tpu" if platform == "tpu" else "cpu-low"
+        fidelity = platform if platform in ("tpu", "gpu") else "cpu-low"
     module = parse_hlo_module(hlo_text if hlo_text is not None else compiled.as_text())
     order = compiled_device_order(compiled, mesh)
     ev = evidence_from_hlo_module(module, target=tgt.name, mesh_axes=dict(mesh.shape),
@@ -740,7 +751,7 @@ def evidence_from_compiled(compiled: Any, *, target: "Target", mesh: Any, compil
     ev.memory = memory_use(compiled, hbm)
     ev.flops, ev.bytes_accessed, ev.optimal_seconds = _cost(compiled)
     ev.compile_s = float(compile_s)
-    if fidelity != "tpu":
+    if fidelity == "cpu-low":
         ev.warnings.append(f"low fidelity: compiled on the {platform} backend, not XLA:TPU "
                            f"(no async collectives, no cycle estimates)")
     return ev

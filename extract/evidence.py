@@ -110,7 +110,7 @@ class Evidence:
     target: str                                # canonical target name, e.g. "v5e:2x4"
     mesh_axes: dict[str, int]                  # logical mesh axis name -> size, in order
     generation: str = ""                       # the target's chip generation, e.g. "v5e"
-    fidelity: str = "tpu"                      # "tpu" (libtpu) or "cpu-low" (CPU backend fallback)
+    fidelity: str = "tpu"                      # "tpu" (libtpu), "gpu" (XLA:GPU ahead of time) or "cpu-low" (CPU backend fallback)
     collectives: list[Collective] = dataclasses.field(default_factory=list)
     compute: list[ComputeOp] = dataclasses.field(default_factory=list)
     memory: MemoryUse = dataclasses.field(default_factory=MemoryUse)

@@ -37,27 +37,16 @@ Model
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Sequence
 
 import numpy as np
 
+from aoizora.extract.link_graph import LinkGraph, NetworkError, Ring
+from aoizora.extract.switched_network import SwitchedNetwork
 
-class NetworkError(ValueError):
-    """A malformed network request (bad chip ids, shapes)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Ring:
-    """The order in which a ring collective visits a group's chips.
-
-    kind: "ring" (closes on physical links: bidirectional), "line" (a path on physical links:
-    one direction), "scattered" (no path on physical links: fewest-hop tour, routed), "pair"
-    (2 chips), "single" (1 chip)."""
-
-    order: tuple[int, ...]
-    kind: str
+__all__ = ["LinkGraph", "Network", "NetworkError", "Ring", "SwitchedNetwork",
+           "default_device_order", "default_device_order_source"]
 
 
 # Node budget of the Hamiltonian cycle / path searches of one chip set that is not a full box,
@@ -67,7 +56,7 @@ class Ring:
 _DFS_NODE_LIMIT = 200_000
 
 
-class Network:
+class Network(LinkGraph):
     """Chips, directed links, dimension-order route table. See the module docstring."""
 
     def __init__(self, shape: Sequence[int], wrap: Sequence[bool], link_bandwidth_Bps: float,
@@ -111,23 +100,14 @@ class Network:
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def from_target(cls, target) -> "Network":
-        """The network of a `aoizora.extract.targets.Target` (device coordinates from libtpu)."""
+        """The network of a `aoizora.extract.targets.Target`: a torus for a TPU slice (device
+        coordinates from libtpu), a `SwitchedNetwork` for a target with a fabric (GPUs)."""
+        if getattr(target, "fabric", None) is not None:
+            return SwitchedNetwork.from_target(target)
         c = target.chip
         return cls(target.shape, target.wrap, c.link_bandwidth_Bps, c.hop_latency_s,
                    device_coords=target.device_coords(), name=target.name,
                    peak_flops=c.peak_bf16_flops, hbm_bandwidth_Bps=c.hbm_bandwidth_Bps)
-
-    @property
-    def num_chips(self) -> int:
-        return len(self.chips)
-
-    @property
-    def num_devices(self) -> int:
-        return len(self.device_chip)
-
-    @property
-    def num_links(self) -> int:
-        return len(self.link_src)
 
     def _neighbor(self, c: tuple[int, ...], axis: int, d: int) -> tuple[int, ...] | None:
         n = self.shape[axis]
@@ -197,39 +177,6 @@ class Network:
         self.route_links = table
         self.hops = hops.reshape(C, C)
 
-    # -- queries ------------------------------------------------------------------------------
-    def route(self, a: int, b: int) -> list[int]:
-        """Link ids of the dimension-order route from chip a to chip b."""
-        row = self.route_links[a * self.num_chips + b]
-        return [int(v) for v in row[row >= 0]]
-
-    def link(self, lid: int) -> tuple[int, int]:
-        return int(self.link_src[lid]), int(self.link_dst[lid])
-
-    def flows_to_link_bytes(self, src: np.ndarray, dst: np.ndarray,
-                            nbytes: np.ndarray) -> np.ndarray:
-        """Per-link bytes of a batch of flows (chip src -> chip dst, bytes each), routed."""
-        src = np.asarray(src, dtype=np.int64)
-        dst = np.asarray(dst, dtype=np.int64)
-        nbytes = np.asarray(nbytes, dtype=np.float64)
-        rows = self.route_links[src * self.num_chips + dst]            # (F, maxh)
-        mask = rows >= 0
-        w = np.broadcast_to(nbytes[:, None], rows.shape)[mask]
-        return np.bincount(rows[mask], weights=w, minlength=self.num_links)
-
-    def is_adjacent(self, a: int, b: int) -> bool:
-        return (a, b) in self.link_id
-
-    def graph(self):
-        """The network as a networkx DiGraph (nodes: chip ids with `coords`; edges: `link`)."""
-        import networkx as nx
-        g = nx.DiGraph()
-        for i, c in enumerate(self.chips):
-            g.add_node(i, coords=c)
-        for lid in range(self.num_links):
-            g.add_edge(int(self.link_src[lid]), int(self.link_dst[lid]), link=lid)
-        return g
-
     # -- rings --------------------------------------------------------------------------------
     def ring_through(self, chips: Sequence[int]) -> Ring:
         """The ring a collective runs through these chips (see module docstring).
@@ -255,43 +202,6 @@ class Network:
                  or Ring(self._fewest_hop_tour(sorted(order)), "scattered"))
         self._ring_cache[key] = r
         return r
-
-    def ring_step_routes(self, ring: Ring) -> list[list[int]]:
-        """Link ids of each step ``order[i] -> order[i+1]`` (and the closing step) of a ring.
-
-        A ``ring`` or ``scattered`` step is the dimension-order route; a ``line``'s closing step
-        ``order[-1] -> order[0]`` travels back along the line (the path's links reversed), so a
-        line's traffic stays on its own links whatever its shape (straight or bent)."""
-        o = ring.order
-        k = len(o)
-        if k < 2:
-            return []
-        steps = [self.route(o[i], o[(i + 1) % k]) for i in range(k - 1)]
-        if ring.kind == "line":
-            steps.append([self.link_id[(o[i], o[i - 1])] for i in range(k - 1, 0, -1)])
-        else:
-            steps.append(self.route(o[-1], o[0]))
-        return steps
-
-    def ring_directions(self, ring: Ring) -> int:
-        """How many directions a ring collective runs through ``ring``: 2 (both ways, half the
-        data each) when it closes on physical links, or when it is ``scattered`` and its routed
-        forward and backward steps use no directed link twice (they cannot slow each other);
-        else 1 (a line, a pair, a scattered tour whose directions would contend)."""
-        if ring.kind == "ring":
-            return 2
-        if ring.kind != "scattered":
-            return 1
-        o = ring.order
-        k = len(o)
-        used: set[int] = set()
-        for i in range(k):
-            for j in ((i + 1) % k, (i - 1) % k):
-                for lid in self.route(o[i], o[j]):
-                    if lid in used:
-                        return 1
-                    used.add(lid)
-        return 2
 
     def _find_ring(self, members: list[int]) -> Ring | None:
         box = self._box_ring(members)
@@ -465,6 +375,13 @@ def _default_order(target, mesh_axes) -> tuple[list[int], str]:
         shape = tuple(int(v) for v in mesh_axes)
         names = tuple(f"axis_{i}" for i in range(len(shape)))
     n = int(np.prod(shape)) if shape else 1
+    if target.family == "gpu":
+        # rank r on GPU r: CUDA_VISIBLE_DEVICES order, what torch's init_device_mesh and
+        # jax.make_mesh over GPU devices give
+        if n != target.num_devices:
+            raise NetworkError(f"logical mesh {shape} has {n} ranks but {target.name} has "
+                               f"{target.num_devices} GPUs: use a mesh whose sizes multiply to that")
+        return list(range(n)), "device id order"
     devices = target.devices()
     if n != len(devices):
         raise NetworkError(f"logical mesh {shape} has {n} ranks but {target.name} has "

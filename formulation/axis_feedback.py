@@ -71,7 +71,7 @@ def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Networ
         if axis is None:
             continue
         link_bytes, _ = collective_link_bytes(c, chip_of_rank, network)
-        t = float(link_bytes.max()) / network.link_bandwidth_Bps if len(link_bytes) else 0.0
+        t = float(network.link_time_s(link_bytes).max()) if len(link_bytes) else 0.0
         fv = BYTES_FACTOR[kind](costs.sizes[axis]) * c.bytes
         num[axis] += c.count * t
         den[axis] += c.count * fv

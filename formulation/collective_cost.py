@@ -34,6 +34,11 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
+
+from aoizora.extract.network import Network
+from aoizora.formulation.nccl_collectives import ring_link_bytes
+
 
 # The bytes term of each kind, per byte of V, on a group of n: the factors of the module docstring.
 BYTES_FACTOR = {
@@ -136,7 +141,10 @@ def axis_physical_spans(phys_shape: tuple[int, ...], mesh_axes: dict[str, int]
 
 
 def default_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
-    """Alpha-beta coefficients per logical axis from a Target (see the module docstring)."""
+    """Alpha-beta coefficients per logical axis from a Target (see the module docstring; a
+    switched GPU fabric: ``fabric_axis_costs``)."""
+    if getattr(target, "fabric", None) is not None:
+        return fabric_axis_costs(target, mesh_axes)
     chip = target.chip
     W = float(chip.link_bandwidth_Bps)
     spans = axis_physical_spans(tuple(target.shape), mesh_axes)
@@ -157,6 +165,40 @@ def default_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
                      beta_s_per_byte=beta, beta_by_kind=permute,
                      note=f"default for {target.name}: logical axes on physical axes in make_mesh "
                           f"order; ring = 2 links, line = 1 link per physical axis spanned")
+
+
+def fabric_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
+    """Alpha-beta per logical axis of a switched GPU fabric, from its links: rank r on GPU r
+    (the default order), every group of an axis running its ring all-gather at once (their link
+    loads add up: e.g. pairs across the sockets of l40-8 share the UPI link). ``beta`` = the
+    slowest link's seconds per byte of ``(n-1)/n V``; ``alpha`` = (n-1) ring steps x the longest
+    step's hops x the hop latency.
+
+    Args:
+        target: a Target with a ``fabric``.
+        mesh_axes: logical axis -> size, in order (product = the target's GPUs).
+    Returns:
+        The AxisCosts."""
+    net = Network.from_target(target)
+    sizes = [int(v) for v in mesh_axes.values()]
+    ids = np.arange(int(np.prod(sizes)) if sizes else 1).reshape(sizes or [1])
+    V = 1 << 20
+    alpha, beta = {}, {}
+    for i, (name, n) in enumerate(mesh_axes.items()):
+        n = int(n)
+        if n < 2:
+            alpha[name], beta[name] = 0.0, 0.0
+            continue
+        groups = np.moveaxis(ids, i, -1).reshape(-1, n)
+        loads = sum(ring_link_bytes(net, [int(c) for c in g], "all-gather", V) for g in groups)
+        t = float(net.link_time_s(loads).max())
+        beta[name] = t / ((n - 1) / n * V)
+        hops = max(int(net.hops[a, b]) for g in groups for a in g for b in g if a != b)
+        alpha[name] = (n - 1) * hops * float(net.hop_latency_s)
+    return AxisCosts(sizes={k: int(v) for k, v in mesh_axes.items()}, alpha_s=alpha,
+                     beta_s_per_byte=beta,
+                     note=f"default for {target.name}: rings of every group of an axis at once "
+                          f"over the fabric's links, rank r on GPU r")
 
 
 def uniform_axis_costs(mesh_axes: dict[str, int], bandwidth_Bps: float, latency_s: float = 1e-6,

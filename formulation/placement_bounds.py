@@ -63,7 +63,9 @@ class PhaseBound:
 
 
 def max_out_degree(network: Network) -> int:
-    return int(np.bincount(np.asarray(network.link_src), minlength=network.num_chips).max())
+    """The most links leaving one chip (switch nodes of a GPU fabric excluded)."""
+    out = np.bincount(np.asarray(network.link_src), minlength=network.num_chips)
+    return int(out[:network.num_chips].max())
 
 
 def phase_link_lower_bounds(evidence: Evidence, network: Network,

@@ -74,6 +74,8 @@ circuit optimum, an axis order, optimal over every placement)):
 
 Objectives, lexicographic (one solve per level, earlier levels fixed at their optimum):
   1. comm  = sum_p count_p E[p]                 (x unit_bytes / bandwidth = seconds)
+  (Links of different bandwidth, a switched GPU fabric: every load and cut on M[p] is weighted
+  by the link's integer time weight w_l, ``_link_weights``; a torus has w_l = 1.)
   2. bytes = sum_p count_p sum_l load[p][l]     (x unit_bytes = link bytes)
   3. hops  = sum_p count_p (flow hops of the chosen sets / rings / pairs / permutes)
 
@@ -153,7 +155,8 @@ class PlacementModel:
         if formulation == "auto":
             ring_groups = {g for its in self.items for cls, g, _ in its if cls == "ring"}
             n_sets = sum(self._n_sets(g) for g in ring_groups)
-            formulation = "sets" if n_sets <= SETS_CAP else "circuit"
+            # a switched fabric has no chip-to-chip cycles for the circuit formulation to use
+            formulation = "sets" if n_sets <= SETS_CAP or network.has_switches else "circuit"
         if formulation not in ("sets", "circuit"):
             raise PlacementModelError(f"formulation {formulation!r}: use 'auto', 'sets' or 'circuit'")
         self.formulation = formulation
@@ -224,9 +227,27 @@ class PlacementModel:
             den, g = den * g.denominator, g.numerator
         self.unit_bytes = g / den
         self._den, self._gcd = den, g
-        self.bandwidth = float(self.net.link_bandwidth_Bps)
-        if not np.allclose(self.net.link_bandwidth, self.bandwidth):
-            raise PlacementModelError("links of different bandwidth are not modelled")
+        self._link_weights()
+
+    def _link_weights(self) -> None:
+        """Integer link weights for links of different bandwidth (a switched GPU fabric): a link
+        of one-way bandwidth b_l carrying load_l units takes load_l x unit_bytes / b_l seconds
+        = load_l x w_l x unit_bytes / (B x W), with B the fastest link (the network's
+        ``link_bandwidth_Bps``), w_l = W B / b_l and W the least common denominator of B / b_l
+        (exact: the bandwidths are integers in bytes/s). M[p] then bounds w_l load_l, and
+        ``bandwidth`` = B x W converts M's units to seconds. Equal links (a torus): w_l = W = 1."""
+        bw = [int(round(float(b))) for b in self.net.link_bandwidth]
+        ref = int(round(float(self.net.link_bandwidth_Bps)))
+        if bw and max(bw) != ref:
+            raise PlacementModelError(f"{self.net.name}: the reference bandwidth {ref} B/s is not "
+                                      f"the fastest link's ({max(bw)} B/s)")
+        ratios = [Fraction(ref, b) for b in bw]
+        W = 1
+        for r in ratios:
+            W = W * r.denominator // math.gcd(W, r.denominator)
+        self.link_weight = np.array([int(r * W) for r in ratios], dtype=np.int64)
+        self.min_weight = int(self.link_weight.min()) if len(bw) else 1
+        self.bandwidth = float(ref) * W
 
     def units(self, coef: Fraction) -> int:
         v = coef * self._den / self._gcd
@@ -359,7 +380,7 @@ class PlacementModel:
             if h:
                 hv.append(v)
                 hc.append(int(h))
-            mx = int(u.max()) if L else 0
+            mx = int((u * self.link_weight).max()) if L else 0
             if mx:
                 mv.append(v)
                 mc.append(mx)
@@ -390,7 +411,7 @@ class PlacementModel:
             self._add(p, l, u, cu)
         self._addh(p, hop, 1)
         if cls == "pair":
-            self.cuts[p].append([(None, cu)])      # some link carries >= cu
+            self.cuts[p].append([(None, cu * self.min_weight)])   # some link carries >= cu
 
     def _pair_unit(self, g: int):
         if g in self._punit:
@@ -456,7 +477,8 @@ class PlacementModel:
                     self._pair_terms(p, g, cls, cu)
             for g, h in ring_h.items():
                 closed = self.ring[g]["closed"]
-                self.cuts[p].append([(None, 2 * h), (closed, -h)])
+                w = self.min_weight
+                self.cuts[p].append([(None, 2 * h * w), (closed, -h * w)])
 
     def _ring_vars(self, g: int) -> dict:
         if g in self.ring:
@@ -518,7 +540,7 @@ class PlacementModel:
             """|D_out(S)|, |D_in(S)| for partners on T_all (cached)."""
             key = (S, T_all)
             if key not in cut_links:
-                inS = np.zeros(self.C, dtype=bool)
+                inS = np.zeros(net.num_nodes, dtype=bool)
                 inS[list(S)] = True
                 T = [b for b in T_all if not inS[b]]
                 out = set(l for a in S for b in T for l in route[a][b])
@@ -566,7 +588,7 @@ class PlacementModel:
                         bd = -(-total[d] // n_d)
                         for f, n in sizes[d].items():
                             bd = max(bd, f * (-(-n // n_d)))
-                        best = max(best, bd)
+                        best = max(best, bd * self.min_weight)
                     if best > 0:
                         terms.append((v, best))
                 if terms and max(b for _, b in terms) > 0:
@@ -605,12 +627,13 @@ class PlacementModel:
         for p in range(len(tm.phases)):
             terms = self.load_terms[p]
             # integer terms (U[g][l] flows) reach their domain's top, not 1
-            ub = max((sum(c * self._ub(v) for v, c in zip(vs, cs)) for vs, cs in terms.values()),
-                     default=0)
+            wt = self.link_weight
+            ub = max((int(wt[l]) * sum(c * self._ub(v) for v, c in zip(vs, cs))
+                      for l, (vs, cs) in terms.items()), default=0)
             M = m.NewIntVar(0, max(ub, 0), f"M[{p}]")
             for l, (vs, cs) in terms.items():
                 if vs:
-                    m.Add(M >= cp_model.LinearExpr.WeightedSum(vs, cs))
+                    m.Add(M >= cp_model.LinearExpr.WeightedSum(vs, [int(wt[l]) * c for c in cs]))
             for cut in self.cuts[p]:
                 m.Add(M >= sum(cf if v is None else cf * v for v, cf in cut))
             O_exact = tm.overlap_s[p] * self.bandwidth / self.unit_bytes
@@ -644,7 +667,7 @@ class PlacementModel:
         self.lbM: list[int] = []
         for p, b in enumerate(bounds):
             v = b.link_bytes / self.unit_bytes
-            lb = int(math.ceil(v))
+            lb = int(math.ceil(v)) * self.min_weight
             self.lbM.append(lb)
             if lb > 0:
                 self.model.Add(self.M[p] >= lb)
@@ -841,14 +864,14 @@ class PlacementModel:
         complete = True
         for pi, terms in enumerate(self.load_terms):
             mx = 0
-            for vs, cs in terms.values():
+            for l, (vs, cs) in terms.items():
                 tot = 0
                 for v, cf in zip(vs, cs):
                     if v not in val:
                         complete = False
                         break
                     tot += cf * val[v]
-                mx = max(mx, tot)
+                mx = max(mx, int(self.link_weight[l]) * tot)
             if complete:
                 val[self.M[pi]] = mx
                 val[self.E[pi]] = max(0, mx - self.O_units[pi])

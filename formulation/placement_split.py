@@ -145,10 +145,10 @@ def set_lower_bounds(pm, g: int) -> SplitBound:
             mats[key] = rows
         return mats[key]
 
-    lbM = [int(math.ceil(b.link_bytes / pm.unit_bytes)) for b in
+    lbM = [int(math.ceil(b.link_bytes / pm.unit_bytes)) * pm.min_weight for b in
            placement_bounds.phase_link_lower_bounds(pm.ev, pm.net, pm.traffic)]
     # the cut delta+(S) (links S -> C \ S) and delta-(S) (links C \ S -> S), per set
-    inS = np.zeros((len(sets), C), dtype=bool)
+    inS = np.zeros((len(sets), pm.net.num_nodes), dtype=bool)
     for i, S in enumerate(sets):
         inS[i, list(S)] = True
     src, dst = np.asarray(pm.net.link_src), np.asarray(pm.net.link_dst)
@@ -193,7 +193,7 @@ def set_lower_bounds(pm, g: int) -> SplitBound:
                     sizes[d][cu] = sizes[d].get(cu, 0) + 1
         M = np.full(len(sets), lbM[p], dtype=np.int64)
         if fixed is not None:
-            M = np.maximum(M, fixed.max(axis=1) if L else 0)
+            M = np.maximum(M, (fixed * pm.link_weight).max(axis=1) if L else 0)
         for d in (0, 1):
             if not total[d]:
                 continue
@@ -203,7 +203,7 @@ def set_lower_bounds(pm, g: int) -> SplitBound:
             bound = -(-(total[d] + on_cut) // safe)          # ceil: integer loads
             for f, n in sizes[d].items():
                 bound = np.maximum(bound, f * (-(-n // safe)))
-            M = np.maximum(M, np.where(n_cut > 0, bound, 0))
+            M = np.maximum(M, np.where(n_cut > 0, bound * pm.min_weight, 0))
         if fixed is not None and not others:
             exact.append(p)
         phase_lb[:, p] = M
@@ -233,5 +233,5 @@ def phase_maxima(pm, chip_of_rank: Sequence[int]) -> list[int]:
             for s, t in pairs:
                 for l in net.route(p_[s], p_[t]):
                     load[l] += cu
-        out.append(int(load.max()) if len(load) else 0)
+        out.append(int((load * pm.link_weight).max()) if len(load) else 0)
     return out

@@ -67,6 +67,10 @@ def is_route_automorphism(net: Network, sigma: np.ndarray) -> bool:
 
 
 def physical_generators(net: Network) -> list[np.ndarray]:
+    """Verified route automorphisms among the grid's reflections, translations and swaps (none
+    on a switched fabric: its links end at switches, which a chip permutation does not map)."""
+    if net.has_switches:
+        return []
     nd = len(net.shape)
     idx = net.chip_index
     cands = []

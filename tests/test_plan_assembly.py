@@ -26,8 +26,8 @@ def test_no_plan_says_why_in_one_line():
 
 
 def test_link_seconds_count_each_phase_by_its_runs():
-    network = NS(num_links=2, link_bandwidth_Bps=1e9, chips=[(0, 0), (0, 1)],
-                 link=lambda lid: (lid, 1 - lid))
+    network = NS(num_links=2, link_bandwidth_Bps=1e9, chips=[(0, 0), (0, 1)], num_chips=2,
+                 link=lambda lid: (lid, 1 - lid), link_time_s=lambda b: np.asarray(b) / 1e9)
     # phase 0 runs 3 times (its largest class count), phase 1 once
     q2 = NS(phases=[NS(phase=0, count=2), NS(phase=0, count=3), NS(phase=1, count=1)],
             link_loads={"0": [1e9, 0.0], "1": [5e8, 2e9]})
@@ -35,6 +35,20 @@ def test_link_seconds_count_each_phase_by_its_runs():
     assert [o["seconds"] for o in out] == pytest.approx([3.5, 2.0])
     assert out[0]["from"] == [0, 0] and out[0]["to"] == [0, 1]
     assert np.isfinite([o["seconds"] for o in out]).all()
+
+
+def test_link_seconds_on_a_gpu_fabric_name_switches_and_own_bandwidths():
+    from aoizora.extract.network import Network
+    from aoizora.extract.targets import get_target
+    net = Network.from_target(get_target("l40-8"))
+    upi = net.link_id[(net.node_names.index("cpu0"), net.node_names.index("cpu1"))]
+    loads = np.zeros(net.num_links)
+    loads[upi] = 1e9
+    loads[0] = 1e9
+    q2 = NS(phases=[NS(phase=0, count=1)], link_loads={"0": loads.tolist()})
+    out = A.link_seconds(q2, net)
+    assert out[upi] == {"from": "cpu0", "to": "cpu1", "seconds": pytest.approx(0.1)}
+    assert out[0]["from"] == [0, 0, 0] and out[0]["seconds"] == pytest.approx(1 / 24)
 
 
 def test_attention_words_are_named_by_role(monkeypatch):

@@ -201,3 +201,22 @@ def test_a_saved_plan_is_strict_json(tmp_path):
     assert "Infinity" not in text and "NaN" not in text
     json.loads(text, parse_constant=lambda c: pytest.fail(c))
     assert load_plan(str(path)).iterations == [{"candidates": [{"q1_s": None}], "x": None}]
+
+
+def test_a_gpu_plan_whose_links_end_at_switches_round_trips(tmp_path):
+    """On a switched network (a PCIe GPU box) a link's end is a switch's name, not a chip."""
+    from aoizora.extract.targets import get_target
+
+    tgt = get_target("l40-8")
+    layout = Layout({"x": 8}, [("x", None), (None, None)], [("x", None)], name="test")
+    p = Plan(key=program_key(_f, ARGS, tgt.name), target=tgt.name, layout=layout,
+             device_order=list(range(8)), device_coords=list(tgt.device_coords()),
+             predicted={"step_s": 1e-3, "compute_s": 8e-4, "communication_s": 2e-4,
+                        "model": "Q2", "links": [{"from": [0, 0, 0], "to": "pcie_sw0",
+                                                  "seconds": 1e-4},
+                                                 {"from": "pcie_sw0", "to": "cpu0",
+                                                  "seconds": 5e-5}]},
+             certificates={})
+    path = tmp_path / "plan.json"
+    p.save(str(path))
+    assert load_plan(str(path)).to_json() == p.to_json()

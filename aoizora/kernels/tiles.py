@@ -94,8 +94,11 @@ def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: Targ
                  ) -> tuple[Layout, dict[str, Any]]:
     """``layout`` with every node of ``shapes`` given its ``node_tiles`` and every attention
     backward node of ``backward`` its ``backward_tiles.node_backward_tiles`` (a node with no
-    feasible tiles keeps the automatic choice)."""
+    feasible tiles keeps the automatic choice). Splash tiles are TPU kernel blocks: on another
+    hardware family the layout comes back unchanged."""
     tgt = target
+    if tgt.family != "tpu":
+        return layout, {}
     # the same chip numbers Q2's network carries (``extract.network.Network.from_target``)
     chip = kernel_chip(tgt.chip.generation, tgt.chip.peak_bf16_flops, tgt.chip.hbm_bandwidth_Bps,
                        tgt.chip.clock_hz)

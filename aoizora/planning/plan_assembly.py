@@ -117,7 +117,7 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     time_limited += [f"final annealing of the plan's placement{f' ({did})' if did else ''}"
                      f": {w}" for w in anneal_limited if not interrupted]
     time_limited += interrupted
-    notes = _notes(stop_reason, learned, time_limited)
+    notes = _notes(stop_reason, learned, time_limited, state.program.target.family)
     if interrupted:
         notes.insert(0, "INTERRUPTED: the best plan found before the interrupt; cut: "
                      + "; ".join(w.split(": ", 1)[1] for w in interrupted))
@@ -170,10 +170,13 @@ def _abandonable(compile_fn):
     return done.result()
 
 
-def _notes(stop_reason: str, learned: Calibration, time_limited: list[str]) -> list[str]:
+def _notes(stop_reason: str, learned: Calibration, time_limited: list[str],
+           family: str = "tpu") -> list[str]:
+    hw = family.upper()
     notes = [f"stopped: {stop_reason}",
-             "latencies are predictions of the Q2 link-load model on the compiled TPU program; "
-             "nothing was run on a TPU", time_limits.summary(time_limited)]
+             f"latencies are predictions of the Q2 link-load model on the compiled {hw} program "
+             f"(XLA:{hw} ahead of time); nothing was run on a {hw}",
+             time_limits.summary(time_limited)]
     if learned.source.get("started_from") is not None:
         src = learned.source["started_from"]
         notes.append(f"started from a calibration ({src.get('compiled', '?')} compiles of program "
@@ -192,8 +195,8 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     nothing changes (False)."""
     best, prog = state.best, state.program
     layout = best.solution.layout
-    if prog.ir is None:
-        return False
+    if prog.ir is None or prog.target.family != "tpu":
+        return False            # splash tiles are TPU kernels; XLA:GPU picks its own attention
     shapes, backward = laid_out_shapes(layout, prog.ir)
     if not shapes and not backward:
         return False
@@ -306,13 +309,18 @@ def link_seconds(q2: Q2, network: Network) -> list[dict[str, Any]]:
         counts[ph.phase] = max(counts.get(ph.phase, 0), ph.count)
     for phase, loads in q2.link_loads.items():
         n = max(counts.get(int(phase), 1), 1)
-        tot += n * np.asarray(loads, dtype=float) / network.link_bandwidth_Bps
+        tot += n * network.link_time_s(np.asarray(loads, dtype=float))
     out = []
     for lid in range(L):
         a, b = network.link(lid)
-        out.append({"from": list(network.chips[a]), "to": list(network.chips[b]),
+        out.append({"from": _node(network, a), "to": _node(network, b),
                     "seconds": float(tot[lid])})
     return out
+
+
+def _node(network: Network, node: int) -> list | str:
+    """A link end for the plan file: a chip's coordinates, or a switch's fabric name."""
+    return list(network.chips[node]) if node < network.num_chips else network.node_label(node)
 
 
 def named_words(fn, args, words: list[str]) -> list[str]:
