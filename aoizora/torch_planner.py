@@ -20,7 +20,6 @@ offered to the ILP (its ring variants are priced out by an attention scale, ``NO
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from typing import Any, Sequence
 
@@ -60,18 +59,19 @@ class _Program:           # what candidate_pricing.place reads
     network: Network
 
 
-def _key(ep, target: str) -> PlanKey:
-    """Digest of the ATen graph and the shapes of every flattened input (parameters, buffers and
-    the user's inputs, as ``Layout.in_specs`` lays them out)."""
+def torch_plan_key(ep, target: str) -> PlanKey:
+    """The plan key of a captured program: ``capture.graph_digest`` and the shapes of every
+    flattened input (parameters, buffers and the user's inputs, as ``Layout.in_specs`` lays
+    them out)."""
+    from aoizora.extract.frontends.torch.capture import graph_digest
+
     shapes = []
     by_name = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     for spec in ep.graph_signature.input_specs:
         v = by_name[spec.arg.name].meta.get("val")
         if v is not None and hasattr(v, "shape"):
             shapes.append(f"{str(v.dtype).replace('torch.', '')}[{','.join(map(str, v.shape))}]")
-    h = hashlib.sha256(str(ep.graph).encode())
-    h.update(repr(shapes).encode())
-    return PlanKey(h.hexdigest()[:32], tuple(shapes), target)
+    return PlanKey(graph_digest(ep), tuple(shapes), target)
 
 
 def _ilp_layouts(ir, tgt: Target, meshes, budget: Budget, top_k: int, ilp_time_s: float,
@@ -164,14 +164,18 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
     """Plan ``model(*example_inputs, **kwargs)`` for ``target`` (module docstring).
 
     Build the model and inputs on the meta device (``with torch.device("meta"):``): no weights
-    are needed. ``seed_layouts``: layouts of this program to price beside the ILP's (e.g.
-    ``aoizora.xdit.xdit_layouts``); ``max_candidates``: how many layouts, best Q1 first (seeds
+    are needed. ``model`` may also be a program captured already
+    (``extract.frontends.torch.capture.capture``; ``example_inputs`` are then not read). ``seed_layouts``: layouts of this program to price beside the ILP's, or callables that
+    make one from the program's IR (e.g. ``functools.partial(aoizora.xdit.xdit_layout,
+    config=XDiTConfig(ulysses=8))``); ``max_candidates``: how many layouts, best Q1 first (seeds
     first), get evidence and a placement. Returns a ``Plan`` as ``plan`` does: mesh, layouts,
     device order, both certificates, the predicted step (seconds, Q2 on the DTensor evidence).
 
     Raises:
         PlanningError: the model cannot be captured, or no layout could be priced.
         BudgetError: a non-positive or infinite budget."""
+    import torch
+
     from aoizora.extract.frontends.torch.aten_ir import build_torch_ir
     from aoizora.extract.frontends.torch.capture import CaptureError, capture
     from aoizora.runtime.torch_evidence import fake_world
@@ -185,13 +189,15 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
     network = Network.from_target(tgt)
     progress.stage(f"capturing the model with torch.export for {tgt.short_name}")
     try:
-        ep = capture(model, tuple(example_inputs), kwargs)
+        ep = model if isinstance(model, torch.export.ExportedProgram) else \
+            capture(model, tuple(example_inputs), kwargs)
     except CaptureError as e:
         raise PlanningError(str(e)) from None
     ir = build_torch_ir(ep)
     mesh_list = [dict(m) for m in (meshes if meshes is not None
                                    else candidate_meshes(tgt.num_devices))]
     ranked, notes = _ilp_layouts(ir, tgt, mesh_list, budget, top_k, ilp_time_s, seed, progress)
+    seed_layouts = [s(ir) if callable(s) else s for s in seed_layouts]
     todo = [(-1.0, dict(lay.mesh_axes), seed_solution(lay, None), lay) for lay in seed_layouts]
     todo += sorted([(q1, m, s, None) for q1, m, s in ranked], key=lambda r: (r[0], mesh_str(r[1])))
     prog, settings = _Program(tgt, network), _Settings(seed, placement_time_s)
@@ -206,4 +212,4 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
              *[f"program: {w}" for w in ir.warnings], *notes,
              *[f"evidence of mesh {mesh_str(c.mesh_axes)}: {w}" for c in ok
                for w in c.evidence.warnings]]
-    return _assemble(best, _key(ep, tgt.name), tgt, network, priced, notes, budget.elapsed())
+    return _assemble(best, torch_plan_key(ep, tgt.name), tgt, network, priced, notes, budget.elapsed())

@@ -37,7 +37,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
-from aoizora.extract.frontends.torch.aten_ir import SKIPPED, op_name
+from aoizora.extract.frontends.torch.ops import SKIPPED, op_name
 from aoizora.extract.frontends.torch.comm_evidence import IssuedCompute
 from aoizora.formulation.layout import Layout, axes_of
 

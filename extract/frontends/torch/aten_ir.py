@@ -35,22 +35,9 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from aoizora.extract.frontends.torch.ops import (ELEMENTWISE, FIRST_ONLY, REDUCES, RESHAPES,
+                                                 SKIPPED, SOURCES, op_name)
 from aoizora.extract.program_ir import LABELERS, Node, ProgramIR, Tensor
-
-ELEMENTWISE = frozenset("""
-add sub mul div rsub neg abs exp exp2 log log1p expm1 sqrt rsqrt pow sin cos tan tanh sigmoid silu
-gelu relu erf reciprocal where masked_fill clamp clamp_min clamp_max maximum minimum eq ne lt le gt
-ge logical_and logical_or logical_not bitwise_and sign floor ceil round square mish softplus
-_to_copy to clone contiguous alias detach lift_fresh_copy dropout copy type_as fill
-""".split())
-RESHAPES = frozenset("view _unsafe_view reshape flatten unflatten unsqueeze squeeze".split())
-SOURCES = frozenset("""empty_like zeros_like ones_like full_like rand_like randn_like arange zeros
-ones full empty empty_strided scalar_tensor randn rand""".split())
-REDUCES = frozenset("mean sum amax amin prod var".split())
-SKIPPED = frozenset("_assert_tensor_metadata _assert_async _assert_scalar sym_constrain_range "
-                    "sym_constrain_range_for_size".split())
-FIRST_ONLY = frozenset({"type_as", "copy", "to", "_to_copy", "dropout", "fill"})
-
 
 class TorchIRError(ValueError):
     """The captured graph could not be turned into an IR."""
@@ -366,13 +353,6 @@ TABLE: dict[str, Callable] = {
     "convolution": _conv, "conv1d": _conv, "conv2d": _conv, "conv3d": _conv,
     "scaled_dot_product_attention": _attention,
 }
-
-
-def op_name(target) -> str:
-    """The ATen op's base name (``aten.linear.default`` -> ``linear``)."""
-    if isinstance(target, torch._ops.OpOverload):
-        return target.overloadpacket.__name__
-    return getattr(target, "__name__", str(target))
 
 
 def _inputs(b: _Builder, ep) -> list[str]:
