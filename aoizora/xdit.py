@@ -146,7 +146,7 @@ def xdit_layout(ir, config: XDiTConfig, *, batch: int | None = None, name: str =
                          "aoizora.torch_compare.pipefusion_row")
     sizes = config.mesh_axes
     seq = video_seq(ir)
-    user = [t for t in ir.inputs if "." not in ir.tensors[t].path]
+    user = [t for t in ir.inputs if ir.tensors[t].path.startswith("inputs/")]
     batch = batch or (ir.tensors[user[0]].shape[0] if user else 1)
     tp = _axes("tp", sizes=sizes)
     in_specs = []

@@ -21,6 +21,7 @@ it before returning, and refuses to run inside an initialized process group.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 
 import torch
@@ -44,14 +45,15 @@ class TorchEvidenceError(RuntimeError):
 @contextlib.contextmanager
 def fake_world(world_size: int):
     """A fake process group of ``world_size`` ranks (this process is rank 0), destroyed after;
-    inside one already (the same size), nothing more.
+    inside a fake one already of at least that size, nothing more (a mesh may take its first
+    ranks).
 
     Raises:
         TorchEvidenceError: another process group is initialized."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        if dist.get_backend() == "fake" and dist.get_world_size() == world_size:
+        if dist.get_backend() == "fake" and dist.get_world_size() >= world_size:
             yield
             return
         raise TorchEvidenceError("a process group is already initialized: collect evidence in "
@@ -96,11 +98,22 @@ def torch_evidence(ep, layout: Layout, target) -> Evidence:
         return flash_attention_seconds(b, h, s, t, d, chip.peak_bf16_flops,
                                        chip.hbm_bandwidth_Bps)
 
+    quiet = logging.getLogger("torch.distributed.tensor._redistribute")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)   # its advice to flatten mesh dims, once per redistribution
+    try:
+        return _run(ep, layout, target, trace, attention_seconds, n)
+    finally:
+        quiet.setLevel(level)
+
+
+def _run(ep, layout: Layout, target, trace: list, attention_seconds, n: int) -> Evidence:
+    chip = target.chip
     with fake_world(n):
         mesh = fake_mesh(layout.mesh_axes)
         runner = LayoutRunner(ep, layout, mesh, device="meta", trace=trace,
                               attention_seconds=attention_seconds)
-        with CollectiveLog(trace):
+        with CollectiveLog(trace, where=lambda: runner.current):
             outs = runner.run(*meta_inputs(ep))
         groups = group_dims(trace, layout.mesh_axes)
         out_bytes = sum(o._local_tensor.numel() * o._local_tensor.element_size()

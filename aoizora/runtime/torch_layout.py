@@ -80,6 +80,11 @@ def _local_nbytes(x) -> int:
     return 0
 
 
+def _module(fx) -> str:
+    stack = fx.meta.get("nn_module_stack") or {}
+    return list(stack.values())[-1][0] if stack else ""
+
+
 def _local_shape(x) -> list[int]:
     return list((x._local_tensor if isinstance(x, DTensor) else x).shape)
 
@@ -98,6 +103,7 @@ class LayoutRunner:
         self.trace = trace
         self.attention_seconds = attention_seconds
         self.fallbacks: list[str] = []
+        self.current = ""                 # the FX node being run (named on its collectives)
         self.peak_live_bytes = 0
         self.argument_bytes = 0
         self.specs = {k.split(".")[0]: v for k, v in layout.node_specs.items()}
@@ -183,15 +189,24 @@ class LayoutRunner:
             _local_nbytes(out)
         self.trace.append(IssuedCompute(fx.name, kind, flops, float(nbytes)))
 
-    def _linear(self, x, w):
+    def _linear(self, x, w, want=None):
         """x @ w.T on each shard, laid out per mesh dim from the operands' placements (DTensor's
         own rule flattens x's leading dims, which it refuses when two of them are split): x split
         on a leading dim -> the output is; w split on its rows (N) -> the output's last dim is;
-        both split on K -> a partial sum (reduced by the node's redistribution); w split on N
-        where x's leading dim takes the same axis, or on K where x is not -> w gathered."""
+        both split on K -> a partial sum (reduced by the node's redistribution), unless the
+        node's spec (``want``) splits a leading dim on that axis: then x is moved there first
+        (an all-to-all, as Ulysses returns attention outputs); w split on N where x's leading
+        dim takes the same axis, or on K where x is not -> w gathered."""
         r = x.ndim
-        wpl, opl = list(w.placements), []
         xpl = list(x.placements)
+        if want is not None:      # x split on K where the output wants a leading dim split on
+            moved = [Shard(wp.dim) if isinstance(xp, Shard) and xp.dim == r - 1 and
+                     isinstance(wp, Shard) and wp.dim < r - 1 else xp
+                     for xp, wp in zip(xpl, want)]
+            if moved != xpl:      # that axis: one all-to-all of x, not a partial sum of the output
+                x = x.redistribute(self.mesh, moved)
+                xpl = moved
+        wpl, opl = list(w.placements), []
         for i, (px, pw) in enumerate(zip(xpl, wpl)):
             xs = px.dim if isinstance(px, Shard) else None
             ws = pw.dim if isinstance(pw, Shard) else None
@@ -216,9 +231,10 @@ class LayoutRunner:
         if name == "scaled_dot_product_attention":
             return self._attention(fx, args, kwargs)
         if name == "linear" and all(isinstance(a, DTensor) for a in args[:2]):
-            out = self._linear(args[0], args[1])
-            self._record(fx, name, args, out)
             spec = self.specs.get(fx.name)
+            want = None if spec is None else placements(spec, self.layout.mesh_axes)
+            out = self._linear(args[0], args[1], want)
+            self._record(fx, name, args, out)
             if spec is not None:
                 out = out.redistribute(self.mesh, placements(spec, self.layout.mesh_axes))
             if len(args) > 2 and isinstance(args[2], DTensor):
@@ -267,6 +283,7 @@ class LayoutRunner:
             if name in SKIPPED:
                 env[fx.name] = None
                 continue
+            self.current = f"{fx.name} ({_module(fx)})"
             args = self._value(fx.args, env)
             kwargs = {k: self._value(v, env) for k, v in fx.kwargs.items()}
             env[fx.name] = self._call(fx, name, args, kwargs)

@@ -21,7 +21,7 @@ An op the table does not know is a node of kind ``unknown`` (replicated only), l
 ``ProgramIR.warnings``. Node keys are the FX node names (``linear_5``; a second node made for
 one op adds a suffix, ``rms_norm.stat``). Inputs are the graph's placeholders in order:
 parameters and buffers (``Tensor.path`` their module path, ``blocks.0.attn1.to_q.weight``),
-then the user inputs.
+then the user inputs (``inputs/hidden_states``).
 """
 
 from __future__ import annotations
@@ -363,7 +363,7 @@ def _inputs(b: _Builder, ep) -> list[str]:
         if not vals or not isinstance(vals[0], torch.Tensor):
             continue
         v = vals[0]
-        path = spec.target if spec.target else spec.arg.name
+        path = spec.target if spec.kind.name != "USER_INPUT" else f"inputs/{spec.arg.name}"
         tid = b.tensor(list(v.shape), _dtype(v.dtype), "input", input_index=len(ids), path=path)
         b.env[node.name] = tid
         ids.append(tid)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ class IssuedCollective:
     dtype: str
     group_name: str
     group_size: int
-    module: str = ""           # the module it was issued in (CommDebugMode's tracker)
+    module: str = ""           # the op (FX node) or module it was issued in
 
     @property
     def bytes(self) -> int:
@@ -75,11 +75,13 @@ class CollectiveLog(CommDebugMode):
     """``CommDebugMode`` that also records every collective (module docstring).
 
     ``trace`` is shared with the program's runner, which appends ``IssuedCompute`` records, so
-    collectives and compute keep one program order."""
+    collectives and compute keep one program order; ``where()`` names the op being run (default:
+    CommDebugMode's module tracker)."""
 
-    def __init__(self, trace: list | None = None):
+    def __init__(self, trace: list | None = None, where: Callable[[], str] | None = None):
         super().__init__()
         self.trace = [] if trace is None else trace
+        self.where = where or (lambda: getattr(self.advanced_module_tracker, "name", ""))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if not any(t == DTensor for t in types) and not isinstance(
@@ -92,7 +94,7 @@ class CollectiveLog(CommDebugMode):
                     int(args[2]) if name == "reduce_scatter_tensor" else 0)
                 self.trace.append(IssuedCollective(
                     name, kind, list(args[0].shape), str(args[0].dtype).replace("torch.", ""),
-                    group, size, getattr(self.advanced_module_tracker, "name", "")))
+                    group, size, self.where()))
         return super().__torch_dispatch__(func, types, args, kwargs)
 
     def collectives(self) -> list[IssuedCollective]:
