@@ -12,7 +12,8 @@ PACKAGES = {"aoizora": "aoizora", "extract": "aoizora.extract",
             "formulation": "aoizora.formulation", "solvers": "aoizora.solvers"}
 LAYER = {"aoizora.extract": 0, "aoizora.formulation": 1, "aoizora.solvers": 2, "aoizora": 3}
 MAX_LINES, MAX_PARAMS = 120, 10
-PUBLIC_EXCEPTIONS = {("aoizora/planner.py", "plan")}   # the public plan() takes every option
+PUBLIC_EXCEPTIONS = {("aoizora/planner.py", "plan"),      # the public plan() takes every option
+                     ("aoizora/torch_planner.py", "plan_torch")}   # and plan_torch() plan()'s
 
 
 def _modules():
