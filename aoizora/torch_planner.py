@@ -35,6 +35,7 @@ from aoizora.planning_errors import BudgetError, PlanningError
 from aoizora.plans import Plan, PlanKey
 from aoizora.progress import Progress
 from aoizora.seeds import seed_solution
+from aoizora.torch_proxy import block_proxy, map_layout, proxy_note, repeated_blocks
 from aoizora.solvers.budget import Budget, clock
 from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolveError,
                                      solve_sharding)
@@ -155,6 +156,29 @@ def _assemble(best: Candidate, key: PlanKey, tgt: Target, network: Network, pric
                          "seed": best.seed.program if best.seed is not None else None})
 
 
+def _capture_both(model, args: tuple, kwargs):
+    """(program, its IR, the IR the ILP solves, the repeated blocks or None): the ILP's is a
+    few-block proxy's when the model repeats blocks (``aoizora.torch_proxy``), else the
+    program's own (also for a program captured already)."""
+    import torch
+
+    from aoizora.extract.frontends.torch.aten_ir import build_torch_ir
+    from aoizora.extract.frontends.torch.capture import CaptureError, capture
+
+    try:
+        if isinstance(model, torch.export.ExportedProgram):
+            ir = build_torch_ir(model)
+            return model, ir, ir, None
+        ep = capture(model, args, kwargs)
+        ir = build_torch_ir(ep)
+        blocks, proxy = repeated_blocks(model), block_proxy(model)
+        if proxy is None:
+            return ep, ir, ir, None
+        return ep, ir, build_torch_ir(capture(proxy, args, kwargs)), blocks
+    except CaptureError as e:
+        raise PlanningError(str(e)) from None
+
+
 def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8", *,
                kwargs: dict[str, Any] | None = None, time_budget_s: float = 300.0,
                seed: int = 0, top_k: int = 2, meshes: Sequence[dict[str, int]] | None = None,
@@ -165,7 +189,8 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
 
     Build the model and inputs on the meta device (``with torch.device("meta"):``): no weights
     are needed. ``model`` may also be a program captured already
-    (``extract.frontends.torch.capture.capture``; ``example_inputs`` are then not read). ``seed_layouts``: layouts of this program to price beside the ILP's, or callables that
+    (``extract.frontends.torch.capture.capture``; ``example_inputs`` are then not read).
+    ``seed_layouts``: layouts of this program to price beside the ILP's, or callables that
     make one from the program's IR (e.g. ``functools.partial(aoizora.xdit.xdit_layout,
     config=XDiTConfig(ulysses=8))``); ``max_candidates``: how many layouts, best Q1 first (seeds
     first), get evidence and a placement. Returns a ``Plan`` as ``plan`` does: mesh, layouts,
@@ -174,10 +199,6 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
     Raises:
         PlanningError: the model cannot be captured, or no layout could be priced.
         BudgetError: a non-positive or infinite budget."""
-    import torch
-
-    from aoizora.extract.frontends.torch.aten_ir import build_torch_ir
-    from aoizora.extract.frontends.torch.capture import CaptureError, capture
     from aoizora.runtime.torch_evidence import fake_world
 
     if not (isinstance(time_budget_s, (int, float)) and math.isfinite(time_budget_s)
@@ -188,18 +209,20 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
     tgt = get_target(target)
     network = Network.from_target(tgt)
     progress.stage(f"capturing the model with torch.export for {tgt.short_name}")
-    try:
-        ep = model if isinstance(model, torch.export.ExportedProgram) else \
-            capture(model, tuple(example_inputs), kwargs)
-    except CaptureError as e:
-        raise PlanningError(str(e)) from None
-    ir = build_torch_ir(ep)
+    ep, ir, ilp_ir, blocks = _capture_both(model, tuple(example_inputs), kwargs)
     mesh_list = [dict(m) for m in (meshes if meshes is not None
                                    else candidate_meshes(tgt.num_devices))]
-    ranked, notes = _ilp_layouts(ir, tgt, mesh_list, budget, top_k, ilp_time_s, seed, progress)
+    ranked, notes = _ilp_layouts(ilp_ir, tgt, mesh_list, budget, top_k, ilp_time_s, seed,
+                                 progress)
+    if blocks is not None:
+        ranked = [(q1, m, dataclasses.replace(s, layout=map_layout(ilp_ir, ir, s.layout,
+                                                                    blocks[0])))
+                  for q1, m, s in ranked]
+    notes.append(proxy_note(blocks))
     seed_layouts = [s(ir) if callable(s) else s for s in seed_layouts]
     todo = [(-1.0, dict(lay.mesh_axes), seed_solution(lay, None), lay) for lay in seed_layouts]
-    todo += sorted([(q1, m, s, None) for q1, m, s in ranked], key=lambda r: (r[0], mesh_str(r[1])))
+    todo += sorted([(q1, m, s, None) for q1, m, s in ranked],
+                   key=lambda r: (r[0], mesh_str(r[1])))
     prog, settings = _Program(tgt, network), _Settings(seed, placement_time_s)
     with fake_world(tgt.num_devices):
         priced = _price_all(ep, todo[:max_candidates], prog, budget, settings, notes, progress)
@@ -212,4 +235,5 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
              *[f"program: {w}" for w in ir.warnings], *notes,
              *[f"evidence of mesh {mesh_str(c.mesh_axes)}: {w}" for c in ok
                for w in c.evidence.warnings]]
-    return _assemble(best, torch_plan_key(ep, tgt.name), tgt, network, priced, notes, budget.elapsed())
+    return _assemble(best, torch_plan_key(ep, tgt.name), tgt, network, priced, notes,
+                     budget.elapsed())
