@@ -14,7 +14,7 @@ from aoizora.extract.targets import prepare_libtpu_env as _prepare_libtpu_env
 # libtpu reads these when it first initialises; set them before anything touches a backend.
 _prepare_libtpu_env()
 
-_PUBLIC = {"plan": "aoizora.planner", "plan_torch": "aoizora.torch_planner", "load_plan": "aoizora.plans", "Plan": "aoizora.plans",
+_PUBLIC = {"plan": "aoizora.planner", "plan_torch": "aoizora.planning.torch_planner", "load_plan": "aoizora.plans", "Plan": "aoizora.plans",
            "PlanError": "aoizora.plans", "PlanningError": "aoizora.planning_errors",
            "BudgetError": "aoizora.planning_errors"}
 

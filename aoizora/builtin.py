@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from aoizora.extract.targets import Target, get_target
 from aoizora.models import registry, stdit
-from aoizora.models.attention_kernels import SPLASH_BLOCK
+from aoizora.kernels.attention_kernels import SPLASH_BLOCK
 
 DEFAULT_MODEL = "wan2.1-1.3b"
 DEFAULT_RESOLUTION = "480p"
@@ -213,7 +213,7 @@ def check_train_fits(m, wl, tgt: Target, batch: int) -> None:
 # The built-in seeds in the order they compile, the expert expected fastest first. The planner
 # compiles the first seed while its first ILPs solve, then that seed's refinement, the second
 # seed, the ILP's best, then the other seeds in this order, each followed by its refinement
-# (``aoizora.pricing_order.pricing_rank``), so a short budget prices the first seeds only. The order
+# (``aoizora.planning.pricing_order.pricing_rank``), so a short budget prices the first seeds only. The order
 # is the experts' mean rank among the valid experts of each cell in the grid
 # (benchmarks/results/grid.md, simulated): cfg2_context (maxdiffusion's published recipe, the
 # CFG pair on data 2 and the sequence on context: ../shared/facts/practice.md) best in 25 of the
@@ -246,7 +246,7 @@ def training_seed_layouts(job: Job) -> list:
     """The valid expert training configurations (``models.training_experts``) as seeds, each with
     its own train step (its remat and padding), recorded in ``program``; each with its
     ``retraceable`` twin (the same layout on its step traced with every residual kept), on which
-    the seed's refinement lets the ILP choose the remat (``aoizora.seed_refinement``)."""
+    the seed's refinement lets the ILP choose the remat (``aoizora.planning.seed_refinement``)."""
     from aoizora.models.training_experts import training_expert_layouts
     from aoizora.planner import Seed
 

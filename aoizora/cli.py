@@ -133,7 +133,7 @@ def _plan_json(p) -> dict:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from aoizora.planner import plan
-    from aoizora.progress import ConsoleProgress, Progress
+    from aoizora.planning.progress import ConsoleProgress, Progress
     from aoizora.report import format_plan
 
     if args.out:
@@ -220,7 +220,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from aoizora.compare import compare
     from aoizora.plans import load_plan, program_key
-    from aoizora.progress import ConsoleProgress, Progress
+    from aoizora.planning.progress import ConsoleProgress, Progress
 
     plan = load_plan(args.plan) if args.plan else None  # checked before anything is built
     job = _job(args)
@@ -377,7 +377,7 @@ def _user_errors() -> tuple:
     from aoizora.models.training import TrainingError
     from aoizora.planner import PlanningError
     from aoizora.plans import PlanError
-    from aoizora.realize import RealizeError
+    from aoizora.runtime.realize import RealizeError
     from aoizora.solvers.sharding import ShardingSolveError
 
     return (UsageError, TargetError, WorkloadError, PlanningError, PlanError, RealizeError,

@@ -19,13 +19,13 @@ from typing import Any
 from aoizora.builtin import Job
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.network import Network, default_device_order
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.latency import predict_step
 from aoizora.models.experts import expert_layouts
 from aoizora.planner import compile_layout, plan as make_plan
 from aoizora.plans import Plan
-from aoizora.progress import Progress
-from aoizora.realize import RealizeError
+from aoizora.planning.progress import Progress
+from aoizora.runtime.realize import RealizeError
 from aoizora.solvers.sharding import ShardingSolveError, solve_sharding
 
 

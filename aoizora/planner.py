@@ -6,36 +6,36 @@ CP-SAT -> price (Q2) -> feed the priced evidence back into the ILP -> solve agai
 queue, and hands one ``LoopState`` to the loop; then anneals the best placement with the time
 left and assembles the plan. The steps, each a module of its own:
 
-  1. ``aoizora.ilp_step``: for each candidate logical mesh m, the sharding ILP
+  1. ``aoizora.planning.ilp_step``: for each candidate logical mesh m, the sharding ILP
      (``solvers.sharding``) for its ``top_k`` best distinct layouts under the current axis
      costs, corrections, forbidden combinations and compute scales; every (m, layout) ranked by
      Q1 (placement-oblivious). The ILPs of one iteration share the budget's ``ilp`` share
      (smaller meshes first; a mesh whose last solve would not fit is skipped and the skip
      recorded). With seed layouts, the first iteration's ILPs start once the first seed has
      compiled alone, and only if the budget still holds the ILP's best after the compiles
-     ranked before it (``aoizora.seeds``).
-  2. ``aoizora.pricing_order`` and ``aoizora.seeds``: the ``top_k`` best layouts not compiled
+     ranked before it (``aoizora.planning.seeds``).
+  2. ``aoizora.planning.pricing_order`` and ``aoizora.planning.seeds``: the ``top_k`` best layouts not compiled
      before: the best, then the best of the other kind (some attention's keys/values in a ring,
      or none), then by Q1; right after the best, every other mesh's best layout its ILP did not
      prove optimal within 1% of it by Q1 with a bound below it. In the first iteration the seed
      layouts (e.g. today's expert configurations, each possibly with its own program variant)
-     and their refinements (``aoizora.seed_refinement``) come first: the first seed, its
+     and their refinements (``aoizora.planning.seed_refinement``) come first: the first seed, its
      refinement, the second seed, the ILP's best, the second seed's refinement, then each
      other seed followed by its refinement, then the ILP's other layouts (``pricing_rank``).
-  3. ``aoizora.candidate_pricing``: each realized as shardings (``aoizora.realize``) on the
+  3. ``aoizora.planning.candidate_pricing``: each realized as shardings (``aoizora.runtime.realize``) on the
      target's devices in JAX's default order, compiled ahead of time with libtpu
      (``extract.aot_compile``), its evidence read. A layout that does not fit in HBM joins its
      mesh's forbidden combinations. Else the placement CP-SAT (``solvers.placement``, on the
      budget's ``placement`` share) places it; the least Q2 step among its answer, the
      placements it priced and a swap descent is kept; priced with Q2.
-  4. ``aoizora.feedback``: per mesh, from its best priced candidate, the collective costs per
+  4. ``aoizora.planning.feedback``: per mesh, from its best priced candidate, the collective costs per
      axis and kind; from every ILP layout compiled so far, the attention compute per node and
      kv mode and the other ops' compute, as factors on Q1's.
-  5. ``aoizora.loop``: stop when an iteration brings no new layout (the plan repeats), after
+  5. ``aoizora.planning.loop``: stop when an iteration brings no new layout (the plan repeats), after
      ``max_iterations``, or when the time budget cannot fit another compile. Keep the best plan
-     by Q2. ``aoizora.final_annealing``: unless its placement is proven on every level (link
+     by Q2. ``aoizora.planning.final_annealing``: unless its placement is proven on every level (link
      load, link bytes, hops), the time left anneals it twice; the least Q2 step is kept.
-  6. ``aoizora.plan_assembly``: the Plan, with both certificates, every iteration's record and
+  6. ``aoizora.planning.plan_assembly``: the Plan, with both certificates, every iteration's record and
      what the loop learned (``Plan.calibration``).
 
 The time budget bounds the whole call, compiles included; the next compile starts only when the
@@ -44,13 +44,13 @@ budget's ``compile`` margin) before the deadline less the ``reserve`` share, kep
 candidate's placement and the final annealing (none while the best placement so far is proven
 on every level). When the budget cannot hold one compile, ``BudgetError``.
 
-Compiles run one at a time on a background thread (``aoizora.compile_queue``), in the pricing
+Compiles run one at a time on a background thread (``aoizora.planning.compile_queue``), in the pricing
 order above: the first seed compiles alone (while the seeds' refinements solve), its
 refinement then while the ILPs solve, and each layout while the one before it is placed and
 priced. The seeds after the ILP's best are held until the ILPs have queued it
 (``CompileQueue.hold``), so which layouts a budget leaves uncompiled does not depend on how
 long the ILPs took. ``Plan.time_limited`` lists each place where a time limit did bind
-(``aoizora.time_limits``): where it is empty, the plan is repeatable.
+(``aoizora.planning.time_limits``): where it is empty, the plan is repeatable.
 """
 
 from __future__ import annotations
@@ -61,25 +61,25 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from aoizora.candidate import Candidate, Seed
-from aoizora.candidate_pricing import compile_layout
-from aoizora.compile_queue import CompileQueue
+from aoizora.planning.candidate import Candidate, Seed
+from aoizora.planning.candidate_pricing import compile_layout
+from aoizora.planning.compile_queue import CompileQueue
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.network import Network
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import Target, get_target
-from aoizora.final_annealing import anneal_best, anneal_reserve
+from aoizora.planning.final_annealing import anneal_best, anneal_reserve
 from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.meshes import candidate_meshes
-from aoizora.loop import iterate
-from aoizora.loop_state import LoopState, Program, Settings, mesh_states
-from aoizora.plan_assembly import assemble, no_plan_error
+from aoizora.planning.loop import iterate
+from aoizora.planning.loop_state import LoopState, Program, Settings, mesh_states
+from aoizora.planning.plan_assembly import assemble, no_plan_error
 from aoizora.planning_errors import BudgetError, PlanningError
 from aoizora.plans import Plan, program_key
-from aoizora.progress import Progress
-from aoizora.realize import RealizeError
-from aoizora.seeds import queue_seed_compiles
+from aoizora.planning.progress import Progress
+from aoizora.runtime.realize import RealizeError
+from aoizora.planning.seeds import queue_seed_compiles
 from aoizora.solvers.budget import Budget
 
 __all__ = ["plan", "Seed", "Candidate", "compile_layout", "PlanningError", "BudgetError"]

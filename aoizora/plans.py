@@ -75,7 +75,7 @@ class Plan:
     notes: list[str] = dataclasses.field(default_factory=list)
     program: dict[str, Any] = dataclasses.field(default_factory=dict)  # variant, e.g. pad_multiple
     calibration: Calibration | None = None           # what the loop learned (warm start next time)
-    time_limited: list[str] = dataclasses.field(default_factory=list)  # aoizora.time_limits
+    time_limited: list[str] = dataclasses.field(default_factory=list)  # aoizora.planning.time_limits
     compiler: dict[str, str] = dataclasses.field(default_factory=dict)  # extract.aot_compile.compiler_identity
 
     # -- views -----------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ class Plan:
         the arguments' shapes) with a PlanError. ``donate_argnums``: positional args whose
         buffers the step may reuse (a training step: ``(0,)``, its state; the caller must not
         use the donated arrays after the call)."""
-        from aoizora.realize import realize
+        from aoizora.runtime.realize import realize
 
         cache: dict[str, Any] = {}
 

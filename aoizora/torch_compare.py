@@ -1,9 +1,9 @@
 """A torch plan against xDiT's configurations and diffusers' context parallelism, on one model
-and target (every latency predicted by Q2 on DTensor evidence: ``aoizora.torch_planner``).
+and target (every latency predicted by Q2 on DTensor evidence: ``aoizora.planning.torch_planner``).
 
 Rows:
 - ``aoizora``: the plan (its layout, its placement);
-- ``xdit:...``: every valid xDiT configuration (``aoizora.xdit.xdit_configs``) in xDiT's own
+- ``xdit:...``: every valid xDiT configuration (``aoizora.models.xdit.xdit_configs``) in xDiT's own
   device order (rank r on GPU r), and the same layout placed by the placement CP-SAT
   (``placed_step_s``: placement alone);
 - ``diffusers:cp ...``: diffusers' ``ContextParallelConfig`` (ring x Ulysses) in its order;
@@ -24,20 +24,19 @@ times. A steady-state model (no warm-up step), stated as such in the row.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Sequence
 
 import numpy as np
 
-from aoizora.extract.evidence import Collective, ComputeOp, Evidence
+from aoizora.extract.evidence import Collective, Evidence
 from aoizora.extract.network import Network
 from aoizora.extract.targets import get_target
 from aoizora.formulation.latency import predict_step
+from aoizora.models.xdit import (XDiTConfig, default_order, diffusers_cp_layout, video_seq,
+                                 xdit_configs, xdit_layout)
 from aoizora.plans import Plan
 from aoizora.solvers.placement import solve_placement
 from aoizora.solvers.placement_step import choose_by_step
-from aoizora.xdit import XDiTConfig, default_order, diffusers_cp_layout, video_seq, xdit_configs, \
-    xdit_layout
 
 SOURCE = "predicted (Q2 link-load model on DTensor evidence under a fake process group)"
 

@@ -28,7 +28,7 @@ import jax
 from aoizora.extract.compiled_evidence import evidence_from_compiled
 from aoizora.extract.evidence_summary import summarize_evidence
 from aoizora.models.registry import abstract_inputs, denoise_step
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))

@@ -27,7 +27,7 @@ from aoizora.extract.targets import get_target
 from aoizora.models.experts import EXPERTS, default_mesh, expert_layouts
 from aoizora.models.registry import get_model
 from aoizora.models.workloads import Workload
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 from benchmarks.machine import git_state
 
 RUNS = [("wan2.1-small", "tiny-9f"), ("wan2.1-1.3b", "480p-81f"), ("wan2.1-14b", "480p-81f"), ("hunyuanvideo-13b", "544p-129f")]
@@ -72,7 +72,7 @@ def write(doc: dict, out_dir: str) -> None:
     gib = 1024 ** 3
     lines = [f"# Expert configurations compiled ahead of time for {doc['target']}", "",
              "Each configuration of `aoizora.models.experts` with JAX's default device order "
-             "(`jax.make_mesh`, Auto axes), realized by `aoizora.realize` (splash attention in "
+             "(`jax.make_mesh`, Auto axes), realized by `aoizora.runtime.realize` (splash attention in "
              "`shard_map`), compiled by libtpu on a CPU-only, shared 2-core machine (seconds are "
              "indicative; the 1-minute load average before each compile is in the JSON). HBM: "
              "argument + output + temp + code - alias bytes per device. Collectives: static count "

@@ -81,7 +81,7 @@ from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.latency import predict_step
 from aoizora.models.experts import expert_layouts
 from aoizora.planner import Candidate, plan as make_plan
-from aoizora.progress import Progress
+from aoizora.planning.progress import Progress
 from benchmarks.machine import git_state, machine_info
 from benchmarks.planner_compiles import PlannerCompiles
 from benchmarks.simulator import LABEL as SIM_LABEL_BASE, Simulator

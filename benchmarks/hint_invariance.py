@@ -24,7 +24,7 @@ from pathlib import Path
 
 import aoizora
 from aoizora.extract.network import Network, default_device_order
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.meshes import candidate_meshes

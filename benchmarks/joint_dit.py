@@ -3,7 +3,7 @@ video tokens concatenated along the sequence for self-attention and sliced apart
 modulation, scanned layers, CFG-sized batch. `hints=False` gives the same program without
 ``hint`` annotations."""
 import jax, jax.numpy as jnp
-from aoizora.models.primitives import attention, hint
+from aoizora.kernels.primitives import attention, hint
 
 def make(L=2, D=512, H=4, F=1024, S=2048, T=256, B=2, hints=True):
     bf = jnp.bfloat16

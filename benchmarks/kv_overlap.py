@@ -42,7 +42,7 @@ from aoizora.extract.aot_compile import compile_evidence, target_mesh
 from aoizora.extract.network import default_device_order
 from aoizora.extract.targets import get_target
 from aoizora.formulation.layout import AttentionLayout
-from aoizora.models.attention_kernels import sharded_attention
+from aoizora.kernels.attention_kernels import sharded_attention
 from aoizora.models.experts import attention_roles, expert_layouts
 from aoizora.models.registry import get_model
 from aoizora.planner import compile_layout

@@ -33,7 +33,7 @@ from aoizora.extract.targets import get_target
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models.registry import abstract_inputs, denoise_step, get_model
 from aoizora.models.workloads import Workload, pad_to
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 
 RUNS = [("wan2.1-1.3b", "480p-81f"), ("wan2.1-14b", "480p-81f"), ("hunyuanvideo-13b", "720p-129f"),
         ("wan2.1-14b", "720p-81f"), ("hunyuanvideo-13b", "544p-129f")]

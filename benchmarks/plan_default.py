@@ -21,7 +21,7 @@ from pathlib import Path
 
 import aoizora  # noqa: F401  (sets libtpu's environment first)
 from aoizora.builtin import builtin_job, expert_seed_layouts
-from aoizora.progress import ConsoleProgress
+from aoizora.planning.progress import ConsoleProgress
 from aoizora.report import format_plan
 
 RESULTS = Path(__file__).parent / "results"

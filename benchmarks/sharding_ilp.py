@@ -23,7 +23,7 @@ import time
 import aoizora  # noqa: F401  (libtpu environment first)
 import jax
 
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.models.registry import abstract_inputs, denoise_step, get_model
 from aoizora.solvers.sharding import available_solvers, solve_sharding
@@ -53,7 +53,7 @@ def machine() -> dict:
 
 def compile_check(step, args, layout, target, mesh_axes) -> dict:
     from aoizora.models.experts import default_mesh
-    from aoizora.realize import realize
+    from aoizora.runtime.realize import realize
     t0 = time.perf_counter()
     try:
         c = realize(step, args, layout, default_mesh(target, mesh_axes)).compile()

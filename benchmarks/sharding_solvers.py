@@ -29,7 +29,7 @@ import time
 
 import aoizora  # noqa: F401  (libtpu environment first)
 from aoizora.builtin import builtin_job
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.meshes import candidate_meshes
 from aoizora.solvers.sharding import ShardingSolveError, solve_sharding
 from benchmarks.machine import git_state, machine_info

@@ -84,7 +84,7 @@ def thin(trace: list, n: int = TRACE_POINTS) -> list[list[float]]:
 
 
 def build(target_name: str, mesh: dict[str, int], irs: dict):
-    from aoizora.extract.program_ir import build_ir
+    from aoizora.extract.frontends.jax.ir_builder import build_ir
     from aoizora.extract.targets import get_target
     from aoizora.models.registry import abstract_inputs, denoise_step, get_model
     from aoizora.solvers.sharding_heuristics import build_instance

@@ -6,8 +6,8 @@ JAX's default device order. Compiled ahead of time by libtpu three times (no TPU
 with libtpu's default options (the tiles are the only difference):
 - ``automatic``: the layout without tiles (``splash_blocks``: 128);
 - ``published``: maxdiffusion's published tiles scaled to the per-shard lengths
-  (``models.recipes.published_tiles``, as the expert carries them);
-- ``chosen``: the layout after ``aoizora.tiles.choose_tiles`` (kernel-model tiles per
+  (``kernels.recipes.published_tiles``, as the expert carries them);
+- ``chosen``: the layout after ``aoizora.kernels.tiles.choose_tiles`` (kernel-model tiles per
   attention node, the compile as its feasibility check).
 Each is priced by Q2 (``formulation.latency.predict_step``), whose compute term prices every
 splash call with ``formulation.kernel_model`` at the tiles and per-shard shapes read off the
@@ -31,15 +31,15 @@ import aoizora  # noqa: F401  (libtpu environment first)
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.evidence import attention_node_of
 from aoizora.extract.network import Network, default_device_order
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.latency import MODEL, predict_step
 from aoizora.formulation.op_time import op_seconds
 from aoizora.models.experts import expert_layouts
 from aoizora.extract.aot_compile import target_mesh
 from aoizora.extract.compiled_evidence import evidence_from_compiled
-from aoizora.realize import realize
-from aoizora.tiles import choose_tiles
+from aoizora.runtime.realize import realize
+from aoizora.kernels.tiles import choose_tiles
 from benchmarks.machine import git_state, machine_info, machine_line, write_results
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
 

@@ -63,8 +63,8 @@ from aoizora.extract.network import Network, default_device_order
 from aoizora.formulation.latency import predict_step
 from aoizora.models.training_experts import optimizer_sharding, training_expert_layouts
 from aoizora.planner import plan as make_plan
-from aoizora.progress import Progress
-from aoizora.realize import RealizeError, realize
+from aoizora.planning.progress import Progress
+from aoizora.runtime.realize import RealizeError, realize
 from benchmarks.machine import git_state, machine_info
 from benchmarks.planner_compiles import PlannerCompiles
 from benchmarks.sim.constants import chip_model

@@ -28,7 +28,7 @@ from typing import Any
 COLLECTIVE_KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                     "collective-permute")
 
-# The name scope ``aoizora.realize`` puts around each attention node, so that the compiled ops of
+# The name scope ``aoizora.runtime.realize`` puts around each attention node, so that the compiled ops of
 # that node carry its IR key in their op_name metadata: ``.../aoizora_attention[3.1.7]/...``.
 ATTENTION_SCOPE = "aoizora_attention"
 _SCOPE_RE = re.compile(re.escape(ATTENTION_SCOPE) + r"\[([^\]]+)\]")

@@ -10,7 +10,7 @@ the video self-attention took 40.1 ms in a ring and 30.9 ms gathered, against Q1
 both; the cross-attention over 512 text tokens took 20.8 ms in a ring (its chunks are tiny) and
 2.4 ms gathered, against Q1's 1.2 ms.
 
-``aoizora.realize`` runs every attention node under the name scope
+``aoizora.runtime.realize`` runs every attention node under the name scope
 ``extract.evidence.attention_scope(key)``, so the compiler's ops carry the node's key in their
 op_name metadata. For compiled candidates ``c`` and their attention nodes ``a`` (ILP layouts
 only: their strategies are known):

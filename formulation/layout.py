@@ -4,7 +4,7 @@ A *spec* is the layout of one tensor, one entry per dimension, in PartitionSpec 
 ``None`` (replicated along that dim), ``"x"`` (split over mesh axis x) or ``("x", "y")`` (split over
 both, x major). JSON spells tuples as lists.
 
-``Layout.node_specs`` is keyed by IR node key (see ``aoizora.extract.jaxpr_walk``): the output of
+``Layout.node_specs`` is keyed by IR node key (see ``aoizora.extract.frontends.jax.jaxpr_walk``): the output of
 that node is constrained to the spec. ``Layout.attention`` is keyed the same way for attention
 nodes (the ``aoizora_attention`` primitive); ``"*"`` is the default for every attention node.
 ``Layout.remat`` is the rematerialization of a training step's blocks the planner chose
@@ -55,7 +55,7 @@ class AttentionLayout:
 
     block_q / block_kv / block_kv_compute: the splash kernel's tiles for this node (tokens per
     query block, per key/value block loaded from HBM, per key/value block computed at once);
-    None: the automatic choice (``aoizora.models.attention_kernels.splash_blocks``). Rules
+    None: the automatic choice (``aoizora.kernels.attention_kernels.splash_blocks``). Rules
     (``tile_problems``): block_q a positive multiple of 8, block_kv and block_kv_compute positive
     multiples of 128, block_kv_compute dividing block_kv.
 
@@ -151,7 +151,7 @@ class Layout:
     compiler_options: dict[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
     # rematerialization of a training step's blocks (``formulation.remat``): None, the program
     # as traced; else {activation name: "keep" | "recompute" | "offload"} for the step's
-    # ``with_remat`` (``aoizora.realize``); in the JSON only when set
+    # ``with_remat`` (``aoizora.runtime.realize``); in the JSON only when set
     remat: dict[str, str] | None = None
 
     def attention_for(self, key: str) -> AttentionLayout:

@@ -50,7 +50,7 @@ every TPU VM has host DRAM and JAX's ``pinned_host`` memory kind, so ``offload``
 on every target (``offload=False`` turns it off); host capacity is not a row.
 
 The verdict is the compiler's memory analysis: a (layout, remat) that did not fit is cut as a
-layout is (``add_remat_cut``; ``aoizora.feedback``).
+layout is (``add_remat_cut``; ``aoizora.planning.feedback``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ program).
 
 An axis may go on a label whose size it does not divide only with ``Options.allow_padding``
 (intermediates only, never program inputs): the shard is ``ceil(size/n)`` and the padded work is
-counted. It is off by default because the realizer (``aoizora.realize``) and ``shard_map``
+counted. It is off by default because the realizer (``aoizora.runtime.realize``) and ``shard_map``
 attention accept only dividing specs; pad the program instead (the models' ``pad_multiple``).
 
 *Groups* (Alpa's shrinking): anchors -- dot, conv, attention, program inputs, scan carries,

@@ -682,5 +682,5 @@ def _next_best(ir, graph, model: ILPModel, run: _Run, prev: list[dict[str, int]]
 def solve_program(fn, abstract_args, target, mesh_axes: dict[str, int], **kw) -> ShardingResult:
     """Trace `fn(*abstract_args)` into the partitioner IR and solve its sharding ILP
     (`solve_sharding`'s keyword arguments apply)."""
-    from aoizora.extract.program_ir import build_ir
+    from aoizora.extract.frontends.jax.ir_builder import build_ir
     return solve_sharding(build_ir(fn, *abstract_args), target, mesh_axes, **kw)

@@ -20,7 +20,7 @@ chip's numbers and no feedback):
 - ``graph``: the StrategyGraph already built for these inputs, to skip building it again;
 - ``remat``: a training step's layer groups (``formulation.remat``): "stacks" (default: their
   residual stacks in the memory rows, the program as traced), "decide" (keep / recompute /
-  offload per named activation, for a step that can be retraced: ``aoizora.realize``), "off"
+  offload per named activation, for a step that can be retraced: ``aoizora.runtime.realize``), "off"
   (not modelled); ``offload``: offer host offload in "decide".
 
 ``build_problem`` builds the instance (hardware, HBM budget in bytes, StrategyGraph, ILPModel);

@@ -26,7 +26,7 @@ def mlp(params, x):
 
 @pytest.fixture(scope="module")
 def mlp_ir():
-    from aoizora.extract.program_ir import build_ir
+    from aoizora.extract.frontends.jax.ir_builder import build_ir
 
     bf = jnp.bfloat16
     p = {"w1": jax.ShapeDtypeStruct((MLP_D, MLP_F), bf),

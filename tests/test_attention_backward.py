@@ -1,4 +1,4 @@
-"""The attention backward from the forward's residuals (``models.attention_backward``): splash's
+"""The attention backward from the forward's residuals (``kernels.attention_backward``): splash's
 dq and dk/dv kernels (Pallas interpret mode on CPU) and the reference formula, sharded on 8 CPU
 devices, against ``jax.vjp`` of the dense reference attention (the yardstick shares neither the
 kernels nor the formula: autodiff of softmax(q k^T) v)."""
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from aoizora.formulation.layout import AttentionLayout
-from aoizora.models.attention_backward import sharded_attention_bwd
-from aoizora.models.attention_kernels import sharded_attention
+from aoizora.kernels.attention_backward import sharded_attention_bwd
+from aoizora.kernels.attention_kernels import sharded_attention
 from aoizora.models.experts import default_mesh
-from aoizora.models.primitives import reference_attention
+from aoizora.kernels.primitives import reference_attention
 
 SCALE = 0.2
 

@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from aoizora.extract.attention_patterns import find_attention
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.attention_patterns import find_attention
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.models.attention_kernels import reference_attention, sharded_attention
+from aoizora.kernels.attention_kernels import reference_attention, sharded_attention
 from aoizora.models.experts import default_mesh
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 
 B, S, N, D = 2, 16, 4, 8
 MESH = {"x": 2, "y": 4}
@@ -288,7 +288,7 @@ def test_an_exp_between_two_dots_without_a_softmax_is_not_attention_like():
 
 def test_a_hint_on_q_decides_heads_without_a_guess():
     """q [H, B, S, D] (heads first): by position heads would be B; the hint says otherwise."""
-    from aoizora.models.primitives import hint
+    from aoizora.kernels.primitives import hint
 
     def hinted(q, k, v, m):
         q, k, v = (hint(a.transpose(2, 0, 1, 3), "heads", "batch", "seq", "head_dim") for a in (q, k, v))

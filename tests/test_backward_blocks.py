@@ -1,6 +1,6 @@
 """The attention backward's own blocks: the kernel model that prices splash's dq and dk/dv
 kernels (``formulation.splash_backward_model``), the evidence that reads them from a compiled
-program, the chooser (``aoizora.backward_tiles``), the layout fields that carry them and the
+program, the chooser (``aoizora.kernels.backward_tiles``), the layout fields that carry them and the
 realized kernels that run them."""
 
 import jax
@@ -8,17 +8,17 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from aoizora.backward_tiles import node_backward_tiles
+from aoizora.kernels.backward_tiles import node_backward_tiles
 from aoizora.extract.targets import get_target
 from aoizora.formulation.kernel_model import KernelModelError, SplashShape, kernel_chip
 from aoizora.formulation.layout import AttentionLayout, tile_problems
 from aoizora.formulation.splash_backward_model import (dkv_seconds, dkv_vmem_bytes, dq_seconds,
                                                        dq_vmem_bytes)
-from aoizora.models.attention_backward import sharded_attention_bwd
-from aoizora.models.attention_kernels import sharded_attention
+from aoizora.kernels.attention_backward import sharded_attention_bwd
+from aoizora.kernels.attention_kernels import sharded_attention
 from aoizora.models.experts import default_mesh
-from aoizora.models.primitives import reference_attention
-from aoizora.tiles import AttentionShape
+from aoizora.kernels.primitives import reference_attention
+from aoizora.kernels.tiles import AttentionShape
 
 _C = get_target("v5p-8").chip       # v5p's numbers as Q2 carries them
 V5P = kernel_chip("v5p", _C.peak_bf16_flops, _C.hbm_bandwidth_Bps, _C.clock_hz)

@@ -7,7 +7,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from aoizora.compile_queue import Compiled, CompileQueue, Skipped
+from aoizora.planning.compile_queue import Compiled, CompileQueue, Skipped
 from aoizora.solvers.budget import Budget
 
 

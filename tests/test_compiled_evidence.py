@@ -538,7 +538,7 @@ def test_small_wan_model_two_device_orders():
     from aoizora.extract.targets import get_target
     from aoizora.formulation.layout import AttentionLayout, Layout
     from aoizora.models.registry import abstract_inputs, denoise_step, get_model
-    from aoizora.realize import realize
+    from aoizora.runtime.realize import realize
 
     m = get_model("wan2.1-small")
     wl = m.workload("tiny-9f")
@@ -575,7 +575,7 @@ def test_kernel_fused_with_a_collective_keeps_its_flops():
 
     from aoizora.extract.aot_compile import compile_evidence, target_mesh
     from aoizora.formulation.layout import AttentionLayout
-    from aoizora.models.attention_kernels import sharded_attention
+    from aoizora.kernels.attention_kernels import sharded_attention
 
     b, h, s, d = 1, 4, 2048, 128
     mesh = target_mesh("v5e-8", {"context": 8})

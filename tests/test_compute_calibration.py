@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import pytest
 
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.calibration import Calibration, CalibrationError
 from aoizora.formulation.collective_cost import default_axis_costs

@@ -12,7 +12,7 @@ import pytest
 
 import aoizora
 from aoizora.models.experts import default_mesh
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 

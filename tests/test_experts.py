@@ -12,7 +12,7 @@ from aoizora.models import registry
 from aoizora.models.config import WanConfig
 from aoizora.models.experts import EXPERTS, default_mesh, expert_layouts
 from aoizora.models.workloads import SMALL
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 
 # The CPU runs use the reference attention, which needs no 128-token blocks: pad the sequence to
 # 8 x (sequence degree) only, to keep the runs small. (The TPU test below uses the real 128.)

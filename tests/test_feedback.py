@@ -11,14 +11,14 @@ import pytest
 
 from aoizora.extract.evidence import (ComputeOp, Evidence, attention_node_of, attention_scope)
 from aoizora.extract.network import Network
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.attention_calibration import (AttentionSample, attention_samples,
                                                        compiled_attention_seconds,
                                                        fit_attention_scale, scales)
 from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.strategies import Hardware, StrategyError, build_strategies
-from aoizora.models.primitives import attention
+from aoizora.kernels.primitives import attention
 from aoizora.solvers.sharding import ShardingProblem, solve_sharding
 
 SDS = jax.ShapeDtypeStruct

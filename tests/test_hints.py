@@ -8,7 +8,7 @@ import collections
 import pytest
 
 from aoizora.extract.network import default_device_order
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.solvers.sharding import solve_sharding
 

@@ -1,8 +1,10 @@
-"""The shape of the house (issue #33): functions that fit on a screen, layers that import one way,
-no import cycles among the solvers, no private names imported across modules, and a light
-``aoizora.extract`` that does not pull in the planner. Static checks over the source (ast)."""
+"""The shape of the house (issues #33, #47): functions that fit on a screen, layers that import one
+way, rooms that import only along the arrows ``docs/architecture.md`` allows, no import cycles
+among the solvers, no private names imported across modules, and a light ``aoizora.extract`` that
+does not pull in the planner. Static checks over the source (ast)."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ PACKAGES = {"aoizora": "aoizora", "extract": "aoizora.extract",
 LAYER = {"aoizora.extract": 0, "aoizora.formulation": 1, "aoizora.solvers": 2, "aoizora": 3}
 MAX_LINES, MAX_PARAMS = 120, 10
 PUBLIC_EXCEPTIONS = {("aoizora/planner.py", "plan"),      # the public plan() takes every option
-                     ("aoizora/torch_planner.py", "plan_torch")}   # and plan_torch() plan()'s
+                     ("aoizora/planning/torch_planner.py", "plan_torch")}  # and plan_torch()
 
 
 def _modules():
@@ -77,6 +79,87 @@ def test_layers_import_one_way():
            for _, name, tree in MODULES for mod, _, line in _imports(name, tree)
            if _layer(mod) > _layer(name)]
     assert not bad, "\n".join(bad)
+
+
+def _rooms() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """(room -> its module patterns, room -> the rooms it may import), read from the table under
+    "## Allowed arrows" in docs/architecture.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text().split("## Allowed arrows", 1)[1]
+    patterns, allowed = {}, {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) != 3 or cells[0] in ("Room", "---"):
+            continue
+        room, mods, may = cells
+        patterns[room] = re.findall(r"`([\w.*]+)`", mods)
+        allowed[room] = set() if may == "nothing" else {r.strip() for r in may.split(",")}
+    return patterns, allowed
+
+
+ROOM_PATTERNS, ROOM_ARROWS = _rooms()
+
+
+def _room(module: str) -> str | None:
+    """The room of a module: the room listing its exact name, else the longest package prefix."""
+    best, length = None, -1
+    for room, pats in ROOM_PATTERNS.items():
+        for pat in pats:
+            if pat == module:
+                return room
+            base = pat[:-2] if pat.endswith(".*") else None
+            if base and (module == base or module.startswith(base + ".")) and len(base) > length:
+                best, length = room, len(base)
+    return best
+
+
+def test_the_room_table_is_whole():
+    rooms = set(ROOM_PATTERNS)
+    assert {"extract", "frontends.jax", "planning", "kernels", "runtime", "models", "api"} <= rooms
+    unknown = {f"{r} -> {t}" for r, ts in ROOM_ARROWS.items() for t in ts if t not in rooms}
+    assert not unknown, f"arrows to rooms the table does not define: {sorted(unknown)}"
+    homeless = [name for _, name, _ in MODULES if _room(name) is None]
+    assert not homeless, f"modules in no room of docs/architecture.md: {homeless}"
+
+
+def test_the_room_arrows_have_no_cycle():
+    seen, stack = set(), []
+
+    def visit(r):
+        assert r not in stack, "rooms import in a circle: " + " -> ".join(stack[stack.index(r):] + [r])
+        if r not in seen:
+            seen.add(r)
+            stack.append(r)
+            for t in sorted(ROOM_ARROWS[r]):
+                visit(t)
+            stack.pop()
+
+    for r in sorted(ROOM_ARROWS):
+        visit(r)
+
+
+def test_rooms_import_only_along_allowed_arrows():
+    known = {name for _, name, _ in MODULES}
+    bad = []
+    for path, name, tree in MODULES:
+        here = _room(name)
+        for mod, names, line in _imports(name, tree):
+            # `from aoizora import builtin` imports the module aoizora.builtin, not the package
+            for target in [f"{mod}.{n}" if f"{mod}.{n}" in known else mod for n in names] or [mod]:
+                there = _room(target)
+                if there != here and there not in ROOM_ARROWS[here]:
+                    bad.append(f"{path}:{line} {name} ({here}) imports {target} ({there}): "
+                               f"not an arrow of docs/architecture.md")
+    assert not bad, "\n".join(bad)
+
+
+def test_a_module_outside_the_allowed_arrows_is_caught():
+    """The check can fail: a kernel importing the planner's loop is not an allowed arrow."""
+    assert _room("aoizora.kernels.tiles") == "kernels"
+    assert _room("aoizora.planning.loop") == "planning"
+    assert "planning" not in ROOM_ARROWS["kernels"]
+    assert _room("aoizora.extract.frontends.jax.ir_builder") == "frontends.jax"
+    assert _room("aoizora.extract.program_ir") == "extract"
+    assert "frontends.jax" not in ROOM_ARROWS["formulation"]
 
 
 def test_no_private_names_across_modules():

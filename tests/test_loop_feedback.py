@@ -1,16 +1,16 @@
-"""What the loop's feedback step (``aoizora.feedback``) changes in the ILP's inputs and records,
-and the loop state it works on (``aoizora.loop_state``): on synthetic samples, no compile."""
+"""What the loop's feedback step (``aoizora.planning.feedback``) changes in the ILP's inputs and records,
+and the loop state it works on (``aoizora.planning.loop_state``): on synthetic samples, no compile."""
 
 from types import SimpleNamespace as NS
 
 import pytest
 
-from aoizora import feedback
+from aoizora.planning import feedback
 from aoizora.extract.targets import get_target
 from aoizora.formulation.attention_calibration import AttentionSample
 from aoizora.formulation.calibration import Calibration, mesh_key
 from aoizora.formulation.collective_cost import default_axis_costs
-from aoizora.loop_state import LoopState, Settings, mesh_states, new_record
+from aoizora.planning.loop_state import LoopState, Settings, mesh_states, new_record
 
 TGT = get_target("v5e-8")
 MESHES = [{"x": 8}, {"x": 2, "y": 4}]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from aoizora.models import layers
-from aoizora.models.primitives import ATTENTION, HINT
+from aoizora.kernels.primitives import ATTENTION, HINT
 from aoizora.models.registry import (FULL_SIZE, MODELS, UnknownModelError, abstract_inputs,
                                      denoise_step, forward, get_model, init_params, models_table,
                                      random_inputs)
@@ -124,7 +124,7 @@ def test_small_padded_step_has_padded_attention_and_same_output_shape(name, smal
 
 
 def _walk(jx):
-    from aoizora.extract.jaxpr_walk import walk
+    from aoizora.extract.frontends.jax.jaxpr_walk import walk
     return list(walk(jx.jaxpr))
 
 

@@ -10,7 +10,7 @@ import warnings
 import jax
 import pytest
 
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.models import training
 from aoizora.models.workloads import Workload

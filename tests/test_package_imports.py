@@ -31,12 +31,17 @@ def test_the_public_names_resolve_on_first_use():
 
 def _import_graph():
     """Module -> (modules it imports at top level, modules it imports inside functions), over
-    the package's four layers."""
+    the package's four layers and their subpackages."""
     root = pathlib.Path(aoizora.__file__).resolve().parents[1]
     layers = {"aoizora": "aoizora", "extract": "aoizora.extract",
               "formulation": "aoizora.formulation", "solvers": "aoizora.solvers"}
-    files = {(pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"): p
-             for d, pkg in layers.items() for p in (root / d).glob("*.py")}
+    files = {}
+    for d, pkg in layers.items():
+        for p in (root / d).rglob("*.py"):
+            parts = [x for x in p.relative_to(root / d).with_suffix("").parts if x != "__init__"]
+            if d == "aoizora" and parts and parts[0] in layers:
+                continue
+            files[".".join([pkg, *parts])] = p
     graph = {}
     for name, p in files.items():
         tree = ast.parse(p.read_text())

@@ -12,16 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from aoizora.extract.jaxpr_walk import walk
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.formulation.strategies import Hardware, build_strategies
 from aoizora.models import hunyuan, registry, stdit, training, wan
 from aoizora.models.experts import attention_roles, default_mesh, expert_layouts
-from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, attention
-from aoizora.realize import realize
+from aoizora.kernels.primitives import ATTENTION, ATTENTION_BWD, attention
+from aoizora.runtime.realize import realize
 
 FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 WAN, HY, STD = "wan2.1-small", "hunyuanvideo-small", "opensora-stdit3-small"

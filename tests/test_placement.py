@@ -315,8 +315,8 @@ def test_too_large_model_falls_back_to_a_labelled_heuristic(nets):
 def test_an_incumbent_at_the_analytic_bound_records_the_link_load_level_proven(nets):
     """When JAX's order already meets the analytic bound, CP-SAT is not run: the certificate says
     so, and its link-load level is recorded as proven (the tie-break levels were not attempted,
-    which ``aoizora.time_limits`` does not count as a time limit)."""
-    from aoizora import time_limits
+    which ``aoizora.planning.time_limits`` does not count as a time limit)."""
+    from aoizora.planning import time_limits
     from aoizora.solvers.placement import LEVELS
 
     net = nets["v5e:2x4"]

@@ -1,4 +1,4 @@
-"""Plan assembly (``aoizora.plan_assembly``): why no plan came out, the per-link seconds, the
+"""Plan assembly (``aoizora.planning.plan_assembly``): why no plan came out, the per-link seconds, the
 attention ops named by role. Synthetic records and loads: nothing compiles."""
 
 from types import SimpleNamespace as NS
@@ -6,7 +6,7 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
-import aoizora.plan_assembly as A
+import aoizora.planning.plan_assembly as A
 
 
 def _state(cands, stop="the ILP's best layouts repeat"):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora import time_limits
+from aoizora.planning import time_limits
 from aoizora.plan_schema import field_path, validate_plan_json
 from aoizora.plans import Plan, PlanError, load_plan, program_key
 from aoizora.report import format_plan

@@ -95,7 +95,7 @@ def test_same_seed_same_plan(small):
                          meshes=MESHES, max_iterations=2)
     assert again.layout.to_json() == p.layout.to_json()
     assert again.device_order == p.device_order
-    # each plan says where a time limit bound (aoizora.time_limits): on this small model the ILPs
+    # each plan says where a time limit bound (aoizora.planning.time_limits): on this small model the ILPs
     # and CP-SAT prove their answers, every compile fits, and the final annealing (Q2's latency
     # term moved the placement off CP-SAT's proven link-load optimum, so it runs) makes the
     # swaps its budget buys before the clock would cut it: no limit bound, the plan is repeatable
@@ -165,7 +165,7 @@ def test_a_first_compile_past_the_budget_still_returns_its_plan(small, monkeypat
     candidate comes back, and the plan says by how much the budget was exceeded."""
     import time as _time
 
-    import aoizora.candidate_pricing as pricing
+    import aoizora.planning.candidate_pricing as pricing
 
     _, _, fn, args, _ = small
     budget = 8.0
@@ -266,7 +266,7 @@ def test_the_ilps_are_skipped_when_the_budget_cannot_compile_their_best(small, m
     needs (its place in line and itself), the first iteration solves no ILP, prices the seed, and
     the plan lists the skip among its time limits."""
     import aoizora.planner as planner
-    from aoizora.compile_queue import CompileQueue
+    from aoizora.planning.compile_queue import CompileQueue
     from aoizora.models.experts import expert_layouts
 
     class NoRoomLeft(CompileQueue):
@@ -292,7 +292,7 @@ def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small, mon
     from concurrent.futures import Future
 
     import aoizora.planner as planner
-    from aoizora.compile_queue import CompileQueue, Skipped
+    from aoizora.planning.compile_queue import CompileQueue, Skipped
     from aoizora.models.experts import expert_layouts
 
     class NoRoomForTheILP(CompileQueue):
@@ -319,8 +319,8 @@ def test_an_unproven_placement_is_annealed_and_never_worse(small, monkeypatch):
     FEASIBLE), the time left after the last compile anneals it twice (from a heuristic's starts
     for CP-SAT's own time limit, then from CP-SAT's answer) and the least Q2 step is kept; the
     certificate keeps CP-SAT's bound and says where the placement came from."""
-    import aoizora.candidate_pricing as pricing
-    import aoizora.final_annealing as final
+    import aoizora.planning.candidate_pricing as pricing
+    import aoizora.planning.final_annealing as final
     from aoizora.formulation.latency import predict_step
     from aoizora.solvers.certificate import Certificate
     from aoizora.solvers.placement import PlacementResult
@@ -387,8 +387,8 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
     """A proof of the link-load level leaves the placements tying on it unranked by Q2's
     per-hop latency: the time left anneals them unless every level (link load, link bytes,
     hops) is proven."""
-    import aoizora.candidate_pricing as pricing
-    import aoizora.final_annealing as final
+    import aoizora.planning.candidate_pricing as pricing
+    import aoizora.planning.final_annealing as final
     import aoizora.planner as planner
     from aoizora.formulation.latency import predict_step
     from aoizora.solvers.certificate import Certificate
@@ -438,7 +438,7 @@ def test_a_placement_proven_on_link_load_alone_is_still_annealed(small, monkeypa
 def test_a_plan_warm_starts_the_next_from_its_calibration(small, tmp_path, monkeypatch):
     """The plan records what its loop learned (collective costs of the measured mesh, attention
     scales); the next plan's first ILP starts from exactly that, and says so."""
-    import aoizora.ilp_step as ilp_step
+    import aoizora.planning.ilp_step as ilp_step
     from aoizora.plans import load_plan
 
     _, _, fn, args, p = small
@@ -495,7 +495,7 @@ def test_final_annealing_without_time_left_is_a_time_limit():
     import time
     from types import SimpleNamespace
 
-    from aoizora.final_annealing import anneal_best
+    from aoizora.planning.final_annealing import anneal_best
     from aoizora.solvers.budget import Budget
     from aoizora.solvers.certificate import Certificate
     from aoizora.solvers.placement import LEVELS

@@ -1,10 +1,10 @@
-"""The order an iteration compiles and prices its layouts (``aoizora.pricing_order``): the
+"""The order an iteration compiles and prices its layouts (``aoizora.planning.pricing_order``): the
 pricing rank of seeds, refinements and ILP layouts, the diverse pick, the unproven near-ties."""
 
 from types import SimpleNamespace as NS
 
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.pricing_order import diverse, pricing_rank, with_unproven_near
+from aoizora.planning.pricing_order import diverse, pricing_rank, with_unproven_near
 from aoizora.solvers.certificate import Certificate
 
 

@@ -10,9 +10,10 @@ import pytest
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-from aoizora.extract.jaxpr_walk import walk
-from aoizora.extract.program_ir import IRError, ProgramIR, build_ir
-from aoizora.models.primitives import attention, hint
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.ir_builder import build_ir
+from aoizora.extract.program_ir import IRError, ProgramIR
+from aoizora.kernels.primitives import attention, hint
 
 B, S, D, H, F, L = 2, 16, 32, 4, 64, 3
 
@@ -164,7 +165,7 @@ def test_sources_are_module_paths_not_the_checkouts(ir):
     """An op's source names its file as an import would (from the outermost package), not by
     the planning machine's absolute path: plan files carry these words to other machines."""
     att = ir.by_kind("attention")[0]
-    assert att.source.startswith("aoizora/models/primitives.py:"), att.source
+    assert att.source.startswith("aoizora/kernels/primitives.py:"), att.source
     dot = ir.by_kind("dot")[0]
     assert dot.source.startswith("test_program_ir.py:") and "(block)" in dot.source, dot.source
     assert not any(n.source.startswith("/") for n in ir.nodes)

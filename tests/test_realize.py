@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh
 
-from aoizora.extract.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.models.attention_kernels import sharded_attention, splash_attention
-from aoizora.models.primitives import attention, hint, reference_attention
-from aoizora.realize import RealizeError, realize
+from aoizora.kernels.attention_kernels import sharded_attention, splash_attention
+from aoizora.kernels.primitives import attention, hint, reference_attention
+from aoizora.runtime.realize import RealizeError, realize
 
 H = 8
 FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}  # CPU -O0

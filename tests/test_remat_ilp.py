@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.remat import (CHOICES, layer_groups, parse_remat_key, remat_key,
                                        remat_problem)
@@ -19,7 +19,7 @@ from aoizora.models import registry, training
 from aoizora.models.wan import ACTIVATION_NAMES
 from aoizora.models.workloads import Workload
 from aoizora.plans import Plan, program_key
-from aoizora.rematerialize import retraceable
+from aoizora.runtime.rematerialize import retraceable
 from aoizora.solvers.mip_run import run_solver
 from aoizora.solvers.sharding import ShardingProblem, build_problem, solve_sharding
 
@@ -93,7 +93,7 @@ def test_small_budget_trades_layout_against_remat(program):
 def test_realized_step_with_the_chosen_remat_matches_the_unsharded_step():
     """8 CPU devices, v5p-16's 2x4 mesh: the ILP's layout and remat under a budget no traced
     layout meets, applied by plan.jit (retraced with that remat), state donated."""
-    from aoizora.rematerialize import apply_remat
+    from aoizora.runtime.rematerialize import apply_remat
 
     step, (st_abs, b_abs), ir = _ir(WORKLOAD)
     target, mesh_axes = get_target("v5p-16"), {"x": 2, "y": 4}
@@ -190,7 +190,7 @@ def test_the_compiler_sees_the_remat_the_ilp_chose(program):
     """The verdict: libtpu's memory analysis of the step compiled for v5p-8 under the ILP's
     large-budget choice (as traced) and under its small-budget remat: the remat's program needs
     less HBM (the compile is what the planner's feedback reads)."""
-    from aoizora.candidate_pricing import compile_layout
+    from aoizora.planning.candidate_pricing import compile_layout
     from aoizora.extract.network import default_device_order
 
     step, args, ir = program

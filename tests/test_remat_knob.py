@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from aoizora.extract.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
 from aoizora.models import registry, training
-from aoizora.models.primitives import FORWARD_ATTENTIONS
+from aoizora.kernels.primitives import FORWARD_ATTENTIONS
 from aoizora.models.wan import ACTIVATION_NAMES
 
 MODEL, WORKLOAD, BATCH = "wan2.1-small", "tiny-9f", 2
@@ -79,7 +79,7 @@ def test_ir_reads_checkpoint_names_as_tags_not_ops():
     log-sum-exp carries its output's name."""
     import warnings
 
-    from aoizora.extract.program_ir import build_ir
+    from aoizora.extract.frontends.jax.ir_builder import build_ir
 
     cfg = training.TrainConfig()
     st, b = training.abstract_train_inputs(MODEL, WORKLOAD, BATCH, cfg)

@@ -1,4 +1,4 @@
-"""Seed refinement: the ILP completes an expert layout around its attention (aoizora.seed_refinement)."""
+"""Seed refinement: the ILP completes an expert layout around its attention (aoizora.planning.seed_refinement)."""
 
 import dataclasses
 import warnings
@@ -8,14 +8,14 @@ import jax.numpy as jnp
 import pytest
 
 import aoizora
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.layout import AttentionLayout
 from aoizora.formulation.strategies import Hardware, build_strategies
 from aoizora.models import registry as R
 from aoizora.models.experts import expert_layouts
-from aoizora.seed_refinement import RefinementError, attention_pins, refine_seed
+from aoizora.planning.seed_refinement import RefinementError, attention_pins, refine_seed
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_tied_optima_keep_the_seeds_parameter_layout():
     this tie was first found, the padded program's key mask changes the model by a few bytes and
     HiGHS's own answer is then the seed's split: nothing left to settle there.)"""
     import aoizora.solvers.sharding as S
-    from aoizora.seed_refinement import seed_strategies
+    from aoizora.planning.seed_refinement import seed_strategies
 
     ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", "v5e-8")
               if e.name == "cfg2_context")
@@ -174,8 +174,8 @@ def test_a_training_seed_is_refined_on_its_retraceable_twin_with_the_ilps_remat(
     residual kept); its refinement decides the remat there, and the donated state's outputs
     follow the inputs the ILP lays out."""
     from aoizora.builtin import builtin_job, expert_seed_layouts
-    from aoizora.rematerialize import retraceable
-    from aoizora.seed_refinement import _norm
+    from aoizora.runtime.rematerialize import retraceable
+    from aoizora.planning.seed_refinement import _norm
 
     job = builtin_job("wan2.1-small", "128p", 9, "v5p-8", task="train", batch=2)
     sd = expert_seed_layouts(job)[0]

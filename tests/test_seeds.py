@@ -1,4 +1,4 @@
-"""Seeds in the loop (``aoizora.seeds``): their compiles queued at their place in the pricing
+"""Seeds in the loop (``aoizora.planning.seeds``): their compiles queued at their place in the pricing
 order, the ILPs held behind the first seed's compile, a seed dressed as a solution. Stub queue
 and futures: nothing compiles."""
 
@@ -6,10 +6,10 @@ import math
 from concurrent.futures import Future
 from types import SimpleNamespace as NS
 
-from aoizora.candidate import Seed
+from aoizora.planning.candidate import Seed
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.pricing_order import pricing_rank
-from aoizora.seeds import first_compile_alone, queue_seed_compiles, seed_solution
+from aoizora.planning.pricing_order import pricing_rank
+from aoizora.planning.seeds import first_compile_alone, queue_seed_compiles, seed_solution
 
 
 class _Queue:
@@ -45,7 +45,7 @@ def _state(n_seeds, meshes=({"x": 8},), queue=None):
 
 
 def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch):
-    import aoizora.seeds as S
+    import aoizora.planning.seeds as S
 
     monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout: layout.name)
     st = _state(3)
@@ -68,7 +68,7 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
     refinements are queued; the first two refinements rank before every seed, then the two
     retimed twins (the second's first), the second seed before the first, then the usual order;
     the hold moves to the ILP's best."""
-    import aoizora.seeds as S
+    import aoizora.planning.seeds as S
 
     monkeypatch.setattr(S, "compile_job", lambda fn, args, tgt, layout: layout.name)
     monkeypatch.setattr(S, "_refine", lambda st, sd, ilp, irs, rec: (NS(
@@ -102,7 +102,7 @@ def test_training_seeds_compile_their_first_two_refinements_before_the_seeds(mon
 
 
 def test_a_retimed_seed_is_its_own_parameter_layout_with_the_refinements_remat_and_tiles():
-    from aoizora.seeds import retimed
+    from aoizora.planning.seeds import retimed
 
     own = Layout({"fsdp": 2, "tensor": 4}, [("fsdp", None), ("tensor",), None], out_specs=[
         ("fsdp", None), ("tensor",), None], name="expert")
@@ -143,7 +143,7 @@ def test_training_candidates_are_priced_in_the_order_they_compile():
     """``loop.queue_compiles`` prices the first iteration's seeds and refinements in the order
     the queue compiles them: a training seed's refinement before the seed (it does not wait for
     the seed, which compiles after both refinements)."""
-    from aoizora.loop import queue_compiles
+    from aoizora.planning.loop import queue_compiles
 
     st = _state(2)
     for sd in st.seeds:

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pulp
 import pytest
 
-from aoizora.extract.program_ir import build_ir
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.formulation.layout import Layout
@@ -182,7 +182,7 @@ def test_time_limit_reports_honestly(v5e4):
 
 def _tiny_dit():
     """A 2-block DiT-like model (scan, attention primitive, hint) in f32, and its abstract inputs."""
-    from aoizora.models.primitives import attention, hint
+    from aoizora.kernels.primitives import attention, hint
     b, s, d, h, f, nl = 2, 16, 32, 4, 64, 2
 
     def block(x, p):
@@ -220,7 +220,7 @@ def test_attention_strategies_gather_kv(v5e4):
 def test_ilp_layout_realizes_and_computes_the_same_numbers():
     from aoizora.formulation.collective_cost import uniform_axis_costs
     from aoizora.models.experts import default_mesh
-    from aoizora.realize import realize
+    from aoizora.runtime.realize import realize
     import numpy as np
     model, args = _tiny_dit()
     ir = build_ir(model, *args)
@@ -242,7 +242,7 @@ def test_ilp_layout_realizes_and_computes_the_same_numbers():
 def test_ring_attention_variant(v5e4):
     """With the query sequence split and whole 128-token kv blocks per shard, a ring variant keeps
     keys/values split like the queries and overlaps their traffic with compute."""
-    from aoizora.models.primitives import attention
+    from aoizora.kernels.primitives import attention
 
     sds = jax.ShapeDtypeStruct
     ir = build_ir(lambda q, k, v: attention(q, k, v), *[sds((1, 4, 1024, 64), jnp.bfloat16)] * 3)
@@ -263,7 +263,7 @@ def test_ring_attention_variant(v5e4):
 def test_k_best_distinct_in_kv_mode(v5e4):
     """distinct="kv": the second solution runs the attention's keys/values the other way (ring vs
     gathered); once no kv mode is left the next ones differ as plain no-good cuts make them."""
-    from aoizora.models.primitives import attention
+    from aoizora.kernels.primitives import attention
 
     sds = jax.ShapeDtypeStruct
     ir = build_ir(lambda q, k, v: attention(q, k, v), *[sds((1, 4, 1024, 64), jnp.bfloat16)] * 3)

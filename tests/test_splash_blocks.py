@@ -8,10 +8,10 @@ import pytest
 
 from aoizora.extract.aot_compile import CompileError, _scratch_space
 from aoizora.formulation.layout import AttentionLayout
-from aoizora.models.attention_kernels import (SPLASH_SMEM_BUDGET, padded_lengths,
+from aoizora.kernels.attention_kernels import (SPLASH_SMEM_BUDGET, padded_lengths,
                                               sharded_attention, splash_blocks,
                                               splash_metadata_bytes)
-from aoizora.models.primitives import reference_attention
+from aoizora.kernels.primitives import reference_attention
 
 
 def test_metadata_bytes_match_what_libtpu_reported():
@@ -77,7 +77,7 @@ def test_scratch_memory_overflow_is_told_apart_from_hbm():
 def test_a_long_full_sequence_shard_compiles_for_v5e(monkeypatch):
     """75,776 tokens per shard, heads split over 4 chips: at block 128 libtpu runs out of SMEM
     (a CompileError that says so); with the blocks ``splash_blocks`` picks it compiles."""
-    import aoizora.models.attention_kernels as ak
+    import aoizora.kernels.attention_kernels as ak
     from aoizora.extract.aot_compile import compile_evidence, target_mesh
 
     mesh = target_mesh("v5e-4", {"h": 4}, platform="tpu")

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from aoizora.builtin import builtin_job
-from aoizora.extract.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
 from aoizora.models import registry
 from aoizora.models.experts import EXPERTS, default_mesh, expert_layouts
 from aoizora.models.stdit_experts import stdit_roles
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 
 SMALL = "opensora-stdit3-small"
 FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}

@@ -16,7 +16,7 @@ from aoizora.formulation.layout import AttentionLayout, Layout, tile_problems
 from aoizora.plan_schema import validate_plan_json
 from aoizora.plans import Plan, PlanError, load_plan, program_key
 from aoizora.solvers.certificate import Certificate
-from aoizora.tiles import (RECIPE_OPTIONS, AttentionShape, choose_compiler_options, choose_tiles,
+from aoizora.kernels.tiles import (RECIPE_OPTIONS, AttentionShape, choose_compiler_options, choose_tiles,
                            tiled_layout)
 
 V5E = kernel_chip("v5e", 1.97e14, 8.1e11, 1.5e9)
@@ -192,7 +192,7 @@ def test_schema_rejects_bad_compiler_options():
 
 
 def test_a_layout_with_bad_tiles_is_refused_before_compiling():
-    from aoizora.models.attention_kernels import AttentionLayoutError, check_layout
+    from aoizora.kernels.attention_kernels import AttentionLayoutError, check_layout
 
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
     with pytest.raises(AttentionLayoutError, match="block_kv 200"):
@@ -208,7 +208,7 @@ def test_a_non_default_tile_reaches_the_compiled_kernel_and_q2():
     from aoizora.extract.network import Network
     from aoizora.extract.targets import get_target
     from aoizora.formulation.op_time import op_seconds
-    from aoizora.models.attention_kernels import sharded_attention
+    from aoizora.kernels.attention_kernels import sharded_attention
 
     mesh = target_mesh("v5e-8", {"x": 2, "y": 4}, platform="tpu")
     q = jax.ShapeDtypeStruct((2, 4, 4096, 128), jnp.bfloat16)
@@ -235,7 +235,7 @@ def test_realized_layouts_compile_with_their_options():
     """A layout's compiler options reach libtpu: an unknown flag fails the compile, the recipe's
     flags compile; on a CPU mesh they are left out."""
     from aoizora.extract.aot_compile import target_mesh
-    from aoizora.realize import realize
+    from aoizora.runtime.realize import realize
 
     mesh = target_mesh("v5e-8", {"x": 2, "y": 4}, platform="tpu")
     base = Layout({"x": 2, "y": 4}, [("x", None), (None, "y")])
@@ -264,7 +264,7 @@ def test_plan_jit_runs_a_plan_with_tiles_and_options_on_cpu():
 
 
 def test_published_tiles_are_scaled_to_the_shard_lengths():
-    from aoizora.models.recipes import MAXDIFFUSION_TILES, published_tiles
+    from aoizora.kernels.recipes import MAXDIFFUSION_TILES, published_tiles
 
     # long shards: the published tiles where they divide, else the largest that divides
     assert published_tiles(3024 * 4, 2048 * 6) == MAXDIFFUSION_TILES
@@ -278,7 +278,7 @@ def test_published_tiles_are_scaled_to_the_shard_lengths():
 
 
 def test_published_tiles_shrink_to_the_scoped_vmem():
-    from aoizora.models.recipes import published_tiles
+    from aoizora.kernels.recipes import published_tiles
 
     # Wan 2.1 1.3B 480p-81f, context 4: 2048 / 2048 / 1024 needs 21.33M of v5e's 16M (libtpu)
     assert published_tiles(8192, 32768) == {"block_q": 2048, "block_kv": 2048,

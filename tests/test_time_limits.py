@@ -1,7 +1,7 @@
-"""Where a time limit decided a planning run: what `aoizora.time_limits` reads from the solvers'
+"""Where a time limit decided a planning run: what `aoizora.planning.time_limits` reads from the solvers'
 certificates (the plan's side: tests/test_plan_file.py, tests/test_planner.py)."""
 
-from aoizora import time_limits
+from aoizora.planning import time_limits
 from aoizora.solvers.certificate import Certificate
 
 

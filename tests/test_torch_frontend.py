@@ -19,8 +19,8 @@ from aoizora.plans import Plan  # noqa: E402
 from aoizora.runtime.torch_evidence import torch_evidence  # noqa: E402
 from aoizora.solvers.sharding import ShardingProblem, solve_sharding  # noqa: E402
 from aoizora.torch_compare import compare_torch  # noqa: E402
-from aoizora.torch_planner import NO_RING, plan_torch  # noqa: E402
-from aoizora.xdit import XDiTConfig, xdit_configs, xdit_layout  # noqa: E402
+from aoizora.planning.torch_planner import NO_RING, plan_torch  # noqa: E402
+from aoizora.models.xdit import XDiTConfig, xdit_configs, xdit_layout  # noqa: E402
 
 TINY = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=4,
             out_channels=4, text_dim=32, freq_dim=32, ffn_dim=128, num_layers=2,

@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
 from aoizora.extract.frontends.torch.capture import capture  # noqa: E402
-from aoizora.torch_planner import plan_torch  # noqa: E402
-from aoizora.xdit import XDiTConfig, xdit_layout  # noqa: E402
+from aoizora.planning.torch_planner import plan_torch  # noqa: E402
+from aoizora.models.xdit import XDiTConfig, xdit_layout  # noqa: E402
 
 WORLD = 4
 TINY = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=4,

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from aoizora.extract.jaxpr_walk import walk
-from aoizora.extract.program_ir import ATTENTION_BWD_FLOPS_RATIO, build_ir
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.ir_builder import ATTENTION_BWD_FLOPS_RATIO, build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.formulation.strategies import Hardware, build_strategies
 from aoizora.models import registry, training
-from aoizora.models.primitives import ATTENTION, ATTENTION_BWD, ATTENTION_FWD, attention, reference_attention
+from aoizora.kernels.primitives import ATTENTION, ATTENTION_BWD, ATTENTION_FWD, attention, reference_attention
 from aoizora.plans import Plan, program_key
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 from aoizora.solvers.sharding import solve_sharding
 from aoizora.solvers.sharding_problem import ShardingProblem
 
@@ -233,7 +233,7 @@ def test_the_planners_compile_donates_the_state(step_and_args):
     """compile_layout (every compile of the planner, compare and check) donates a training step's
     state as plan.jit(..., donate_argnums=(0,)) runs it: the memory analysis aliases the whole
     state once instead of counting it as input and again as output."""
-    from aoizora.candidate_pricing import compile_layout
+    from aoizora.planning.candidate_pricing import compile_layout
     from aoizora.extract.network import default_device_order
 
     _, step, args = step_and_args

@@ -12,7 +12,7 @@ from aoizora.models.experts import default_mesh
 from aoizora.models.training_experts import (MAXDIFFUSION_REMAT, SOURCES, TRAINING_EXPERTS,
                                              optimizer_sharding, state_leaves,
                                              training_expert_layouts)
-from aoizora.realize import realize
+from aoizora.runtime.realize import realize
 
 
 def _by_name(*a):

@@ -6,7 +6,7 @@ import time
 import pytest
 from ortools.sat.python import cp_model
 
-from aoizora import time_limits
+from aoizora.planning import time_limits
 from aoizora.extract.network import Network, default_device_order
 from aoizora.extract.targets import get_target
 from aoizora.formulation.placement_cpsat import PlacementModel

@@ -1,1 +1,1 @@
-"""Built-in models: Wan 2.1 and HunyuanVideo DiTs at their real sizes, workloads, expert configurations."""
+"""Built-in models: Wan 2.1, HunyuanVideo and Open-Sora STDiT at their real sizes, workloads, expert configurations."""

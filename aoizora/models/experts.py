@@ -32,11 +32,11 @@
 
 The maxdiffusion configurations (``context``, ``cfg2_context``, ``cfg2_ulysses``) carry its
 published libtpu options (``Layout.compiler_options``) and its splash tiles scaled to each
-attention node's per-shard lengths (``models.recipes``); the others keep libtpu's defaults and
+attention node's per-shard lengths (``kernels.recipes``); the others keep libtpu's defaults and
 the automatic tiles (their authors publish none for TPU).
 
 Mesh axes in ``jax.make_mesh`` order (``default_mesh``): that is the default device order a user
-gets. Attention layouts are per attention node (keys of ``aoizora.extract.jaxpr_walk``): the
+gets. Attention layouts are per attention node (keys of ``aoizora.extract.frontends.jax.jaxpr_walk``): the
 video self-attention (HunyuanVideo's joint attention) takes the configuration's layout, the
 cross-attention to the text keeps its queries split like the activations, and text-only
 attention (HunyuanVideo's token refiner) splits only the batch.
@@ -66,16 +66,16 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType
 
-from aoizora.extract.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry, stdit_experts
 from aoizora.models import workloads as W
-from aoizora.models.attention_kernels import SPLASH_BLOCK
+from aoizora.kernels.attention_kernels import SPLASH_BLOCK
 from aoizora.models.config import HunyuanConfig, WanConfig
-from aoizora.models.primitives import FORWARD_ATTENTIONS, HINT
+from aoizora.kernels.primitives import FORWARD_ATTENTIONS, HINT
 from aoizora.formulation.kernel_model import SCOPED_VMEM_BYTES
-from aoizora.models.recipes import MAXDIFFUSION_OPTIONS, published_tiles
+from aoizora.kernels.recipes import MAXDIFFUSION_OPTIONS, published_tiles
 
 # the configurations that follow maxdiffusion's recipe: its libtpu options and splash tiles
 MAXDIFFUSION = ("context", "cfg2_context", "cfg2_ulysses")

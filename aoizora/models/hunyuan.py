@@ -38,7 +38,7 @@ from aoizora.models.config import HunyuanConfig
 from aoizora.models.layers import (apply_rope, gelu_tanh, layer_norm, linear, linear_spec,
                                    norm_spec, padded_length, patchify, real_tokens, rms_norm,
                                    rope_tables, timestep_embedding, unpatchify)
-from aoizora.models.primitives import attention, hint
+from aoizora.kernels.primitives import attention, hint
 
 
 def _mlp_spec(d_in, d_hidden, d_out, layers=None):

@@ -59,7 +59,7 @@ from aoizora.models.config import STDiTConfig
 from aoizora.models.layers import (ParamSpec, apply_rope, gelu_tanh, layer_norm, linear, linear_spec,
                                    norm_spec, padded_length, patchify, real_tokens, rms_norm,
                                    timestep_embedding, unpatchify)
-from aoizora.models.primitives import attention, hint
+from aoizora.kernels.primitives import attention, hint
 
 ROPE_THETA = 10000.0     # rotary_embedding_torch's default, as STDiT3's RotaryEmbedding(head_dim)
 

@@ -41,10 +41,10 @@ from typing import Callable
 
 import jax
 
-from aoizora.extract.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry
-from aoizora.models.primitives import FORWARD_ATTENTIONS, HINT
+from aoizora.kernels.primitives import FORWARD_ATTENTIONS, HINT
 
 # the name on dim 2 of an attention's q hint (models.stdit) -> its role
 ROLE_OF_NAME = {"space": "spatial", "frames": "temporal", "sseq": "cross_spatial",

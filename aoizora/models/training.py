@@ -36,7 +36,7 @@ A mapping is stored as a sorted tuple of (name, choice) pairs, so the config sta
 
 The step carries ``step.remat`` (its policy) and ``step.with_remat(remat)`` (the same step under
 another policy): the planner decides the remat of a step traced with ``remat="none"`` and
-``plan.jit`` / ``realize`` run the chosen one (``aoizora.rematerialize``).
+``plan.jit`` / ``realize`` run the chosen one (``aoizora.runtime.rematerialize``).
 
 ``abstract_train_inputs(model, workload, batch)`` gives (state, batch) as ``jax.ShapeDtypeStruct``
 for tracing and planning without allocating; ``init_train_state`` / ``random_batch`` give real
@@ -201,7 +201,7 @@ def train_step(model, config: TrainConfig | None = None) -> Callable:
         params = optax.apply_updates(state["params"], updates)
         return {"params": params, "opt_state": opt_state, "step": state["step"] + 1}, loss
 
-    # the planner's remat protocol (``aoizora.rematerialize``): the policy this step was traced
+    # the planner's remat protocol (``aoizora.runtime.rematerialize``): the policy this step was traced
     # with, and the same step under another one
     step.remat = config.remat
     step.with_remat = lambda remat: train_step(model, dataclasses.replace(config, remat=remat))

@@ -63,13 +63,13 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from aoizora.extract.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
 from aoizora.extract.targets import get_target
 from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models import registry, training
 from aoizora.models import experts as E
-from aoizora.models.attention_kernels import SPLASH_BLOCK
-from aoizora.models.primitives import ATTENTION_BWD, ATTENTIONS, FORWARD_ATTENTIONS
+from aoizora.kernels.attention_kernels import SPLASH_BLOCK
+from aoizora.kernels.primitives import ATTENTION_BWD, ATTENTIONS, FORWARD_ATTENTIONS
 
 TRAINING_EXPERTS = ("maxdiffusion", "fsdp_ulysses", "dp_fsdp", "fsdp_tp")
 MAXDIFFUSION_STYLE = ("maxdiffusion", "dp_fsdp", "fsdp_tp")

@@ -49,7 +49,7 @@ from aoizora.models.config import WanConfig
 from aoizora.models.layers import (ParamSpec, apply_rope, gelu_tanh, layer_norm, linear, linear_spec,
                                    norm_spec, padded_length, patchify, real_tokens, rms_norm,
                                    rope_tables, timestep_embedding, unpatchify)
-from aoizora.models.primitives import attention, hint
+from aoizora.kernels.primitives import attention, hint
 
 ACTIVATION_NAMES = ("qkv", "attn_out", "proj_out", "cross_q", "cross_kv", "cross_out",
                     "ffn_hidden", "residual")

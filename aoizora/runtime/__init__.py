@@ -1,2 +1,2 @@
-"""Runtimes that apply a plan: the torch one (``torch``, ``torch_layout``, ``torch_evidence``)
-needs the ``torch`` extra."""
+"""aoizora.runtime: a plan's layout made runnable -- realize (jit, mesh, shardings) and the
+rematerialization it applies to a training step."""

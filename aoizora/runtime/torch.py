@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
+from aoizora.extract.frontends.torch.capture import graph_digest, input_shapes
 from aoizora.runtime.torch_layout import LayoutRunner, TorchLayoutError
 
 
@@ -78,12 +79,14 @@ class PlannedProgram:
     had no rule for (run on gathered tensors), after a call.
 
     Raises:
-        aoizora.plans.PlanError: the plan was made for another program."""
+        TorchLayoutError: the plan was made for another program."""
 
     def __init__(self, plan, ep, mesh: DeviceMesh | None = None, device_type: str = "cpu"):
-        from aoizora.torch_planner import torch_plan_key
-
-        plan.check_key(torch_plan_key(ep, plan.target))
+        if plan.key.fingerprint != graph_digest(ep) or \
+                tuple(plan.key.input_shapes) != input_shapes(ep):
+            raise TorchLayoutError(f"this plan was made for another program (fingerprint "
+                                   f"{plan.key.fingerprint[:12]} != {graph_digest(ep)[:12]}); "
+                                   "plan this program instead")
         self.plan, self.ep = plan, ep
         self.mesh = mesh if mesh is not None else plan_mesh(plan, device_type)
         self.device = device_type

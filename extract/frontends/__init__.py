@@ -1,2 +1,2 @@
-"""Program frontends: each turns a user's program into the partitioner IR
-(``aoizora.extract.program_ir``) that the sharding ILP reads."""
+"""aoizora.extract.frontends: program frontends, each turning a user's program into the
+frontend-neutral partitioner IR (``aoizora.extract.program_ir``)."""

@@ -37,7 +37,8 @@ import torch.fx
 
 from aoizora.extract.frontends.torch.ops import (ELEMENTWISE, FIRST_ONLY, REDUCES, RESHAPES,
                                                  SKIPPED, SOURCES, op_name)
-from aoizora.extract.program_ir import LABELERS, Node, ProgramIR, Tensor
+from aoizora.extract.ir_labels import LABELERS
+from aoizora.extract.program_ir import Node, ProgramIR, Tensor
 
 class TorchIRError(ValueError):
     """The captured graph could not be turned into an IR."""

@@ -51,3 +51,14 @@ def graph_digest(ep) -> str:
         h.update(repr((spec.arg.name, tuple(getattr(v, "shape", ())), str(getattr(v, "dtype", ""))))
                  .encode())
     return h.hexdigest()[:32]
+
+
+def input_shapes(ep) -> tuple[str, ...]:
+    """``dtype[d0,d1,...]`` of every flattened tensor input (parameters, buffers, the user's)."""
+    shapes = []
+    by_name = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for spec in ep.graph_signature.input_specs:
+        v = by_name[spec.arg.name].meta.get("val")
+        if v is not None and hasattr(v, "shape"):
+            shapes.append(f"{str(v.dtype).replace('torch.', '')}[{','.join(map(str, v.shape))}]")
+    return tuple(shapes)

@@ -21,7 +21,7 @@ budget can plan otherwise. The planner records, in words, each place where one b
 An empty list: no limit bound, and the same inputs, seed and budget give the same layout and
 device order. Notes that do not change them (whether the plan was re-compiled in its device
 order at the end) are not counted. Not seen either: a seed refinement whose ILP keeps the seed's
-layout (``aoizora.seed_refinement.refine_seed`` returns no certificate then), and an ILP answer
+layout (``aoizora.planning.seed_refinement.refine_seed`` returns no certificate then), and an ILP answer
 within ``PROOF_REL_TOL`` of its bound (OPTIMAL, though another optimum within that tolerance
 could come back on a re-run).
 """

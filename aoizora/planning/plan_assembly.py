@@ -18,19 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from aoizora import time_limits
-from aoizora.candidate import Candidate, mesh_str
-from aoizora.candidate_pricing import compile_layout
+from aoizora.planning import time_limits
+from aoizora.planning.candidate import Candidate, mesh_str
+from aoizora.planning.candidate_pricing import compile_layout
 from aoizora.extract.aot_compile import CompileError, compiler_identity
 from aoizora.extract.network import Network
 from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.latency import Q2, predict_step
-from aoizora.loop_state import LoopState
+from aoizora.planning.loop_state import LoopState
 from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
 from aoizora.plans import Plan, program_key
-from aoizora.realize import RealizeError
-from aoizora.tiles import choose_tiles, laid_out_shapes, untiled
+from aoizora.runtime.realize import RealizeError
+from aoizora.kernels.tiles import choose_tiles, laid_out_shapes, untiled
 
 
 def no_plan_error(state: LoopState) -> PlanningError:
@@ -101,7 +101,7 @@ def _notes(stop_reason: str, learned: Calibration, time_limited: list[str]) -> l
 
 
 def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
-    """The plan's attention tiles (``aoizora.tiles.choose_tiles``): the kernel model's best
+    """The plan's attention tiles (``aoizora.kernels.tiles.choose_tiles``): the kernel model's best
     tiles for each attention node, and blocks for each attention backward node, at its
     per-shard shapes, compiled in the planned device order (a VMEM / SMEM overflow makes the
     choice again within less VMEM) and priced by Q2; kept when they fit and price lower than

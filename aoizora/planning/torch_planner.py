@@ -3,7 +3,7 @@
     ep    = capture(model, example_inputs)         torch.export on meta tensors, no weights
     ir    = build_torch_ir(ep)                     the partitioner IR (extract.frontends.torch)
     per candidate mesh: the sharding ILP's ``top_k`` best layouts (solvers.sharding, unchanged)
-    + the seed layouts given (e.g. xDiT's configurations, ``aoizora.xdit``)
+    + the seed layouts given (e.g. xDiT's configurations, ``aoizora.models.xdit``)
     each, best Q1 first, while the budget lasts:
         evidence = torch_evidence(ep, layout)      the DTensor program under a fake process
                                                    group: every collective it issues
@@ -23,19 +23,19 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
-from aoizora.candidate import Candidate, mesh_str
-from aoizora.candidate_pricing import place
-from aoizora.compile_queue import Compiled
 from aoizora.extract.network import Network
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.meshes import candidate_meshes
-from aoizora.plan_assembly import link_seconds
+from aoizora.planning.candidate import Candidate, mesh_str
+from aoizora.planning.candidate_pricing import place
+from aoizora.planning.compile_queue import Compiled
+from aoizora.planning.plan_assembly import link_seconds
+from aoizora.planning.progress import Progress
+from aoizora.planning.seeds import seed_solution
+from aoizora.planning.torch_proxy import block_proxy, map_layout, proxy_note, repeated_blocks
 from aoizora.planning_errors import BudgetError, PlanningError
 from aoizora.plans import Plan, PlanKey
-from aoizora.progress import Progress
-from aoizora.seeds import seed_solution
-from aoizora.torch_proxy import block_proxy, map_layout, proxy_note, repeated_blocks
 from aoizora.solvers.budget import Budget, clock
 from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolveError,
                                      solve_sharding)
@@ -61,18 +61,11 @@ class _Program:           # what candidate_pricing.place reads
 
 
 def torch_plan_key(ep, target: str) -> PlanKey:
-    """The plan key of a captured program: ``capture.graph_digest`` and the shapes of every
-    flattened input (parameters, buffers and the user's inputs, as ``Layout.in_specs`` lays
-    them out)."""
-    from aoizora.extract.frontends.torch.capture import graph_digest
+    """The plan key of a captured program: ``capture.graph_digest`` and ``capture.input_shapes``
+    (every flattened input, as ``Layout.in_specs`` lays them out)."""
+    from aoizora.extract.frontends.torch.capture import graph_digest, input_shapes
 
-    shapes = []
-    by_name = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    for spec in ep.graph_signature.input_specs:
-        v = by_name[spec.arg.name].meta.get("val")
-        if v is not None and hasattr(v, "shape"):
-            shapes.append(f"{str(v.dtype).replace('torch.', '')}[{','.join(map(str, v.shape))}]")
-    return PlanKey(graph_digest(ep), tuple(shapes), target)
+    return PlanKey(graph_digest(ep), input_shapes(ep), target)
 
 
 def _ilp_layouts(ir, tgt: Target, meshes, budget: Budget, top_k: int, ilp_time_s: float,
@@ -158,7 +151,7 @@ def _assemble(best: Candidate, key: PlanKey, tgt: Target, network: Network, pric
 
 def _capture_both(model, args: tuple, kwargs):
     """(program, its IR, the IR the ILP solves, the repeated blocks or None): the ILP's is a
-    few-block proxy's when the model repeats blocks (``aoizora.torch_proxy``), else the
+    few-block proxy's when the model repeats blocks (``aoizora.planning.torch_proxy``), else the
     program's own (also for a program captured already)."""
     import torch
 
@@ -191,7 +184,7 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
     are needed. ``model`` may also be a program captured already
     (``extract.frontends.torch.capture.capture``; ``example_inputs`` are then not read).
     ``seed_layouts``: layouts of this program to price beside the ILP's, or callables that
-    make one from the program's IR (e.g. ``functools.partial(aoizora.xdit.xdit_layout,
+    make one from the program's IR (e.g. ``functools.partial(aoizora.models.xdit.xdit_layout,
     config=XDiTConfig(ulysses=8))``); ``max_candidates``: how many layouts, best Q1 first (seeds
     first), get evidence and a placement. Returns a ``Plan`` as ``plan`` does: mesh, layouts,
     device order, both certificates, the predicted step (seconds, Q2 on the DTensor evidence).

@@ -33,7 +33,7 @@ and kept only when Q2 prices it lower. When the ILP keeps every parameter spec o
 is no refinement.
 
 With ``remat="decide"`` (a training seed laid out on the step as traced with every residual
-kept, ``aoizora.rematerialize.retraceable``) the ILP also decides the rematerialization around
+kept, ``aoizora.runtime.rematerialize.retraceable``) the ILP also decides the rematerialization around
 the seed's attention (``formulation.remat``: keep / recompute / offload per named activation,
 recompute and offload time in Q1, the residual stacks in the memory rows), and the refined
 layout carries that choice (``Layout.remat``); it is always a refinement, since the seed ran its

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aoizora.candidate import Candidate, mesh_str
+from aoizora.planning.candidate import Candidate, mesh_str
 from aoizora.formulation.attention_calibration import (attention_samples,
                                                        compiled_attention_seconds,
                                                        fit_attention_scale, scales)
@@ -35,7 +35,7 @@ from aoizora.formulation.axis_feedback import (effective_axis_costs, pool_kind_r
                                               transferred_axis_costs)
 from aoizora.formulation.calibration import mesh_key
 from aoizora.formulation.compute_calibration import compute_sample
-from aoizora.loop_state import LoopState
+from aoizora.planning.loop_state import LoopState
 
 COMPUTE_SCALE_CHANGE = 0.01   # the other ops' compute factor is updated when it moves this much
 

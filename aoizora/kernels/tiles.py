@@ -22,11 +22,11 @@ shapes under ``layout``:
 
     that fit: scoped VMEM (``kernel_model.splash_vmem_bytes``) within the chip's scoped limit
     times ``vmem_fraction``, and the mask metadata within SMEM
-    (``models.attention_kernels.splash_metadata_bytes``). Ties go to less VMEM, then to smaller
+    (``kernels.attention_kernels.splash_metadata_bytes``). Ties go to less VMEM, then to smaller
     tiles (deterministic).
 
 Attention backward nodes (a training step's) get their kernels' blocks from the same kernel
-model the same way (``aoizora.backward_tiles``: dk/dv and dq blocks, or one fused kernel).
+model the same way (``aoizora.kernels.backward_tiles``: dk/dv and dq blocks, or one fused kernel).
 
 The compiler decides feasibility: with ``check`` (a callable that compiles a layout and raises
 ``extract.aot_compile.CompileError``), a compile that overflows VMEM or SMEM makes the choice
@@ -34,8 +34,8 @@ again with ``vmem_fraction`` x 0.75 (at most ``retries`` times); if none compile
 comes back without tiles (the automatic choice). Other compile errors propagate.
 
 The planner uses the kernel model's tiles twice: a seed's refinement carries them instead of the
-seed's (``kernel_tiled``, ``aoizora.seeds``), and its best candidate is tiled again before the
-verifying compile (``aoizora.plan_assembly._tile``); either is kept when its compile fits and Q2
+seed's (``kernel_tiled``, ``aoizora.planning.seeds``), and its best candidate is tiled again before the
+verifying compile (``aoizora.planning.plan_assembly._tile``); either is kept when its compile fits and Q2
 prices it lower.
 
 ``choose_compiler_options(layout, price)`` prices the layout under libtpu's defaults and under
@@ -49,17 +49,17 @@ import dataclasses
 import math
 from typing import Any, Callable
 
-from aoizora.backward_tiles import node_backward_tiles
+from aoizora.kernels.backward_tiles import node_backward_tiles
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.kernel_model import (KernelChip, SplashShape, block_candidates,
                                               kernel_chip, round_up,
                                               splash_seconds, splash_vmem_bytes)
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.models.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
-from aoizora.models.recipes import MAXDIFFUSION_OPTIONS
+from aoizora.kernels.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
+from aoizora.kernels.recipes import MAXDIFFUSION_OPTIONS
 
-# maxdiffusion's Wan 2.1 generation recipe (``models.recipes``)
+# maxdiffusion's Wan 2.1 generation recipe (``kernels.recipes``)
 RECIPE_OPTIONS: dict[str, bool] = dict(MAXDIFFUSION_OPTIONS)
 MAX_BKV_COMPUTE = 2048
 

@@ -1,10 +1,10 @@
 """Compile a layout for the target, then place and price it: one candidate of the loop.
 
-- ``compile_layout``: realize a layout as shardings (``aoizora.realize``) on the target's
+- ``compile_layout``: realize a layout as shardings (``aoizora.runtime.realize``) on the target's
   devices in a given order and compile it ahead of time with libtpu
   (``extract.aot_compile``); the evidence is what the compiler emitted.
 - ``compile_job``: that compile in JAX's default device order, as the loop queues it
-  (``aoizora.compile_queue``).
+  (``aoizora.planning.compile_queue``).
 - ``place``: a compiled candidate's placement and price. A layout that does not fit in HBM is
   not placed. Else the placement CP-SAT (``solvers.placement``) runs on the budget's
   ``placement`` share, and among its answer, the placements it priced and JAX's default order
@@ -21,17 +21,17 @@ from typing import Any, Callable, Sequence
 
 import jax
 
-from aoizora.candidate import Candidate
-from aoizora.compile_queue import Compiled
+from aoizora.planning.candidate import Candidate
+from aoizora.planning.compile_queue import Compiled
 from aoizora.extract.aot_compile import compile_evidence, target_mesh
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import default_device_order
-from aoizora.extract.program_ir import state_arguments
+from aoizora.extract.frontends.jax.ir_builder import state_arguments
 from aoizora.extract.targets import Target
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.layout import Layout
-from aoizora.progress import Progress
-from aoizora.realize import realize
+from aoizora.planning.progress import Progress
+from aoizora.runtime.realize import realize
 from aoizora.solvers.budget import Budget
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement import LEVELS, solve_placement

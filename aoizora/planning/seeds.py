@@ -5,7 +5,7 @@ priced with the ILP's in the first iteration, and their refinements.
   place in the pricing order (``pricing_order.pricing_rank``); those placed after the ILP's
   best are held (``CompileQueue.hold``) until the ILPs have queued it, so which layouts a
   budget leaves uncompiled does not depend on how long the ILPs took.
-- ``refine_seeds``: each seed's refinement (``aoizora.seed_refinement``: the ILP with the
+- ``refine_seeds``: each seed's refinement (``aoizora.planning.seed_refinement``: the ILP with the
   seed's attention fixed chooses the parameter layout around it, and a training seed's remat on
   its ``retraceable`` step), with the kernel model's attention tiles and backward blocks
   (``tiles.kernel_tiled``) instead of the seed's, solved before the meshes' ILPs and queued to
@@ -33,18 +33,18 @@ from typing import Any
 
 import jax
 
-from aoizora import time_limits
-from aoizora.candidate import Seed
-from aoizora.candidate_pricing import compile_job
-from aoizora.extract.program_ir import build_ir
+from aoizora.planning import time_limits
+from aoizora.planning.candidate import Seed
+from aoizora.planning.candidate_pricing import compile_job
+from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.layout import Layout
-from aoizora.loop_state import LoopState
-from aoizora.pricing_order import REFINED_FIRST_RANK, pricing_rank
-from aoizora.seed_refinement import RefinementError, refine_seed
+from aoizora.planning.loop_state import LoopState
+from aoizora.planning.pricing_order import REFINED_FIRST_RANK, pricing_rank
+from aoizora.planning.seed_refinement import RefinementError, refine_seed
 from aoizora.solvers.budget import Budget
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.sharding import ShardingSolution
-from aoizora.tiles import kernel_tiled
+from aoizora.kernels.tiles import kernel_tiled
 
 
 def seed_solution(layout: Layout, ilp_best: ShardingSolution | None) -> ShardingSolution:

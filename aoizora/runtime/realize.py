@@ -2,7 +2,7 @@
 
 ``realize(fn, abstract_args, layout, mesh)`` traces ``fn`` to a jaxpr over the abstract args and
 re-interprets it inside ``jax.jit``, eqn by eqn, under the keys of
-:mod:`aoizora.extract.jaxpr_walk` (top-level eqn i -> ``"i"``, eqn j in the sub-jaxpr of eqn i ->
+:mod:`aoizora.extract.frontends.jax.jaxpr_walk` (top-level eqn i -> ``"i"``, eqn j in the sub-jaxpr of eqn i ->
 ``"i.j"``; call-like eqns inlined, ``scan`` / ``while`` bodies visited once), so a key the planner
 chose on the IR names the same op here:
 
@@ -20,7 +20,7 @@ chose on the IR names the same op here:
   is ``P.UNCONSTRAINED`` (the partitioner propagates); a mesh axis already used by an earlier dim
   of the same tensor is dropped from later dims; a hint with no ruled name is left alone;
 - at an ``aoizora_attention`` eqn the attention runs in ``layout.attention_for(key)`` through
-  :func:`aoizora.models.attention_kernels.sharded_attention` (splash on TPU meshes, the reference
+  :func:`aoizora.kernels.attention_kernels.sharded_attention` (splash on TPU meshes, the reference
   on CPU meshes, both inside the same ``shard_map``), with the marker's key mask (its fourth
   operand, if any) as ``kv_mask``: split like the keys' batch (and sequence, in a ring);
 - at an ``aoizora_attention_fwd`` eqn (a differentiated attention's forward: out and its
@@ -28,12 +28,12 @@ chose on the IR names the same op here:
   ``save_residuals``);
 - at an ``aoizora_attention_bwd`` eqn (q, k, v, out, lse, do -> dq, dk, dv; ``jax.grad`` of an
   attention) the backward runs in ``layout.attention_for(key)`` from the forward's residuals
-  (:func:`aoizora.models.attention_backward.sharded_attention_bwd`: splash's dq and dk/dv kernels
+  (:func:`aoizora.kernels.attention_backward.sharded_attention_bwd`: splash's dq and dk/dv kernels
   on TPU meshes, the reference formula on CPU meshes; keys gathered; the eqn's key mask, its
   seventh operand, if any), so the forward does not run again.
 - an attention written without the marker (``jax.nn.dot_product_attention``, Flax, einsum ->
   softmax -> einsum, a full-mask splash kernel called by hand;
-  :mod:`aoizora.extract.attention_patterns`) runs the same way at its region's last eqn: q, k, v
+  :mod:`aoizora.extract.frontends.jax.attention_patterns`) runs the same way at its region's last eqn: q, k, v
   (and a key mask) as the region read them are transposed and reshaped to [B, H, S, D] by the
   match's dim groups, attended with the region's scale, and the result put back in the last eqn's
   dim order and dtype; the region's other eqns are not bound (their values are used only inside
@@ -42,7 +42,7 @@ chose on the IR names the same op here:
 
 ``layout.remat`` (a training step's rematerialization, ``formulation.remat``): the program is
 first retraced as ``fn.with_remat(layout.remat)`` and the layout's node keys moved to it
-(``aoizora.rematerialize``); a program without ``with_remat`` raises :class:`RealizeError`.
+(``aoizora.runtime.rematerialize``); a program without ``with_remat`` raises :class:`RealizeError`.
 
 Keys the layout names that this program does not have (or attention layouts on a node that is
 not an attention) raise :class:`RealizeError`: a layout made for another program is refused.
@@ -77,15 +77,15 @@ import numpy as np
 from jax.extend.core import DropVar, Literal, jaxpr_as_fun
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from aoizora.extract.attention_patterns import AttentionMatch, Patterns, find_attention
+from aoizora.extract.frontends.jax.attention_patterns import AttentionMatch, Patterns, find_attention
 from aoizora.extract.evidence import attention_scope
-from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, walk
+from aoizora.extract.frontends.jax.jaxpr_walk import INLINE_PRIMITIVES, walk
 from aoizora.formulation.layout import Layout, axes_of
-from aoizora.models.attention_backward import sharded_attention_bwd
-from aoizora.models.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
-from aoizora.models.primitives import (ATTENTION, ATTENTION_BWD, ATTENTION_FWD, ATTENTIONS,
+from aoizora.kernels.attention_backward import sharded_attention_bwd
+from aoizora.kernels.attention_kernels import AttentionLayoutError, check_layout, sharded_attention
+from aoizora.kernels.primitives import (ATTENTION, ATTENTION_BWD, ATTENTION_FWD, ATTENTIONS,
                                        FORWARD_ATTENTIONS, HINT)
-from aoizora.rematerialize import RematError, apply_remat
+from aoizora.runtime.rematerialize import RematError, apply_remat
 
 
 class RealizeError(ValueError):

@@ -8,7 +8,7 @@ share, each at most ``ilp_time_s`` (the ``ilp_solve`` share); a mesh whose last 
 not fit in what is left is skipped (once something is ranked) and the skip recorded. An ILP
 whose inputs did not change gives the same answer: it is memoized, not solved again.
 
-In the first iteration with seeds, the seeds' refinements solve first (``aoizora.seeds``), then
+In the first iteration with seeds, the seeds' refinements solve first (``aoizora.planning.seeds``), then
 the ILPs wait for the first seed's compile and start only if the budget still holds the ILP's
 best (``seeds.first_compile_alone``); their share moves by the time they waited.
 """
@@ -18,14 +18,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aoizora import time_limits
-from aoizora.candidate import layout_id, mesh_str
+from aoizora.planning import time_limits
+from aoizora.planning.candidate import layout_id, mesh_str
 from aoizora.formulation.calibration import mesh_key
 from aoizora.formulation.strategies import Options
-from aoizora.loop_state import LoopState
-from aoizora.seeds import first_compile_alone, refine_seeds
+from aoizora.planning.loop_state import LoopState
+from aoizora.planning.seeds import first_compile_alone, refine_seeds
 from aoizora.solvers.budget import Budget, clock
-from aoizora.rematerialize import retraceable
+from aoizora.runtime.rematerialize import retraceable
 from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolveError,
                                      solve_sharding)
 

@@ -15,7 +15,7 @@ program as traced and decides nothing, and ``realize`` refuses a layout with a r
 
 ``apply_remat(fn, args, layout)`` -> (fn', layout'): fn' = ``fn.with_remat(layout.remat)``, and
 the layout's node keys (``node_specs``, ``attention``) moved to fn''s keys by aligning the two
-programs' walks (the shared walk of ``extract.jaxpr_walk``): eqns matched in order by primitive
+programs' walks (the shared walk of ``extract.frontends.jax.jaxpr_walk``): eqns matched in order by primitive
 and result shapes (``difflib``); the backward's recomputed ops match nothing and are left to the
 partitioner, except recomputed attentions, which take the layout of the forward attention of the
 same shapes. Keys with no match are dropped (listed in ``RematApplied.dropped``).
@@ -29,9 +29,9 @@ from typing import Any, Callable, Sequence
 
 import jax
 
-from aoizora.extract.jaxpr_walk import walk
+from aoizora.extract.frontends.jax.jaxpr_walk import walk
 from aoizora.formulation.layout import Layout
-from aoizora.models.primitives import ATTENTIONS
+from aoizora.kernels.primitives import ATTENTIONS
 
 
 class RematError(ValueError):
@@ -86,7 +86,7 @@ def apply_remat(fn: Callable, args: Sequence[Any], layout: Layout) -> RematAppli
         raise RematError(f"layout {layout.name or ''} rematerializes ({layout.remat}) but the "
                          f"program has no with_remat(mapping): build it with "
                          f"aoizora.models.training.train_step or give fn.with_remat "
-                         f"(aoizora.rematerialize)")
+                         f"(aoizora.runtime.rematerialize)")
     new_fn = fn.with_remat(dict(layout.remat))
     km = key_map(jax.make_jaxpr(fn)(*args), jax.make_jaxpr(new_fn)(*args))
     node_specs = {km[k]: v for k, v in layout.node_specs.items() if k in km}

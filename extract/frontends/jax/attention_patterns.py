@@ -20,7 +20,7 @@ with any transposes around the two dots; and a hand-called Pallas splash kernel 
   adding a scalar constant to the logits (softmax is shift invariant); ``convert_element_type``,
   ``transpose`` and reshapes that only add or drop size-1 dims anywhere in the chain.
 
-Eqns are named by the keys of :mod:`aoizora.extract.jaxpr_walk` (call-like eqns inlined, so a region
+Eqns are named by the keys of :mod:`aoizora.extract.frontends.jax.jaxpr_walk` (call-like eqns inlined, so a region
 may cross ``jit`` / ``custom_jvp`` boundaries; not a ``scan`` / ``while`` body boundary). A region's
 values other than its result must be used only inside it (checked on the inlined data flow);
 otherwise it is not matched.
@@ -45,9 +45,9 @@ import math
 
 import numpy as np
 
-from aoizora.extract.inlined_flow import (PASS_PRIMS, Eq, Flow, Value, is_literal, scopes, shape_of,
+from aoizora.extract.frontends.jax.inlined_flow import (PASS_PRIMS, Eq, Flow, Value, is_literal, scopes, shape_of,
                                           source_of, unit_map)
-from aoizora.extract.softmax_chain import NoMatch, SoftmaxChain
+from aoizora.extract.frontends.jax.softmax_chain import NoMatch, SoftmaxChain
 
 
 @dataclasses.dataclass

@@ -46,7 +46,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from aoizora.formulation.layout import AttentionLayout, tile_problems
-from aoizora.models.primitives import MASK_VALUE, reference_attention
+from aoizora.kernels.primitives import MASK_VALUE, reference_attention
 
 SPLASH_BLOCK = 128
 _NEG = MASK_VALUE   # the splash kernel's own mask value

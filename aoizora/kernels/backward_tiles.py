@@ -3,7 +3,7 @@ maxdiffusion sets by hand in ``flash_block_sizes`` (block_q_dkv, block_kv_dkv,
 block_kv_dkv_compute, block_q_dq, block_kv_dq) and whether to fuse dq into the dk/dv kernel.
 
 ``node_backward_tiles(shape, al, mesh_axes, chip)`` for one ``attention_bwd`` node laid out as
-``al`` (keys gathered, queries split over its seq axes, ``models.attention_backward``):
+``al`` (keys gathered, queries split over its seq axes, ``kernels.attention_backward``):
 
     per shard: lead = B / n_b * H / n_h,  Lq = roundup(ceil(S / n_s), 128),  Lkv = roundup(T, 128)
     for the dk/dv blocks (bq, bkv, bkvc): Lq' = roundup(Lq, bq), Lkv' = roundup(Lkv, bkv) (the
@@ -33,7 +33,7 @@ from aoizora.formulation.kernel_model import KernelChip, SplashShape, block_cand
 from aoizora.formulation.layout import AttentionLayout
 from aoizora.formulation.splash_backward_model import (dkv_seconds, dkv_vmem_bytes, dq_seconds,
                                                        dq_vmem_bytes)
-from aoizora.models.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
+from aoizora.kernels.attention_kernels import SPLASH_SMEM_BUDGET, splash_metadata_bytes
 
 MAX_COMPUTE_BLOCK = 2048
 

@@ -7,8 +7,8 @@
   not prove optimal, whose bound is below the best's Q1 and whose Q1 is within
   ``UNPROVEN_NEAR`` of it (the solver could not separate them, so a compile does).
 - ``pricing_rank``: each compile's place in the iteration's pricing order, which is also its
-  compile priority (``aoizora.compile_queue``: least first), seeds and their refinements
-  included (``aoizora.seeds``).
+  compile priority (``aoizora.planning.compile_queue``: least first), seeds and their refinements
+  included (``aoizora.planning.seeds``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def pricing_rank(kind: str, i: int, n_seeds: int, lead: int = 1,
                  refinement_first: bool = False) -> float:
     """A compile's place in its iteration's pricing order, which is also its compile priority
     (``CompileQueue``: least first). ``kind`` "seed", "refined" or "retimed": the i-th seed
-    (1-based), its refinement, or its retimed twin (``aoizora.seeds``: the seed's own parameter
+    (1-based), its refinement, or its retimed twin (``aoizora.planning.seeds``: the seed's own parameter
     layout with its refinement's remat and tiles); "ilp": the i-th of the iteration's fresh ILP
     layouts (0-based), of which the first ``lead`` are the ILP's best and its unproven near-ties
     (``with_unproven_near``).

@@ -1,5 +1,5 @@
 """The inlined data flow of a traced program, per scope (the top level, or one ``scan`` /
-``while`` body): its leaf eqns in order under the keys of :mod:`aoizora.extract.jaxpr_walk`, with
+``while`` body): its leaf eqns in order under the keys of :mod:`aoizora.extract.frontends.jax.jaxpr_walk`, with
 call-like eqns (``jit``, ``custom_jvp``, ...) inlined so a value passed into or out of a call is one
 ``Value``. A jaxpr traced once and called at two sites has the same ``Var`` objects at both; each
 site gets its own values. ``Flow`` adds producers and consumers, constant folding of scalars known
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from aoizora.extract.jaxpr_walk import INLINE_PRIMITIVES, sub_jaxpr
+from aoizora.extract.frontends.jax.jaxpr_walk import INLINE_PRIMITIVES, sub_jaxpr
 
 PASS_PRIMS = frozenset({"convert_element_type", "copy", "copy_p", "reduce_precision",
                         "optimization_barrier"})

@@ -1,5 +1,5 @@
 """The rules that read a softmax between two dots: a symbolic walk over a candidate region of
-:mod:`aoizora.extract.attention_patterns`, value by value, that keeps the scale, the mask and the
+:mod:`aoizora.extract.frontends.jax.attention_patterns`, value by value, that keeps the scale, the mask and the
 key dims, or raises ``NoMatch`` naming the op that breaks the chain (the rules are listed in that
 module's docstring). Each value of the region gets a ``Form``: logits (``L``), their row maximum
 (``M``), ``exp`` of the logits (``E``), its row sum (``S``) and reciprocal (``R``), probabilities
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from aoizora.extract.inlined_flow import PASS_PRIMS, Eq, Flow, is_literal, shape_of, unit_map
+from aoizora.extract.frontends.jax.inlined_flow import PASS_PRIMS, Eq, Flow, is_literal, shape_of, unit_map
 
 MASK_FILL_MAX = -1e4   # a mask's fill value must be at most this (exp underflows to 0 in f32)
 

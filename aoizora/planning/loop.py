@@ -18,17 +18,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aoizora import time_limits
-from aoizora.candidate import Candidate, layout_id, mesh_str
-from aoizora.candidate_pricing import compile_job, levels_proven, place
-from aoizora.compile_queue import Skipped
-from aoizora.feedback import apply_feedback
+from aoizora.planning import time_limits
+from aoizora.planning.candidate import Candidate, layout_id, mesh_str
+from aoizora.planning.candidate_pricing import compile_job, levels_proven, place
+from aoizora.planning.compile_queue import Skipped
+from aoizora.planning.feedback import apply_feedback
 from aoizora.formulation.calibration import mesh_key
-from aoizora.ilp_step import solve_ilps
-from aoizora.loop_state import LoopState, new_record
+from aoizora.planning.ilp_step import solve_ilps
+from aoizora.planning.loop_state import LoopState, new_record
 from aoizora.planning_errors import BudgetError, PlanningError
-from aoizora.pricing_order import diverse, pricing_rank, with_unproven_near
-from aoizora.seeds import refinement_first, seed_solution
+from aoizora.planning.pricing_order import diverse, pricing_rank, with_unproven_near
+from aoizora.planning.seeds import refinement_first, seed_solution
 from aoizora.formulation.remat import REMAT_KEY, remat_key
 
 

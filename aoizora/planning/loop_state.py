@@ -17,14 +17,14 @@ import dataclasses
 import json
 from typing import Any, Callable
 
-from aoizora.candidate import Candidate, Seed
-from aoizora.compile_queue import CompileQueue
+from aoizora.planning.candidate import Candidate, Seed
+from aoizora.planning.compile_queue import CompileQueue
 from aoizora.extract.network import Network
 from aoizora.extract.targets import Target
 from aoizora.formulation.axis_feedback import transferred_axis_costs
 from aoizora.formulation.calibration import Calibration, mesh_key
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
-from aoizora.progress import Progress
+from aoizora.planning.progress import Progress
 from aoizora.solvers.budget import Budget
 
 

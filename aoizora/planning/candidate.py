@@ -21,8 +21,8 @@ class Seed:
     (e.g. an expert configuration that pads the sequence less): ``fn`` / ``args`` default to the
     planned program; ``program`` says what differs (recorded in the plan, e.g. pad_multiple).
     ``retraceable``: the same configuration laid out on its step as traced with every residual
-    kept (``aoizora.rematerialize.retraceable``), on which the seed's refinement lets the ILP
-    decide the remat (``aoizora.seed_refinement``); None for a step whose remat is not offered."""
+    kept (``aoizora.runtime.rematerialize.retraceable``), on which the seed's refinement lets the ILP
+    decide the remat (``aoizora.planning.seed_refinement``); None for a step whose remat is not offered."""
 
     layout: Layout
     fn: Callable | None = None

@@ -37,9 +37,9 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from aoizora.formulation.layout import AttentionLayout
-from aoizora.models.attention_kernels import (Kern, axes_size, check_layout, padded_lengths,
+from aoizora.kernels.attention_kernels import (Kern, axes_size, check_layout, padded_lengths,
                                               scaled, shard_specs, splash_kernel)
-from aoizora.models.primitives import reference_attention_bwd
+from aoizora.kernels.primitives import reference_attention_bwd
 
 
 def _pad_seq(x, n: int):

@@ -29,10 +29,10 @@ goes first so that a shortfall (a compile over its expected time) falls on the s
 
 from __future__ import annotations
 
-from aoizora.candidate import Candidate
-from aoizora.candidate_pricing import levels_proven
+from aoizora.planning.candidate import Candidate
+from aoizora.planning.candidate_pricing import levels_proven
 from aoizora.extract.network import Network
-from aoizora.progress import Progress
+from aoizora.planning.progress import Progress
 from aoizora.solvers.budget import Budget, share
 from aoizora.solvers.placement import PlacementResult
 from aoizora.solvers.placement_heuristics import annealing, annealing_starts, evaluation_budget
