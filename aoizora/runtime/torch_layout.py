@@ -247,11 +247,18 @@ class LayoutRunner:
         try:
             out = fx.target(*args, **kwargs)
         except (NotImplementedError, RuntimeError, AssertionError) as e:
-            self.fallbacks.append(f"{fx.name} {name}: {str(e).splitlines()[0][:100]}")
-            full = [a.full_tensor() if isinstance(a, DTensor) else a for a in args]
-            kfull = {kk: (vv.full_tensor() if isinstance(vv, DTensor) else vv)
-                     for kk, vv in kwargs.items()}
-            out = fx.target(*full, **kfull)
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:100]
+            self.fallbacks.append(f"{fx.name} {name}: {why}")
+            try:
+                full = [a.full_tensor() if isinstance(a, DTensor) else a for a in args]
+                kfull = {kk: (vv.full_tensor() if isinstance(vv, DTensor) else vv)
+                         for kk, vv in kwargs.items()}
+                out = fx.target(*full, **kfull)
+            except (NotImplementedError, RuntimeError, AssertionError) as e2:
+                raise TorchLayoutError(
+                    f"{fx.name} ({name}, {_module(fx)}): DTensor cannot run it as laid out "
+                    f"({why}), nor on the gathered inputs "
+                    f"({(str(e2).strip().splitlines() or ['?'])[0][:80]})") from None
         out = self._wrap(out)
         self._record(fx, name, args, out)
         spec = self.specs.get(fx.name)
