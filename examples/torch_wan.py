@@ -1,8 +1,8 @@
 """Plan diffusers' Wan 2.1 transformer for a GPU box, on a CPU machine, with no weights.
 
     pip install -e ".[torch]"
-    python examples/torch_wan.py                  # Wan 2.1 1.3B, 480p, 81 frames, on v5e-8
-    python examples/torch_wan.py --target l40-8   # once the GPU targets are installed
+    python examples/torch_wan.py                  # Wan 2.1 1.3B, 480p, 81 frames, on l40-8
+    python examples/torch_wan.py --target h100-8  # any target of `aoizora targets`
     python examples/torch_wan.py --small          # 2 blocks, tiny dims: a few seconds
 
 The model is built on the meta device (``with torch.device("meta")``): torch.export captures it
@@ -44,7 +44,19 @@ def wan_on_meta(small: bool = False):
     return model, inputs
 
 
-def main(target: str = "v5e-8", small: bool = False, budget_s: float = 300.0):
+def default_target() -> str:
+    """l40-8 (8 x L40 on PCIe, two sockets) where the GPU targets are installed, else v5e-8."""
+    from aoizora.extract.targets import get_target
+
+    try:
+        get_target("l40-8")
+        return "l40-8"
+    except Exception:  # noqa: BLE001 -- a tree without the GPU targets
+        return "v5e-8"
+
+
+def main(target: str | None = None, small: bool = False, budget_s: float = 300.0):
+    target = target or default_target()
     model, inputs = wan_on_meta(small)
     seeds = [functools.partial(xdit_layout, config=XDiTConfig(ulysses=u, ring=r))
              for u, r in ((4, 2), (2, 4))]
@@ -60,7 +72,7 @@ def main(target: str = "v5e-8", small: bool = False, budget_s: float = 300.0):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="v5e-8")
+    ap.add_argument("--target", default=None, help="default: l40-8 if installed, else v5e-8")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--budget", type=float, default=300.0)
     a = ap.parse_args()

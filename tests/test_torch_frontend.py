@@ -116,3 +116,18 @@ def test_compare_torch_prices_xdit_and_pipefusion_rows(program):
     assert all(r["placed_step_s"] <= r["step_s"] * (1 + 1e-9) for r in out["rows"]
                if r.get("step_s"))
     assert any(n.startswith("diffusers:cp") for n in rows)
+
+
+def test_plan_torch_on_a_gpu_target(program):
+    """On a GPU box (l40-8: PCIe, two sockets) when the GPU targets are installed."""
+    try:
+        tgt = get_target("l40-8")
+    except Exception:  # noqa: BLE001 -- GPU targets not installed in this tree
+        pytest.skip("no l40-8 target here")
+    ep, _ = program
+    p = plan_torch(ep, (), tgt, meshes=[{"x": 2, "y": 4}], top_k=1, max_candidates=1,
+                   time_budget_s=60, seed_layouts=[
+                       functools.partial(xdit_layout, config=XDiTConfig(cfg=2, ulysses=4))])
+    assert p.target == tgt.name and sorted(p.device_order) == list(range(8))
+    rows = {r["layout"]: r for r in p.iterations[0]["candidates"]}
+    assert rows["xdit:cfg2xulysses4"]["q2_step_s"] > 0

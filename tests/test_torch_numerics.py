@@ -71,3 +71,5 @@ def test_planned_sharded_wan_matches_unsharded(tmp_path):
         assert got["out"].shape == ref.shape
         assert torch.allclose(got["out"], ref, atol=1e-4, rtol=1e-4), (
             name, float((got["out"] - ref).abs().max()))
+        # the norms of tensor-parallel q and k ran split (a [.., 1] all-reduce), not gathered
+        assert not [f for f in got["fallbacks"] if "norm" in f], (name, got["fallbacks"])

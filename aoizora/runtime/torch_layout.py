@@ -255,6 +255,47 @@ class LayoutRunner:
         return DTensor.from_local(local, self.mesh, opl, run_check=False, shape=ref.shape,
                                   stride=ref.stride())
 
+    def _norm(self, name, args):
+        """rms_norm / layer_norm of x split on a normalized dim: each shard's sums, all-reduced
+        over the axes that split those dims (a [.., 1] statistic: what the ILP's partial
+        reduction prices), then normalized on the shard (DTensor refuses the in-place add of
+        its own decomposition there and would gather all of x). None when x is not split on
+        the normalized dims (DTensor's own op runs)."""
+        x, shape = args[0], list(args[1])
+        k, r = len(shape), args[0].ndim
+        split = [i for i, p in enumerate(x.placements) if isinstance(p, Shard) and p.dim >= r - k]
+        if not split:
+            return None
+        w = args[2] if len(args) > 2 else None
+        b = args[3] if name == "layer_norm" and len(args) > 3 else None
+        eps = args[-1] if isinstance(args[-1], float) else 1e-5
+        dims = tuple(range(r - k, r))
+        xl = x.to_local().float()
+        stat_pl = [Partial() if i in split else (p if isinstance(p, Shard) else Replicate())
+                   for i, p in enumerate(x.placements)]
+        stat_shape = tuple(x.shape[:r - k]) + (1,) * k
+        parts = [xl.pow(2).sum(dims, keepdim=True)]
+        if name == "layer_norm":
+            parts.insert(0, xl.sum(dims, keepdim=True))
+        full = [DTensor.from_local(t, self.mesh, stat_pl, run_check=False, shape=stat_shape,
+                                   stride=torch.empty(stat_shape, device="meta").stride())
+                .redistribute(self.mesh, [Replicate() if isinstance(p, Partial) else p
+                                          for p in stat_pl]).to_local() for t in parts]
+        n = math.prod(shape)
+        if name == "layer_norm":
+            mean = full[0] / n
+            y = (xl - mean) * torch.rsqrt(full[1] / n - mean * mean + eps)
+        else:
+            y = xl * torch.rsqrt(full[0] / n + eps)
+        wpl = [Shard(p.dim - (r - k)) if isinstance(p, Shard) and p.dim >= r - k else Replicate()
+               for p in x.placements]
+        for extra in (w, b):
+            if isinstance(extra, DTensor):
+                e = extra.redistribute(self.mesh, wpl).to_local()
+                y = y * e if extra is w else y + e
+        return DTensor.from_local(y.to(x.dtype), self.mesh, x.placements, run_check=False,
+                                  shape=x.shape, stride=x.stride())
+
     def _call(self, fx, name, args, kwargs):
         if name == "scaled_dot_product_attention":
             return self._attention(fx, args, kwargs)
@@ -277,6 +318,11 @@ class LayoutRunner:
             if spec is not None:
                 out = out.redistribute(self.mesh, placements(spec, self.layout.mesh_axes))
             return out
+        if name in ("rms_norm", "layer_norm") and isinstance(args[0], DTensor):
+            out = self._norm(name, args)
+            if out is not None:
+                self._record(fx, name, args, out)
+                return out
         if name == "copy":            # copy(dst, src): src's values in dst's dtype
             out = args[1].to(args[0].dtype)
             self._record(fx, name, args, out)
