@@ -63,6 +63,23 @@ def fake_world(world_size: int):
         yield
     finally:
         dist.destroy_process_group()
+        forget_meshes()
+
+
+def forget_meshes() -> None:
+    """Clear DTensor's caches of redistribution plans and sharding decisions: they hold the
+    meshes (and so the process groups) of a world now destroyed, and a new mesh equal to an old
+    one would reach a group that no longer exists ("Could not resolve the process group")."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import _redistribute
+
+    _redistribute._gen_transform_infos.cache_clear()
+    prop = DTensor._op_dispatcher.sharding_propagator
+    for name in ("propagate_op_sharding",):
+        cached = getattr(prop, name, None)
+        inner = getattr(cached, "cache", None)
+        if inner is not None and hasattr(inner, "cache_clear"):
+            inner.cache_clear()
 
 
 def fake_mesh(mesh_axes: dict[str, int]) -> DeviceMesh:
