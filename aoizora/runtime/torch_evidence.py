@@ -14,8 +14,8 @@ priced by Q2), and the memory: arguments (the local shards of parameters and inp
 peak of live activations in program order (``LayoutRunner.peak_live_bytes``: a liveness count,
 not an allocator's), against the target's HBM per device.
 
-The fake process group is torch's process-wide state: ``torch_evidence`` starts it and destroys
-it before returning, and refuses to run inside an initialized process group.
+The fake process group is torch's process-wide state: ``torch_evidence`` starts one if there is
+none and keeps it for the process (``fake_world``), and refuses to run inside a real one.
 """
 
 from __future__ import annotations
@@ -44,42 +44,34 @@ class TorchEvidenceError(RuntimeError):
 
 @contextlib.contextmanager
 def fake_world(world_size: int):
-    """A fake process group of ``world_size`` ranks (this process is rank 0), destroyed after;
-    inside a fake one already of at least that size, nothing more (a mesh may take its first
-    ranks).
+    """A fake process group of at least ``world_size`` ranks (this process is rank 0).
+
+    Started here when there is none, and kept for the rest of the process: DTensor keeps the
+    meshes of a world in caches that outlive ``destroy_process_group`` (a mesh equal to one of
+    a destroyed world reached its dead group: "Could not resolve the process group registered
+    under the name 17"). A fake group that is too small is replaced. ``end_fake_world`` ends it
+    (before a real ``init_process_group`` in the same process).
 
     Raises:
-        TorchEvidenceError: another process group is initialized."""
+        TorchEvidenceError: a real (not fake) process group is initialized."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        if dist.get_backend() == "fake" and dist.get_world_size() >= world_size:
+        if dist.get_backend() != "fake":
+            raise TorchEvidenceError("a process group is already initialized: collect evidence "
+                                     "in a process without one (the planner's own)")
+        if dist.get_world_size() >= world_size:
             yield
             return
-        raise TorchEvidenceError("a process group is already initialized: collect evidence in "
-                                 "a process without one (the planner's own)")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
-    try:
-        yield
-    finally:
         dist.destroy_process_group()
-        forget_meshes()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    yield
 
 
-def forget_meshes() -> None:
-    """Clear DTensor's caches of redistribution plans and sharding decisions: they hold the
-    meshes (and so the process groups) of a world now destroyed, and a new mesh equal to an old
-    one would reach a group that no longer exists ("Could not resolve the process group")."""
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor import _redistribute
-
-    _redistribute._gen_transform_infos.cache_clear()
-    prop = DTensor._op_dispatcher.sharding_propagator
-    for name in ("propagate_op_sharding",):
-        cached = getattr(prop, name, None)
-        inner = getattr(cached, "cache", None)
-        if inner is not None and hasattr(inner, "cache_clear"):
-            inner.cache_clear()
+def end_fake_world() -> None:
+    """End the fake process group ``fake_world`` kept, if any."""
+    if dist.is_initialized() and dist.get_backend() == "fake":
+        dist.destroy_process_group()
 
 
 def fake_mesh(mesh_axes: dict[str, int]) -> DeviceMesh:
