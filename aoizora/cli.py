@@ -1,10 +1,20 @@
 """The aoizora command line.
 
-Exit codes: 0 done; 1 only from check, when the plan fails a check (a real regression); 2 bad
-input, one line on stderr (aoizora: error: <field>: <what is wrong>; <what to do>) and no
-traceback; 3 a fault of aoizora's own (with its traceback). Input is checked before any work: a file to write (--out, --png) first, then every
-plan file read (aoizora.plan_schema; check reads its --baseline too), then the job is built,
-planned or compiled."""
+Exit codes (one meaning each):
+  0    done (check: the plan passes);
+  1    only from check: the plan regressed (no longer compiles for its target, no longer fits in
+       HBM, or its prediction exceeds --max-step-ms / the baseline);
+  2    bad input or configuration, one line on stderr (aoizora: error: <field>: <what is wrong>;
+       <what to do>), no traceback: arguments, plan files, an --out that cannot be written
+       (also when the save fails after planning: the plan is still printed), a LIBTPU_INIT_ARGS
+       libtpu refuses, no libtpu;
+  3    a fault of aoizora's own (with its traceback);
+  130  interrupted by SIGINT (Ctrl-C), 143 by SIGTERM: plan saves the best plan so far to --out
+       (and prints it) with status INTERRUPTED, or says in one line that none was found yet; a
+       second signal quits at once.
+Input is checked before any work: a file to write (--out, --png) first, then every plan file
+read (aoizora.plan_schema; check reads its --baseline too), then LIBTPU_INIT_ARGS, then the job
+is built, planned or compiled."""
 
 from __future__ import annotations
 
@@ -131,18 +141,32 @@ def _plan_json(p) -> dict:
     return d
 
 
+def _check_compiler() -> None:
+    """LIBTPU_INIT_ARGS that libtpu refuses is a configuration error (exit 2), checked before
+    anything compiles (``extract.targets.check_libtpu_args``)."""
+    from aoizora.extract.targets import check_libtpu_args
+
+    check_libtpu_args()
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from aoizora.planner import plan
     from aoizora.planning.progress import ConsoleProgress, Progress
-    from aoizora.report import format_plan
 
-    if args.out:
+    if args.out is not None:
+        if not args.out.strip():
+            raise UsageError("--out: an empty path; give a file path, e.g. --out plan.json, or "
+                             "leave --out out to print the plan only")
         check_writable("--out", args.out)
     calibration = None
     if args.calibration:
         from aoizora.plans import load_plan
 
         calibration = load_plan(args.calibration)
+    _check_compiler()
+    args.signals.keeps_plan = True     # a first signal stops planning and keeps the best
+    args.signals.quit_note = ("quit at once, no plan saved"
+                              + (f" ({args.out} unchanged)" if args.out else ""))
     job = _job(args)
     prog = Progress() if args.quiet else ConsoleProgress()
     prog.stage(f"planning {job.describe()}, budget {args.time_budget:g} s, seed {args.seed}")
@@ -154,15 +178,41 @@ def cmd_plan(args: argparse.Namespace) -> int:
              calibration=calibration)
     if not p.program:
         p.program = job.program()
+    with args.signals.critical():      # a second signal waits for the save (atomic anyway)
+        return _save_and_print(p, args)
+
+
+def _save_and_print(p, args: argparse.Namespace) -> int:
+    """Save the plan to --out (atomically) and print it; a failed save still prints the plan,
+    then one line and exit 2. An interrupted plan exits 130 (SIGINT) / 143 (SIGTERM)."""
+    from aoizora.report import format_plan
+
+    failed = ""
     if args.out:
-        p.save(args.out)
+        try:
+            p.save(args.out)
+            args.signals.quit_note = f"quit; the plan is saved in {args.out}"
+        except OSError as e:
+            failed = (f"--out: the plan could not be saved to {args.out!r} ({e.strerror or e}); "
+                      f"the file there is unchanged; the plan is printed above")
     if args.json:
-        print(json.dumps(_plan_json(p), indent=1))
+        print(json.dumps(_plan_json(p), indent=1, allow_nan=False))
     else:
         print(format_plan(p))
-        if args.out:
+        if args.out and not failed:
             print(f"saved: {args.out}")
-    return 0
+    sys.stdout.flush()
+    if failed:
+        raise UsageError(failed)
+    return _interrupted_code(args) if p.status == "INTERRUPTED" else 0
+
+
+def _interrupted_code(args: argparse.Namespace) -> int:
+    from aoizora.planning.interrupts import EXIT_CODES
+
+    names = {"SIGINT": 2, "SIGTERM": 15}
+    sig = names.get(args.signals.stop.reason, 2)
+    return EXIT_CODES.get(sig, 128 + sig)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -173,7 +223,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         check_writable("--png", args.png)
     p = load_plan(args.plan)
     if args.json:
-        print(json.dumps(_plan_json(p), indent=1))
+        print(json.dumps(_plan_json(p), indent=1, allow_nan=False))
     else:
         print(format_plan(p))
     if args.png:
@@ -191,6 +241,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from aoizora.plans import load_plan, program_key
 
     p = load_plan(args.plan) if args.plan else None     # checked before anything is built
+    _check_compiler()
     job = _job(args, p)
     if p is not None:
         fn, fargs, layout, order = job.fn, job.args, p.layout, p.device_order
@@ -223,6 +274,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from aoizora.planning.progress import ConsoleProgress, Progress
 
     plan = load_plan(args.plan) if args.plan else None  # checked before anything is built
+    _check_compiler()
     job = _job(args)
     if plan is not None:
         pjob = _job(args, plan)
@@ -254,8 +306,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     from aoizora.planner import compile_layout
     from aoizora.plans import load_plan, program_key
 
+    from aoizora.extract.targets import libtpu_available
+
     p = load_plan(args.plan)
     base = load_plan(args.baseline) if args.baseline else None   # both read before compiling
+    _check_compiler()
+    if not libtpu_available():   # not the plan's fault: a configuration error, not a FAIL
+        raise UsageError("libtpu is unavailable here, so the plan cannot be compiled; install "
+                         "the project with its TPU compiler: pip install -e .")
     job = _job(args, p)
     p.check_key(program_key(job.fn, job.args, job.target.name), ignore_target=False)
     try:
@@ -312,7 +370,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="aoizora", description=__doc__)
+    p = _Parser(prog="aoizora", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("targets", help="list TPU targets (or show one) with chips, shape, wraparound, links, HBM")
     t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8")
@@ -333,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--calibration", metavar="PLAN",
                     help="start from what an earlier plan's loop learned on this target (a plan "
                          "file from aoizora plan --out, e.g. of another frame count)")
-    pl.add_argument("--out", help="save the plan as JSON")
+    pl.add_argument("--out", help="save the plan as JSON (atomically: the file there stays whole "
+                                  "if the save fails or is interrupted)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
     pl.add_argument("--quiet", action="store_true", help="no progress on stderr")
     pl.set_defaults(func=cmd_plan)
@@ -351,7 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="print the whole evidence as JSON")
     ins.set_defaults(func=cmd_inspect)
 
-    ck = sub.add_parser("check", help="CI gate: the plan still compiles, fits and has not regressed (exit 1 if not)")
+    ck = sub.add_parser("check", help="CI gate: the plan still compiles, fits and has not "
+                        "regressed (exit 1 only then; 2 for bad input or configuration)",
+                        description="Exit 0: the plan passes; 1: the plan regressed (no longer "
+                        "compiles for its target, no longer fits in HBM, or its prediction "
+                        "exceeds --max-step-ms / the baseline); 2: bad input or configuration "
+                        "(a plan file, a LIBTPU_INIT_ARGS libtpu refuses, no libtpu), one line.")
     ck.add_argument("plan", help="a plan file from aoizora plan --out")
     _add_job_args(ck)
     ck.add_argument("--baseline", help="a reference plan file; fail when the prediction exceeds its own by --tolerance")
@@ -385,11 +450,37 @@ def _user_errors() -> tuple:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command (exit codes: the module docstring). SIGINT and SIGTERM are handled for the
+    whole command (``aoizora.planning.interrupts``, installed before libtpu initialises, so that
+    libtpu's native stack dump never shows): plan keeps and saves its best plan so far; any
+    other command, or a second signal, quits at once."""
+    from aoizora.planning.interrupts import handling_signals
+    from aoizora.solvers.stop import Stop, running
+
     args = build_parser().parse_args(argv)
+    stop = Stop()
+    with running(stop), handling_signals(stop, hard_exit=True) as signals:
+        args.signals = signals
+        code = _run_command(args)
+        if stop.is_set():
+            # a compile abandoned by the interrupt may still run in its thread: leave without
+            # waiting for it (nothing else is pending: the plan is saved, the output flushed)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return code
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    from aoizora.planning_errors import PlanningError
+
     try:
         return args.func(args)
     except _user_errors() as e:
-        print(f"aoizora: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        print(f"aoizora: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
+        if isinstance(e, PlanningError) and e.kind == "interrupted":
+            return _interrupted_code(args)
         return 2
     except KeyboardInterrupt:
         print("aoizora: interrupted", file=sys.stderr)

@@ -3,6 +3,9 @@ chip labelled with its logical rank. Needs matplotlib (``pip install aoizora[plo
 
 from __future__ import annotations
 
+import os
+
+from aoizora.extract.atomic_io import atomic_open
 from aoizora.plans import Plan, PlanError
 
 
@@ -55,5 +58,6 @@ def draw_plan(p: Plan, path: str) -> None:
     sm = cm.ScalarMappable(norm=norm, cmap=cmap)
     fig.colorbar(sm, ax=ax, label="link busy time per step, ms (predicted)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_open(path, "wb") as f:     # a failed or interrupted save keeps the old file
+        fig.savefig(f, dpi=110, format=os.path.splitext(str(path))[1].lstrip(".") or "png")
     plt.close(fig)

@@ -11,7 +11,8 @@ Rules beyond the types (n = the target's device count, ``Target.num_devices``; t
 except on v4, which shows two devices per chip):
 - ``target`` and ``key.target`` name the same known slice;
 - ``device_order`` is a permutation of 0..n-1; ``device_coords`` has one chip coordinate per
-  entry, inside the slice's shape, each chip ``devices_per_chip`` times;
+  entry, inside the slice's shape, each chip ``devices_per_chip`` times, and ``device_coords[i]``
+  is the chip of device ``device_order[i]`` (libtpu's topology);
 - ``layout.mesh_axes``: prod over axes of size = n; ``mesh``, when present, equals it;
 - every axis in ``layout.in_specs``, ``out_specs``, ``node_specs``, ``attention`` (batch, heads,
   seq) and ``rules`` is a mesh axis, at most once per spec; ``in_specs`` has one spec per entry
@@ -22,6 +23,7 @@ except on v4, which shows two devices per chip):
   blocks with a fused backward; ``layout.compiler_options``: names ``xla_...``, values
   bool, number or string; ``layout.remat`` (optional, a training step's rematerialization):
   activation name -> "keep" | "recompute" | "offload";
+- numbers are finite everywhere (no NaN or infinity: strict JSON, ``plans.load_plan``);
 - ``predicted``: ``step_s``, ``compute_s``, ``communication_s`` and every other ``*_s`` entry
   is a finite number >= 0 (seconds; the optional ones may be null).
 """
@@ -35,7 +37,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
-from aoizora.extract.targets import Target, TargetError, get_target
+from aoizora.extract.targets import LibtpuArgsError, Target, TargetError, get_target
 from aoizora.formulation.layout import ALL_TILE_FIELDS, tile_problems
 
 PLAN_FORMAT = "aoizora-plan/1"
@@ -85,7 +87,7 @@ Spec = list[SpecEntry]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
 class KeyModel(_Strict):
@@ -130,7 +132,7 @@ class LinkModel(_Strict):
 
 
 class PredictedModel(_Strict):
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
     step_s: Seconds
     compute_s: Seconds
     communication_s: Seconds
@@ -144,7 +146,7 @@ class PredictedModel(_Strict):
 
 
 class CertificateModel(_Strict):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
     solver: str
     status: Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"]
     objective: float | None
@@ -159,7 +161,7 @@ class CertificateModel(_Strict):
 
 
 class ProgramModel(_Strict):
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
     pad_multiple: AxisSize | None = None
 
 
@@ -207,6 +209,11 @@ def validate_plan_json(d: Any, source: str | None = None) -> PlanModel:
     if not isinstance(d, dict):
         raise plan_error("(the plan)", f"a JSON object is expected, not a {type(d).__name__}",
                          source)
+    bad = _non_finite(d)
+    if bad is not None:
+        loc, v = bad
+        raise plan_error(field_path(loc), f"{v} is not a finite number (a plan holds finite "
+                         f"numbers only)", source)
     if d.get("format") != PLAN_FORMAT:
         raise plan_error("format", f"{d.get('format')!r} is not an AoiZora plan "
                          f"(expected {PLAN_FORMAT!r})", source)
@@ -223,12 +230,28 @@ def validate_plan_json(d: Any, source: str | None = None) -> PlanModel:
     _check_mesh(m, tgt, source)
     _check_device_order(m.device_order, tgt, source)
     _check_device_coords(m.device_coords, tgt, source)
+    _check_order_matches_coords(m.device_order, m.device_coords, tgt, source)
     _check_in_specs(m, source)
     for field, spec in _specs(m.layout):
         _check_axes(field, spec, m.layout.mesh_axes, source)
     _check_tiles(m.layout, source)
     _check_predicted_seconds(m.predicted, source)
     return m
+
+
+def _non_finite(d: Any) -> tuple[tuple, float] | None:
+    """(location, value) of the first NaN or infinity in ``d`` (parsed JSON), in file order, or
+    None; iterative, so any nesting is safe."""
+    todo: list[tuple[tuple, Any]] = [((), d)]
+    while todo:
+        loc, x = todo.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            return loc, x
+        if isinstance(x, dict):
+            todo += [(loc + (k,), v) for k, v in reversed(list(x.items()))]
+        elif isinstance(x, list):
+            todo += [(loc + (i,), v) for i, v in reversed(list(enumerate(x)))]
+    return None
 
 
 def _target(m: PlanModel, source: str | None) -> Target:
@@ -288,6 +311,24 @@ def _check_device_coords(coords: list[list[int]], tgt: Target, source: str | Non
         if k != per_chip:
             raise plan_error("device_coords", f"chip {list(c)} is given for {k} entries, "
                              f"{tgt.name} has {per_chip} device(s) per chip", source)
+
+
+def _check_order_matches_coords(order: list[int], coords: list[list[int]], tgt: Target,
+                                source: str | None) -> None:
+    """``device_coords[i]`` must be the chip of device ``device_order[i]`` on the target (what
+    ``check`` compiles, by ids, is then what ``Plan.make_mesh`` deploys, by coordinates). The
+    chips come from libtpu's topology; without libtpu the check is skipped."""
+    try:
+        chip_of = tgt.device_coords()
+    except LibtpuArgsError:
+        raise
+    except TargetError:
+        return
+    for i, (d, c) in enumerate(zip(order, coords)):
+        if tuple(c) != tuple(chip_of[d]):
+            raise plan_error(f"device_coords[{i}]", f"{list(c)} is not the chip of device "
+                             f"{d} (device_order[{i}]), which is at {list(chip_of[d])} on "
+                             f"{tgt.name}: the two fields disagree", source)
 
 
 def _rank(shape: str) -> int:

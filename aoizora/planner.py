@@ -55,6 +55,7 @@ long the ILPs took. ``Plan.time_limited`` lists each place where a time limit di
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, Sequence
 
@@ -72,50 +73,75 @@ from aoizora.planning.final_annealing import anneal_best, anneal_reserve
 from aoizora.formulation.calibration import Calibration
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.meshes import candidate_meshes
+from aoizora.planning.interrupts import handling_signals
 from aoizora.planning.loop import iterate
 from aoizora.planning.loop_state import LoopState, Program, Settings, mesh_states
-from aoizora.planning.plan_assembly import assemble, no_plan_error
+from aoizora.planning.plan_assembly import assemble, interrupted_error, no_plan_error
 from aoizora.planning_errors import BudgetError, PlanningError
 from aoizora.plans import Plan, program_key
 from aoizora.planning.progress import Progress
 from aoizora.runtime.realize import RealizeError
 from aoizora.planning.seeds import queue_seed_compiles
+from aoizora.solvers import stop as stopping
 from aoizora.solvers.budget import Budget
+from aoizora.solvers.stop import Interrupted, Stop
 
 __all__ = ["plan", "Seed", "Candidate", "compile_layout", "PlanningError", "BudgetError"]
 
 
 def _budget_seconds(time_budget_s) -> float:
-    if not math.isfinite(float(time_budget_s)) or time_budget_s <= 0:
-        raise BudgetError(f"time budget {time_budget_s} s: give a positive, finite number of "
-                          "seconds")
+    if (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float, np.number))
+            or not math.isfinite(float(time_budget_s)) or time_budget_s <= 0):
+        raise BudgetError(f"time_budget_s={time_budget_s!r}: give a positive, finite number of "
+                          "seconds (int or float, e.g. 300)", kind="input")
     return float(time_budget_s)
+
+
+def _check_fn(fn) -> None:
+    if not callable(fn):
+        raise PlanningError(f"fn is a {type(fn).__name__}, not a function: pass the function to "
+                            "plan (e.g. plan(step, params, x)), its inputs after it",
+                            kind="input")
+
+
+def _check_shapes(abstract_args) -> None:
+    """Every argument leaf has a shape and dtype, and every dimension a positive integer."""
+    for i, a in enumerate(abstract_args):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(a)[0]:
+            where = f"argument {i}{jax.tree_util.keystr(path)}"
+            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+                raise PlanningError(
+                    f"{where} is of type {type(leaf).__name__}, which has no shape and dtype: pass "
+                    "jax.ShapeDtypeStruct or arrays (bind static values into fn, e.g. with "
+                    "functools.partial)", kind="input")
+            bad = [d for d in tuple(leaf.shape) if isinstance(d, bool)
+                   or not isinstance(d, (int, np.integer)) or d <= 0]
+            if bad:
+                raise PlanningError(
+                    f"{where} has shape {tuple(leaf.shape)}: dimension {bad[0]!r} is not a "
+                    "positive integer; give every dimension a size of 1 or more (a zero-size "
+                    "input has nothing to shard)", kind="input")
 
 
 def _check_plan_args(abstract_args, seed, workers, placement_time_s, ilp_time_s, top_k,
                      max_iterations) -> None:
     """Refuse, in one line that says what to pass, what ``plan`` cannot use."""
-    if int(top_k) != top_k or top_k < 1:
-        raise PlanningError(f"top_k={top_k}: give the number of layouts to compile per "
-                            "iteration, 1 or more (default 2)")
-    if int(max_iterations) != max_iterations or max_iterations < 1:
-        raise PlanningError(f"max_iterations={max_iterations}: give 1 or more (default 4)")
+    for name, v, what in (("top_k", top_k, "the number of layouts to compile per iteration, 1 "
+                           "or more (default 2)"),
+                          ("max_iterations", max_iterations, "1 or more (default 4)"),
+                          ("workers", workers, "a whole number of solver threads, 1 or more "
+                           "(default 1)")):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise PlanningError(f"{name}={v!r}: give {what}", kind="input")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise PlanningError(f"seed={seed!r}: give a whole number (the solvers' seed, default 0)")
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise PlanningError(f"workers={workers!r}: give a whole number of solver threads, 1 or "
-                            "more (default 1)")
+        raise PlanningError(f"seed={seed!r}: give a whole number (the solvers' seed, default 0)",
+                            kind="input")
     for name, v in (("placement_time_s", placement_time_s), ("ilp_time_s", ilp_time_s)):
-        if not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or v <= 0:
-            raise PlanningError(f"{name}={v!r}: give a positive, finite number of seconds")
-    for i, a in enumerate(abstract_args):
-        for path, leaf in jax.tree_util.tree_flatten_with_path(a)[0]:
-            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
-                where = f"argument {i}{jax.tree_util.keystr(path)}"
-                raise PlanningError(
-                    f"{where} is of type {type(leaf).__name__}, which has no shape and dtype: pass "
-                    "jax.ShapeDtypeStruct or arrays (bind static values into fn, e.g. with "
-                    "functools.partial)")
+        if (isinstance(v, bool) or not isinstance(v, (int, float, np.number))
+                or not math.isfinite(v) or v <= 0):
+            raise PlanningError(f"{name}={v!r}: give a positive, finite number of seconds",
+                                kind="input")
+    _check_shapes(abstract_args)
 
 
 def _calibration_of(calibration: "Calibration | Plan | None", target: Target
@@ -141,11 +167,19 @@ def _learning_from(given: Calibration | None, target: Target) -> Calibration:
                        compute_pool=list(given.compute_pool))
 
 
-def _trace(fn, abstract_args):
+def _trace(fn, abstract_args, target: Target):
+    """(the plan key, the partitioner IR) of ``fn(*abstract_args)``; a PlanningError of kind
+    "trace" naming the function and its first error line when it raises while traced."""
+    name = getattr(fn, "__name__", type(fn).__name__)
     try:
-        return build_ir(fn, *abstract_args)
+        return program_key(fn, abstract_args, target.name), build_ir(fn, *abstract_args)
     except Exception as e:  # noqa: BLE001 -- a user function that fails to trace
-        raise PlanningError(f"cannot trace the program: {str(e).splitlines()[0]}") from e
+        first = (str(e).strip().splitlines() or [""])[0]
+        hint = ("; use jax.numpy, not numpy, on the traced values" if "Tracer" in type(e).__name__
+                or "Tracer" in first else "")
+        raise PlanningError(f"fn {name} raised while traced for the abstract inputs "
+                            f"({type(e).__name__}: {first[:200]}){hint}; fix the function or "
+                            f"its inputs' shapes and dtypes", kind="trace") from e
 
 
 def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
@@ -168,40 +202,97 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
     the plan itself): the ILP starts from its collective costs and attention scales instead of
     the defaults (``formulation.calibration``); a calibration from another target is refused.
     ``ilp_time_s`` / ``placement_time_s``: what one ILP / one placement may take at most; the
-    budget's shares (``solvers.budget``) cut them to the time left."""
+    budget's shares (``solvers.budget``) cut them to the time left.
+
+    Interrupts (``aoizora.planning.interrupts``): called in the main thread, ``plan`` handles
+    SIGINT and SIGTERM for its duration (the previous handlers come back after). The first ends
+    planning where it is (a CP-SAT search stopped, a solver process killed, the running compile
+    abandoned, not awaited) and returns the best plan so far with ``status`` "INTERRUPTED", its
+    notes and ``time_limited`` naming what was cut; a second raises KeyboardInterrupt.
+
+    Raises:
+        PlanningError: with ``kind`` (``aoizora.planning_errors``): "input" (an argument
+            ``plan`` cannot use, named), "trace" (``fn`` raised while traced), "budget"
+            (``BudgetError``), "interrupted" (an interrupt before anything was priced),
+            "no_plan" (nothing compiled or fitting).
+        CalibrationError: a ``calibration`` from another target; TargetError: an unknown
+            ``target``."""
     budget = Budget(_budget_seconds(time_budget_s))
     progress = progress or Progress()
+    _check_fn(fn)
     tgt = get_target(target)
     _check_plan_args(abstract_args, seed, workers, placement_time_s, ilp_time_s, top_k,
                      max_iterations)
     calibration = _calibration_of(calibration, tgt)
-    progress.stage(f"tracing the program for {tgt.short_name} ({tgt.name}, "
-                   f"{tgt.num_devices} devices)")
-    key = program_key(fn, abstract_args, tgt.name)
-    ir = _trace(fn, abstract_args)
-    mesh_list = [dict(m) for m in (meshes if meshes is not None
-                                   else candidate_meshes(tgt.num_devices))]
-    if not mesh_list and not seed_layouts:
-        raise PlanningError("nothing to plan: meshes=[] and no seed_layouts; pass meshes=None "
-                            "(every factorization of the chip count), a mesh, or a seed layout")
-    queue = CompileQueue(budget, (CompileError, RealizeError),
-                         reserve_s=anneal_reserve(budget, placement_time_s))
-    state = LoopState(
-        program=Program(fn, abstract_args, tgt, Network.from_target(tgt), ir),
-        settings=Settings(seed, top_k, max_iterations, ilp_time_s, placement_time_s, workers),
-        budget=budget, queue=queue, meshes=mesh_list,
-        mesh_state=mesh_states(tgt, mesh_list, calibration or Calibration(tgt.name)),
-        learned=_learning_from(calibration, tgt), progress=progress,
-        seeds=[sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts],
-        on_candidate=on_candidate)
-    # the seeds compile (in the background) while the first iteration's ILPs solve
-    queue_seed_compiles(state)
-    try:
-        iterate(state)
-    finally:
-        queue.close()
+    stop = stopping.current()
+    with contextlib.ExitStack() as scope:
+        if stop is None:    # called as the API: this call handles SIGINT / SIGTERM itself
+            stop = scope.enter_context(stopping.running(Stop()))
+            scope.enter_context(handling_signals(stop))
+        stop.active = True
+        scope.callback(setattr, stop, "active", False)
+        progress.stage(f"tracing the program for {tgt.short_name} ({tgt.name}, "
+                       f"{tgt.num_devices} devices)")
+        try:
+            with stop.raising():
+                key, ir = _trace(fn, abstract_args, tgt)
+        except Interrupted as e:
+            stop.request(str(e))
+            raise interrupted_error(stop, budget) from None
+        mesh_list = [dict(m) for m in (meshes if meshes is not None
+                                       else candidate_meshes(tgt.num_devices))]
+        if not mesh_list and not seed_layouts:
+            raise PlanningError("nothing to plan: meshes=[] and no seed_layouts; pass meshes=None "
+                                "(every factorization of the chip count), a mesh, or a seed "
+                                "layout", kind="input")
+        queue = CompileQueue(budget, (CompileError, RealizeError),
+                             reserve_s=anneal_reserve(budget, placement_time_s))
+        state = LoopState(
+            program=Program(fn, abstract_args, tgt, Network.from_target(tgt), ir),
+            settings=Settings(seed, top_k, max_iterations, ilp_time_s, placement_time_s, workers),
+            budget=budget, queue=queue, meshes=mesh_list,
+            mesh_state=mesh_states(tgt, mesh_list, calibration or Calibration(tgt.name)),
+            learned=_learning_from(calibration, tgt), progress=progress,
+            seeds=[sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts],
+            on_candidate=on_candidate, stop=stop)
+        return _run(state, key, calibration, verify)
+
+
+def _run(state: LoopState, key, calibration, verify: bool) -> Plan:
+    """The loop, the final annealing and the plan; an interrupt (``state.stop``) ends the loop
+    or the annealing where it is and the plan is assembled from the best so far, marked
+    INTERRUPTED (``plan_assembly``); a PlanningError of kind "interrupted" if there is none."""
+    stop, queue, budget = state.stop, state.queue, state.budget
+    with stop.cancelling(queue.abandon):
+        try:
+            with stop.raising():
+                # the seeds compile (in the background) while the first iteration's ILPs solve
+                queue_seed_compiles(state)
+                iterate(state)
+        except Interrupted as e:
+            stop.request(str(e))
+        finally:
+            queue.close(wait=not stop.is_set())
+    if stop.is_set():
+        queue.abandon()
+        state.stop_reason = f"interrupted by {stop.reason}"
     if state.best is None:
-        raise no_plan_error(state)
-    annealed = anneal_best(state.best, state.program.network, budget, placement_time_s, seed,
-                           progress)
-    return assemble(state, key, calibration, verify, queue.expected_compile_s, annealed)
+        raise interrupted_error(stop, budget) if stop.is_set() else no_plan_error(state)
+    annealed = ("", ["not run: interrupted"]) if stop.is_set() else _anneal(state)
+    return assemble(state, key, calibration, verify and not stop.is_set(),
+                    queue.expected_compile_s, annealed)
+
+
+def _anneal(state: LoopState) -> tuple[str, list[str]]:
+    """``final_annealing.anneal_best``, undone if an interrupt cuts it (the best is kept as
+    the loop left it)."""
+    best, s = state.best, state.settings
+    kept = (best.placement, best.placement_cert, best.q2)
+    try:
+        with state.stop.raising():
+            return anneal_best(best, state.program.network, state.budget, s.placement_time_s,
+                               s.seed, state.progress)
+    except Interrupted as e:
+        state.stop.request(str(e))
+        best.placement, best.placement_cert, best.q2 = kept
+        return "", ["cut by the interrupt; the placement before it kept"]

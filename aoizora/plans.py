@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from typing import Any, Callable
 
+from aoizora.extract.atomic_io import atomic_write
 from aoizora.formulation.calibration import Calibration, CalibrationError
 from aoizora.formulation.layout import Layout, Spec
 from aoizora.plan_schema import PLAN_FORMAT, PlanError, plan_error, validate_plan_json
@@ -34,6 +36,19 @@ class PlanKey:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "PlanKey":
         return cls(d["fingerprint"], tuple(d["input_shapes"]), d["target"])
+
+
+def finite_json(obj: Any) -> Any:
+    """``obj`` (JSON-like: dicts, lists, numbers, strings) with every NaN or infinity replaced by
+    None: for the free-form records a plan carries (iterations, calibration), so that the plan
+    is strict JSON; the plan's own numbers are checked, not replaced (``Plan.save``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
 
 
 def _shape_str(x) -> str:
@@ -171,15 +186,15 @@ class Plan:
             "layout": self.layout.to_json(),
             "layout_in_words": list(self.layout_in_words),
             "predicted": self.predicted,
-            "certificates": {k: v.to_json() for k, v in self.certificates.items()},
-            "iterations": self.iterations,
+            "certificates": {k: finite_json(v.to_json()) for k, v in self.certificates.items()},
+            "iterations": finite_json(self.iterations),
             "planning_time_s": self.planning_time_s,
             "fits_hbm": self.fits_hbm,
             "hbm_bytes_per_device": self.hbm_bytes_per_device,
             "status": self.status,
             "notes": list(self.notes),
             "program": dict(self.program),
-            "calibration": self.calibration.to_json() if self.calibration else None,
+            "calibration": finite_json(self.calibration.to_json()) if self.calibration else None,
             "time_limited": list(self.time_limited),
             "compiler": dict(self.compiler),
         }
@@ -212,17 +227,68 @@ class Plan:
         )
 
     def save(self, path: str) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
+        """Write the plan as JSON to ``path`` atomically (``extract.atomic_io``): a reader, or a
+        failure half-way (a full disk), sees the old file or the new one, never a torn one.
+
+        Raises:
+            OSError: the file could not be written; the file at ``path`` is as it was.
+            PlanError: the plan holds a number JSON cannot carry (NaN, infinity).
+        """
+        try:
+            text = json.dumps(self.to_json(), indent=1, allow_nan=False)
+        except ValueError as e:
+            raise PlanError(f"the plan holds a number JSON cannot carry ({e}); this is a "
+                            f"fault of aoizora's, please report it") from None
+        atomic_write(path, text)
+
+
+# A plan file is well under 1 MB (a v5p-128 plan with its iterations: about 0.3 MB); these caps
+# refuse what no planner wrote before it costs seconds and GiBs to read (a 100 MB list: 22.5 s,
+# 5.2 GB), or a RecursionError.
+MAX_PLAN_BYTES = 16 * 1024 * 1024
+MAX_PLAN_DEPTH = 64
+
+
+def _depth(d: Any) -> int:
+    """How deeply ``d`` (parsed JSON) nests lists and objects (iteratively: no recursion)."""
+    deepest, todo = 0, [(d, 1)]
+    while todo:
+        x, k = todo.pop()
+        if isinstance(x, (dict, list)):
+            deepest = max(deepest, k)
+            if k <= MAX_PLAN_DEPTH:
+                todo += [(v, k + 1) for v in (x.values() if isinstance(x, dict) else x)]
+    return deepest
+
+
+def _read_json(path: str, redo: str) -> Any:
+    """The JSON in ``path``, at most ``MAX_PLAN_BYTES`` and ``MAX_PLAN_DEPTH`` levels deep; a
+    one-line PlanError otherwise (NaN and Infinity are read, then refused by the schema with the
+    field named, ``plan_schema.validate_plan_json``)."""
+    with open(path, "rb") as f:
+        raw = f.read(MAX_PLAN_BYTES + 1)
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanError(f"{path}: larger than {MAX_PLAN_BYTES // 2**20} MiB, which no plan is; "
+                        f"{redo}")
+    text = raw.decode("utf-8")
+    try:
+        d = json.loads(text)
+    except RecursionError:
+        raise PlanError(f"{path}: nested deeper than a plan ever is (more than "
+                        f"{MAX_PLAN_DEPTH} levels); {redo}") from None
+    if _depth(d) > MAX_PLAN_DEPTH:
+        raise PlanError(f"{path}: nested deeper than a plan ever is (more than "
+                        f"{MAX_PLAN_DEPTH} levels); {redo}")
+    return d
 
 
 def load_plan(path: str) -> Plan:
     """Read and check a plan saved by Plan.save; a one-line PlanError for a missing, unreadable,
-    non-JSON or invalid file (``<field>: <what is wrong>; <what to do>``)."""
+    non-JSON, too large (``MAX_PLAN_BYTES``), too deeply nested (``MAX_PLAN_DEPTH``) or invalid
+    file (``<field>: <what is wrong>; <what to do>``)."""
     redo = f"make one with: aoizora plan --out {path}"
     try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
+        d = _read_json(path, redo)
     except FileNotFoundError:
         raise PlanError(f"{path}: no plan file there; {redo}") from None
     except IsADirectoryError:

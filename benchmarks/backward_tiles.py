@@ -37,6 +37,7 @@ from aoizora.extract.targets import get_target
 from aoizora.formulation.latency import predict_step
 from benchmarks.sim.constants import chip_model
 from benchmarks.sim.hlo_cost import compute_breakdown
+from aoizora.extract.atomic_io import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
 HEADS, TOKENS, HEAD_DIM, CHIPS = 12, 10240, 128, 4
@@ -142,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             print(json.dumps(r), flush=True)
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "backward_tiles.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (RESULTS / "backward_tiles.md").write_text("\n".join(report(rows)))
+        atomic_write(RESULTS / "backward_tiles.json", json.dumps(rows, indent=1) + "\n")
+    atomic_write(RESULTS / "backward_tiles.md", "\n".join(report(rows)))
     return 0
 
 

@@ -33,6 +33,7 @@ from aoizora.runtime.realize import realize
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from benchmarks.model_compile import fsdp_cp_setup, layout_for  # noqa: E402
+from aoizora.extract.atomic_io import atomic_open
 
 
 def time_one(target: str, model: str, workload: str, frames: int | None) -> dict:
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
         print(json.dumps({k: v for k, v in row.items() if k != "summary"}), flush=True)
         rows.append(row)
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "evidence_timing.json"), "w") as f:
+    with atomic_open(os.path.join(a.out, "evidence_timing.json")) as f:
         json.dump({"jax": jax.__version__, "runs": rows}, f, indent=2)
     lines = [f"# Trace, compile and parse times: {a.model}, {a.workload}", "",
              "Wall-clock seconds on a shared 2-core CPU machine (no TPU; libtpu compiles ahead of "
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
                      f"{r['hbm_bytes'] / 1024**3:.2f} | {r['fits']} |")
     for r in rows:
         lines += ["", f"## {r['target']}", "", "```", r["summary"], "```"]
-    with open(os.path.join(a.out, "evidence_timing.md"), "w") as f:
+    with atomic_open(os.path.join(a.out, "evidence_timing.md")) as f:
         f.write("\n".join(lines) + "\n")
     return 0
 

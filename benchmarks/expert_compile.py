@@ -29,6 +29,7 @@ from aoizora.models.registry import get_model
 from aoizora.models.workloads import Workload
 from aoizora.runtime.realize import realize
 from benchmarks.machine import git_state
+from aoizora.extract.atomic_io import atomic_open
 
 RUNS = [("wan2.1-small", "tiny-9f"), ("wan2.1-1.3b", "480p-81f"), ("wan2.1-14b", "480p-81f"), ("hunyuanvideo-13b", "544p-129f")]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,7 +68,7 @@ def compile_expert(e, target: str) -> dict:
 
 def write(doc: dict, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "expert_compile.json"), "w") as f:
+    with atomic_open(os.path.join(out_dir, "expert_compile.json")) as f:
         json.dump(doc, f, indent=2)
     gib = 1024 ** 3
     lines = [f"# Expert configurations compiled ahead of time for {doc['target']}", "",
@@ -92,7 +93,7 @@ def write(doc: dict, out_dir: str) -> None:
         lines.append(f"| {r['model']} | {r['workload']} | {r['expert']} | {mesh} | {why} | "
                      f"{r.get('seconds_compile', '-')} | {'-' if hb is None else f'{hb / gib:.2f}'} | "
                      f"{r.get('fits', '-')} | {colls} |")
-    with open(os.path.join(out_dir, "expert_compile.md"), "w") as f:
+    with atomic_open(os.path.join(out_dir, "expert_compile.md")) as f:
         f.write("\n".join(lines) + "\n")
 
 

@@ -72,6 +72,7 @@ import numpy as np
 
 import aoizora  # noqa: F401  -- sets libtpu's environment first
 from aoizora.builtin import Job, builtin_job
+from aoizora.extract.atomic_io import atomic_write
 from aoizora.compare import alpa_logical, price_default_order
 from aoizora.extract.aot_compile import keeping_hlo, read_hlo
 from aoizora.extract.evidence import Evidence
@@ -666,9 +667,7 @@ def write_cell(out: dict[str, Any], directory: Path, path: Path | None = None) -
     """Write ``out`` to ``directory/<cell>.json`` (or to ``path``, e.g. a repeat run's file)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = path or directory / f"{out['cell']}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(out, indent=1, default=_json_default) + "\n")
     return path
 
 

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from benchmarks.grid_report import cell_row, fmt_ms, load_cells
 from benchmarks.grid import INDEPENDENT, Q2_LABEL, RESULTS, SIM_LABEL, TIE_REL, grid_cells
+from aoizora.extract.atomic_io import atomic_write
 
 OUT = INDEPENDENT.parent / "grid_independent.md"
 
@@ -266,7 +267,7 @@ def write_report(directory: Path = INDEPENDENT, out: Path = OUT, old_dir: Path =
     old = {c["cell"]: c for c in load_cells(old_dir)} if Path(old_dir).is_dir() else {}
     lines_ = [cell_line(c, old.get(c["cell"])) for c in cells]
     md = markdown(lines_, cells, [c.name for c in grid_cells()])
-    out.write_text("\n".join(md) + "\n")
+    atomic_write(out, "\n".join(md) + "\n")
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from aoizora.solvers.placement_heuristics import EVALUATIONS_PER_S
 from benchmarks.grid import Q2_LABEL, RESULTS, SIM_LABEL_OLD as SIM_LABEL, TIE_REL
+from aoizora.extract.atomic_io import atomic_write
 
 OUT = RESULTS.parent
 GEOMEAN_TARGET = 1.10
@@ -496,10 +497,10 @@ def write_report(directory: Path = RESULTS, out_dir: Path = OUT,
     paths = []
     out_dir.mkdir(parents=True, exist_ok=True)
     p = out_dir / "grid.md"
-    p.write_text("\n".join(md) + "\n")
+    atomic_write(p, "\n".join(md) + "\n")
     paths.append(p)
     p = out_dir / "grid_readme.md"
-    p.write_text("\n".join(readme_snippet(cells, s)) + "\n")
+    atomic_write(p, "\n".join(readme_snippet(cells, s)) + "\n")
     paths.append(p)
     try:
         paths.append(plot(cells, out_dir / "grid_speedup.png"))

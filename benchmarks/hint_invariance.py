@@ -32,6 +32,7 @@ from aoizora.planner import compile_layout
 from aoizora.solvers.sharding import solve_sharding
 from benchmarks.joint_dit import make
 from benchmarks.machine import git_state, machine_info
+from aoizora.extract.atomic_io import atomic_write
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FULL = dict(L=24, D=3072, H=24, F=12288, S=32768, T=512, B=2)   # about 4.1e9 parameters
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
     if a.compare:
         runs = [(lbl, json.loads(Path(f).read_text())) for lbl, f in zip(("before", "after"), a.compare)]
         text = report(runs, a.out)
-        (RESULTS / f"{a.out or 'hint_invariance'}.md").write_text(text)
+        atomic_write(RESULTS / f"{a.out or 'hint_invariance'}.md", text)
         print(text)
         return 0
     tg = get_target(a.target)
@@ -109,9 +110,9 @@ def main(argv=None) -> int:
     out = {"target": tg.name, "size": size, "machine": machine_info(), "git": git_state(),
            "unit": "seconds", "variants": [run_variant(tg, h, size, a.ilp_s) for h in (True, False)]}
     stem = a.out or f"hint_invariance_{tg.short_name}"
-    (RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
+    atomic_write(RESULTS / f"{stem}.json", json.dumps(out, indent=1, default=str) + "\n")
     text = report([("this code", out)], stem)
-    (RESULTS / f"{stem}.md").write_text(text)
+    atomic_write(RESULTS / f"{stem}.md", text)
     print(text)
     return 0
 

@@ -35,6 +35,7 @@ from aoizora.planner import Candidate
 from benchmarks.grid import RESULTS as GRID_RESULTS, grid_cells
 from benchmarks.machine import git_state, machine_info
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
+from aoizora.extract.atomic_io import atomic_write
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ilp_only"
 REPORT = Path(__file__).resolve().parent / "results" / "ilp_only.md"
@@ -149,10 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             print(f"[{cell.name}] planning with no seeds, budget {a.budget:g} s", flush=True)
             out = run_cell(cell, a.budget, a.seed)
-            (d / f"{cell.name}.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
+            atomic_write(d / f"{cell.name}.json", json.dumps(out, indent=1, default=str) + "\n")
             print(f"[{cell.name}] {out.get('sim_step_s', out.get('error'))}", flush=True)
     tags = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.exists() else []
-    REPORT.write_text(report(tags))
+    atomic_write(REPORT, report(tags))
     print(REPORT.read_text())
     return 0
 

@@ -10,6 +10,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+from aoizora.extract.atomic_io import atomic_open
 
 PACKAGES = ("jax", "jaxlib", "libtpu", "ortools", "pulp", "highspy", "numpy")
 NOTE = ("CPU-only machine (no TPU): libtpu compiles ahead of time for the target; wall-clock "
@@ -69,7 +70,7 @@ def machine_line(doc: dict[str, Any]) -> str:
 def write_results(out_dir: str, name: str, doc: dict[str, Any], md_lines: list[str]) -> None:
     """``doc`` as ``out_dir/name.json`` and ``md_lines`` as ``out_dir/name.md``."""
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+    with atomic_open(os.path.join(out_dir, f"{name}.json")) as f:
         json.dump(doc, f, indent=1)
-    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+    with atomic_open(os.path.join(out_dir, f"{name}.md")) as f:
         f.write("\n".join(md_lines) + "\n")

@@ -34,6 +34,7 @@ from aoizora.formulation.layout import AttentionLayout, Layout
 from aoizora.models.registry import abstract_inputs, denoise_step, get_model
 from aoizora.models.workloads import Workload, pad_to
 from aoizora.runtime.realize import realize
+from aoizora.extract.atomic_io import atomic_open
 
 RUNS = [("wan2.1-1.3b", "480p-81f"), ("wan2.1-14b", "480p-81f"), ("hunyuanvideo-13b", "720p-129f"),
         ("wan2.1-14b", "720p-81f"), ("hunyuanvideo-13b", "544p-129f")]
@@ -131,7 +132,7 @@ def machine() -> dict:
 def write(rows: list[dict], target: str, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     doc = {"target": target, "machine": machine(), "runs": rows}
-    with open(os.path.join(out_dir, "model_compile.json"), "w") as f:
+    with atomic_open(os.path.join(out_dir, "model_compile.json")) as f:
         json.dump(doc, f, indent=2)
     gib = 1024 ** 3
     lines = [f"# Full-size models compiled ahead of time for {target}", "",
@@ -149,7 +150,7 @@ def write(rows: list[dict], target: str, out_dir: str) -> None:
         lines.append(f"| {r['model']} | {r['workload']} | {r['tokens']:,} | {r['padded_sequence']:,} | "
                      f"{r.get('seconds_compile', '-')} | {r.get('seconds_lower', '-')} | "
                      f"{'-' if hb is None else f'{hb / gib:.2f}'} | {r['fits']} | {r.get('error', '')} |")
-    with open(os.path.join(out_dir, "model_compile.md"), "w") as f:
+    with atomic_open(os.path.join(out_dir, "model_compile.md")) as f:
         f.write("\n".join(lines) + "\n")
 
 

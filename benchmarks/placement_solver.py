@@ -23,6 +23,7 @@ from aoizora.extract.network import Network, default_device_order
 from aoizora.solvers.placement_heuristics import EVALUATIONS_PER_S
 
 from benchmarks.machine import git_state, machine_info
+from aoizora.extract.atomic_io import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
 # -- evidence: the real Wan 2.1 1.3B compile, cached as JSON -----------------------------------
@@ -78,7 +79,7 @@ def compile_instance(target: str) -> dict:
         with gzip.open(plain.with_suffix(".json.gz"), "wt") as f:
             f.write(text)
     else:
-        plain.write_text(text)
+        atomic_write(plain, text)
     return rec
 
 
@@ -314,13 +315,13 @@ def run(targets, budgets, recompile=False, out_dir=RESULTS, log=print,
 
 def write(out: dict, out_dir: Path = RESULTS) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "placement_solver.json").write_text(json.dumps(out, indent=1))
+    atomic_write(out_dir / "placement_solver.json", json.dumps(out, indent=1))
     try:
         plot(out, out_dir / "placement_solver_vs_heuristics.png")
         out["plot"] = "placement_solver_vs_heuristics.png"
     except Exception as e:  # noqa: BLE001 -- the report says the plot failed
         out["plot_error"] = str(e).splitlines()[0]
-    (out_dir / "placement_solver.md").write_text(markdown(out))
+    atomic_write(out_dir / "placement_solver.md", markdown(out))
 
 
 def plot(out: dict, path: Path) -> None:

@@ -23,6 +23,7 @@ import aoizora  # noqa: F401  (sets libtpu's environment first)
 from aoizora.builtin import builtin_job, expert_seed_layouts
 from aoizora.planning.progress import ConsoleProgress
 from aoizora.report import format_plan
+from aoizora.extract.atomic_io import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
             md.append(f"  - {ch}")
     md += ["", "## What the feedback changed", ""]
     md += [f"- {g}" for g in gains] or ["- nothing in this run"]
-    (RESULTS / f"{stem}.md").write_text("\n".join(md) + "\n")
+    atomic_write(RESULTS / f"{stem}.md", "\n".join(md) + "\n")
     print("\n".join(md))
     return 0
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from aoizora.extract.atomic_io import atomic_write
 
 TOL_S = 1e-5   # 0.01 ms
 
@@ -45,7 +46,7 @@ def run(cell: str, budget_s: float, out: Path, seed: int = 0) -> dict:
          "planning_time_s": p.planning_time_s, "iterations": len(p.iterations),
          "time_limited": p.time_limited}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(d, indent=1, default=str))
+    atomic_write(out, json.dumps(d, indent=1, default=str))
     return d
 
 
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
     table, ok = compare(a.dir, a.before, a.after)
     print(table)
     if a.md:
-        a.md.write_text(table)
+        atomic_write(a.md, table)
     return 0 if ok else 1
 
 

@@ -27,6 +27,7 @@ from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.models.registry import abstract_inputs, denoise_step, get_model
 from aoizora.solvers.sharding import available_solvers, solve_sharding
+from aoizora.extract.atomic_io import atomic_open
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL, WORKLOAD = "wan2.1-1.3b", "480p-81f"
@@ -111,7 +112,7 @@ def write(rows, out_dir, time_limit) -> None:
     os.makedirs(out_dir, exist_ok=True)
     doc = {"model": MODEL, "workload": WORKLOAD, "time_limit_s": time_limit, "machine": machine(),
            "runs": rows}
-    with open(os.path.join(out_dir, "sharding_ilp.json"), "w") as f:
+    with atomic_open(os.path.join(out_dir, "sharding_ilp.json")) as f:
         json.dump(doc, f, indent=1)
     lines = [f"# Sharding ILP: {MODEL} {WORKLOAD} (one denoising step, CFG batch 2, 30 scanned blocks)",
              "", f"Machine: {doc['machine']['platform']}, {doc['machine']['cpus']} CPUs (shared), "
@@ -152,7 +153,7 @@ def write(rows, out_dir, time_limit) -> None:
             lines.append(f"- {r['target']} {mesh_name(r['mesh'])}: compile failed: {comp['error']}")
     lines.append("- Attention column: the self-attention layout, then the cross-attention layout "
                  "(keys/values gathered along their sequence unless it says ring).")
-    with open(os.path.join(out_dir, "sharding_ilp.md"), "w") as f:
+    with atomic_open(os.path.join(out_dir, "sharding_ilp.md")) as f:
         f.write("\n".join(lines) + "\n")
 
 

@@ -33,6 +33,7 @@ from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.meshes import candidate_meshes
 from aoizora.solvers.sharding import ShardingSolveError, solve_sharding
 from benchmarks.machine import git_state, machine_info
+from aoizora.extract.atomic_io import atomic_open
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "results", "sharding_solvers")
@@ -141,9 +142,9 @@ def main(argv=None) -> None:
         if cell in done:
             continue
         data["rows"] += run_instance(model, res, frames, target, a.limit)
-        with open(path, "w") as f:
+        with atomic_open(path) as f:
             json.dump(data, f, indent=1)
-    with open(OUT + ".md", "w") as f:
+    with atomic_open(OUT + ".md") as f:
         f.write(write_md(data))
     print(f"wrote {OUT}.json and .md")
 

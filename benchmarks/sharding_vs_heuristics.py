@@ -38,6 +38,7 @@ import time
 import aoizora  # noqa: F401  (libtpu environment first)
 
 from benchmarks.machine import machine_info
+from aoizora.extract.atomic_io import atomic_open
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL, WORKLOAD = "wan2.1-1.3b", "480p-81f"
@@ -222,7 +223,7 @@ def main(argv=None) -> None:
             entry["cells"][cell_id(tname, mesh, b)] = cell
             doc["machine"] = machine_info()
             os.makedirs(a.out, exist_ok=True)
-            with open(path, "w") as f:
+            with atomic_open(path) as f:
                 json.dump(doc, f, indent=1)
         ref = [c["ilp"]["objective_s"] for c in entry["cells"].values() if c["ilp"]["objective_s"]]
         sp = entry.setdefault("seed_spread", {}).setdefault(f"{a.spread_budget:g}s", {})
@@ -236,12 +237,12 @@ def main(argv=None) -> None:
                                                                       "evaluated", "loadavg",
                                                                       "full_trace_match_s")}
             doc["machine"] = machine_info()          # the report's "machine of the last run"
-            with open(path, "w") as f:
+            with atomic_open(path) as f:
                 json.dump(doc, f, indent=1)
     finish(doc)
     write_md(doc, os.path.join(a.out, base + ".md"))
     plot(doc, os.path.join(a.out, base + ".png"))
-    with open(path, "w") as f:
+    with atomic_open(path) as f:
         json.dump(doc, f, indent=1)
 
 
@@ -448,7 +449,7 @@ def write_md(doc: dict, path: str) -> None:
               "2x2x4 (255985 nonzeros).",
               f"- Plot: `{os.path.basename(path)[:-3]}.png` (excess over the best ILP Q1 against time, "
               "from each search's run at the largest budget)."]
-    with open(path, "w") as f:
+    with atomic_open(path) as f:
         f.write("\n".join(lines) + "\n")
 
 

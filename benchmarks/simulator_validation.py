@@ -32,6 +32,7 @@ from typing import Any, Callable
 import aoizora  # noqa: F401  (libtpu environment first)
 from benchmarks.machine import machine_info
 from benchmarks.simulator import LABEL, Simulator
+from aoizora.extract.atomic_io import atomic_open
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 # Host dispatch of one jitted call in a Python-timed measurement: fitted on the XLA 1024^3 matmul
@@ -301,10 +302,10 @@ def main() -> int:
     data = {"label": LABEL, "machine": machine_info(), "rows": rows, "summary": summary(rows),
             "splash_tiles": splash_tiles()}
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "simulator_validation.json"), "w") as f:
+    with atomic_open(os.path.join(RESULTS, "simulator_validation.json")) as f:
         json.dump(data, f, indent=2)
         f.write("\n")
-    with open(os.path.join(RESULTS, "simulator_validation.md"), "w") as f:
+    with atomic_open(os.path.join(RESULTS, "simulator_validation.md")) as f:
         f.write(to_markdown(data))
     print(to_markdown(data))
     return 0

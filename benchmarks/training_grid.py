@@ -70,6 +70,7 @@ from benchmarks.planner_compiles import PlannerCompiles
 from benchmarks.sim.constants import chip_model
 from benchmarks.sim.hlo_cost import compute_breakdown
 from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
+from aoizora.extract.atomic_io import atomic_write
 
 Q2_LABEL = "predicted (Q2)"
 RESULTS = Path(__file__).resolve().parent / "results" / "training_grid"
@@ -358,7 +359,7 @@ class _LogProgress(Progress):
 def write_cell(out: dict[str, Any], directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{out['cell']}.json"
-    path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    atomic_write(path, json.dumps(out, indent=1, default=str) + "\n")
     return path
 
 
@@ -567,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"cell {c.name}", flush=True)
             write_cell(run_cell(c, a.budget, a.seed, log=lambda s: print(s, flush=True),
                                 alpa=not a.no_alpa), out_dir)
-    Path(a.summary).write_text("\n".join(report(out_dir)) + "\n")
+    atomic_write(Path(a.summary), "\n".join(report(out_dir)) + "\n")
     return 0
 
 

@@ -25,6 +25,7 @@ import json
 import math
 from pathlib import Path
 from typing import Any, Sequence
+from aoizora.extract.atomic_io import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent
 RES = ROOT / "benchmarks" / "results"
@@ -197,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print("README.md's results section is up to date")
         return 0
-    readme.write_text(new)
+    atomic_write(readme, new)
     print("README.md results section regenerated")
     return 0
 

@@ -20,6 +20,8 @@ import functools
 import glob
 import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 
@@ -219,6 +221,8 @@ def prepare_libtpu_env() -> None:
 @functools.lru_cache(maxsize=None)
 def _topology_devices(canonical: str) -> tuple:
     prepare_libtpu_env()
+    if os.environ.get("_AOIZORA_LIBTPU_PROBE") != "1":
+        check_libtpu_args()      # before libtpu reads LIBTPU_INIT_ARGS (it exits on a bad one)
     from jax.experimental import topologies
 
     dims = [int(x) for x in canonical.split(":")[1].split("x")] + [1, 1]
@@ -232,6 +236,49 @@ def _topology_devices(canonical: str) -> tuple:
         raise TargetError(f"libtpu cannot describe {canonical}: {str(e).splitlines()[0]} "
                           f"(install the project: pip install -e .)") from e
     return tuple(sorted(topo.devices, key=lambda d: d.id))
+
+
+class LibtpuArgsError(TargetError):
+    """libtpu refuses the options in ``LIBTPU_INIT_ARGS`` (a configuration error)."""
+
+
+def check_libtpu_args() -> None:
+    """Refuse a ``LIBTPU_INIT_ARGS`` libtpu does not accept (an unknown flag, a bad value) before
+    libtpu initialises in this process: libtpu reads it once, when it first initialises, and on
+    a bad flag exits the process with code 1 (the code a CI gate reads as a regression). So a
+    child process initialises libtpu with it first (about 3 s, once per process and value;
+    nothing when the variable is empty). Called before every in-process initialisation
+    (``Target.devices``).
+
+    Raises:
+        LibtpuArgsError: libtpu refused the options; the message gives libtpu's own line.
+    """
+    said = _libtpu_args_refusal(os.environ.get("LIBTPU_INIT_ARGS", "").strip())
+    if said:
+        raise LibtpuArgsError(said)
+
+
+@functools.lru_cache(maxsize=None)
+def _libtpu_args_refusal(args: str, timeout_s: float = 180.0) -> str:
+    """The one-line error for ``LIBTPU_INIT_ARGS=args`` ("" when libtpu accepts it, when libtpu
+    is unavailable, or when the probe gives no verdict in ``timeout_s``)."""
+    if not args:
+        return ""
+    code = ("import sys; from aoizora.extract.targets import libtpu_available; "
+            "sys.exit(0 if libtpu_available() else 3)")
+    env = {**os.environ, "LIBTPU_INIT_ARGS": args, "_AOIZORA_LIBTPU_PROBE": "1"}
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
+    except subprocess.TimeoutExpired:
+        return ""
+    if r.returncode in (0, 3):   # accepted, or libtpu unavailable (said where it matters)
+        return ""
+    lines = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
+    said = next((ln for ln in lines if ln.startswith("ERROR:")), lines[-1] if lines else "")
+    said = said[:200] or f"exit code {r.returncode}"
+    return (f"LIBTPU_INIT_ARGS={args!r}: libtpu refuses it ({said}); fix or unset "
+            f"LIBTPU_INIT_ARGS")
 
 
 def libtpu_available() -> bool:

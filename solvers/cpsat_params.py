@@ -11,6 +11,7 @@ from __future__ import annotations
 from ortools.sat.python import cp_model
 
 from aoizora.formulation.placement_cpsat import PlacementModel
+from aoizora.solvers.stop import cancel_on_stop
 
 # Model building time per estimated variable (measured here: v5e-64's 226k-variable circuit model
 # 6.1 s, v5e-16's 13k 0.3-0.5 s, under load 4) and the least solve time worth a build: with less
@@ -38,6 +39,16 @@ def set_search_params(solver: cp_model.CpSolver, seed: int, workers: int, determ
     # in seconds without it, not in 60 s with it).
     p.cp_model_probing_level = 0
     p.linearization_level = int(linearization)
+
+
+def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, callback=None) -> int:
+    """``solver.Solve(model, callback)``, stopped early by the run's stop request
+    (``solvers.stop``: an interrupt calls ``StopSearch`` from the signal watcher's thread).
+    CP-SAT's own SIGINT handler is off: it would swallow the Ctrl-C (the search stopped as
+    FEASIBLE and the planner not told), so the planner's handler sees it instead."""
+    solver.parameters.catch_sigint_signal = False
+    with cancel_on_stop(solver.StopSearch, "a placement CP-SAT search (stopped early)"):
+        return solver.Solve(model, callback) if callback is not None else solver.Solve(model)
 
 
 def solution_chips(solver: cp_model.CpSolver, pm: PlacementModel) -> list[int]:

@@ -39,17 +39,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
+from functools import partial
 from typing import Any
 
 import pulp
 
 from aoizora.solvers.budget import clock
 from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.stop import cancel_on_stop, clean_on_quit
 
 
 class ShardingSolveError(ValueError):
@@ -123,13 +126,19 @@ def _objective_offset(prob: pulp.LpProblem) -> float:
 
 def _run_until(args: list[str], deadline: float, **streams) -> tuple[int, bool]:
     """Run a solver process until `deadline` (a ``solvers.budget.clock()`` value); kill it if
-    it is still running then. Returns (return code, killed)."""
+    it is still running then, or when the run is stopped (``solvers.stop``: an interrupt) or
+    an exception comes through the wait (then re-raised). Returns (return code, killed)."""
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, **streams)
     try:
-        return proc.wait(timeout=max(0.0, deadline - clock())), False
+        with cancel_on_stop(proc.kill, "a sharding ILP's solver process (killed)"):
+            return proc.wait(timeout=max(0.0, deadline - clock())), False
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(), True
+    except BaseException:   # an interrupt: no solver process is left behind
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> dict[str, Any]:
@@ -148,7 +157,7 @@ def run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> d
     detail: dict[str, Any] = {}
     was_none, dummy = prob.fixObjective()
     try:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, clean_on_quit(partial(shutil.rmtree, d, True)):
             mps, sol, log = (os.path.join(d, f) for f in ("model.mps", "model.sol", "cbc.log"))
             t = clock()
             vs, vnames, cnames, _ = prob.writeMPS(mps, rename=1)
@@ -253,7 +262,7 @@ def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "highs_worker.py")
     was_none, dummy = prob.fixObjective()
     try:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, clean_on_quit(partial(shutil.rmtree, d, True)):
             mps, out, err_path = (os.path.join(d, f) for f in ("model.mps", "result.json",
                                                                 "worker.err"))
             t = clock()

@@ -99,7 +99,7 @@ from aoizora.formulation.traffic import TrafficModel
 from aoizora.solvers.axis_orders import axis_order_placements
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.cpsat_params import (BUILD_S_PER_VARIABLE, MIN_SOLVE_S, STATUS_NAMES,
-                                          set_search_params, solution_chips)
+                                          set_search_params, solution_chips, solve)
 from aoizora.solvers.placement_decomposition import phase_decomposition
 from aoizora.solvers.placement_heuristics import annealing, evaluation_budget
 from aoizora.solvers.placement_result import PlacementResult, chips_to_devices
@@ -508,7 +508,7 @@ def joint_stage(run: PlacementRun, pm: PlacementModel, inc: Incumbent,
     m = pm.model
     m.Minimize(pm.obj_comm)
     solver = run.solver()
-    st = solver.Solve(m, _Trace(pm, run.t0, run.trace))
+    st = solve(solver, m, _Trace(pm, run.t0, run.trace))
     run.budget.account(solver, st, "the joint model")
     status = STATUS_NAMES.get(st, "UNKNOWN")
     detail = run.detail
@@ -552,7 +552,7 @@ def tie_break_levels(run: PlacementRun, pm: PlacementModel, best: list[int],
                 m2.AddHint(pm.x[r][c], best[r] == c)
         m2.Minimize(expr)
         s2 = run.solver()
-        st2 = s2.Solve(m2)
+        st2 = solve(s2, m2)
         budget.account(s2, st2, f"the {name} level")
         stn = STATUS_NAMES.get(st2, "UNKNOWN")
         detail["levels"][name] = {"status": stn, "done_at_s": run.elapsed()}

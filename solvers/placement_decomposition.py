@@ -31,7 +31,7 @@ from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation.placement_cpsat import SCOPE_SETS, PlacementModel, estimated_variables
 from aoizora.solvers.cpsat_params import (BUILD_S_PER_VARIABLE, MIN_SOLVE_S, STATUS_NAMES,
-                                          set_search_params)
+                                          set_search_params, solve)
 from aoizora.solvers.placement_result import chips_to_devices
 from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 
@@ -106,7 +106,7 @@ def phase_decomposition(pm: PlacementModel, hint_chips, seed: int, budget: WorkB
         s = cp_model.CpSolver()
         set_search_params(s, seed, 1, True, log)
         budget.limit(s, work)
-        st = s.Solve(sub.model)
+        st = solve(s, sub.model)
         budget.account(s, st, "the decomposition bound")
         if st in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             b_bytes = Fraction(int(round(s.BestObjectiveBound()))) * sub.unit_bytes

@@ -38,7 +38,7 @@ from ortools.sat.python import cp_model
 from aoizora.formulation.placement_cpsat import SETS_CAP, PlacementModel
 from aoizora.formulation.placement_split import (model_cost_units, set_lower_bounds,
                                                  split_group)
-from aoizora.solvers.cpsat_params import set_search_params, solution_chips
+from aoizora.solvers.cpsat_params import set_search_params, solution_chips, solve
 from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 
 # Set variables a pinned model may have (its "sets" formulation over the classes' k-subsets).
@@ -116,7 +116,7 @@ def split_proof(pm: PlacementModel, incumbent: Sequence[int], budget: WorkBudget
         room = [U - int(sb.lb_units[j]) for j in order[n:] if int(sb.lb_units[j]) < U]
         set_search_params(solver, seed, 1, True, log)
         budget.limit(solver, max(MIN_CLASS_WORK, budget.left() * (U - lbS) / sum(room)))
-        st = solver.Solve(sub.model)
+        st = solve(solver, sub.model)
         budget.account(solver, st, "the split proof")
         row["time_s"] = round(solver.WallTime(), 3)
         row["work"] = round(solver.deterministic_time, 3)

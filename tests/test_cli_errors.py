@@ -60,6 +60,15 @@ def _both_meshes(value):
     return apply
 
 
+def _swap_coords(i, j):
+    """device_coords[i] and [j] swapped: still every chip once, but no longer the chips of
+    device_order[i] and [j] (what check compiles and what make_mesh deploys would differ)."""
+    def apply(d):
+        c = d["device_coords"]
+        c[i], c[j] = c[j], c[i]
+    return apply
+
+
 def _drop(key):
     return lambda d: d.pop(key)
 
@@ -104,6 +113,13 @@ TAMPERS = [
     ("certificate-status", _set("certificates.placement.status", "GOOD"),
      "certificates.placement.status"),
     ("calibration-malformed", _set("calibration", {"axis_costs": []}), "calibration"),
+    ("coords-contradict-order", _swap_coords(0, 1), "device_coords[0]"),
+    ("certificate-objective-nan", _set("certificates.placement.objective", math.nan),
+     "certificates.placement.objective"),
+    ("certificate-bound-minus-infinity", _set("certificates.placement.bound", -math.inf),
+     "certificates.placement.bound"),
+    ("nan-in-a-free-form-record", _set("iterations", [{"candidates": [{"q1_s": math.nan}]}]),
+     "iterations[0].candidates[0].q1_s"),
 ]
 
 COMMANDS = {

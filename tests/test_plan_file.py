@@ -167,3 +167,37 @@ def test_field_paths():
     assert field_path(("layout", "in_specs", 3, 0)) == "layout.in_specs[3][0]"
     assert field_path(("layout", "node_specs", "97.113")) == "layout.node_specs['97.113']"
     assert field_path(()) == "(the plan)"
+
+
+def test_a_plan_file_too_large_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    from aoizora import plans
+
+    monkeypatch.setattr(plans, "MAX_PLAN_BYTES", 1000)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(list(range(1000))))
+    with pytest.raises(PlanError, match=r"big.json: larger than 0 MiB, which no plan is; "
+                                        "make one with"):
+        load_plan(str(path))
+
+
+@pytest.mark.parametrize("depth", [65, 100_000])
+def test_a_plan_file_nested_too_deeply_is_one_error(tmp_path, depth):
+    """65 levels: past the cap; 100,000: past Python's own recursion limit (a RecursionError
+    before the cap was checked)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * depth + "]" * depth)
+    with pytest.raises(PlanError, match="deep.json: nested deeper than a plan ever is"):
+        load_plan(str(path))
+
+
+def test_a_saved_plan_is_strict_json(tmp_path):
+    """Free-form records with a NaN or an infinity (an iteration's Q1 of a seed) are saved as
+    null: the file is strict JSON and loads again."""
+    p = _plan()
+    p.iterations = [{"candidates": [{"q1_s": float("inf")}], "x": float("nan")}]
+    path = tmp_path / "plan.json"
+    p.save(str(path))
+    text = path.read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    json.loads(text, parse_constant=lambda c: pytest.fail(c))
+    assert load_plan(str(path)).iterations == [{"candidates": [{"q1_s": None}], "x": None}]

@@ -41,7 +41,7 @@ import functools
 import heapq
 import itertools
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
 from aoizora.solvers.budget import Budget, clock
@@ -85,6 +85,8 @@ class CompileQueue:
         self._seq = itertools.count()
         self._cv = threading.Condition()
         self._closed = False
+        self._running: tuple[Future, float] | None = None   # the compile running, since when
+        self.abandoned: list[str] = []   # what ``abandon`` cut, in words
         self._worker = threading.Thread(target=self._work, name="aoizora-compile", daemon=True)
         self._worker.start()
 
@@ -154,11 +156,17 @@ class CompileQueue:
                 _, _, f, job, unless = heapq.heappop(self._pending)
             if not f.set_running_or_notify_cancel():
                 continue
+            with self._cv:
+                self._running = (f, clock())
             try:
                 why = unless() if unless is not None else ""
-                f.set_result(Skipped(why, budget=False) if why else job())
+                out = Skipped(why, budget=False) if why else job()
             except BaseException as e:  # noqa: BLE001 -- handed to the waiting planner
-                f.set_exception(e)
+                _settle(f, error=e)
+            else:
+                _settle(f, out)
+            with self._cv:
+                self._running = None
 
     def _run(self, compile_fn: Callable[[], Any], slower: float = 1.0):
         left = self.budget.left()
@@ -186,12 +194,45 @@ class CompileQueue:
             self.fitting = True
         return out
 
-    def close(self) -> None:
-        """Skip what has not started and wait for a running compile (it cannot be interrupted)."""
+    def abandon(self, reason: str = "interrupted") -> None:
+        """Stop waiting (an interrupt, ``solvers.stop``; callable from any thread): every
+        pending compile and the running one come back at once as ``Skipped(reason)``. The
+        running compile is native code and cannot be killed: it is abandoned, not awaited (its
+        result is dropped; the thread is a daemon). ``abandoned`` says what was cut."""
+        with self._cv:
+            self._closed = True
+            pending = [f for _, _, f, _, _ in self._pending]
+            self._pending.clear()
+            running = self._running
+            self._cv.notify_all()
+        for f in pending:
+            _settle(f, Skipped(reason, budget=False))
+        if running is not None and not running[0].done():
+            self.abandoned.append(f"a compile running for {clock() - running[1]:.1f} s "
+                                  f"(abandoned, not awaited)")
+            _settle(running[0], Skipped(reason, budget=False))
+        if pending:
+            self.abandoned.append(f"{len(pending)} queued compile(s) (not started)")
+
+    def close(self, wait: bool = True) -> None:
+        """Skip what has not started and, with ``wait``, wait for a running compile (it cannot
+        be interrupted; after ``abandon`` nothing waits for it)."""
         with self._cv:
             self._closed = True
             for _, _, f, _, _ in self._pending:
                 f.cancel()
             self._pending.clear()
             self._cv.notify_all()
-        self._worker.join()
+        if wait:
+            self._worker.join()
+
+
+def _settle(f: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Set ``f``'s outcome unless it has one (``CompileQueue.abandon`` settled it first)."""
+    try:
+        if error is not None:
+            f.set_exception(error)
+        else:
+            f.set_result(result)
+    except InvalidStateError:
+        pass

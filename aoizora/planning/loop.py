@@ -37,23 +37,21 @@ def iterate(state: LoopState) -> None:
     the outcome. Raises PlanningError / BudgetError when nothing can be priced."""
     for it in range(1, state.settings.max_iterations + 1):
         rec = new_record(it)
+        state.iterations.append(rec)   # kept as it is if an interrupt ends the iteration
         ranked, refined = solve_ilps(state, it, rec)
         first_with_seeds = it == 1 and bool(state.seeds)
         if not ranked and not first_with_seeds:
             _nothing_ranked(state, it)
-            state.iterations.append(rec)
             break
         todo = queue_compiles(state, it, ranked, refined)
         if todo is None:
             state.stop_reason = "the ILP's best layouts repeat: the plan converged"
             rec["changes"].append(state.stop_reason)
-            state.iterations.append(rec)
             break
         this_iter = price_candidates(state, it, todo, rec)
         apply_feedback(state, it, this_iter, rec)
         rec["best_q2_step_s"] = state.best.q2.step_s if state.best else None
         rec["elapsed_s"] = round(state.budget.elapsed(), 3)
-        state.iterations.append(rec)
         if state.stop_reason:
             break
     else:
@@ -115,7 +113,9 @@ def price_candidates(state: LoopState, it: int, todo: list, rec: dict[str, Any]
                 else f"seed layout {sol.layout.name}")
         state.progress.candidate(k, len(todo), f"mesh {mesh_str(m)}, {what}; compiling for "
                                                f"{state.program.target.name}")
+        state.stop.check()
         got = compiling.result()
+        state.stop.check()            # an interrupt abandoned the compile
         if isinstance(got, Skipped):
             _skipped(state, m, sol, got, rec)
             continue

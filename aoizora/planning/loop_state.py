@@ -26,6 +26,7 @@ from aoizora.formulation.calibration import Calibration, mesh_key
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.planning.progress import Progress
 from aoizora.solvers.budget import Budget
+from aoizora.solvers.stop import Stop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +96,7 @@ class LoopState:
     seeds: list[Seed] = dataclasses.field(default_factory=list)
     seed_compiles: list = dataclasses.field(default_factory=list)   # Futures, as ``seeds``
     on_candidate: Callable[[Candidate], None] | None = None
+    stop: Stop = dataclasses.field(default_factory=Stop)    # the run's interrupt (solvers.stop)
     # what the ILP applies, learned from the compiled programs
     given_scale: dict = dataclasses.field(init=False)        # the calibration's attention scales
     attention_scale: dict = dataclasses.field(init=False)    # node / "*" -> kv mode -> factor

@@ -8,12 +8,17 @@ margin), the plan is compiled again in its own device order and its HBM fit read
 compile. Before that, a plan whose attention has no tiles yet gets the kernel model's tiles
 (``_tile``): compiled in the plan's device order, kept when Q2 prices them lower, and that
 compile is then the verification. The plan's status is OPTIMAL only when both certificates
-(sharding, placement) are.
+(sharding, placement) are; INTERRUPTED when an interrupt ended the run
+(``aoizora.planning.interrupts``): the best plan found by then, its notes and ``time_limited``
+naming what the interrupt cut (the solver it stopped, the compiles abandoned, the iterations,
+annealing and re-compile not run).
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -30,6 +35,8 @@ from aoizora.models.experts import attention_roles
 from aoizora.planning_errors import PlanningError
 from aoizora.plans import Plan, program_key
 from aoizora.runtime.realize import RealizeError
+from aoizora.solvers.budget import Budget
+from aoizora.solvers.stop import Interrupted, Stop
 from aoizora.kernels.tiles import choose_tiles, laid_out_shapes, untiled
 
 
@@ -43,6 +50,36 @@ def no_plan_error(state: LoopState) -> PlanningError:
                              f"({len(oom)} tried); use a larger slice or a smaller workload")
     return PlanningError(f"no layout could be compiled and priced for {tgt.name}: "
                          f"{errs[0] if errs else state.stop_reason}")
+
+
+def interrupted_error(stop: Stop, budget: Budget) -> PlanningError:
+    """The one line for an interrupt that came before any layout was priced (nothing to save)."""
+    at = f" at {stop.at - budget.start:.1f} s" if stop.at is not None else ""
+    return PlanningError(f"interrupted by {stop.reason or 'a signal'}{at}, before any layout "
+                         f"was compiled and priced: no plan found yet, nothing saved; run "
+                         f"again with a budget it can finish in", kind="interrupted")
+
+
+def interrupted_cuts(state: LoopState, verifying: bool = False) -> list[str]:
+    """What an interrupt cut, in words (``Plan.time_limited`` entries): the solver it stopped,
+    the compiles abandoned, the iterations and steps not run; with ``verifying``, it came
+    during the plan's re-compile in its device order (the loop and annealing had ended)."""
+    stop, its = state.stop, state.iterations
+    at = stop.at - state.budget.start if stop.at is not None else state.budget.elapsed()
+    head = f"interrupted by {stop.reason} at {at:.1f} s"
+    cut = list(stop.cut) + list(state.queue.abandoned)
+    if verifying:
+        cut.append("the re-compile of the plan in its device order (abandoned, not awaited)")
+        return [f"{head}: {c}" for c in cut]
+    out = [f"{head}: {c}" for c in cut]
+    left = state.settings.max_iterations - len(its)
+    if left > 0:
+        out.append(f"{head}: iteration {len(its)} ended early, {left} more not run")
+    else:
+        out.append(f"{head}: the last iteration ended early")
+    out.append(f"{head}: the final annealing and the re-compile in the planned device order "
+               f"not run")
+    return out
 
 
 def assemble(state: LoopState, key, calibration: Calibration | None, verify: bool,
@@ -59,7 +96,14 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
         fn, args = best.seed.fn, best.seed.args
         key = program_key(fn, args, prog.target.name)
         program = dict(best.seed.program)
+    stopped_before = state.stop.is_set()
+    vnotes: list[str] = []
+    fits = _checked_fit(state, fn, args, verify, max_compile_s, vnotes)
     stop_reason = state.stop_reason
+    interrupted = (interrupted_cuts(state, verifying=not stopped_before)
+                   if state.stop.is_set() else [])
+    if interrupted:
+        stop_reason = interrupted[0].split(":")[0]
     if state.over_budget:
         stop_reason = f"{stop_reason}; {state.over_budget}"
     its = state.iterations
@@ -71,21 +115,56 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     did, anneal_limited = annealed
     time_limited = [w for r in its for w in r.pop("time_limited", [])]
     time_limited += [f"final annealing of the plan's placement{f' ({did})' if did else ''}"
-                     f": {w}" for w in anneal_limited]
+                     f": {w}" for w in anneal_limited if not interrupted]
+    time_limited += interrupted
     notes = _notes(stop_reason, learned, time_limited)
+    if interrupted:
+        notes.insert(0, "INTERRUPTED: the best plan found before the interrupt; cut: "
+                     + "; ".join(w.split(": ", 1)[1] for w in interrupted))
     ir = state.program.ir
     if ir is not None:   # what the IR could not read (ops kept replicated, attention not taken)
         notes += [f"program: {w}" for w in (*getattr(ir, "warnings", ()), *getattr(ir, "notes", ()))]
-    fits = best.fits
-    tiled = verify and state.budget.fits("verify", max_compile_s) and _tile(state, fn, args, notes)
-    if tiled:
-        fits = best.fits
-    elif verify and state.budget.fits("verify", max_compile_s):
-        fits = _verify(state, fn, args, notes)
-    else:
-        notes.append("not re-compiled in the planned device order (time budget); HBM use is "
+    return _plan(state, key, fn, args, fits, notes + vnotes, program, time_limited)
+
+
+def _checked_fit(state: LoopState, fn, args, verify: bool, max_compile_s: float,
+                 notes: list[str]) -> bool | None:
+    """The plan's HBM fit: from its re-compile in its device order (``_tile``, else
+    ``_verify``) when ``verify`` and the budget holds one, else the default-order compile's
+    (noted). The re-compile runs on a thread of its own and an interrupt abandons it
+    (``Stop.raising``): the best is then kept as it was before it."""
+    best = state.best
+    if not (verify and state.budget.fits("verify", max_compile_s)):
+        why = "interrupted" if state.stop.is_set() else "time budget"
+        notes.append(f"not re-compiled in the planned device order ({why}); HBM use is "
                      "placement-independent and was read from the default-order compile")
-    return _plan(state, key, fn, args, fits, notes, program, time_limited)
+        return best.fits
+    kept = (best.solution.layout, best.evidence, best.q2, best.q2_default)
+    try:
+        with state.stop.raising():
+            return best.fits if _tile(state, fn, args, notes) else _verify(state, fn, args,
+                                                                          notes)
+    except Interrupted as e:
+        state.stop.request(str(e))
+        best.solution.layout, best.evidence, best.q2, best.q2_default = kept
+        notes.append("not re-compiled in the planned device order (interrupted during it); HBM "
+                     "use is placement-independent and was read from the default-order compile")
+        return best.fits
+
+
+def _abandonable(compile_fn):
+    """``compile_fn()`` on a daemon thread, waited for so that an interrupt (``Interrupted`` in
+    the main thread) cuts the wait: the compile, native code, is abandoned, not awaited."""
+    done: Future = Future()
+
+    def run():
+        try:
+            done.set_result(compile_fn())
+        except BaseException as e:  # noqa: BLE001 -- handed to the waiting planner
+            done.set_exception(e)
+
+    threading.Thread(target=run, name="aoizora-verify", daemon=True).start()
+    return done.result()
 
 
 def _notes(stop_reason: str, learned: Calibration, time_limited: list[str]) -> list[str]:
@@ -119,7 +198,8 @@ def _tile(state: LoopState, fn, args, notes: list[str]) -> bool:
     compiled = {}
 
     def check(candidate):   # the compiler's verdict (VMEM / SMEM); its evidence kept
-        compiled["ev"] = compile_layout(fn, args, prog.target, candidate, best.placement)
+        compiled["ev"] = _abandonable(lambda: compile_layout(fn, args, prog.target, candidate,
+                                                             best.placement))
 
     state.progress.stage("choosing attention tiles: compiling the plan with them in its order")
     try:
@@ -150,7 +230,8 @@ def _verify(state: LoopState, fn, args, notes: list[str]) -> bool:
     """Compile the plan in its own device order; whether it fits in HBM (noted)."""
     best, tgt = state.best, state.program.target
     state.progress.stage("verifying: compiling the plan with its own device order")
-    ev = compile_layout(fn, args, tgt, best.solution.layout, best.placement)
+    ev = _abandonable(lambda: compile_layout(fn, args, tgt, best.solution.layout,
+                                             best.placement))
     fits = ev.memory.fits
     same = ev.placement_open() == {**best.evidence.placement_open()}
     notes.append(f"verified: compiles for {tgt.name} in the planned device order, "
@@ -174,7 +255,8 @@ def _plan(state: LoopState, key, fn, args, fits, notes: list[str], program: dict
         planning_time_s=state.budget.elapsed(),
         layout_in_words=named_words(fn, args, best.solution.words), fits_hbm=fits,
         hbm_bytes_per_device=int(best.evidence.memory.total_bytes),
-        status="OPTIMAL" if proven else "NOT PROVEN", notes=notes, program=program,
+        status=("INTERRUPTED" if state.stop.is_set() else "OPTIMAL" if proven
+                else "NOT PROVEN"), notes=notes, program=program,
         calibration=state.learned, time_limited=time_limited, compiler=compiler_identity())
 
 
