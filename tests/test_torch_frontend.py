@@ -5,7 +5,6 @@ with the unchanged ILP / placement / Q2, and xDiT's configurations priced by ``c
 from __future__ import annotations
 
 import functools
-import math
 
 import pytest
 

@@ -205,7 +205,7 @@ def _select(b: _Builder, fx, name):
 def _pieces(b: _Builder, fx, name):
     """unbind / split / split_with_sizes / chunk: one slice node per piece along dim."""
     x = b.arg(fx.args[0])
-    shape, dt = b.shape(x), b.tensors[x].dtype
+    shape = b.shape(x)
     dim = fx.args[1] if name == "unbind" else (fx.args[2] if len(fx.args) > 2 else 0)
     dim = _dim(fx.kwargs.get("dim", dim), len(shape))
     out = []
@@ -245,7 +245,7 @@ def _reduce(b: _Builder, fx, name):
 def _norm(b: _Builder, fx, name):
     """layer_norm / rms_norm: statistics over the normalized (last) dims, then x, stats, w, b."""
     x = b.arg(fx.args[0])
-    shape, dt = b.shape(x), b.tensors[x].dtype
+    shape = b.shape(x)
     k = len(fx.args[1])
     axes = list(range(len(shape) - k, len(shape)))
     (st,) = b.emit(f"{fx.name}.stat", fx, "reduce", [x], [(shape[:-k], "float32")],
