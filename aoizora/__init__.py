@@ -1,7 +1,7 @@
 """AoiZora: solver-optimal sharding and placement plans for video diffusion transformers on TPU
 slices, priced on the program the real XLA:TPU compiler emits (ahead of time, no TPU needed).
 
-The public names (``plan``, ``load_plan``, ``Plan``, ``PlanError``, ``PlanningError``,
+The public names (``plan``, ``plan_torch``, ``load_plan``, ``Plan``, ``PlanError``, ``PlanningError``,
 ``BudgetError``) are imported on first use (module ``__getattr__``), so that importing a
 subpackage (e.g. ``aoizora.extract.targets``) does not import the planner."""
 
@@ -14,11 +14,11 @@ from aoizora.extract.targets import prepare_libtpu_env as _prepare_libtpu_env
 # libtpu reads these when it first initialises; set them before anything touches a backend.
 _prepare_libtpu_env()
 
-_PUBLIC = {"plan": "aoizora.planner", "load_plan": "aoizora.plans", "Plan": "aoizora.plans",
+_PUBLIC = {"plan": "aoizora.planner", "plan_torch": "aoizora.planning.torch_planner", "load_plan": "aoizora.plans", "Plan": "aoizora.plans",
            "PlanError": "aoizora.plans", "PlanningError": "aoizora.planning_errors",
            "BudgetError": "aoizora.planning_errors"}
 
-__all__ = ["plan", "load_plan", "Plan", "PlanError", "PlanningError", "BudgetError"]
+__all__ = ["plan", "plan_torch", "load_plan", "Plan", "PlanError", "PlanningError", "BudgetError"]
 
 
 def __getattr__(name):

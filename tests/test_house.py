@@ -16,8 +16,9 @@ PACKAGES = {"aoizora": "aoizora", "extract": "aoizora.extract",
             "formulation": "aoizora.formulation", "solvers": "aoizora.solvers"}
 LAYER = {"aoizora.extract": 0, "aoizora.formulation": 1, "aoizora.solvers": 2, "aoizora": 3}
 MAX_LINES, MAX_PARAMS = 120, 10
-PUBLIC_EXCEPTIONS = {("aoizora/planner.py", "plan"),     # the public plan() takes every option
-                     ("aoizora/compare.py", "compare")}  # and compare() the planner's, passed on
+PUBLIC_EXCEPTIONS = {("aoizora/planner.py", "plan"),      # the public plan() takes every option
+                     ("aoizora/compare.py", "compare"),    # compare() the planner's, passed on
+                     ("aoizora/planning/torch_planner.py", "plan_torch")}  # and plan_torch()
 
 
 def _modules():
@@ -274,9 +275,11 @@ def test_the_public_names_state_their_contracts():
 
 
 # Where a target name is resolved (``get_target``): the doors (#47). ``plan_schema`` is the plan
-# file's door (a file names its target); ``targets`` defines it.
+# file's door (a file names its target); ``targets`` defines it; ``plan_torch`` and
+# ``torch_compare`` are the PyTorch frontend's public calls.
 TARGET_DOORS = {"aoizora/planner.py", "aoizora/cli.py", "aoizora/compare.py", "aoizora/builtin.py",
-                "aoizora/plan_schema.py", "extract/targets.py"}
+                "aoizora/plan_schema.py", "extract/targets.py",
+                "aoizora/planning/torch_planner.py", "aoizora/torch_compare.py"}
 
 
 def test_the_target_is_resolved_at_the_door():

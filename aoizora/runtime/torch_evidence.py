@@ -1,0 +1,141 @@
+"""The evidence of a torch layout: what the sharded program issues, with no GPU.
+
+``torch_evidence(ep, layout, target)`` runs the captured program laid out by ``layout``
+(``aoizora.runtime.torch_layout.LayoutRunner``) on meta tensors, over a ``DeviceMesh`` of device
+type "cuda" on a fake process group (``FakeStore``, ``init_process_group("fake")``: collectives
+return at once, no device is touched), under ``CollectiveLog`` (torch's ``CommDebugMode``). A
+mesh of type "cuda" matters: on a "cpu" mesh DTensor replaces an all-to-all by an all-gather
+(gloo has none); on "cuda" it issues ``shard_dim_alltoall`` as it would on GPUs.
+
+The evidence (``extract.evidence.Evidence``, ``fidelity="dtensor-fake-pg"``) has every collective
+(kind, V bytes, replica groups of its mesh dimension), each op's compute at its shard shapes
+(attention by ``formulation.flash_attention``, other ops by flops / bytes at the target's peak,
+priced by Q2), and the memory: arguments (the local shards of parameters and inputs) plus the
+peak of live activations in program order (``LayoutRunner.peak_live_bytes``: a liveness count,
+not an allocator's), against the target's HBM per device.
+
+The fake process group is torch's process-wide state: ``torch_evidence`` starts one if there is
+none and keeps it for the process (``fake_world``), and refuses to run inside a real one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+from aoizora.extract.evidence import Evidence, MemoryUse
+from aoizora.extract.frontends.torch.comm_evidence import (CollectiveLog, group_dims,
+                                                          to_evidence)
+from aoizora.formulation.flash_attention import flash_attention_seconds
+from aoizora.formulation.layout import Layout
+from aoizora.runtime.torch_layout import LayoutRunner
+
+HBM_RESERVE = 0.9   # the share of HBM a plan may use (as the ILP's hbm_reserve of 0.1)
+
+
+class TorchEvidenceError(RuntimeError):
+    """The evidence cannot be collected (the message says why)."""
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int):
+    """A fake process group of at least ``world_size`` ranks (this process is rank 0).
+
+    Started here when there is none, and kept for the rest of the process: DTensor keeps the
+    meshes of a world in caches that outlive ``destroy_process_group`` (a mesh equal to one of
+    a destroyed world reached its dead group: "Could not resolve the process group registered
+    under the name 17"). A fake group that is too small is replaced. ``end_fake_world`` ends it
+    (before a real ``init_process_group`` in the same process).
+
+    Raises:
+        TorchEvidenceError: a real (not fake) process group is initialized."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        if dist.get_backend() != "fake":
+            raise TorchEvidenceError("a process group is already initialized: collect evidence "
+                                     "in a process without one (the planner's own)")
+        if dist.get_world_size() >= world_size:
+            yield
+            return
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    yield
+
+
+def end_fake_world() -> None:
+    """End the fake process group ``fake_world`` kept, if any."""
+    if dist.is_initialized() and dist.get_backend() == "fake":
+        dist.destroy_process_group()
+
+
+def fake_mesh(mesh_axes: dict[str, int]) -> DeviceMesh:
+    """A "cuda" DeviceMesh over the fake group's ranks, in logical order (module docstring)."""
+    shape = tuple(mesh_axes.values())
+    return DeviceMesh("cuda", torch.arange(math.prod(shape)).view(shape),
+                      mesh_dim_names=tuple(mesh_axes))
+
+
+def meta_inputs(ep) -> list:
+    """Meta tensors shaped as the program's flattened inputs (parameters, buffers, inputs)."""
+    out = []
+    by_name = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for spec in ep.graph_signature.input_specs:
+        v = by_name[spec.arg.name].meta.get("val")
+        out.append(torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
+                   if isinstance(v, torch.Tensor) else v)
+    return out
+
+
+def torch_evidence(ep, layout: Layout, target) -> Evidence:
+    """Evidence of ``layout`` on ``target`` (module docstring). ``target``: an
+    ``extract.targets.Target`` (its chip's peak, HBM bandwidth, HBM and clock are read).
+
+    Raises:
+        TorchEvidenceError: a process group is already initialized.
+        aoizora.runtime.torch_layout.TorchLayoutError: the layout cannot run under DTensor."""
+    chip = target.chip
+    n = math.prod(layout.mesh_axes.values())
+    trace: list = []
+
+    def attention_seconds(b, h, s, t, d):
+        return flash_attention_seconds(b, h, s, t, d, chip.peak_bf16_flops,
+                                       chip.hbm_bandwidth_Bps)
+
+    quiet = logging.getLogger("torch.distributed.tensor._redistribute")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)   # its advice to flatten mesh dims, once per redistribution
+    try:
+        return _run(ep, layout, target, trace, attention_seconds, n)
+    finally:
+        quiet.setLevel(level)
+
+
+def _run(ep, layout: Layout, target, trace: list, attention_seconds, n: int) -> Evidence:
+    chip = target.chip
+    with fake_world(n):
+        mesh = fake_mesh(layout.mesh_axes)
+        runner = LayoutRunner(ep, layout, mesh, device="meta", trace=trace,
+                              attention_seconds=attention_seconds)
+        with CollectiveLog(trace, where=lambda: runner.current):
+            outs = runner.run(*meta_inputs(ep))
+        groups = group_dims(trace, layout.mesh_axes)
+        out_bytes = sum(o._local_tensor.numel() * o._local_tensor.element_size()
+                        for o in outs if hasattr(o, "_local_tensor"))
+    hbm = int(chip.hbm_bytes)
+    memory = MemoryUse(argument_bytes=runner.argument_bytes, output_bytes=int(out_bytes),
+                       temp_bytes=int(runner.peak_live_bytes), hbm_bytes=hbm)
+    memory.fits = memory.total_bytes <= HBM_RESERVE * hbm
+    if not memory.fits:
+        memory.oom_message = (f"{memory.total_bytes / 2**30:.2f} GiB per device (parameters and "
+                              f"inputs {runner.argument_bytes / 2**30:.2f} GiB, peak live "
+                              f"activations {runner.peak_live_bytes / 2**30:.2f} GiB) > "
+                              f"{HBM_RESERVE:.0%} of {hbm / 2**30:.2f} GiB")
+    warnings = [f"ran replicated (no DTensor rule): {f}" for f in runner.fallbacks]
+    return to_evidence(trace, layout.mesh_axes, groups, target.name, memory,
+                       float(chip.clock_hz), warnings)
