@@ -97,6 +97,21 @@ class LinkGraph:
             g.add_edge(int(self.link_src[lid]), int(self.link_dst[lid]), link=lid)
         return g
 
+    def distinct_chips(self, chips: Sequence[int]) -> list[int]:
+        """``chips`` in their order without repeats (devices on one chip collapse).
+
+        Raises:
+          NetworkError: a chip id out of range.
+        """
+        order: list[int] = []
+        for c in chips:
+            c = int(c)
+            if not 0 <= c < self.num_chips:
+                raise NetworkError(f"chip id {c} out of range 0..{self.num_chips - 1}")
+            if c not in order:
+                order.append(c)
+        return order
+
     def ring_step_routes(self, ring: Ring) -> list[list[int]]:
         """Link ids of each step ``order[i] -> order[i+1]`` (and the closing step) of a ring.
 

@@ -182,13 +182,7 @@ class Network(LinkGraph):
         """The ring a collective runs through these chips (see module docstring).
 
         `chips` in the group's logical order (duplicates, i.e. devices on one chip, collapse)."""
-        order: list[int] = []
-        for c in chips:
-            c = int(c)
-            if not 0 <= c < self.num_chips:
-                raise NetworkError(f"chip id {c} out of range 0..{self.num_chips - 1}")
-            if c not in order:
-                order.append(c)
+        order = self.distinct_chips(chips)
         key = frozenset(order)
         cached = self._ring_cache.get(key)
         if cached is not None:

@@ -149,13 +149,7 @@ class SwitchedNetwork(LinkGraph):
 
     def ring_through(self, chips) -> Ring:
         """NCCL's ring through these GPUs (see the module docstring); duplicates collapse."""
-        order: list[int] = []
-        for c in chips:
-            c = int(c)
-            if not 0 <= c < self.num_chips:
-                raise NetworkError(f"chip id {c} out of range 0..{self.num_chips - 1}")
-            if c not in order:
-                order.append(c)
+        order = self.distinct_chips(chips)
         key = frozenset(order)
         hit = self._ring_cache.get(key)
         if hit is not None:

@@ -28,15 +28,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from aoizora.formulation.kernel_model import (KernelChip, KernelModelError, SplashShape,
+from aoizora.formulation.kernel_model import (AttentionShape, KernelChip, KernelModelError, SplashShape,
                                               block_candidates, kernel_chip, round_up,
                                               splash_seconds, splash_vmem_bytes)
 
 MAX_BKV_COMPUTE = 2048
 # The splash kernel's mask metadata (``block_mask`` int8 and ``data_next``, int8/int16/int32 by
 # its largest value) is scalar-prefetched into SMEM, one entry per (query block, key block), the
-# key-block axis padded to 128: libtpu 0.0.42.1 on v5e reports "Used 1.08M of 1.00M smem" for
-# 592 x 592 blocks and compiles 544 x 544.
+# key-block axis padded to 128 (the compiler's limit on v5e: benchmarks/results/lab_notes.md).
 SPLASH_SMEM_BYTES = 1 << 20
 SPLASH_SMEM_BUDGET = SPLASH_SMEM_BYTES - (64 << 10)     # room for the kernel's other scalars
 
@@ -46,18 +45,6 @@ def splash_metadata_bytes(lq: int, lkv: int, bq: int, bkv: int) -> int:
     q_blocks, kv_blocks = -(-lq // bq), -(-lkv // bkv)
     index_bytes = 1 if kv_blocks <= 128 else 2 if kv_blocks <= 1 << 15 else 4
     return q_blocks * round_up(kv_blocks, 128) * (1 + index_bytes)
-
-
-@dataclasses.dataclass(frozen=True)
-class AttentionShape:
-    """Global q [B, H, S, D] and k, v [B, H, T, D] of one attention node; e bytes per element."""
-
-    batch: int
-    heads: int
-    q_len: int
-    kv_len: int
-    head_dim: int
-    dtype_bytes: int = 2
 
 
 @dataclasses.dataclass(frozen=True)
