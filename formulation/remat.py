@@ -332,6 +332,18 @@ def add_remat(prob, ir, graph: StrategyGraph, s, problem: RematProblem) -> Remat
     return RematVars(traced, y, memory, objective, problem)
 
 
+def remat_values(vars_: RematVars, remat: dict[str, str] | None) -> dict[str, float]:
+    """{variable name: value} of the remat binaries under the choice ``remat`` (None: as
+    traced), as ``RematVars.fix`` sets them; fixed (int) binaries are left out."""
+    out: dict[str, float] = {}
+    if not isinstance(vars_.traced, int):
+        out[vars_.traced.name] = 1.0 if remat is None else 0.0
+    for (a, c), v in vars_.y.items():
+        if not isinstance(v, int):
+            out[v.name] = 1.0 if remat is not None and remat.get(a) == c else 0.0
+    return out
+
+
 def remat_literals(vars_: RematVars | None, key: str) -> list:
     """The remat binaries that are all 1 under the choice ``key`` (``remat_key``): for a no-good
     over a (layout, remat) pair (the compiler said it did not fit). None / no decision: []."""

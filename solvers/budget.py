@@ -22,11 +22,14 @@ None: no such cap). The table, ``SHARES`` (names as in the code):
     annealing      1.0      left   its run's budget -      -      1.0 s  0.5 s  a final annealing
     final_descent  1.0      left   -                0.2 s  2.0 s  -      -      its swap descent
     incumbent      0.1      total  -                -      -      -      -      an ILP's start
+    feasibility    0.33     left   -                -      -      -      -      a fitting layout
+                                                                                and remat, first
 
 (pl.: ``placement_time_s``.) ``reserve``: no compile starts into it while the best placement is
 unproven (that candidate's placement, then the final annealing's first run; ``aoizora.
 final_annealing``). ``incumbent``: a sharding solve's coordinate-descent start
-(``solvers.sharding.solve_model``), of that solve's limit. ``least_s``: below it the step does
+(``solvers.sharding.solve_model``), of that solve's limit. ``feasibility``: with remat
+decisions and no rounding that fits, the zero-objective MIP that finds one (``solve_model``). ``least_s``: below it the step does
 not start (``affords``). Two margins decide whether a compile starts (``MARGINS``):
 ``compile``: 1.2 x the longest a compile took alone + 1.0 s must fit before the deadline less
 the reserve (``count``); ``verify``: 1.2 x + 0.5 s for the re-compile of the plan in its device
@@ -111,6 +114,7 @@ SHARES: dict[str, Share] = {
     "annealing": Share(1.0, asked=1.0, margin_s=1.0, least_s=0.5),
     "final_descent": Share(1.0, floor_s=0.2, cap_s=2.0),
     "incumbent": Share(0.1, of_total=True),
+    "feasibility": Share(0.33),
 }
 
 MARGINS: dict[str, Margin] = {

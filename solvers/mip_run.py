@@ -201,17 +201,17 @@ def run_cbc(prob: pulp.LpProblem, deadline: float, seed: int, threads: int) -> d
     return {"status": st, "objective": obj, "bound": bound, "solver": name, "detail": detail}
 
 
-def run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *, mip: bool = True
-               ) -> dict[str, Any]:
+def run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *, mip: bool = True,
+              start: dict[str, float] | None = None) -> dict[str, Any]:
     """HiGHS on `prob`. mip=True: the MIP in a process of its own (``_run_highs_process``), killed
-    at the deadline. mip=False: the LP relaxation in process (PuLP's model builder, then HiGHS
+    at the deadline; ``start`` ({variable name: value}, some variables) is its MIP start. mip=False: the LP relaxation in process (PuLP's model builder, then HiGHS
     with time_limit = the time left after the build, less the reading back), without presolve
     (faster: benchmarks/results/lab_notes.md); its objective is then a lower bound
     ("bound"), "objective" is None."""
     if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
         raise ShardingSolveError("HiGHS is not available: pip install highspy (or use solver='cbc')")
     if mip:
-        return _run_highs_process(prob, deadline, seed, threads)
+        return _run_highs_process(prob, deadline, seed, threads, start)
     cmd = pulp.HiGHS(msg=False, mip=False, threads=threads, random_seed=seed, presolve="off")
     was_none, dummy = prob.fixObjective()
     try:
@@ -242,8 +242,8 @@ def run_highs(prob: pulp.LpProblem, deadline: float, seed: int, threads: int, *,
     return {"status": st, "objective": None, "bound": None, "solver": name, "detail": detail}
 
 
-def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads: int
-                       ) -> dict[str, Any]:
+def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads: int,
+                       start: dict[str, float] | None = None) -> dict[str, Any]:
     """HiGHS's MIP on `prob` as a process on an MPS file (``highs_worker.py``), so that the run
     ends by `deadline` whatever HiGHS does: the worker gets the deadline less the reading back,
     and sets HiGHS's time_limit to what is left of it once it has read the file (less its own
@@ -262,13 +262,19 @@ def _run_highs_process(prob: pulp.LpProblem, deadline: float, seed: int, threads
             t = clock()
             vs, vnames, _, _ = prob.writeMPS(mps, rename=1)
             detail["mps_write_s"] = round(clock() - t, 4)
+            extra = []
+            if start:
+                with open(os.path.join(d, "start.json"), "w") as f:
+                    json.dump({vnames[n]: v for n, v in start.items() if n in vnames}, f)
+                extra = [f.name]
+                detail["mip_start"] = len(start)
             readback = READBACK_S + READBACK_S_PER_COLUMN * len(vs)
             left = deadline - clock() - readback
             detail["highs_time_left_s"] = round(left, 4)
             # the worker's deadline on the epoch clock (another process: ``clock``'s reference
             # point is this process's): it sets HiGHS's limit once the file is read
             args = [sys.executable, worker, mps, out, f"{time.time() + left:.4f}", str(seed),
-                    str(threads)]
+                    str(threads), *extra]
             t = clock()
             with open(err_path, "w") as f:
                 rc, killed = _run_until(args, deadline - readback, stdout=subprocess.DEVNULL,

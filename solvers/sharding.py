@@ -39,7 +39,7 @@ from typing import Any
 import pulp
 
 from aoizora.formulation.layout import Layout
-from aoizora.formulation.remat import remat_words
+from aoizora.formulation.remat import remat_values, remat_words
 from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, add_kv_mode_cut,
                                               add_no_good, build_model, chosen, evaluate,
                                               peak_memory)
@@ -131,10 +131,15 @@ def _nonzeros(prob: pulp.LpProblem) -> int:
     return sum(len(c) for c in prob.constraints()) + len(prob.objective or {})
 
 
-def _rows_hold(model: ILPModel, choice: dict[str, int]) -> bool:
+def _rows_hold(model: ILPModel, choice: dict[str, int], remat: Any = "free") -> bool:
     """Whether a choice keeps every row of the model that involves only strategy variables
-    ``s`` (one-hot, memory, no-good, kv-mode); the flow rows hold by construction (x follows s)."""
+    ``s`` (one-hot, memory, no-good, kv-mode); the flow rows hold by construction (x follows s).
+    ``remat``: with a remat decision, the remat choice the layout comes with (a mapping, or None
+    for the program as traced): the rows over strategy and remat binaries are checked too (a
+    no-good over a (layout, remat) pair); "free" checks strategy-only rows."""
     val: dict[str, float] = {}
+    if remat != "free" and model.remat is not None:
+        val.update(remat_values(model.remat, remat))
     for gid, vs in model.s.items():
         for k, v in enumerate(vs):
             if not isinstance(v, int):
@@ -216,16 +221,19 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
        ``solver="cbc"`` CBC (``run_cbc``), if at least CBC_MIN_S_PER_NONZERO x nonzeros is
        left: writing the MPS file, the solver's file read and its root LP cannot be cut
        (``mip_run``'s constants); a budget under CBC_COMFORT x that minimum is noted as
-       short. A solver still running at the deadline is killed (its answer lost; the incumbent
-       and the LP bound remain): HiGHS does not check its time limit inside every step of its
+       short. With remat decisions and no candidate yet (no rounding fits a tight HBM budget),
+       a zero-objective MIP first finds a (layout, remat) that fits (``_feasibility_stage``):
+       a candidate, and the MIP's start. A solver still running at the deadline is killed (its
+       answer lost; the incumbent and the LP bound remain): HiGHS does not check its time limit inside every step of its
        MIP presolve.
     3. The answer: the solver's if it is proven optimal, else the best of the solver's, the LP
        rounding and the incumbent (ties go to the solver's). The bound is the best of the
        solvers' lower bounds. Status OPTIMAL when the solver proved it or the answer's objective
        is within PROOF_REL_TOL of the bound; FEASIBLE (not proven) otherwise, with the bound when
        there is one; INFEASIBLE when a solver proved it (the LP relaxation's infeasibility too),
-       UNKNOWN when there is no answer. ``detail["answer_from"]``: "solver", "lp-relaxation" or
-       "incumbent"; ``detail["note"]`` says when the solver was cut or skipped; the stages'
+       UNKNOWN when there is no answer. ``detail["answer_from"]``: "solver", "lp-relaxation",
+       "remat-fixed", "feasibility" or "incumbent"; ``detail["note"]`` says when the solver was
+       cut or skipped; the stages'
        seconds are in detail.
 
     Returns run_solver's dict (status, objective and bound in model units, time_s = wall clock
@@ -254,6 +262,8 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
     _lp_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, left)
     if run.remat and run.proven is None:
         _remat_fixed_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, REMAT_TRIALS[1:])
+    if run.remat and not run.cands and not run.infeasible and solver == "highs":
+        _feasibility_stage(run, cbc_need)
     mip = _mip_stage(run, cbc_need)
     return _answer(run, mip, clock() - t0)
 
@@ -278,6 +288,8 @@ class _ModelSolve:
     remat: bool = False                               # the model decides rematerialization
     remat_choice: dict[str, str] | None = None        # the solver's remat choice (None: traced)
     remat_fixed: dict[str, str] | None = None         # the remat of the "remat-fixed" candidate
+    remat_feasible: dict[str, str] | None = None      # the remat of the "feasibility" candidate
+    start: dict[str, float] | None = None             # the MIP's start (``_feasibility_stage``)
 
 
 def _incumbent_stage(run: _ModelSolve, limit_s: float) -> None:
@@ -377,11 +389,49 @@ def _remat_candidate(run: _ModelSolve, rm: dict[str, str] | None):
     ``_rows_hold``, the memory rows with the stacks by ``peak_memory``; else None."""
     model = run.model
     ch = _integral_choice(model) or chosen(model)
-    if not _rows_hold(model, ch) or peak_memory(model, ch, rm) > model.hbm_budget * (1 + 1e-9):
+    if not _rows_hold(model, ch, rm) or peak_memory(model, ch, rm) > model.hbm_budget * (1 + 1e-9):
         return None
     rmv = model.remat_eval(ch, rm)
     q = evaluate(run.graph, ch, run.corrections)["total_s"] + rmv["recompute_s"] + rmv["offload_s"]
     return q * TIME_SCALE, ch
+
+
+FEASIBILITY_SHARE = SHARES["feasibility"].fraction   # of the time left (``_feasibility_stage``)
+
+
+def _feasibility_stage(run: _ModelSolve, cbc_need: float) -> None:
+    """With remat decisions, when no rounding kept the rows (a tight HBM budget): HiGHS's MIP on
+    the same rows with a zero objective (any (layout, remat) that fits; its first incumbent
+    ends the search) for FEASIBILITY_SHARE of the time left. Its answer is a candidate priced by
+    the whole objective, and the MIP start of the MIP that follows (``run.start``): on tight
+    budgets HiGHS's MIP with the objective may find no layout at all in the budget (wan2.1-small's
+    training step on v5p-8 under 95% of the smallest kept-residual peak: none in 120 s; with a
+    zero objective, one in 5 s)."""
+    left = run.deadline - clock()
+    if left * FEASIBILITY_SHARE < cbc_need:
+        return
+    prob, model = run.model.prob, run.model
+    objective = prob.objective
+    prob.objective = pulp.LpAffineExpression()
+    t = clock()
+    try:
+        r = run_highs(prob, clock() + left * FEASIBILITY_SHARE, run.seed, run.threads)
+    finally:
+        prob.objective = objective
+    run.stages["feasibility_s"] = round(clock() - t, 4)
+    run.stages["feasibility"] = r["detail"].get("highs_status", r["status"])
+    if r["detail"].get("highs_status") not in ("Optimal", "Time limit reached") or \
+            any(v.value() is None for vs in model.s.values() for v in vs if not isinstance(v, int)):
+        return
+    ch, rm = chosen(model), model.remat.choice()
+    if not _rows_hold(model, ch, rm) or peak_memory(model, ch, rm) > model.hbm_budget * (1 + 1e-9):
+        return
+    rmv = model.remat_eval(ch, rm)
+    q = evaluate(run.graph, ch, run.corrections)["total_s"] + rmv["recompute_s"] + rmv["offload_s"]
+    run.cands.append((q * TIME_SCALE, 2, "feasibility", ch))
+    run.remat_feasible = rm
+    run.start = {v.name: v.value() for v in prob.variables()
+                 if v.cat == pulp.LpInteger and v.value() is not None}
 
 
 def _mip_stage(run: _ModelSolve, cbc_need: float) -> dict[str, Any] | None:
@@ -400,7 +450,8 @@ def _mip_stage(run: _ModelSolve, cbc_need: float) -> dict[str, Any] | None:
     t = clock()
     prob = run.model.prob
     r = run_cbc(prob, run.deadline, run.seed, run.threads) if run.solver == "cbc" else \
-        run_highs(prob, run.deadline, run.seed, run.threads)
+        run_highs(prob, run.deadline, run.seed, run.threads,
+                  **({"start": run.start} if run.start else {}))
     stages["solver_s"] = round(clock() - t, 4)
     run.names.append(r["solver"])
     stages.update(r["detail"])
@@ -454,7 +505,8 @@ def _answer(run: _ModelSolve, mip: dict[str, Any] | None, time_s: float) -> dict
         name = f"coordinate descent (incumbent) + {name}"
     return {"status": status, "objective": obj, "bound": bound, "solver": name,
             "detail": detail, "choice": ch, "time_s": time_s,
-            "remat": {"solver": run.remat_choice, "remat-fixed": run.remat_fixed}.get(source)}
+            "remat": {"solver": run.remat_choice, "remat-fixed": run.remat_fixed,
+                      "feasibility": run.remat_feasible}.get(source)}
 
 
 def _why_not_solver(stages: dict[str, Any], mip: dict[str, Any] | None) -> str:

@@ -67,7 +67,6 @@ def _min_peak(ir, graph, hw, remat):
     return r["objective"] * 1e6
 
 
-@pytest.mark.xfail(reason='known regression of #52 (open): since Q1 prices follower chains as fused and attention by the splash kernel model, HiGHS finds no layout of the remat ILP within 45 s', strict=False)
 def test_small_budget_trades_layout_against_remat(program):
     _, _, ir = program
     target = get_target("v5p-8")
@@ -129,7 +128,6 @@ def test_realized_step_with_the_chosen_remat_matches_the_unsharded_step():
           [ir.node(k).primitive for k in applied.dropped])
 
 
-@pytest.mark.xfail(reason="known regression of #52 (open): since Q1 prices follower chains as fused and attention by the splash kernel model, the cut of (layout, remat) no longer changes the ILP's answer", strict=False)
 def test_a_layout_and_remat_that_did_not_fit_is_cut_together(program):
     """The loop's feedback: the compiler said (layout, remat) did not fit -> the pair is a
     forbidden combination (its remat part under REMAT_KEY) and the ILP solved again answers

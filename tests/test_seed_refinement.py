@@ -71,33 +71,31 @@ def test_refinement_keeps_attention_and_rules_and_changes_only_parameters(cfg2):
     assert again.layout == L
 
 
-@pytest.mark.xfail(reason="known regression of #52 (open): since Q1 prices follower chains as fused and attention by the splash kernel model, Q1 no longer ties the patch embedding's splits, so the refinement has no tie to settle", strict=False)
 def test_tied_optima_keep_the_seeds_parameter_layout():
     """Wan 2.1 1.3B 480p-81f on v5e-8 (real shapes, abstract: nothing is allocated): around
-    cfg2_context's attention Q1 ties the patch embedding's weight split over context (the seed's)
-    and replicated; the refinement takes the seed's, at the same proven Q1. (On v6e-8, where
-    this tie was first found, the padded program's key mask changes the model by a few bytes and
-    HiGHS's own answer is then the seed's split: nothing left to settle there.)"""
+    fsdp_sp's attention Q1 ties a parameter's split over ``sp`` (the seed's) with the ILP's own
+    answer; the refinement takes the seed's, at the same proven Q1. (Which parameter ties
+    depends on Q1's pricing: the patch embedding's weight under cfg2_context before Q1 priced
+    fused follower chains, a patch embedding leaf under fsdp_sp since.)"""
     import aoizora.solvers.sharding as S
     from aoizora.planning.seed_refinement import seed_strategies
 
-    ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", get_target("v5e-8"))
-              if e.name == "cfg2_context")
-    ir = build_ir(ex.fn, *ex.args)
     tgt = get_target("v5e-8")
-    leaves = jax.tree_util.tree_leaves_with_path(ex.args[0])
-    n = len(leaves)
+    ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", tgt)
+              if e.name == "fsdp_sp")
+    ir = build_ir(ex.fn, *ex.args)
+    n = len(jax.tree_util.tree_leaves(ex.args[0]))
     ref = refine_seed(ir, tgt, ex.layout, range(n), time_limit_s=30, seed=0)
     cert = ref.solution.certificate
     assert cert.status == "OPTIMAL" and cert.detail["tie_moves"]
-    w = next(i for i, (p, _) in enumerate(leaves) if jax.tree_util.keystr(p) == "['patch_embed']['w']")
-    assert ref.layout.in_specs[w] == ex.layout.in_specs[w] == (None, "context")
-    # the same Q1 as the ILP without the preference, which replicates that weight
+    moved = [ir.inputs.index(g.removeprefix("in:")) for g in cert.detail["tie_moves"]]
+    # the same Q1 as the ILP without the preference, which lays those leaves out otherwise
     graph = _graph(ir, ex.layout, tgt)
     kept, forbidden = attention_pins(graph, ex.layout)
     plain = S.solve_sharding(ir, tgt, dict(ex.layout.mesh_axes),
                              S.ShardingProblem(forbidden=forbidden), time_limit_s=30, seed=0).best
-    assert plain.layout.in_specs[w] == (None, None)
+    for i in moved:
+        assert ref.layout.in_specs[i] == ex.layout.in_specs[i] != plain.layout.in_specs[i]
     assert cert.objective == pytest.approx(plain.certificate.objective, rel=1e-9)
     # settled: no preferred group the answer leaves can move there at Q1's optimum
     prefer = seed_strategies(ir, graph, ex.layout, range(n))
@@ -107,8 +105,8 @@ def test_tied_optima_keep_the_seeds_parameter_layout():
     choice = {g: names[g].index(name) for g, name in ref.solution.choice.items()}
     _, _, _, model = S.build_problem(ir, tgt, dict(ex.layout.mesh_axes),
                                      S.ShardingProblem(forbidden=forbidden))
-    again, moved = S.settle_ties(graph, model, choice, idx)
-    assert moved == [] and again == choice
+    again, moved_again = S.settle_ties(graph, model, choice, idx)
+    assert moved_again == [] and again == choice
 
 
 def test_settle_ties_moves_only_at_equal_q1(cfg2):
