@@ -58,6 +58,7 @@ long the ILPs took. ``Plan.time_limited`` lists each place where a time limit di
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from typing import Any, Callable, Sequence
 
@@ -70,6 +71,7 @@ from aoizora.planning.seams import Seams
 from aoizora.planning.compile_workers import WorkersError, workers_for
 from aoizora.extract.aot_compile import CompileError
 from aoizora.extract.evidence_cache import CacheError, EvidenceCache, open_cache
+from aoizora.planning.solve_memo import SolveMemo
 from aoizora.extract.network import Network
 from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import Target, get_target
@@ -316,6 +318,11 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                                 "layout", kind="input")
         seams = seams or Seams()
         evidence_cache = _open_cache(cache)
+        memo = None
+        if evidence_cache is not None:     # solver answers no clock decided, kept beside it
+            memo = SolveMemo(evidence_cache)
+            seams = dataclasses.replace(seams, solve_sharding=memo.sharding(seams.solve_sharding),
+                                        solve_placement=memo.placement(seams.solve_placement))
         pool = compile_workers if hasattr(compile_workers, "run") else _workers(compile_workers)
         if pool is not compile_workers:
             scope.callback(pool.close)
@@ -324,7 +331,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
                                     workers=pool)
         state = LoopState(
             program=Program(fn, abstract_args, tgt, Network.from_target(tgt), ir,
-                            evidence_cache),
+                            evidence_cache, memo),
             settings=Settings(seed, top_k, max_iterations, ilp_time_s, placement_time_s, workers),
             budget=budget, queue=queue, meshes=mesh_list,
             mesh_state=mesh_states(tgt, mesh_list, calibration or Calibration(tgt.name)),

@@ -119,7 +119,8 @@ class Plan:
     time_limited: list[str] = dataclasses.field(default_factory=list)  # aoizora.planning.time_limits
     compiler: dict[str, str] = dataclasses.field(default_factory=dict)  # extract.aot_compile.compiler_identity
     # the planning run's compiles: "compiled" (ran), "cached" (evidence from the evidence cache),
-    # "failed", "workers" (where they ran), "cache" (the cache directory, or None)
+    # "failed", "workers" (where they ran), "cache" (the cache directory, or None),
+    # "solver_answers_cached" (sharding and placement answers from it: planning.solve_memo)
     compiles: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):

@@ -55,7 +55,9 @@ def format_plan(p: Plan) -> str:
         lines.append(f"compiles: {c.get('compiled', 0)} compiled ({c.get('workers', '?')}), "
                      f"{c.get('cached', 0)} from the evidence cache"
                      + (f", {c['failed']} failed" if c.get("failed") else "")
-                     + (f" ({c['cache']})" if c.get("cache") else " (no cache)"))
+                     + (f" ({c['cache']})" if c.get("cache") else " (no cache)")
+                     + (f"; {c['solver_answers_cached']} solver answers from it"
+                        if c.get("solver_answers_cached") else ""))
     if p.compiler:
         c = p.compiler
         lines.append(f"compiled by: jax {c.get('jax') or '?'}, libtpu {c.get('libtpu') or '?'}"

@@ -2,6 +2,8 @@
 
     python -m benchmarks.ilp_only [--cells NAME,...] [--budget S] [--seed N] [--force] [--tag T]
     python -m benchmarks.ilp_only --report        # the table, from the JSON written so far
+    python -m benchmarks.ilp_only --cells NAME,... --compiles 3 --experts --tag T
+                                                  # experts priced in the same run
 
 For each cell of ``benchmarks.grid.grid_cells()``: ``aoizora.plan`` with ``seed_layouts=[]`` (as
 ``aoizora plan --no-seeds``), so every layout it compiles is one of the ILP's; its plan priced like
@@ -9,6 +11,11 @@ the grid's rows -- Q2 (``formulation.latency.predict_step``) and the reference s
 (``benchmarks.simulator``) on the plan's compiled evidence under the plan's device order. It is
 set against the cell's committed grid JSON (``benchmarks/results/grid/<cell>.json``): the best
 expert configuration by simulated step, and the plan (which had the experts as seeds).
+
+With ``--experts`` every expert configuration of the cell is compiled and priced in the same run,
+by the same code (``benchmarks.grid._expert_row``: JAX's default order, its published tiles), and
+the best of them is the reference instead (``reference["source"] == "this run"``): the rows of
+one JSON then come from one commit.
 
 ``speedup_over_best_expert`` = best expert's simulated step / ILP-only simulated step (> 1: the ILP's
 own layout is faster); ``speedup_over_plan`` = plan's simulated step / ILP-only's. A cell
@@ -61,9 +68,11 @@ def _grid_reference(cell_name: str) -> dict[str, Any]:
             "grid_commit": g.get("machine_start", {}).get("git_commit", "")[:12]}
 
 
-def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None) -> dict[str, Any]:
+def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None,
+             experts: bool = False) -> dict[str, Any]:
     """Plan one cell with no seeds and price the plan; never raises for a failing plan.
-    ``compiles``: the planner's budget in candidate compiles (``budget_s`` then its guard)."""
+    ``compiles``: the planner's budget in candidate compiles (``budget_s`` then its guard);
+    ``experts``: price every expert configuration in this run too (the module docstring)."""
     job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
     out: dict[str, Any] = {"cell": cell.name, "budget_s": budget_s, "compiles": compiles,
                            "seed": seed,
@@ -80,7 +89,31 @@ def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None) -> d
         except Exception as e:  # noqa: BLE001 -- recorded
             out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             return out
+        if experts:
+            out["reference"] = _expert_reference(out, job)
         return _priced_plan(out, p, cands, job, t0)
+
+
+def _expert_reference(out: dict[str, Any], job) -> dict[str, Any]:
+    """Every expert configuration compiled in JAX's default order and priced by Q2 and the
+    simulator on its own HLO (``benchmarks.grid._expert_row``), in this run; the best by
+    simulated step is the reference. The rows are kept in ``out["experts"]``."""
+    from benchmarks.grid import _Pricer, _expert_row
+    from aoizora.models.experts import expert_layouts
+
+    net = Network.from_target(job.target)
+    pricer, errors = _Pricer(job.target, net), []
+    rows = [_expert_row(ex, job, net, pricer, errors)
+            for ex in expert_layouts(job.model, job.workload, job.target)]
+    out["experts"] = rows
+    out["expert_errors"] = errors
+    priced = [r for r in rows if r.get("sim_step_s")]
+    if not priced:
+        return {**out["reference"], "source": "grid (no expert priced in this run)"}
+    best = min(priced, key=lambda r: r["sim_step_s"])
+    return {"best_expert": best["name"][len("expert:"):], "best_expert_sim_s": best["sim_step_s"],
+            "best_expert_q2_s": best["q2_step_s"], "plan_sim_s": None, "plan_q2_s": None,
+            "grid_commit": out["git"].get("git_commit", "")[:12], "source": "this run"}
 
 
 def _priced_plan(out: dict[str, Any], p, cands: list, job, t0: float) -> dict[str, Any]:
@@ -114,7 +147,9 @@ def report(tags: Sequence[str]) -> str:
              "Each cell planned by `aoizora.plan(..., seed_layouts=[])` "
              "(`python -m benchmarks.ilp_only`), priced on its compiled XLA:TPU program under its "
              f"device order: **{SIM_LABEL}** (sim) and Q2. Best expert and plan: the committed grid "
-             "cell (`benchmarks/results/grid/`), simulated. Nothing ran on a TPU.", "",
+             "cell (`benchmarks/results/grid/`), simulated, unless marked (this run): every "
+             "expert compiled and simulated in the same run, at the same commit "
+             "(`--experts`). Nothing ran on a TPU.", "",
              "| cell | code | ILP-only mesh | ILP-only sim (ms) | Q2 (ms) | best expert | its sim (ms) "
              "| x best expert | plan sim (ms) | x plan | budget (s) | compiled | load |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -134,7 +169,8 @@ def report(tags: Sequence[str]) -> str:
             mesh = "x".join(str(v) for v in d["plan"]["mesh"].values())
             xp = f"{d['speedup_over_plan']:.3f}" if d["speedup_over_plan"] else "-"
             lines.append(f"| {d['cell']} | {tag} | {mesh} | {d['sim_step_s'] * 1e3:.2f} | "
-                         f"{d['q2_step_s'] * 1e3:.2f} | {ref['best_expert']} | "
+                         f"{d['q2_step_s'] * 1e3:.2f} | {ref['best_expert']}"
+                         f"{' (this run)' if ref.get('source') == 'this run' else ''} | "
                          f"{ref['best_expert_sim_s'] * 1e3:.2f} | "
                          f"{d['speedup_over_best_expert']:.3f} | "
                          f"{(ref['plan_sim_s'] or 0) * 1e3:.2f} | {xp} | {d['budget_s']:g} | "
@@ -163,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tag", default="after-hint-fix")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--experts", action="store_true",
+                    help="compile and price every expert in the same run (the reference)")
     a = ap.parse_args(argv)
     if not a.report:
         want = set(filter(None, a.cells.split(",")))
@@ -172,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (want and cell.name not in want) or ((d / f"{cell.name}.json").exists() and not a.force):
                 continue
             print(f"[{cell.name}] planning with no seeds, budget {a.budget:g} s", flush=True)
-            out = run_cell(cell, a.budget, a.seed, a.compiles)
+            out = run_cell(cell, a.budget, a.seed, a.compiles, a.experts)
             atomic_write(d / f"{cell.name}.json", json.dumps(out, indent=1, default=str) + "\n")
             print(f"[{cell.name}] {out.get('sim_step_s', out.get('error'))}", flush=True)
     tags = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.exists() else []

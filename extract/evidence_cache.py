@@ -11,7 +11,7 @@ benchmarks. ``EvidenceCache`` keeps what one compile gave, keyed by what decides
   the compiler's identity (jax, jaxlib and libtpu versions, ``LIBTPU_INIT_ARGS``, ``XLA_FLAGS``)
   and ``reader``: a hash of the evidence reader's source (``extract/*.py``), so that evidence read
   by other code is not reused;
-- an entry is one file ``<dir>/<key[:2]>/<key>.ev``: a first line with the SHA-256 of the body and
+- an entry is one file ``<dir>/<key[:2]>/<key>.ev`` (a solver's answer: ``.rec``): a first line with the SHA-256 of the body and
   its length, then the body (gzip'd JSON of the evidence, and of the compiled HLO text when it
   was kept: ``aot_compile.keeping_hlo``);
 - writes are atomic (``extract.atomic_io.atomic_write``: a temporary file in the same
@@ -19,6 +19,8 @@ benchmarks. ``EvidenceCache`` keeps what one compile gave, keyed by what decides
   leave one whole entry (last wins; both wrote the same evidence up to ``compile_s``);
 - a read whose checksum, length or JSON does not match is reported in one line (``notes`` and
   stderr), the entry removed, and ``None`` returned: the caller recompiles; it is never trusted;
+- the same store keeps solver answers as JSON records (``get_record`` / ``put_record``, keyed by
+  their caller: ``aoizora.planning.solve_memo``), checked, written and evicted like evidence;
 - size limit (``limit_bytes``, default ``DEFAULT_LIMIT_BYTES``): after a write that takes the
   directory over it, the least recently used entries (by modification time; a hit touches its
   entry) are removed until it is at ``EVICT_TO`` of the limit.
@@ -46,6 +48,7 @@ DEFAULT_LIMIT_BYTES = 2 * 1024 ** 3     # 2 GiB
 EVICT_TO = 0.9                          # of the limit, after an eviction
 FORMAT = 1                              # the entry format; part of the key
 _SUFFIX = ".ev"
+_RECORD_SUFFIX = ".rec"                 # a solver's answer (``put_record``)
 
 
 class CacheError(ValueError):
@@ -98,8 +101,10 @@ class Hit:
 class EvidenceCache:
     """The cache in ``directory`` (created on first write) holding at most ``limit_bytes``.
 
-    ``get(key)`` -> ``Hit`` or None; ``put(key, evidence, hlo_text=None)``. Counters ``hits``,
-    ``misses``, ``writes``, ``corrupt``, ``evicted``; ``notes``: the one-line reports of corrupt
+    ``get(key)`` -> ``Hit`` or None; ``put(key, evidence, hlo_text=None)``; ``get_record`` /
+    ``put_record``: a solver's answer as a JSON record (``aoizora.planning.solve_memo``).
+    Counters ``hits``, ``misses`` (evidence), ``record_hits``, ``record_misses``, ``writes``,
+    ``corrupt``, ``evicted``; ``notes``: the one-line reports of corrupt
     entries. ``report``: where a corrupt entry is reported (default: stderr).
 
     Raises:
@@ -115,6 +120,7 @@ class EvidenceCache:
         self.limit_bytes = int(limit_bytes)
         self.reader = reader_fingerprint()
         self.hits = self.misses = self.writes = self.corrupt = self.evicted = 0
+        self.record_hits = self.record_misses = 0
         self.notes: list[str] = []
         self._report = report or (lambda line: print(line, file=sys.stderr))
         self._lock = threading.Lock()
@@ -129,8 +135,8 @@ class EvidenceCache:
         """``evidence_key`` of ``parts`` with this reader's fingerprint."""
         return evidence_key({**parts, "reader": self.reader})
 
-    def path(self, key: str) -> str:
-        return os.path.join(self.directory, key[:2], key + _SUFFIX)
+    def path(self, key: str, suffix: str = _SUFFIX) -> str:
+        return os.path.join(self.directory, key[:2], key + suffix)
 
     def get(self, key: str) -> Hit | None:
         """The entry of ``key``, or None: absent, or corrupt (reported in one line, removed)."""
@@ -157,10 +163,40 @@ class EvidenceCache:
         """Store ``evidence`` (and ``hlo_text``) under ``key`` atomically, then evict to the
         limit. A directory that cannot be written is reported once per call and skipped (the
         plan does not depend on the cache)."""
-        body = {"evidence": evidence.to_json(), "hlo": hlo_text}
+        self._write(self.path(key), {"evidence": evidence.to_json(), "hlo": hlo_text})
+
+    def get_record(self, key: str) -> dict[str, Any] | None:
+        """A JSON record stored by ``put_record`` (a solver's answer: ``aoizora.planning.
+        solve_memo``), or None: absent, or corrupt (reported in one line, removed)."""
+        path = self.path(key, _RECORD_SUFFIX)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError:
+            self._count("record_misses")
+            return None
+        try:
+            body = _body(raw)
+            record = body["record"]
+            if not isinstance(record, dict):
+                raise ValueError("unreadable: not a record")
+        except (ValueError, KeyError, TypeError) as e:
+            self._corrupt(path, str(e), "solving again")
+            return None
+        try:
+            os.utime(path)
+        except OSError:
+            pass
+        self._count("record_hits")
+        return record
+
+    def put_record(self, key: str, record: dict[str, Any]) -> None:
+        """Store a JSON record under ``key`` as ``put`` stores evidence (atomic, evicted)."""
+        self._write(self.path(key, _RECORD_SUFFIX), {"record": record})
+
+    def _write(self, path: str, body: dict[str, Any]) -> None:
         payload = gzip.compress(json.dumps(body).encode("utf-8"), compresslevel=3)
         header = f"{hashlib.sha256(payload).hexdigest()} {len(payload)}\n".encode()
-        path = self.path(key)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             atomic_write(path, header + payload)
@@ -170,8 +206,10 @@ class EvidenceCache:
         self._count("writes")
         self.evict()
 
-    def entries(self) -> list[tuple[float, int, str]]:
-        """(modification time, bytes, path) of every entry."""
+    def entries(self, records: bool = False) -> list[tuple[float, int, str]]:
+        """(modification time, bytes, path) of every evidence entry, and with ``records`` of
+        every solver answer too (``put_record``)."""
+        suffixes = (_SUFFIX, _RECORD_SUFFIX) if records else (_SUFFIX,)
         out = []
         try:
             subdirs = [e.path for e in os.scandir(self.directory) if e.is_dir()]
@@ -180,7 +218,7 @@ class EvidenceCache:
         for sub in subdirs:
             try:
                 for e in os.scandir(sub):
-                    if e.name.endswith(_SUFFIX):
+                    if e.name.endswith(suffixes):
                         st = e.stat()
                         out.append((st.st_mtime, st.st_size, e.path))
             except OSError:
@@ -188,12 +226,12 @@ class EvidenceCache:
         return out
 
     def size_bytes(self) -> int:
-        return sum(s for _, s, _ in self.entries())
+        return sum(s for _, s, _ in self.entries(records=True))
 
     def evict(self) -> int:
         """Remove least recently used entries while over ``limit_bytes``, down to ``EVICT_TO``
         of it; returns how many were removed."""
-        entries = self.entries()
+        entries = self.entries(records=True)
         total = sum(s for _, s, _ in entries)
         if total <= self.limit_bytes:
             return 0
@@ -223,10 +261,10 @@ class EvidenceCache:
             self.notes.append(line)
         self._report(line)
 
-    def _corrupt(self, path: str, why: str) -> None:
+    def _corrupt(self, path: str, why: str, then: str = "recompiling") -> None:
         self._count("corrupt")
         self._count("misses")
-        self._note(f"evidence cache: corrupt entry {path} ({why}); removed, recompiling")
+        self._note(f"evidence cache: corrupt entry {path} ({why}); removed, {then}")
         try:
             os.unlink(path)
         except OSError:
@@ -235,6 +273,17 @@ class EvidenceCache:
 
 def _decode(raw: bytes) -> Hit:
     """An entry's bytes -> ``Hit``. Raises ValueError saying what does not match."""
+    body = _body(raw)
+    try:
+        ev = Evidence.from_json(body["evidence"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"unreadable: {type(e).__name__}") from None
+    return Hit(ev, body.get("hlo"))
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    """An entry's bytes -> its JSON body, the header checked. Raises ValueError saying what
+    does not match."""
     head, sep, payload = raw.partition(b"\n")
     if not sep:
         raise ValueError("no header")
@@ -249,10 +298,11 @@ def _decode(raw: bytes) -> Hit:
         raise ValueError("checksum mismatch")
     try:
         body = json.loads(gzip.decompress(payload).decode("utf-8"))
-        ev = Evidence.from_json(body["evidence"])
-    except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
+    except (OSError, EOFError, ValueError) as e:
         raise ValueError(f"unreadable: {type(e).__name__}") from None
-    return Hit(ev, body.get("hlo"))
+    if not isinstance(body, dict):
+        raise ValueError("unreadable: not an object")
+    return body
 
 
 def open_cache(cache: "EvidenceCache | str | os.PathLike[str] | bool | None",

@@ -21,6 +21,7 @@ placement CP-SAT price it unchanged:
   links (NVLink bridges), else ``scattered``: every step routed through the switches, and run in
   one direction when the two directions would share a GPU's uplink (``ring_directions``), as an
   NCCL ring does.
+- ``generation``: the GPUs' generation (``hardware.gpu.GPUS``; "" when built without a target).
 - ``chip_host``: the host (node) of each GPU, from the fabric's ``host_axis`` (all 0 on one
   host): NCCL's tree runs a chain inside a host and a tree between hosts.
 - Uniform per-hop latency ``hop_latency_s`` (Q2's latency term counts hops): the chip's, half of
@@ -42,12 +43,13 @@ class SwitchedNetwork(LinkGraph):
     has_switches = True
 
     def __init__(self, fabric, name: str = "", hop_latency_s: float = 0.0, peak_flops: float = 0.0,
-                 hbm_bandwidth_Bps: float = 0.0):
+                 hbm_bandwidth_Bps: float = 0.0, generation: str = ""):
         coords = [tuple(int(v) for v in c) for c in fabric.coords]
         nd = len(coords[0])
         self.shape = tuple(max(c[k] for c in coords) + 1 for k in range(nd))
         self.wrap = (False,) * nd
         self.name = name
+        self.generation = generation
         self.hop_latency_s = float(hop_latency_s)
         self.peak_flops = float(peak_flops)
         self.hbm_bandwidth_Bps = float(hbm_bandwidth_Bps)
@@ -71,7 +73,7 @@ class SwitchedNetwork(LinkGraph):
         """The network of a GPU `Target` (its `Fabric`)."""
         c = target.chip
         return cls(target.fabric, name=target.name, hop_latency_s=c.hop_latency_s, peak_flops=c.peak_bf16_flops,
-                   hbm_bandwidth_Bps=c.hbm_bandwidth_Bps)
+                   hbm_bandwidth_Bps=c.hbm_bandwidth_Bps, generation=c.generation)
 
     @property
     def num_nodes(self) -> int:

@@ -16,8 +16,20 @@ link's own one-way bandwidth (the link-load model Q2 uses):
   and down (broadcast): ``S`` (chain) or ``S / 2`` per tree each way;
 - ``a2a``: every ordered pair a flow of ``S / n``, routed (``traffic.unit_loads``).
 
-NVLink SHARP (NVLS: the switch reduces, NCCL's default all-reduce on H100 / H200 boxes) is not
-modelled: its busbw is higher than any algorithm that moves the data over the links.
+- ``nvls`` (all-reduce, all-gather, reduce-scatter; one NVSwitch host of compute capability
+  >= 9.0): NVLink SHARP, the switch reduces. Not a link load: NCCL's own tuner formula
+  (``formulation.nvls``, NCCL v2.30.7), on the GPUs' NVLink bandwidth into the switch.
+
+``nccl_algorithm`` picks what NCCL's tuner would run for a large message: its rule is the lowest
+predicted ``latency + bytes / bandwidth`` over the enabled algorithms (``src/enqueue.cc``); with
+latency left out (large messages) and one bus factor per kind, that is the highest busbw among
+``ring``, ``tree`` (all-reduce across hosts) and ``nvls`` (where ``nvls_support`` allows it). On
+one host the tree is no candidate: NCCL's tuner prices a tree all-reduce at ``0.92`` of its
+graph's bandwidth (``src/graph/tuning.cc``, ``busBw * .92``) with the ring's channel count
+(``src/init.cc`` gives trees and rings the same ``nChannels``), so where its two graphs find one
+speed large single-host all-reduces run the ring (approximate where they differ); this module's
+in-host tree is a link-load chain, not NCCL's tree graph, and is not used to decide. On h100-8 the pick is NVLS for all-reduce (476 vs 370.8 GB/s) and the ring for
+all-gather / reduce-scatter (NVLS 182 GB/s in NCCL's own model).
 This module has no jax import (formulation layer).
 """
 
@@ -28,6 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from aoizora.extract.network import Network
+from aoizora.formulation.nvls import NVLS_KINDS, NvlsUnsupported, nvls_busbw
 from aoizora.formulation.traffic import class_coefficient, flow_class, unit_loads
 
 BUS_FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n,
@@ -76,24 +89,59 @@ def _double_binary_tree(n: int) -> list[list[tuple[int, int]]]:
     return [first, second]
 
 
+ALGORITHMS = ("ring", "tree", "nvls", "auto")
+
+
+def candidate_busbw(network: Network, chips: Sequence[int], kind: str,
+                    nbytes: int = 1 << 30) -> dict[str, float]:
+    """busbw (bytes/s) of every algorithm NCCL's tuner weighs for `kind` on `chips` (module
+    docstring): ``ring`` always (all-to-all: its own pattern, under that name), ``tree`` for an
+    all-reduce across hosts, ``nvls`` where ``formulation.nvls.nvls_support`` allows it."""
+    out = {"ring": predicted_busbw(network, chips, kind, "ring", nbytes)}
+    host = getattr(network, "chip_host", None)
+    if kind == "all-reduce" and host is not None and len({int(host[c]) for c in chips}) > 1:
+        out["tree"] = predicted_busbw(network, chips, kind, "tree", nbytes)
+    if kind in NVLS_KINDS:
+        try:
+            out["nvls"] = nvls_busbw(network, chips, kind)
+        except NvlsUnsupported:
+            pass
+    return out
+
+
+def nccl_algorithm(network: Network, chips: Sequence[int], kind: str,
+                   nbytes: int = 1 << 30) -> str:
+    """The algorithm NCCL's tuner would pick for a large message: the highest busbw of
+    ``candidate_busbw`` (the lowest predicted time; ties keep ring, then tree)."""
+    c = candidate_busbw(network, chips, kind, nbytes)
+    return max(c, key=lambda a: (c[a], -list(c).index(a)))
+
+
 def predicted_busbw(network: Network, chips: Sequence[int], kind: str,
                     algorithm: str = "ring", nbytes: int = 1 << 30) -> float:
-    """nccl-tests' bus bandwidth (bytes/s) the link-load model predicts for one collective of
-    `nbytes` per rank on `chips` (large messages: latency left out).
+    """nccl-tests' bus bandwidth (bytes/s) the model predicts for one collective of `nbytes`
+    per rank on `chips` (large messages: latency left out).
 
     Args:
         network: the links (a TPU torus or a GPU fabric).
         chips: the chips of the group (>= 2).
         kind: "all-reduce", "all-gather", "reduce-scatter" or "all-to-all".
-        algorithm: "ring" or "tree" (tree: all-reduce only); all-to-all is its own pattern.
+        algorithm: "ring" or "tree" (tree: all-reduce only; link loads), "nvls" (NCCL's NVLS
+            formula, ``formulation.nvls``), or "auto" (``nccl_algorithm``'s pick); all-to-all
+            is its own pattern under "ring".
     Returns:
         busbw in bytes/s.
     Raises:
-        ValueError: an unknown kind or algorithm, or fewer than 2 chips."""
+        ValueError: an unknown kind or algorithm, or fewer than 2 chips.
+        NvlsUnsupported: "nvls" on a group NCCL would not run NVLS on."""
     n = len(chips)
-    if n < 2 or kind not in BUS_FACTOR or algorithm not in ("ring", "tree"):
+    if n < 2 or kind not in BUS_FACTOR or algorithm not in ALGORITHMS:
         raise ValueError(f"predicted_busbw({kind!r}, {algorithm!r}) on {n} chips: give >= 2 "
-                         f"chips, a kind in {sorted(BUS_FACTOR)} and algorithm ring or tree")
+                         f"chips, a kind in {sorted(BUS_FACTOR)} and algorithm in {ALGORITHMS}")
+    if algorithm == "auto":
+        return max(candidate_busbw(network, chips, kind, nbytes).values())
+    if algorithm == "nvls":
+        return nvls_busbw(network, chips, kind)
     if algorithm == "tree":
         if kind != "all-reduce":
             raise ValueError("NCCL's tree runs all-reduce only")

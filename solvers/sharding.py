@@ -93,6 +93,13 @@ class ShardingSolution:
                 "predicted": dict(self.predicted), "peak_bytes": self.peak_bytes,
                 "attention": {k: dict(v) for k, v in self.attention.items()}}
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ShardingSolution":
+        """The solution of ``to_json``'s dict."""
+        return cls(Layout.from_json(d["layout"]), Certificate.from_json(d["certificate"]),
+                   dict(d["choice"]), list(d["words"]), dict(d["predicted"]),
+                   float(d["peak_bytes"]), {k: dict(v) for k, v in d["attention"].items()})
+
 
 @dataclasses.dataclass
 class ShardingResult:
@@ -115,6 +122,13 @@ class ShardingResult:
     def to_json(self) -> dict[str, Any]:
         return {"best": self.best.to_json(), "alternatives": [a.to_json() for a in self.alternatives],
                 "size": dict(self.size), "build_s": self.build_s}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ShardingResult":
+        """The result of ``to_json``'s dict."""
+        return cls(ShardingSolution.from_json(d["best"]),
+                   [ShardingSolution.from_json(a) for a in d["alternatives"]],
+                   dict(d["size"]), float(d["build_s"]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -168,6 +168,8 @@ def test_a_warm_cache_gives_the_same_plan_and_a_corrupt_entry_is_recompiled(job,
     assert warm.compiles["compiled"] == 0 and warm.compiles["cached"] == n
     its = [c for r in warm.iterations for c in r["candidates"]]
     assert its and all(c["evidence"] == "cache" for c in its)
+    # the ILPs and placements no clock decided came back too (planning.solve_memo)
+    assert warm.compiles["solver_answers_cached"] >= 2
     _, _, path = sorted(cache.entries())[0]
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) - 10)
@@ -175,6 +177,26 @@ def test_a_warm_cache_gives_the_same_plan_and_a_corrupt_entry_is_recompiled(job,
     _same_plan(first, again)
     assert again.compiles["compiled"] == 1 and again.compiles["cached"] == n - 1
     assert len(lines) == 1 and "corrupt entry" in lines[0] and "\n" not in lines[0]
+
+
+def test_a_corrupt_solver_answer_is_reported_in_one_line_and_solved_again(job, cold):
+    """The solver answers kept beside the evidence (``planning.solve_memo``): every damaged
+    record the plan reads is reported in one line and its ILP or placement solved again; the
+    same plan, nothing compiled."""
+    first, cache, lines = cold
+    rec = [p for _, _, p in cache.entries(records=True) if p.endswith(".rec")]
+    assert rec, "the cold plan kept no solver answer"
+    for path in rec:
+        with open(path, "r+b") as f:
+            f.seek(-4, os.SEEK_END)
+            f.write(b"XXXX")
+    before = len(lines)
+    again = _plan(job, cache=cache, compile_workers="inline")
+    _same_plan(first, again)
+    said = lines[before:]
+    assert said and all("corrupt entry" in ln and "solving again" in ln and "\n" not in ln
+                        for ln in said)
+    assert again.compiles["compiled"] == 0 and not again.compiles.get("solver_answers_cached")
 
 
 def test_ray_workers_give_the_local_pools_plan_and_survive_a_killed_worker(job):

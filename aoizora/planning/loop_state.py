@@ -53,6 +53,7 @@ class Program:
     network: Network
     ir: Any
     cache: Any = None        # the evidence cache compiles look up (extract.evidence_cache)
+    memo: Any = None         # the solver answers kept beside it (planning.solve_memo)
 
 
 @dataclasses.dataclass

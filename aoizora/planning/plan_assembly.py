@@ -279,13 +279,17 @@ def _plan(state: LoopState, key, fn, args, fits, notes: list[str], program: dict
 def compile_counts(state: LoopState) -> dict[str, Any]:
     """The run's compiles (``Plan.compiles``): how many ran, came from the evidence cache or
     failed (the compile queue's, plus the plan's own tile and verification compiles), where
-    they ran and the cache directory."""
+    they ran, the cache directory, and how many solver answers came from it
+    (``solver_answers_cached``: ``planning.solve_memo``)."""
     out: dict[str, Any] = dict(state.queue.counts)
     for ev in state.final_evidence:
         out["cached" if getattr(ev, "source", "") == "cache" else "compiled"] += 1
     out["workers"] = getattr(state.queue.workers, "name", "in-process")
     cache = state.program.cache
     out["cache"] = cache.directory if cache is not None else None
+    memo = state.program.memo
+    if memo is not None:
+        out["solver_answers_cached"] = memo.hits
     return out
 
 

@@ -50,7 +50,7 @@ slower than the seed's and Q2 keeps the seed (figures: benchmarks/results/grid.m
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.strategies import Hardware, Options, build_strategies
@@ -120,11 +120,13 @@ def seed_strategies(ir, graph, layout: Layout, param_leaves: Sequence[int]) -> d
 def refine_seed(ir, target, layout: Layout, param_leaves: Sequence[int], *,
                 time_limit_s: float = 30.0, seed: int = 0,
                 attention_scale: dict[str, Any] | None = None,
-                compute_scale: float = 1.0, remat: str = "stacks") -> Refinement | None:
+                compute_scale: float = 1.0, remat: str = "stacks",
+                solve: Callable = solve_sharding) -> Refinement | None:
     """The refined layout of ``layout`` (module docstring) on ``ir`` (the seed's program), or None
     when the ILP keeps every parameter spec (and decides no remat). ``param_leaves``: indices
     into ``layout.in_specs`` of the parameters; ``remat``: ``ShardingProblem.remat`` ("decide":
-    the ILP chooses the remat too). Raises RefinementError (no matching attention strategy, or no
+    the ILP chooses the remat too); ``solve``: the sharding solver (``Seams.solve_sharding``).
+    Raises RefinementError (no matching attention strategy, or no
     layout fits)."""
     mesh = dict(layout.mesh_axes)
     costs = default_axis_costs(target, mesh)
@@ -136,7 +138,7 @@ def refine_seed(ir, target, layout: Layout, param_leaves: Sequence[int], *,
         raise RefinementError(f"{layout.name or 'the seed'} lays out no attention the ILP can keep")
     prefer = seed_strategies(ir, graph, layout, param_leaves)
     try:
-        res = solve_sharding(ir, target, mesh, ShardingProblem(
+        res = solve(ir, target, mesh, ShardingProblem(
             axis_costs=costs, forbidden=forbidden or None, attention_scale=attention_scale,
             options=options, prefer=prefer, hardware=hardware, graph=graph, remat=remat),
             time_limit_s=time_limit_s, seed=seed)

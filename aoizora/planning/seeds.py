@@ -163,7 +163,8 @@ def _refine(state: LoopState, sd: Seed, ilp: Budget, irs: dict[int, Any], rec: I
                           seed=state.settings.seed,
                           attention_scale=state.scales.attention or None,
                           compute_scale=state.scales.compute,
-                          remat="decide" if sd.retraceable is not None else "stacks")
+                          remat="decide" if sd.retraceable is not None else "stacks",
+                          solve=state.seams.solve_sharding)
     except RefinementError as e:
         rec.changes.append(f"seed {sd.layout.name}: not refined ({e})")
         return None, sfn, sargs

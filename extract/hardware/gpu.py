@@ -91,6 +91,22 @@ _DEVICE_INFO = {
 
 GPU_TARGETS = ("h100-8", "a100-8", "l40-8", "h100-16")
 
+# NVLink SHARP (NVLS): the NVSwitch reduces and multicasts. Third-generation NVSwitch (NVLink4,
+# HGX H100 / H200 / H800) has it ("SHARP in-network reductions ... multicast", NVIDIA H100 Tensor
+# Core GPU Architecture whitepaper, 2022); the second generation (HGX A100) does not, nor does a
+# PCIe box. NCCL builds its NVLS graph only with an NVSwitch in the topology and every GPU at
+# compute capability >= 9.0 (NVIDIA/nccl src/graph/search.cc, v2.30.7: "if (graph->pattern ==
+# NCCL_TOPO_PATTERN_NVLS && (system->nodes[NVS].count == 0 || ccMin < 90)) return").
+NVLS_MIN_COMPUTE_CAPABILITY = (9, 0)
+
+
+def compute_capability(generation: str) -> tuple[int, int]:
+    """CUDA compute capability (major, minor) of a GPU generation (H100 9.0, A100 8.0, L40 8.9).
+
+    Raises:
+        KeyError: not a GPU generation of ``GPUS``."""
+    return tuple(_DEVICE_INFO[generation]["cc"])
+
 
 def _nvswitch_box(gen: str, per_link: float, links: int, node: str = "",
                   node_coord: tuple[int, ...] = ()) -> tuple[list, list, list, list]:

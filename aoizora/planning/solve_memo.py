@@ -1,0 +1,198 @@
+"""Solver answers kept across planning runs, beside the evidence they were computed from.
+
+With every compile found in the evidence cache, what is left of a re-plan is solving: the
+sharding ILPs (one per mesh and iteration, and one per seed refinement) and the placements (one
+per compiled candidate). Each is a function of its inputs and of the solver code alone, unless a
+clock stopped it; so ``SolveMemo`` keeps the answers that no clock decided and gives them back
+for the same inputs:
+
+  key(sharding)  = SHA-256 of (code, IR, target, mesh, ShardingProblem without its prebuilt
+                   graph, solver, k_best, seed, threads, distinct)
+  key(placement) = SHA-256 of (code, evidence, target, time limit, seed, workers, hint, options)
+
+``code``: a hash of the source of ``formulation/``, ``solvers/`` and ``extract/`` (the model, the
+solvers, the evidence and network they read). The sharding time limit is not in its key: an
+answer is kept only when every certificate is proven optimal and no alternative was dropped
+for time (``time_limits.sharding`` finds nothing), so a longer or shorter limit gives the
+same answer. A placement's limit is in its key: it sets CP-SAT's deterministic work budget
+(``solvers.work_budget``); kept only when no clock stopped a solve before its work
+(``time_limits.placement``). A kept answer comes back with its original certificate, which
+says so in ``detail["from_cache"]``.
+
+Stored as JSON records in the evidence cache (``EvidenceCache.get_record`` / ``put_record``):
+the same directory, size limit, atomic writes and corruption checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from typing import Any, Callable
+
+from aoizora.extract.evidence_cache import EvidenceCache
+from aoizora.formulation.latency import predict_step
+from aoizora.planning import time_limits
+from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.placement_result import PlacementResult
+from aoizora.solvers.sharding import ShardingResult
+
+FORMAT = 1          # the records' format; part of every key
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """SHA-256 (hex, 16 chars) of the source of the packages a solver's answer depends on."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    h = hashlib.sha256()
+    for pkg in ("formulation", "solvers", "extract"):
+        for dirpath, dirs, files in sorted(os.walk(os.path.join(root, pkg))):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    with open(path, "rb") as f:
+                        h.update(os.path.relpath(path, root).encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _digest(obj: Any) -> str:
+    blob = json.dumps(_canon(obj), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _canon(x: Any) -> Any:
+    """``x`` as plain JSON: records by their ``to_json`` or fields, arrays as lists, mapping
+    keys as strings."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, dict):
+        return {str(k): _canon(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_canon(v) for v in x]
+    if hasattr(x, "to_json"):
+        return _canon(x.to_json())
+    if dataclasses.is_dataclass(x):
+        return _canon({f.name: getattr(x, f.name) for f in dataclasses.fields(x)})
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return str(x)
+
+
+class SolveMemo:
+    """Wraps a planner's ``solve_sharding`` and ``solve_placement`` (``planning.seams``) so
+    that answers no clock decided are kept in ``cache`` and given back (module docstring).
+    ``hits`` / ``kept``: answers given back / stored in this run."""
+
+    def __init__(self, cache: EvidenceCache):
+        self.cache = cache
+        self.hits = self.kept = 0
+        self._fingerprints: dict[int, tuple[Any, str]] = {}
+
+    def _fingerprint(self, obj: Any) -> str:
+        """The digest of an IR or evidence object's JSON, computed once per object."""
+        got = self._fingerprints.get(id(obj))
+        if got is None or got[0] is not obj:
+            got = self._fingerprints[id(obj)] = (obj, _digest(obj.to_json()))
+        return got[1]
+
+    def _key(self, kind: str, parts: dict[str, Any]) -> str:
+        return self.cache.key({"kind": kind, "format": FORMAT, "code": code_fingerprint(),
+                               "inputs": _digest(parts)})
+
+    def _given_back(self, record: dict[str, Any], build: Callable[[dict[str, Any]], Any]):
+        try:
+            out = build(record)
+        except (KeyError, TypeError, ValueError):
+            return None                 # an unreadable record: solve again
+        self.hits += 1
+        return out
+
+    def sharding(self, solve: Callable) -> Callable:
+        """``solve`` (``solvers.sharding.solve_sharding``'s signature), memoized."""
+
+        @functools.wraps(solve)
+        def memoized(ir, target, mesh_axes, problem=None, *, solver="highs", time_limit_s=30.0,
+                     k_best=1, seed=0, threads=1, distinct="any"):
+            prob = None if problem is None else {
+                f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
+                if f.name != "graph"}
+            key = self._key("sharding", {
+                "ir": self._fingerprint(ir), "target": _target(target), "mesh": mesh_axes,
+                "problem": prob, "solver": solver, "k_best": k_best, "seed": seed,
+                "threads": threads, "distinct": distinct})
+            record = self.cache.get_record(key)
+            if record is not None:
+                got = self._given_back(record, _sharding_result)
+                if got is not None:
+                    return got
+            res = solve(ir, target, mesh_axes, problem, solver=solver, time_limit_s=time_limit_s,
+                        k_best=k_best, seed=seed, threads=threads, distinct=distinct)
+            if not any(time_limits.sharding("ilp", s.certificate) for s in res.all()):
+                self.cache.put_record(key, res.to_json())
+                self.kept += 1
+            return res
+
+        return memoized
+
+    def placement(self, solve: Callable) -> Callable:
+        """``solve`` (``solvers.placement.solve_placement``'s signature), memoized."""
+
+        @functools.wraps(solve)
+        def memoized(evidence, network, time_limit_s=10.0, *, seed=0, workers=1, hint=None,
+                     options=None):
+            key = self._key("placement", {
+                "evidence": self._fingerprint(evidence), "network": _network(network),
+                "time_limit_s": round(float(time_limit_s), 3), "seed": seed,
+                "workers": workers, "hint": None if hint is None else [int(d) for d in hint],
+                "options": options})
+            record = self.cache.get_record(key)
+            if record is not None:
+                got = self._given_back(record, functools.partial(
+                    _placement_result, evidence, network))
+                if got is not None:
+                    return got
+            res = solve(evidence, network, time_limit_s, seed=seed, workers=workers, hint=hint,
+                        options=options)
+            if not time_limits.placement("placement", res.certificate):
+                self.cache.put_record(key, {
+                    "placement": res.placement, "certificate": res.certificate.to_json(),
+                    "trace": [list(t) for t in res.trace],
+                    "candidates": [[int(d) for d in c] for c in res.candidates]})
+                self.kept += 1
+            return res
+
+        return memoized
+
+
+def _target(target) -> Any:
+    """A target's identity in a key: its resolved record (None: the problem carries it)."""
+    return None if target is None else _canon(target)
+
+
+def _network(network) -> Any:
+    """A network's identity in a key: its attributes of plain types and arrays (name, shape,
+    wrap, bandwidths, latencies, links, device-to-chip map)."""
+    out = {"class": type(network).__name__}
+    for k, v in sorted(vars(network).items()):
+        if hasattr(v, "tolist") or isinstance(v, (int, float, str, bool, tuple, list, dict)):
+            out[k] = _canon(v)
+    return out
+
+
+def _sharding_result(record: dict[str, Any]) -> ShardingResult:
+    res = ShardingResult.from_json(record)
+    for sol in res.all():
+        sol.certificate.detail = {**(sol.certificate.detail or {}), "from_cache": True}
+    return res
+
+
+def _placement_result(evidence, network, record: dict[str, Any]) -> PlacementResult:
+    cert = Certificate.from_json(record["certificate"])
+    cert.detail = {**(cert.detail or {}), "from_cache": True}
+    placement = record["placement"]
+    q2 = None if placement is None else predict_step(evidence, placement, network)
+    return PlacementResult(placement, cert, q2, [tuple(t) for t in record["trace"]],
+                           [list(c) for c in record["candidates"]])
