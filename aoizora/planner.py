@@ -322,7 +322,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         if evidence_cache is not None:     # solver answers no clock decided, kept beside it
             memo = SolveMemo(evidence_cache)
             seams = dataclasses.replace(seams, solve_sharding=memo.sharding(seams.solve_sharding),
-                                        solve_placement=memo.placement(seams.solve_placement))
+                                        solve_placement=memo.placement(seams.solve_placement),
+                                        annealing=memo.annealing(seams.annealing))
         pool = compile_workers if hasattr(compile_workers, "run") else _workers(compile_workers)
         if pool is not compile_workers:
             scope.callback(pool.close)

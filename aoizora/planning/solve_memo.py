@@ -2,13 +2,14 @@
 
 With every compile found in the evidence cache, what is left of a re-plan is solving: the
 sharding ILPs (one per mesh and iteration, and one per seed refinement) and the placements (one
-per compiled candidate). Each is a function of its inputs and of the solver code alone, unless a
+per compiled candidate) and the final annealing. Each is a function of its inputs and of the solver code alone, unless a
 clock stopped it; so ``SolveMemo`` keeps the answers that no clock decided and gives them back
 for the same inputs:
 
   key(sharding)  = SHA-256 of (code, IR, target, mesh, ShardingProblem without its prebuilt
                    graph, solver, k_best, seed, threads, distinct)
   key(placement) = SHA-256 of (code, evidence, target, time limit, seed, workers, hint, options)
+  key(annealing) = SHA-256 of (code, evidence, target, seed, starts, temperatures, evaluations)
 
 ``code``: a hash of the source of ``formulation/``, ``solvers/`` and ``extract/`` (the model, the
 solvers, the evidence and network they read). The sharding time limit is not in its key: an
@@ -16,7 +17,8 @@ answer is kept only when every certificate is proven optimal and no alternative 
 for time (``time_limits.sharding`` finds nothing), so a longer or shorter limit gives the
 same answer. A placement's limit is in its key: it sets CP-SAT's deterministic work budget
 (``solvers.work_budget``); kept only when no clock stopped a solve before its work
-(``time_limits.placement``). A kept answer comes back with its original certificate, which
+(``time_limits.placement``). An annealing run given its count of evaluations is kept when the
+clock did not cut it. A kept answer comes back with its original certificate, which
 says so in ``detail["from_cache"]``.
 
 Stored as JSON records in the evidence cache (``EvidenceCache.get_record`` / ``put_record``):
@@ -82,8 +84,8 @@ def _canon(x: Any) -> Any:
 
 
 class SolveMemo:
-    """Wraps a planner's ``solve_sharding`` and ``solve_placement`` (``planning.seams``) so
-    that answers no clock decided are kept in ``cache`` and given back (module docstring).
+    """Wraps a planner's ``solve_sharding``, ``solve_placement`` and ``annealing``
+    (``planning.seams``) so that answers no clock decided are kept in ``cache`` and given back (module docstring).
     ``hits`` / ``kept``: answers given back / stored in this run."""
 
     def __init__(self, cache: EvidenceCache):
@@ -92,10 +94,15 @@ class SolveMemo:
         self._fingerprints: dict[int, tuple[Any, str]] = {}
 
     def _fingerprint(self, obj: Any) -> str:
-        """The digest of an IR or evidence object's JSON, computed once per object."""
+        """The digest of an IR or evidence record, computed once per object: of its ``repr``
+        (a dataclass of plain values: deterministic, and far cheaper than its JSON); of its
+        JSON if the repr shows an object's address."""
         got = self._fingerprints.get(id(obj))
         if got is None or got[0] is not obj:
-            got = self._fingerprints[id(obj)] = (obj, _digest(obj.to_json()))
+            text = f"{type(obj).__name__}:{obj!r}"
+            digest = (_digest(obj.to_json()) if " at 0x" in text
+                      else hashlib.sha256(text.encode("utf-8")).hexdigest())
+            got = self._fingerprints[id(obj)] = (obj, digest)
         return got[1]
 
     def _key(self, kind: str, parts: dict[str, Any]) -> str:
@@ -157,14 +164,46 @@ class SolveMemo:
             res = solve(evidence, network, time_limit_s, seed=seed, workers=workers, hint=hint,
                         options=options)
             if not time_limits.placement("placement", res.certificate):
-                self.cache.put_record(key, {
-                    "placement": res.placement, "certificate": res.certificate.to_json(),
-                    "trace": [list(t) for t in res.trace],
-                    "candidates": [[int(d) for d in c] for c in res.candidates]})
+                self.cache.put_record(key, _placement_record(res))
                 self.kept += 1
             return res
 
         return memoized
+
+
+    def annealing(self, anneal: Callable) -> Callable:
+        """``anneal`` (``solvers.placement_heuristics.annealing``'s signature), memoized: an
+        answer is kept when the clock did not cut it (``detail["cut"]``); given a count of
+        evaluations, the limit is then only a guard and stays out of the key."""
+
+        @functools.wraps(anneal)
+        def memoized(evidence, network, time_limit_s=5.0, seed=0, starts=None, t_start=0.05,
+                     t_end=1e-4, max_evaluations=None):
+            kw = dict(seed=seed, starts=starts, t_start=t_start, t_end=t_end,
+                      max_evaluations=max_evaluations)
+            if max_evaluations is None:     # the clock sets the count: not repeatable
+                return anneal(evidence, network, time_limit_s, **kw)
+            key = self._key("annealing", {
+                "evidence": self._fingerprint(evidence), "network": _network(network), **kw})
+            record = self.cache.get_record(key)
+            if record is not None:
+                got = self._given_back(record, functools.partial(
+                    _placement_result, evidence, network))
+                if got is not None:
+                    return got
+            res = anneal(evidence, network, time_limit_s, **kw)
+            if not (res.certificate.detail or {}).get("cut"):
+                self.cache.put_record(key, _placement_record(res))
+                self.kept += 1
+            return res
+
+        return memoized
+
+
+def _placement_record(res: PlacementResult) -> dict[str, Any]:
+    return {"placement": None if res.placement is None else [int(d) for d in res.placement],
+            "certificate": res.certificate.to_json(), "trace": [list(t) for t in res.trace],
+            "candidates": [[int(d) for d in c] for c in res.candidates]}
 
 
 def _target(target) -> Any:
