@@ -326,19 +326,32 @@ def results(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
 
 def ilp_only_text(directory: Path = RES / "ilp_only") -> str:
     """One sentence per run of ``benchmarks.ilp_only`` (a subdirectory): the ILP's own layout
-    (no seeds) against the best expert of the grid it was run against."""
+    (no seeds) against the best expert it was priced against (the same run's experts with
+    ``--experts``, else the grid it was run against)."""
     parts = []
     for d in sorted(p for p in Path(directory).glob("*") if p.is_dir()):
         cs = [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
         v = [c["speedup_over_best_expert"] for c in cs if c.get("speedup_over_best_expert")]
-        if v:
+        if not v:
+            continue
+        same_run = all(c.get("reference", {}).get("source") == "this run" for c in cs
+                       if c.get("speedup_over_best_expert"))
+        if same_run:
+            compiles = sorted({c.get("compiles") for c in cs})
+            commits = sorted({c.get("git", {}).get("git_commit", "")[:7] for c in cs})
+            parts.append(
+                f"{ratio_text(v)} (geometric mean / median, range) of the best expert as "
+                f"published, simulated in the same run, in {len(v)} cell(s), at "
+                f"least 0.98x in {sum(x >= 0.98 for x in v)}; {', '.join(map(str, compiles))} "
+                f"compiles per cell, commit(s) {', '.join(commits)} (`{d.name}`)")
+        else:
             budgets = sorted({c.get("budget_s") for c in cs})
-            parts.append(f"{min(v):.2f}-{max(v):.2f}x of the best expert in {len(v)} cell(s) "
-                         f"at {', '.join(f'{b:g}' for b in budgets)} s (`{d.name}`)")
+            parts.append(f"{min(v):.2f}-{max(v):.2f}x of the best expert of a committed grid "
+                         f"(priced at another commit) in {len(v)} cell(s) at "
+                         f"{', '.join(f'{b:g}' for b in budgets)} s (`{d.name}`)")
     if not parts:
         return ""
-    return ("**The ILP alone** (no seed layouts, `ilp_only.md`; priced against the grid before "
-            "the independent simulator, not re-run since): " + "; ".join(parts) + ".")
+    return "**The ILP alone** (no seed layouts, `ilp_only.md`): " + "; ".join(parts) + "."
 
 
 def paper(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
