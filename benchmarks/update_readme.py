@@ -343,7 +343,7 @@ def ilp_only_text(directory: Path = RES / "ilp_only") -> str:
                 f"{ratio_text(v)} (geometric mean / median, range) of the best expert as "
                 f"published, simulated in the same run, in {len(v)} cell(s), at "
                 f"least 0.98x in {sum(x >= 0.98 for x in v)}; {', '.join(map(str, compiles))} "
-                f"compiles per cell, commit(s) {', '.join(commits)} (`{d.name}`)")
+                f"compiles per cell, {len(commits)} commit(s) (`{d.name}`)")
         else:
             budgets = sorted({c.get("budget_s") for c in cs})
             parts.append(f"{min(v):.2f}-{max(v):.2f}x of the best expert of a committed grid "
