@@ -140,24 +140,7 @@ class EvidenceCache:
 
     def get(self, key: str) -> Hit | None:
         """The entry of ``key``, or None: absent, or corrupt (reported in one line, removed)."""
-        path = self.path(key)
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except OSError:
-            self._count("misses")
-            return None
-        try:
-            hit = _decode(raw)
-        except ValueError as e:
-            self._corrupt(path, str(e))
-            return None
-        try:
-            os.utime(path)            # recently used: the last to be evicted
-        except OSError:
-            pass
-        self._count("hits")
-        return hit
+        return self._read(self.path(key), _decode, "recompiling", "")
 
     def put(self, key: str, evidence: Evidence, hlo_text: str | None = None) -> None:
         """Store ``evidence`` (and ``hlo_text``) under ``key`` atomically, then evict to the
@@ -168,27 +151,28 @@ class EvidenceCache:
     def get_record(self, key: str) -> dict[str, Any] | None:
         """A JSON record stored by ``put_record`` (a solver's answer: ``aoizora.planning.
         solve_memo``), or None: absent, or corrupt (reported in one line, removed)."""
-        path = self.path(key, _RECORD_SUFFIX)
+        return self._read(self.path(key, _RECORD_SUFFIX), _record, "solving again", "record_")
+
+    def _read(self, path: str, decode: Callable[[bytes], Any], then: str, counter: str):
+        """``decode`` of the entry at ``path``, or None: absent (a miss), or corrupt (reported
+        in one line, removed, a miss); a hit touches the entry (the last to be evicted)."""
         try:
             with open(path, "rb") as f:
                 raw = f.read()
         except OSError:
-            self._count("record_misses")
+            self._count(counter + "misses")
             return None
         try:
-            body = _body(raw)
-            record = body["record"]
-            if not isinstance(record, dict):
-                raise ValueError("unreadable: not a record")
-        except (ValueError, KeyError, TypeError) as e:
-            self._corrupt(path, str(e), "solving again")
+            got = decode(raw)
+        except ValueError as e:
+            self._corrupt(path, str(e), then, counter)
             return None
         try:
             os.utime(path)
         except OSError:
             pass
-        self._count("record_hits")
-        return record
+        self._count(counter + "hits")
+        return got
 
     def put_record(self, key: str, record: dict[str, Any]) -> None:
         """Store a JSON record under ``key`` as ``put`` stores evidence (atomic, evicted)."""
@@ -261,9 +245,9 @@ class EvidenceCache:
             self.notes.append(line)
         self._report(line)
 
-    def _corrupt(self, path: str, why: str, then: str = "recompiling") -> None:
+    def _corrupt(self, path: str, why: str, then: str = "recompiling", counter: str = "") -> None:
         self._count("corrupt")
-        self._count("misses")
+        self._count(counter + "misses")
         self._note(f"evidence cache: corrupt entry {path} ({why}); removed, {then}")
         try:
             os.unlink(path)
@@ -279,6 +263,14 @@ def _decode(raw: bytes) -> Hit:
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"unreadable: {type(e).__name__}") from None
     return Hit(ev, body.get("hlo"))
+
+
+def _record(raw: bytes) -> dict[str, Any]:
+    """A record entry's bytes -> the record. Raises ValueError saying what does not match."""
+    record = _body(raw).get("record")
+    if not isinstance(record, dict):
+        raise ValueError("unreadable: not a record")
+    return record
 
 
 def _body(raw: bytes) -> dict[str, Any]:

@@ -117,6 +117,21 @@ class SolveMemo:
         self.hits += 1
         return out
 
+    def _through(self, key: str, build: Callable[[dict[str, Any]], Any], run: Callable[[], Any],
+                 keep: Callable[[Any], bool], record: Callable[[Any], dict[str, Any]]):
+        """The answer kept under ``key`` (``build`` from its record), else ``run()``'s, kept
+        when ``keep`` says no clock decided it."""
+        got = self.cache.get_record(key)
+        if got is not None:
+            got = self._given_back(got, build)
+            if got is not None:
+                return got
+        res = run()
+        if keep(res):
+            self.cache.put_record(key, record(res))
+            self.kept += 1
+        return res
+
     def sharding(self, solve: Callable) -> Callable:
         """``solve`` (``solvers.sharding.solve_sharding``'s signature), memoized."""
 
@@ -130,17 +145,14 @@ class SolveMemo:
                 "ir": self._fingerprint(ir), "target": _target(target), "mesh": mesh_axes,
                 "problem": prob, "solver": solver, "k_best": k_best, "seed": seed,
                 "threads": threads, "distinct": distinct})
-            record = self.cache.get_record(key)
-            if record is not None:
-                got = self._given_back(record, _sharding_result)
-                if got is not None:
-                    return got
-            res = solve(ir, target, mesh_axes, problem, solver=solver, time_limit_s=time_limit_s,
-                        k_best=k_best, seed=seed, threads=threads, distinct=distinct)
-            if not any(time_limits.sharding("ilp", s.certificate) for s in res.all()):
-                self.cache.put_record(key, res.to_json())
-                self.kept += 1
-            return res
+            return self._through(
+                key, _sharding_result,
+                lambda: solve(ir, target, mesh_axes, problem, solver=solver,
+                              time_limit_s=time_limit_s, k_best=k_best, seed=seed,
+                              threads=threads, distinct=distinct),
+                lambda res: not any(time_limits.sharding("ilp", s.certificate)
+                                    for s in res.all()),
+                lambda res: res.to_json())
 
         return memoized
 
@@ -155,21 +167,14 @@ class SolveMemo:
                 "time_limit_s": round(float(time_limit_s), 3), "seed": seed,
                 "workers": workers, "hint": None if hint is None else [int(d) for d in hint],
                 "options": options})
-            record = self.cache.get_record(key)
-            if record is not None:
-                got = self._given_back(record, functools.partial(
-                    _placement_result, evidence, network))
-                if got is not None:
-                    return got
-            res = solve(evidence, network, time_limit_s, seed=seed, workers=workers, hint=hint,
-                        options=options)
-            if not time_limits.placement("placement", res.certificate):
-                self.cache.put_record(key, _placement_record(res))
-                self.kept += 1
-            return res
+            return self._through(
+                key, functools.partial(_placement_result, evidence, network),
+                lambda: solve(evidence, network, time_limit_s, seed=seed, workers=workers,
+                              hint=hint, options=options),
+                lambda res: not time_limits.placement("placement", res.certificate),
+                _placement_record)
 
         return memoized
-
 
     def annealing(self, anneal: Callable) -> Callable:
         """``anneal`` (``solvers.placement_heuristics.annealing``'s signature), memoized: an
@@ -185,17 +190,11 @@ class SolveMemo:
                 return anneal(evidence, network, time_limit_s, **kw)
             key = self._key("annealing", {
                 "evidence": self._fingerprint(evidence), "network": _network(network), **kw})
-            record = self.cache.get_record(key)
-            if record is not None:
-                got = self._given_back(record, functools.partial(
-                    _placement_result, evidence, network))
-                if got is not None:
-                    return got
-            res = anneal(evidence, network, time_limit_s, **kw)
-            if not (res.certificate.detail or {}).get("cut"):
-                self.cache.put_record(key, _placement_record(res))
-                self.kept += 1
-            return res
+            return self._through(
+                key, functools.partial(_placement_result, evidence, network),
+                lambda: anneal(evidence, network, time_limit_s, **kw),
+                lambda res: not (res.certificate.detail or {}).get("cut"),
+                _placement_record)
 
         return memoized
 
