@@ -11,6 +11,7 @@ from aoizora.planning.candidate_pricing import compile_layout
 from aoizora.planning.compile_queue import CompileQueue
 from aoizora.solvers.placement import solve_placement
 from aoizora.solvers.placement_heuristics import annealing
+from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import solve_sharding
 
 
@@ -27,6 +28,8 @@ class Seams:
       solve_placement: places one compiled candidate (``solvers.placement.solve_placement``).
       solve_sharding: solves one mesh's sharding ILP (``solvers.sharding.solve_sharding``).
       annealing: the final annealing runs (``solvers.placement_heuristics.annealing``).
+      choose_by_step: keeps the least Q2 step among a placement's answer, the other
+        placements priced and a swap descent (``solvers.placement_step.choose_by_step``).
     """
 
     compile_layout: Callable = compile_layout
@@ -34,3 +37,4 @@ class Seams:
     solve_placement: Callable = solve_placement
     solve_sharding: Callable = solve_sharding
     annealing: Callable = annealing
+    choose_by_step: Callable = choose_by_step

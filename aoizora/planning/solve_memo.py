@@ -1,15 +1,17 @@
 """Solver answers kept across planning runs, beside the evidence they were computed from.
 
 With every compile found in the evidence cache, what is left of a re-plan is solving: the
-sharding ILPs (one per mesh and iteration, and one per seed refinement) and the placements (one
-per compiled candidate) and the final annealing. Each is a function of its inputs and of the solver code alone, unless a
-clock stopped it; so ``SolveMemo`` keeps the answers that no clock decided and gives them back
+sharding ILPs (one per mesh and iteration, and one per seed refinement), the placements (one
+per compiled candidate, each followed by its choice by Q2 step) and the final annealing. Each
+is a function of its inputs and of the solver code alone, unless a clock stopped it; so ``SolveMemo`` keeps the answers that no clock decided and gives them back
 for the same inputs:
 
   key(sharding)  = SHA-256 of (code, IR, target, mesh, ShardingProblem without its prebuilt
                    graph, solver, k_best, seed, threads, distinct)
   key(placement) = SHA-256 of (code, evidence, target, time limit, seed, workers, hint, options)
   key(annealing) = SHA-256 of (code, evidence, target, seed, starts, temperatures, evaluations)
+  key(step_choice) = SHA-256 of (code, evidence, network, the certified placement, the other
+                   candidates and their names, the descent's evaluation cap)
 
 ``code``: a hash of the source of ``formulation/``, ``solvers/`` and ``extract/`` (the model, the
 solvers, the evidence and network they read). The sharding time limit is not in its key: an
@@ -18,7 +20,9 @@ for time (``time_limits.sharding`` finds nothing), so a longer or shorter limit 
 same answer. A placement's limit is in its key: it sets CP-SAT's deterministic work budget
 (``solvers.work_budget``); kept only when no clock stopped a solve before its work
 (``time_limits.placement``). An annealing run given its count of evaluations is kept when the
-clock did not cut it. A kept answer comes back with its original certificate, which
+clock did not cut it; a choice by Q2 step (``solvers.placement_step.choose_by_step``) when the
+clock did not cut its swap descent (its record then applied to the result given: ``with_choice``).
+A kept answer comes back with its original certificate, which
 says so in ``detail["from_cache"]``.
 
 Stored as JSON records in the evidence cache (``EvidenceCache.get_record`` / ``put_record``):
@@ -39,25 +43,45 @@ from aoizora.formulation.latency import predict_step
 from aoizora.planning import time_limits
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement_result import PlacementResult
+from aoizora.solvers.placement_step import MAX_EVALUATIONS, with_choice
 from aoizora.solvers.sharding import ShardingResult
 
 FORMAT = 1          # the records' format; part of every key
 
 
-@functools.lru_cache(maxsize=1)
+SOLVER_CODE = ("formulation", "solvers", "extract")     # what a solver's answer depends on
+
+
 def code_fingerprint() -> str:
-    """SHA-256 (hex, 16 chars) of the source of the packages a solver's answer depends on."""
+    """SHA-256 (hex, 16 chars) of the source of the packages a solver's answer depends on
+    (``SOLVER_CODE``)."""
+    return source_fingerprint(SOLVER_CODE)
+
+
+@functools.lru_cache(maxsize=8)
+def source_fingerprint(paths: tuple[str, ...]) -> str:
+    """SHA-256 (hex, 16 chars) of the ``.py`` files under ``paths`` (folders or files, relative
+    to the repository's root), each with its path, in sorted order; computed once a process.
+
+    Raises:
+        FileNotFoundError: a path names no folder nor file."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     h = hashlib.sha256()
-    for pkg in ("formulation", "solvers", "extract"):
-        for dirpath, dirs, files in sorted(os.walk(os.path.join(root, pkg))):
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(dirpath, name)
-                    with open(path, "rb") as f:
-                        h.update(os.path.relpath(path, root).encode() + b"\0" + f.read() + b"\0")
+    for rel in paths:
+        for path in _sources(os.path.join(root, rel)):
+            with open(path, "rb") as f:
+                h.update(os.path.relpath(path, root).encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()[:16]
+
+
+def _sources(path: str) -> list[str]:
+    """The ``.py`` files of ``path`` (itself when a file), sorted."""
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise FileNotFoundError(path)
+    return sorted(os.path.join(d, n) for d, _, files in os.walk(path)
+                  for n in files if n.endswith(".py"))
 
 
 def _digest(obj: Any) -> str:
@@ -84,8 +108,8 @@ def _canon(x: Any) -> Any:
 
 
 class SolveMemo:
-    """Wraps a planner's ``solve_sharding``, ``solve_placement`` and ``annealing``
-    (``planning.seams``) so that answers no clock decided are kept in ``cache`` and given back (module docstring).
+    """Wraps a planner's ``solve_sharding``, ``solve_placement``, ``annealing`` and
+    ``choose_by_step`` (``planning.seams``) so that answers no clock decided are kept in ``cache`` and given back (module docstring).
     ``hits`` / ``kept``: answers given back / stored in this run."""
 
     def __init__(self, cache: EvidenceCache):
@@ -197,6 +221,39 @@ class SolveMemo:
                 _placement_record)
 
         return memoized
+
+    def step_choice(self, choose: Callable) -> Callable:
+        """``choose`` (``solvers.placement_step.choose_by_step``'s signature), memoized: the
+        choice (placement and record) is kept when the clock did not cut its swap descent; the
+        result it is applied to stays out of the key but its placement (``with_choice``
+        applies a kept choice to the result given), the time limit too."""
+
+        @functools.wraps(choose)
+        def memoized(evidence, network, result, candidates, tm=None, time_limit_s=2.0,
+                     max_evaluations=MAX_EVALUATIONS, names=None):
+            run = lambda: choose(evidence, network, result, candidates, tm,  # noqa: E731
+                                 time_limit_s, max_evaluations, names)
+            if result.placement is None:
+                return run()
+            key = self._key("step_choice", {
+                "evidence": self._fingerprint(evidence), "network": _network(network),
+                "certified": [int(d) for d in result.placement],
+                "candidates": [[int(d) for d in q] for q in candidates],
+                "names": None if names is None else list(names),
+                "max_evaluations": max_evaluations})
+            return self._through(
+                key, lambda rec: with_choice(evidence, network, result, rec["placement"],
+                                             {**rec["choice"], "from_cache": True}, tm),
+                run, lambda res: _choice(res)["descent_cut"] != "time limit",
+                lambda res: {"placement": [int(d) for d in res.placement],
+                             "choice": {k: v for k, v in _choice(res).items()
+                                        if k != "changed"}})
+
+        return memoized
+
+
+def _choice(res: PlacementResult) -> dict[str, Any]:
+    return res.certificate.detail["step_choice"]
 
 
 def _placement_record(res: PlacementResult) -> dict[str, Any]:
