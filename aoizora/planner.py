@@ -324,7 +324,8 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             seams = dataclasses.replace(seams, solve_sharding=memo.sharding(seams.solve_sharding),
                                         solve_placement=memo.placement(seams.solve_placement),
                                         annealing=memo.annealing(seams.annealing),
-                                        choose_by_step=memo.step_choice(seams.choose_by_step))
+                                        choose_by_step=memo.step_choice(seams.choose_by_step),
+                                        refine_seed=memo.refinement(seams.refine_seed))
         pool = compile_workers if hasattr(compile_workers, "run") else _workers(compile_workers)
         if pool is not compile_workers:
             scope.callback(pool.close)

@@ -9,6 +9,7 @@ from typing import Callable
 
 from aoizora.planning.candidate_pricing import compile_layout
 from aoizora.planning.compile_queue import CompileQueue
+from aoizora.planning.seed_refinement import refine_seed
 from aoizora.solvers.placement import solve_placement
 from aoizora.solvers.placement_heuristics import annealing
 from aoizora.solvers.placement_step import choose_by_step
@@ -30,6 +31,8 @@ class Seams:
       annealing: the final annealing runs (``solvers.placement_heuristics.annealing``).
       choose_by_step: keeps the least Q2 step among a placement's answer, the other
         placements priced and a swap descent (``solvers.placement_step.choose_by_step``).
+      refine_seed: completes a seed's layout with the sharding ILP
+        (``seed_refinement.refine_seed``).
     """
 
     compile_layout: Callable = compile_layout
@@ -38,3 +41,4 @@ class Seams:
     solve_sharding: Callable = solve_sharding
     annealing: Callable = annealing
     choose_by_step: Callable = choose_by_step
+    refine_seed: Callable = refine_seed

@@ -12,6 +12,8 @@ for the same inputs:
   key(annealing) = SHA-256 of (code, evidence, target, seed, starts, temperatures, evaluations)
   key(step_choice) = SHA-256 of (code, evidence, network, the certified placement, the other
                    candidates and their names, the descent's evaluation cap)
+  key(refinement) = SHA-256 of (code, IR, target, the seed's layout, its parameter leaves, seed,
+                   attention and compute scales, remat)
 
 ``code``: a hash of the source of ``formulation/``, ``solvers/`` and ``extract/`` (the model, the
 solvers, the evidence and network they read). The sharding time limit is not in its key: an
@@ -22,7 +24,8 @@ same answer. A placement's limit is in its key: it sets CP-SAT's deterministic w
 (``time_limits.placement``). An annealing run given its count of evaluations is kept when the
 clock did not cut it; a choice by Q2 step (``solvers.placement_step.choose_by_step``) when the
 clock did not cut its swap descent (its record then applied to the result given: ``with_choice``).
-A kept answer comes back with its original certificate, which
+A seed's refinement (``seed_refinement.refine_seed``: its strategy graph, pins and ILP) is kept
+as its ILP's answer is, whatever the limit. A kept answer comes back with its original certificate, which
 says so in ``detail["from_cache"]``.
 
 Stored as JSON records in the evidence cache (``EvidenceCache.get_record`` / ``put_record``):
@@ -40,13 +43,16 @@ from typing import Any, Callable
 
 from aoizora.extract.evidence_cache import EvidenceCache
 from aoizora.formulation.latency import predict_step
+from aoizora.formulation.layout import Layout
 from aoizora.planning import time_limits
+from aoizora.planning.seed_refinement import Refinement
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.placement_result import PlacementResult
 from aoizora.solvers.placement_step import MAX_EVALUATIONS, with_choice
-from aoizora.solvers.sharding import ShardingResult
+from aoizora.solvers.sharding import ShardingResult, ShardingSolution, solve_sharding
 
 FORMAT = 1          # the records' format; part of every key
+_UNREADABLE = object()      # a record ``build`` could not read (``SolveMemo._given_back``)
 
 
 SOLVER_CODE = ("formulation", "solvers", "extract")     # what a solver's answer depends on
@@ -108,8 +114,8 @@ def _canon(x: Any) -> Any:
 
 
 class SolveMemo:
-    """Wraps a planner's ``solve_sharding``, ``solve_placement``, ``annealing`` and
-    ``choose_by_step`` (``planning.seams``) so that answers no clock decided are kept in ``cache`` and given back (module docstring).
+    """Wraps a planner's ``solve_sharding``, ``solve_placement``, ``annealing``,
+    ``choose_by_step`` and ``refine_seed`` (``planning.seams``) so that answers no clock decided are kept in ``cache`` and given back (module docstring).
     ``hits`` / ``kept``: answers given back / stored in this run."""
 
     def __init__(self, cache: EvidenceCache):
@@ -137,7 +143,7 @@ class SolveMemo:
         try:
             out = build(record)
         except (KeyError, TypeError, ValueError):
-            return None                 # an unreadable record: solve again
+            return _UNREADABLE          # an unreadable record: solve again
         self.hits += 1
         return out
 
@@ -148,7 +154,7 @@ class SolveMemo:
         got = self.cache.get_record(key)
         if got is not None:
             got = self._given_back(got, build)
-            if got is not None:
+            if got is not _UNREADABLE:
                 return got
         res = run()
         if keep(res):
@@ -174,9 +180,7 @@ class SolveMemo:
                 lambda: solve(ir, target, mesh_axes, problem, solver=solver,
                               time_limit_s=time_limit_s, k_best=k_best, seed=seed,
                               threads=threads, distinct=distinct),
-                lambda res: not any(time_limits.sharding("ilp", s.certificate)
-                                    for s in res.all()),
-                lambda res: res.to_json())
+                _proven, lambda res: res.to_json())
 
         return memoized
 
@@ -252,6 +256,56 @@ class SolveMemo:
         return memoized
 
 
+    def refinement(self, refine: Callable) -> Callable:
+        """``refine`` (``seed_refinement.refine_seed``'s signature), memoized: its refinement
+        (None too: the ILP keeps the seed's parameters) is kept when no clock decided its ILP
+        (as ``sharding`` keeps one); a RefinementError is raised again each time. The time
+        limit is not in its key."""
+
+        @functools.wraps(refine)
+        def memoized(ir, target, layout, param_leaves, *, time_limit_s=30.0, seed=0,
+                     attention_scale=None, compute_scale=1.0, remat="stacks",
+                     solve=solve_sharding):
+            kw = dict(seed=seed, attention_scale=attention_scale, compute_scale=compute_scale,
+                      remat=remat)
+            key = self._key("refinement", {
+                "ir": self._fingerprint(ir), "target": _target(target),
+                "layout": layout.to_json(), "params": [int(i) for i in param_leaves], **kw})
+            answers = []
+
+            def seen(*a, **k):
+                answers.append(solve(*a, **k))
+                return answers[-1]
+
+            return self._through(
+                key, _refinement,
+                lambda: refine(ir, target, layout, param_leaves, time_limit_s=time_limit_s,
+                               solve=seen, **kw),
+                lambda res: len(answers) == 1 and _proven(answers[0]), _refinement_record)
+
+        return memoized
+
+
+def _proven(res: ShardingResult) -> bool:
+    """No clock decided this sharding answer (``time_limits.sharding``)."""
+    return not any(time_limits.sharding("ilp", s.certificate) for s in res.all())
+
+
+def _refinement_record(ref: Refinement | None) -> dict[str, Any]:
+    return {"refinement": None if ref is None else {
+        "layout": ref.layout.to_json(), "solution": ref.solution.to_json(),
+        "kept": dict(ref.kept), "changed": int(ref.changed)}}
+
+
+def _refinement(record: dict[str, Any]) -> Refinement | None:
+    d = record["refinement"]
+    if d is None:
+        return None
+    sol = ShardingSolution.from_json(d["solution"])
+    sol.certificate.detail = {**(sol.certificate.detail or {}), "from_cache": True}
+    return Refinement(Layout.from_json(d["layout"]), sol, dict(d["kept"]), int(d["changed"]))
+
+
 def _choice(res: PlacementResult) -> dict[str, Any]:
     return res.certificate.detail["step_choice"]
 
@@ -268,10 +322,13 @@ def _target(target) -> Any:
 
 
 def _network(network) -> Any:
-    """A network's identity in a key: its attributes of plain types and arrays (name, shape,
-    wrap, bandwidths, latencies, links, device-to-chip map)."""
+    """A network's identity in a key: its public attributes of plain types and arrays (name,
+    shape, wrap, bandwidths, latencies, links, device-to-chip map); not its private caches
+    (``_ring_cache``: filled as rings are asked for, so in an order that differs by run)."""
     out = {"class": type(network).__name__}
     for k, v in sorted(vars(network).items()):
+        if k.startswith("_"):
+            continue
         if hasattr(v, "tolist") or isinstance(v, (int, float, str, bool, tuple, list, dict)):
             out[k] = _canon(v)
     return out
