@@ -323,7 +323,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             memo = SolveMemo(evidence_cache)
             seams = dataclasses.replace(seams, solve_sharding=memo.sharding(seams.solve_sharding),
                                         solve_placement=memo.placement(seams.solve_placement),
-                                        annealing=memo.annealing(seams.annealing))
+                                        annealing=memo.annealing(seams.annealing),
+                                        choose_by_step=memo.step_choice(seams.choose_by_step),
+                                        refine_seed=memo.refinement(seams.refine_seed))
         pool = compile_workers if hasattr(compile_workers, "run") else _workers(compile_workers)
         if pool is not compile_workers:
             scope.callback(pool.close)
@@ -375,7 +377,8 @@ def _anneal(state: LoopState) -> tuple[str, list[str]]:
     try:
         with state.stop.raising():
             return anneal_best(best, state.program.network, state.budget, s.placement_time_s,
-                               s.seed, state.progress, state.seams.annealing)
+                               s.seed, state.progress, state.seams.annealing,
+                               state.seams.choose_by_step)
     except Interrupted as e:
         state.stop.request(str(e))
         best.placement, best.placement_cert, best.q2 = kept

@@ -16,7 +16,10 @@
   (``evidence_key_parts``: its StableHLO, the target, device order, options and compiler
   identity); a hit returns the stored evidence (``source="cache"``, ``compile_s`` of the compile
   that made it) without compiling, a miss compiles and stores it. Under ``keeping_hlo`` an entry
-  without the HLO text is a miss (compiled again, and stored with it).
+  without the HLO text is a miss (compiled again, and stored with it). The evidence's
+  ``cache_key`` is its entry's key: ``keep_alias`` keeps it under a record key its caller derives
+  from what decides the lowered text, and ``evidence_by_alias`` reads the evidence back from
+  there without lowering.
 """
 
 from __future__ import annotations
@@ -115,15 +118,21 @@ def evidence_key_parts(lowered: Any, mesh: Any, tgt: Target,
                        compiler_options: "dict[str, Any] | None",
                        donate_argnums: Sequence[int] = ()) -> dict[str, Any]:
     """What decides a compile's evidence (``evidence_cache`` keys it): the SHA-256 of the lowered
-    StableHLO text (program, shardings, kernel configs), the target, the mesh's device order,
-    axes and platform, the per-compile options, the donated arguments, and the compiler's
-    identity (``compiler_identity`` and ``XLA_FLAGS``)."""
+    StableHLO text (program, shardings, kernel configs) and ``setting_key_parts``."""
     import hashlib
 
     text = lowered.as_text()
+    return {"program": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            **setting_key_parts(mesh, tgt, compiler_options, donate_argnums)}
+
+
+def setting_key_parts(mesh: Any, tgt: Target, compiler_options: "dict[str, Any] | None",
+                      donate_argnums: Sequence[int] = ()) -> dict[str, Any]:
+    """What decides a compile's evidence besides its program: the target, the mesh's device
+    order, axes and platform, the per-compile options, the donated arguments, and the
+    compiler's identity (``compiler_identity`` and ``XLA_FLAGS``)."""
     devs = list(mesh.devices.flat)
     return {
-        "program": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "target": tgt.name, "mesh_axes": [[str(k), int(v)] for k, v in mesh.shape.items()],
         "device_order": [int(d.id) for d in devs],
         "platform": str(getattr(devs[0], "platform", "")),
@@ -131,6 +140,49 @@ def evidence_key_parts(lowered: Any, mesh: Any, tgt: Target,
         "donate_argnums": sorted(int(i) for i in donate_argnums),
         "compiler": {**compiler_identity(), "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")},
     }
+
+
+def cached_evidence(cache: EvidenceCache, key: str, tgt: Target) -> Evidence | None:
+    """The evidence stored under ``key``, marked ``source="cache"`` (``cache_key``: ``key``);
+    under ``keeping_hlo`` its HLO text is written there (``hlo_path``).
+
+    Returns:
+        None when the entry is absent, corrupt (the cache reports it in one line and removes
+        it) or, under ``keeping_hlo``, kept without its HLO text."""
+    keep = _hlo_dir()
+    hit = cache.get(key)
+    if hit is None or (keep is not None and hit.hlo_text is None):
+        return None
+    ev = hit.evidence
+    ev.source, ev.cache_key = "cache", key
+    if keep:
+        ev.hlo_path = _keep_hlo(keep, hit.hlo_text, tgt)
+    return ev
+
+
+def keep_alias(cache: EvidenceCache, alias: str, evidence: Evidence) -> None:
+    """Keep under the record key ``alias`` the key of the entry ``evidence`` was stored or found
+    under (``{"evidence": evidence.cache_key}``), for ``evidence_by_alias`` to find it without
+    lowering; nothing when it has none (compiled without a cache). Its caller keys ``alias`` by
+    whatever decides the lowered text (``aoizora.planning.lowering_memo``)."""
+    if evidence.cache_key:
+        cache.put_record(alias, {"evidence": evidence.cache_key})
+
+
+def evidence_by_alias(cache: EvidenceCache, alias: str, tgt: Target) -> Evidence | None:
+    """The evidence an alias names (``keep_alias``), found without lowering.
+
+    Args:
+        alias: a record key of ``cache`` whose record is ``{"evidence": <evidence key>}``.
+    Returns:
+        ``cached_evidence`` of the key it names; None when there is no record, its record is
+        corrupt (reported in one line ending "lowering again", removed) or names no key, or
+        the evidence is gone: the caller lowers and compiles as without it."""
+    record = cache.get_record(alias, then="lowering again")
+    key = None if record is None else record.get("evidence")
+    if not (isinstance(key, str) and re.fullmatch(r"[0-9a-f]{64}", key)):
+        return None
+    return cached_evidence(cache, key, tgt)
 
 
 def compiler_differences(recorded: dict[str, str], current: dict[str, str] | None = None) -> list[str]:
@@ -232,7 +284,7 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
     `jax.stages.Lowered.compile`, e.g.
     ``{"xla_tpu_enable_async_collective_fusion_with_mosaic_custom_call": True}``; the evidence
     is then of the program compiled with them. `cache`: look the compile up first and store
-    what it gives (module docstring)."""
+    what it gives (module docstring); the evidence's ``cache_key`` is its entry's key."""
     import jax
 
     tgt = target
@@ -252,20 +304,15 @@ def compile_evidence(fn: Any, args: Sequence[Any], *, mesh: Any, target: Target,
         raise CompileError(f"cannot trace/lower {getattr(fn, '__name__', fn)} for {tgt.name}: "
                            f"{_first_line(e)}") from e
     compiler_options, dropped = _options_for(tgt, mesh, compiler_options)
-    keep = _hlo_dir()
-    key = None
-    if cache is not None:
-        key = cache.key(evidence_key_parts(lowered, mesh, tgt, compiler_options, donate_argnums))
-        hit = cache.get(key)
-        if hit is not None and (keep is None or hit.hlo_text is not None):
-            ev = hit.evidence
-            ev.source = "cache"
-            if keep:
-                ev.hlo_path = _keep_hlo(keep, hit.hlo_text, tgt)
-            return ev
-    ev = _compile(fn, lowered, mesh, tgt, compiler_options, keep, dropped)
-    if cache is not None:
+    if cache is None:
+        return _compile(fn, lowered, mesh, tgt, compiler_options, _hlo_dir(), dropped)
+    key = cache.key(evidence_key_parts(lowered, mesh, tgt, compiler_options, donate_argnums))
+    ev = cached_evidence(cache, key, tgt)
+    if ev is None:
+        keep = _hlo_dir()
+        ev = _compile(fn, lowered, mesh, tgt, compiler_options, keep, dropped)
         cache.put(key, ev, read_hlo(ev) if keep else None)
+        ev.cache_key = key
     return ev
 
 

@@ -105,6 +105,9 @@ class MemoryUse:
                 + self.generated_code_bytes - self.alias_bytes)
 
 
+_LOCAL = ("hlo_path", "source", "cache_key")    # an Evidence's fields of this call, not its JSON
+
+
 @dataclasses.dataclass
 class Evidence:
     target: str                                # canonical target name, e.g. "v5e:2x4"
@@ -131,6 +134,9 @@ class Evidence:
     # Where this evidence came from on this call: "" (compiled here), "cache" (an entry of
     # ``evidence_cache.EvidenceCache``). Not part of the JSON nor of equality, like ``hlo_path``.
     source: str = dataclasses.field(default="", compare=False, repr=False)
+    # The key of the evidence cache entry it was stored or found under on this call ("" without
+    # a cache): what ``aot_compile.keep_alias`` keeps. Not part of the JSON nor of equality.
+    cache_key: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self):
         # evidence saved before it kept the generation, or made from a target name alone (a
@@ -157,15 +163,13 @@ class Evidence:
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d.pop("hlo_path", None)
-        d.pop("source", None)
+        for k in _LOCAL:
+            d.pop(k, None)
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Evidence":
-        d = dict(d)
-        d.pop("hlo_path", None)
-        d.pop("source", None)
+        d = {k: v for k, v in d.items() if k not in _LOCAL}
         d["collectives"] = [
             Collective(**{**c, "source_target_pairs": (
                 [tuple(p) for p in c["source_target_pairs"]]

@@ -19,8 +19,9 @@ benchmarks. ``EvidenceCache`` keeps what one compile gave, keyed by what decides
   leave one whole entry (last wins; both wrote the same evidence up to ``compile_s``);
 - a read whose checksum, length or JSON does not match is reported in one line (``notes`` and
   stderr), the entry removed, and ``None`` returned: the caller recompiles; it is never trusted;
-- the same store keeps solver answers as JSON records (``get_record`` / ``put_record``, keyed by
-  their caller: ``aoizora.planning.solve_memo``), checked, written and evicted like evidence;
+- the same store keeps JSON records (``get_record`` / ``put_record``, keyed by their caller):
+  solver answers (``aoizora.planning.solve_memo``) and, per candidate, the evidence key its
+  lowering gave (``aoizora.planning.lowering_memo``), checked, written and evicted like evidence;
 - size limit (``limit_bytes``, default ``DEFAULT_LIMIT_BYTES``): after a write that takes the
   directory over it, the least recently used entries (by modification time; a hit touches its
   entry) are removed until it is at ``EVICT_TO`` of the limit.
@@ -148,10 +149,12 @@ class EvidenceCache:
         plan does not depend on the cache)."""
         self._write(self.path(key), {"evidence": evidence.to_json(), "hlo": hlo_text})
 
-    def get_record(self, key: str) -> dict[str, Any] | None:
+    def get_record(self, key: str, then: str = "solving again") -> dict[str, Any] | None:
         """A JSON record stored by ``put_record`` (a solver's answer: ``aoizora.planning.
-        solve_memo``), or None: absent, or corrupt (reported in one line, removed)."""
-        return self._read(self.path(key, _RECORD_SUFFIX), _record, "solving again", "record_")
+        solve_memo``; a lowering's evidence key: ``aoizora.planning.lowering_memo``), or None:
+        absent, or corrupt (reported in one line ending in ``then``: what the caller does
+        instead; removed)."""
+        return self._read(self.path(key, _RECORD_SUFFIX), _record, then, "record_")
 
     def _read(self, path: str, decode: Callable[[bytes], Any], then: str, counter: str):
         """``decode`` of the entry at ``path``, or None: absent (a miss), or corrupt (reported

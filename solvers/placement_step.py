@@ -56,11 +56,26 @@ def choose_by_step(evidence: Evidence, network: Network, result, candidates: Seq
     it is."""
     if result.placement is None:
         return result
+    tm = tm or TrafficModel(evidence, network)
+    best, choice = step_choice(evidence, network, result.placement, candidates, tm,
+                               time_limit_s, max_evaluations, names)
+    return with_choice(evidence, network, result, best, choice, tm)
+
+
+def step_choice(evidence: Evidence, network: Network, certified, candidates: Sequence,
+                tm: TrafficModel | None = None, time_limit_s: float = 2.0,
+                max_evaluations: int = MAX_EVALUATIONS, names: Sequence[str] | None = None
+                ) -> tuple[list[int], dict]:
+    """The placement of least predicted step among `certified`, `candidates` and a swap descent
+    (module docstring), and the record of the choice (``detail["step_choice"]``: the rule, the
+    step keys, where the descent started, its swaps, ``descent_cut``: why it stopped early,
+    "time limit" when the clock did, and its seconds). A function of its arguments alone
+    unless the clock cut the descent."""
     t0 = time.perf_counter()
     deadline = t0 + max(0.0, float(time_limit_s))
     tm = tm or TrafficModel(evidence, network)
-    certified = np.asarray(result.placement, dtype=np.int64)
-    pool = [certified] + [np.asarray(q, dtype=np.int64) for q in candidates]
+    pool = [np.asarray(certified, dtype=np.int64)] + [np.asarray(q, dtype=np.int64)
+                                                       for q in candidates]
     keys = [step_key(tm, q) for q in pool]
     i_best = min(range(len(pool)), key=lambda i: (keys[i], i))
     best, best_k = pool[i_best].copy(), keys[i_best]
@@ -68,28 +83,36 @@ def choose_by_step(evidence: Evidence, network: Network, result, candidates: Seq
                   names[i_best - 1] if names and i_best - 1 < len(names) else "candidate")
     best, best_k, evaluated, improved_swaps, cut = swap_descent(
         best, best_k, lambda q: step_key(tm, q), deadline, max_evaluations)
-    cert = dataclasses.replace(result.certificate,
-                               detail=dict(result.certificate.detail))
-    cert_k = keys[0]
     choice = {"rule": "least Q2 step (communication_s + latency_s) among the certified answer, "
                       f"{len(pool) - 1} other priced placements and a swap descent",
-              "certified_step_key_s": cert_k[0], "chosen_step_key_s": best_k[0],
+              "certified_step_key_s": keys[0][0], "chosen_step_key_s": best_k[0],
               "start": start_from, "swaps_evaluated": evaluated,
               "improving_swaps": improved_swaps, "descent_cut": cut or None,
               "time_s": time.perf_counter() - t0}
-    same = np.array_equal(best, certified)
-    choice["changed"] = not same
-    cert.detail["step_choice"] = choice
+    return [int(v) for v in best], choice
+
+
+def with_choice(evidence: Evidence, network: Network, result, chosen: Sequence[int],
+                choice: dict, tm: TrafficModel | None = None):
+    """``result`` with the placement ``step_choice`` chose (``chosen``) and its record
+    (``choice``) in its certificate's ``detail["step_choice"]``: unchanged but for that record
+    when ``chosen`` is its placement; else with ``chosen``'s Q2, its certificate's objective
+    ``communication_s`` and status OPTIMAL only when that meets the bound (module docstring)."""
+    cert = dataclasses.replace(result.certificate, detail=dict(result.certificate.detail))
+    same = [int(v) for v in chosen] == [int(v) for v in result.placement]
+    cert.detail["step_choice"] = {**choice, "changed": not same}
     if same:
         return dataclasses.replace(result, certificate=cert)
-    q2 = predict_step(evidence, [int(v) for v in best], network, tm)
+    q2 = predict_step(evidence, [int(v) for v in chosen], network, tm)
     bound = cert.bound
     cert.objective = q2.communication_s
     if bound is not None:
         meets = q2.communication_s <= bound * (1 + 1e-12) + 1e-15
         cert.status = "OPTIMAL" if meets else "FEASIBLE"
+    delta = choice["chosen_step_key_s"] - choice["certified_step_key_s"]
     cert.detail["notes"] = list(cert.detail.get("notes", [])) + [
-        f"the placement kept has Q2 step {(best_k[0] - cert_k[0]) * 1e6:+.3f} us against the "
-        f"certified one ({start_from}, {improved_swaps} improving swaps); the certificate's "
-        f"objective is its communication_s"]
-    return dataclasses.replace(result, placement=[int(v) for v in best], certificate=cert, q2=q2)
+        f"the placement kept has Q2 step {delta * 1e6:+.3f} us against the "
+        f"certified one ({choice['start']}, {choice['improving_swaps']} improving swaps); the "
+        f"certificate's objective is its communication_s"]
+    return dataclasses.replace(result, placement=[int(v) for v in chosen], certificate=cert,
+                               q2=q2)

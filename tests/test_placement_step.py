@@ -99,3 +99,36 @@ def test_deterministic(small):
     b = choose_by_step(ev, net, res, [], max_evaluations=50, time_limit_s=60)
     assert a.placement == b.placement
     assert a.certificate.detail["step_choice"]["descent_cut"] == "evaluation cap (50)"
+
+
+def test_a_choice_comes_back_from_the_memo_unless_the_clock_cut_it(small, tmp_path):
+    """``SolveMemo.step_choice``: the same choice (placement, record, certificate) for the same
+    evidence, network, placements and cap, whatever the result's certificate or the limit; a
+    descent the clock cut is never kept."""
+    from aoizora.extract.evidence_cache import EvidenceCache
+    from aoizora.planning.solve_memo import SolveMemo
+
+    ev, net, _ = small
+    calls = []
+
+    def counting(*a, **k):
+        calls.append(1)
+        return choose_by_step(*a, **k)
+
+    memo = SolveMemo(EvidenceCache(tmp_path))
+    choose = memo.step_choice(counting)
+    res = _result(ev, net, np.random.default_rng(3).permutation(8), bound=0.0)
+    a = choose(ev, net, res, [], max_evaluations=50, time_limit_s=60)
+    b = choose(ev, net, res, [], max_evaluations=50, time_limit_s=5)
+    assert len(calls) == 1 and memo.hits == 1
+    assert b.placement == a.placement and b.q2.step_s == a.q2.step_s
+    assert b.certificate.status == a.certificate.status
+    assert b.certificate.detail["step_choice"] == {**a.certificate.detail["step_choice"],
+                                                   "from_cache": True}
+    choose(ev, net, res, [], max_evaluations=49, time_limit_s=60)     # another cap
+    assert len(calls) == 2
+    other = _result(ev, net, np.random.default_rng(4).permutation(8), bound=0.0)
+    cut = choose(ev, net, other, [], max_evaluations=50, time_limit_s=0.0)
+    assert cut.certificate.detail["step_choice"]["descent_cut"] == "time limit"
+    choose(ev, net, other, [], max_evaluations=50, time_limit_s=0.0)
+    assert len(calls) == 4 and memo.kept == 2

@@ -2,7 +2,8 @@
 
 - ``compile_layout``: realize a layout as shardings (``aoizora.runtime.realize``) on the target's
   devices in a given order and compile it ahead of time with libtpu
-  (``extract.aot_compile``); the evidence is what the compiler emitted.
+  (``extract.aot_compile``); the evidence is what the compiler emitted (with a cache: found
+  without lowering when this program and layout were lowered before, ``lowering_memo``).
 - ``compile_job``: that compile in JAX's default device order, as the loop queues it
   (``aoizora.planning.compile_queue``).
 - ``place``: a compiled candidate's placement and price. A layout that does not fit in HBM is
@@ -23,7 +24,8 @@ import jax
 
 from aoizora.planning.candidate import Candidate
 from aoizora.planning.compile_queue import Compiled
-from aoizora.extract.aot_compile import compile_evidence, target_mesh
+from aoizora.extract.aot_compile import (compile_evidence, evidence_by_alias, keep_alias,
+                                         target_mesh)
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.evidence_cache import EvidenceCache
 from aoizora.extract.network import default_device_order
@@ -31,6 +33,7 @@ from aoizora.extract.frontends.jax.ir_builder import state_arguments
 from aoizora.extract.targets import Target
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.layout import Layout
+from aoizora.planning.lowering_memo import lowering_key, program_identity
 from aoizora.planning.progress import Progress
 from aoizora.runtime.realize import realize
 from aoizora.solvers.budget import Budget
@@ -47,14 +50,25 @@ def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence
     default the layout's own ``compiler_options``). State fed back (a training step's state,
     ``state_arguments``) is donated, as ``plan.jit(..., donate_argnums=...)`` runs it, so the
     memory analysis counts it once. ``cache``: the evidence cache to look the compile up in and
-    store it to (``extract.evidence_cache``; None: always compile)."""
+    store it to (``extract.evidence_cache``; None: always compile); its evidence is found
+    without lowering when this program, layout and mesh were lowered before
+    (``lowering_memo``)."""
     mesh = target_mesh(tgt, layout.mesh_axes, list(device_order))
+    options = compiler_options or layout.compiler_options or None
+    program = None if cache is None else program_identity(fn, args, layout.remat)
+    alias = None if program is None else lowering_key(cache, program, layout, mesh, tgt, options)
+    if alias is not None:
+        ev = evidence_by_alias(cache, alias, tgt)
+        if ev is not None:
+            return ev
     realized = realize(fn, args, layout, mesh)
-    donate = state_arguments(tuple(args), jax.eval_shape(fn, *args))
-    return compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt,
-                            donate_argnums=donate,
-                            compiler_options=compiler_options or layout.compiler_options or None,
-                            cache=cache)
+    donate = (program.donate_argnums if program is not None
+              else state_arguments(tuple(args), jax.eval_shape(fn, *args)))
+    ev = compile_evidence(realized.fn, realized.args, mesh=mesh, target=tgt,
+                          donate_argnums=donate, compiler_options=options, cache=cache)
+    if alias is not None:
+        keep_alias(cache, alias, ev)
+    return ev
 
 
 def compile_job(fn, args, tgt: Target, layout: Layout, mesh_axes: dict[str, int] | None = None,
@@ -75,12 +89,13 @@ def cache_kw(cache: EvidenceCache | None) -> dict[str, EvidenceCache]:
 
 
 def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
-          progress: Progress, solve: Callable = solve_placement) -> Candidate:
+          progress: Progress, solve: Callable = solve_placement,
+          choose: Callable = choose_by_step) -> Candidate:
     """Place and price one compiled candidate (``got``: its ``compile_queue.Compiled``) on
     ``program``'s target and network (``loop_state.Program``) within ``budget``'s ``placement``
     and ``step_choice`` shares of ``settings.placement_time_s`` (``loop_state.Settings``, which
-    also gives the solvers' ``seed`` and ``workers``). ``solve``: the placement solver
-    (``Seams.solve_placement``)."""
+    also gives the solvers' ``seed`` and ``workers``). ``solve``, ``choose``: the placement
+    solver and the choice by step (``Seams.solve_placement``, ``Seams.choose_by_step``)."""
     network = program.network
     order = default_device_order(program.target, cand.mesh_axes)
     cand.default_order = order
@@ -102,8 +117,8 @@ def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
     # a swap descent, keep the least Q2 step (the latency term breaks link-load near-ties)
     cands = res.candidates + [order]
     names = ["priced by CP-SAT's warm start"] * len(res.candidates) + ["default order"]
-    res = choose_by_step(ev, network, res, cands, names=names,
-                         time_limit_s=budget.share_s("step_choice", asked))
+    res = choose(ev, network, res, cands, names=names,
+                 time_limit_s=budget.share_s("step_choice", asked))
     c = res.certificate
     progress.solver("placement CP-SAT", c.status, c.objective, c.bound)
     cand.q2_default = predict_step(ev, order, network)

@@ -46,9 +46,10 @@ def anneal_reserve(budget: Budget, placement_time_s: float) -> float:
 
 
 def anneal_best(best: Candidate, network: Network, budget: Budget, placement_time_s: float,
-                seed: int, progress: Progress, anneal: Callable = annealing
-                ) -> tuple[str, list[str]]:
-    """Anneal ``best``'s placement (module docstring) and keep the least Q2 step in ``best``.
+                seed: int, progress: Progress, anneal: Callable = annealing,
+                choose: Callable = choose_by_step) -> tuple[str, list[str]]:
+    """Anneal ``best``'s placement (module docstring) and keep the least Q2 step in ``best``
+    (``anneal``, ``choose``: the annealing and the choice by step, ``Seams``' own).
     Returns what it did, in words ("" when it did not run), and where the clock cut it (a run
     cut or not started, the final swap descent cut): ``Plan.time_limited``'s entries."""
     cert = best.placement_cert
@@ -85,8 +86,8 @@ def anneal_best(best: Candidate, network: Network, budget: Budget, placement_tim
                        "cut": d.get("cut"), "time_s": sa.certificate.time_s,
                        "step_s": sa.q2.step_s})
     res = PlacementResult(list(best.placement), cert, best.q2, [])
-    res = choose_by_step(ev, network, res, found, names=names,
-                         time_limit_s=budget.share_s("final_descent"))
+    res = choose(ev, network, res, found, names=names,
+                 time_limit_s=budget.share_s("final_descent"))
     if res.certificate.detail["step_choice"].get("descent_cut") == "time limit":
         limited.append("the swap descent after it stopped at its time limit")
     res.certificate.detail["final_annealing"] = record

@@ -121,7 +121,8 @@ def price_candidates(state: LoopState, it: int, todo: list[PricingItem], rec: It
             continue
         state.seen.add(layout_id(m, sol.layout))
         cand = place(Candidate(it, dict(m), sol, seed=item.seed), got, state.program, state.budget,
-                     state.settings, state.progress, state.seams.solve_placement)
+                     state.settings, state.progress, state.seams.solve_placement,
+                     state.seams.choose_by_step)
         rec.time_limited += time_limits.placement(
             f"placement of mesh {mesh_str(m)} {sol.layout.name}", cand.placement_cert,
             state.settings.placement_time_s)

@@ -9,8 +9,10 @@ from typing import Callable
 
 from aoizora.planning.candidate_pricing import compile_layout
 from aoizora.planning.compile_queue import CompileQueue
+from aoizora.planning.seed_refinement import refine_seed
 from aoizora.solvers.placement import solve_placement
 from aoizora.solvers.placement_heuristics import annealing
+from aoizora.solvers.placement_step import choose_by_step
 from aoizora.solvers.sharding import solve_sharding
 
 
@@ -27,6 +29,10 @@ class Seams:
       solve_placement: places one compiled candidate (``solvers.placement.solve_placement``).
       solve_sharding: solves one mesh's sharding ILP (``solvers.sharding.solve_sharding``).
       annealing: the final annealing runs (``solvers.placement_heuristics.annealing``).
+      choose_by_step: keeps the least Q2 step among a placement's answer, the other
+        placements priced and a swap descent (``solvers.placement_step.choose_by_step``).
+      refine_seed: completes a seed's layout with the sharding ILP
+        (``seed_refinement.refine_seed``).
     """
 
     compile_layout: Callable = compile_layout
@@ -34,3 +40,5 @@ class Seams:
     solve_placement: Callable = solve_placement
     solve_sharding: Callable = solve_sharding
     annealing: Callable = annealing
+    choose_by_step: Callable = choose_by_step
+    refine_seed: Callable = refine_seed

@@ -40,7 +40,7 @@ from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.layout import Layout
 from aoizora.planning.loop_state import IterationRecord, LoopState
 from aoizora.planning.pricing_order import PricingItem, pricing_rank
-from aoizora.planning.seed_refinement import RefinementError, refine_seed
+from aoizora.planning.seed_refinement import RefinementError
 from aoizora.solvers.budget import Budget, clock
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.sharding import ShardingSolution
@@ -158,13 +158,14 @@ def _refine(state: LoopState, sd: Seed, ilp: Budget, irs: dict[int, Any], rec: I
         sir = prog.ir if base.fn is None else irs.get(id(sfn)) or build_ir(sfn, *sargs)
         irs[id(sfn)] = sir
         n_params = len(jax.tree_util.tree_leaves(sargs[0])) if sargs else 0
-        ref = refine_seed(sir, prog.target, base.layout, range(n_params),
-                          time_limit_s=ilp.share_s("ilp_solve", state.settings.ilp_time_s),
-                          seed=state.settings.seed,
-                          attention_scale=state.scales.attention or None,
-                          compute_scale=state.scales.compute,
-                          remat="decide" if sd.retraceable is not None else "stacks",
-                          solve=state.seams.solve_sharding)
+        ref = state.seams.refine_seed(sir, prog.target, base.layout, range(n_params),
+                                      time_limit_s=ilp.share_s("ilp_solve",
+                                                               state.settings.ilp_time_s),
+                                      seed=state.settings.seed,
+                                      attention_scale=state.scales.attention or None,
+                                      compute_scale=state.scales.compute,
+                                      remat="decide" if sd.retraceable is not None else "stacks",
+                                      solve=state.seams.solve_sharding)
     except RefinementError as e:
         rec.changes.append(f"seed {sd.layout.name}: not refined ({e})")
         return None, sfn, sargs
