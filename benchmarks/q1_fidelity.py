@@ -143,7 +143,9 @@ def q1_terms(graph, model, choice: dict[str, int], attention_s: dict[str, float]
             own_comm += st.comm
     return {"step_s": total, "compute_attention_s": att_c, "compute_other_s": other_c,
             "attention_comm_s": att_comm, "own_collectives_s": own_comm,
-            "resharding_s": ev["edges_s"], "communication_s": total - att_c - other_c,
+            "resharding_s": ev["edges_s"] - ev["prefetch_hidden_s"],
+            "prefetch_hidden_s": ev["prefetch_hidden_s"],
+            "communication_s": total - att_c - other_c,
             "peak_bytes": peak_memory(model, choice, remat=None)}
 
 

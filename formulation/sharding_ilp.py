@@ -12,6 +12,9 @@ Objective (Q1, the placement-oblivious step latency; seconds, scaled by ``TIME_S
   minimise  sum_g sum_k s[g][k] * (cost[g][k] + correction[g][k])
           + sum_e sum_{p,q} x[e][p][q] * r[e][p][q]
           + remat_time(s, traced, y)       (recompute and offload, ``formulation.remat``)
+          - h                              (prefetch overlap, ``formulation.prefetch``: the
+                                            resharding of program inputs hidden behind compute,
+                                            h <= that resharding, h <= rho x compute)
   cost[g][k]: compute of every op in the group (one shard: max(flops/peak, bytes/HBM bandwidth))
   plus its own communication (partial-sum all-reduce or reduce-scatter, gathers a follower cannot
   avoid), times each op's repeat (a scan body is in the model once: its costs are times the trip
@@ -82,6 +85,7 @@ import pulp
 
 from aoizora.formulation.remat import (REMAT_KEY, RematProblem, RematVars, add_remat,
                                        evaluate_remat, remat_literals)
+from aoizora.formulation.prefetch import PREFETCH_TIE, add_prefetch_overlap, hidden_seconds
 from aoizora.formulation.strategies import StrategyGraph, shard_bytes
 
 TIME_SCALE = 1e6      # model objective unit: microseconds
@@ -339,7 +343,9 @@ def build_model(ir, graph: StrategyGraph, hbm_budget: float, *,
         for v, c in obj_terms:
             coef[v] = coef.get(v, 0.0) + c * TIME_SCALE
         obj = pulp.LpAffineExpression(list(coef.items()), constant=constant * TIME_SCALE)
-        prob += obj + (rv.objective * TIME_SCALE if rv is not None else 0)
+        h = add_prefetch_overlap(prob, graph, s, x, graph.prefetch_room, TIME_SCALE)
+        prob += (obj + (rv.objective * TIME_SCALE if rv is not None else 0)
+                 - (h * (1.0 - PREFETCH_TIE) if h is not None else 0))
         for ri, r in enumerate(rows):
             prob += (_lin([(s[g][k], v * MEM_SCALE) for (g, k), v in r.terms.items()])
                      + stacks(r) <= (hbm_budget - r.const) * MEM_SCALE), f"mem_{ri}"
@@ -459,8 +465,9 @@ def evaluate(graph: StrategyGraph, choice: dict[str, int], corrections: dict | N
     other = sum(graph.groups[g].strategies[k].cost - graph.groups[g].strategies[k].comm
                 for g, k in choice.items()
                 if graph.groups[g].kind not in ("attention", "attention_bwd"))
-    return {"total_s": node + edge, "nodes_s": node, "edges_s": edge, "comm_s": comm + edge,
-            "other_compute_s": other}
+    hidden = hidden_seconds(graph, choice)
+    return {"total_s": node + edge - hidden, "nodes_s": node, "edges_s": edge,
+            "comm_s": comm + edge, "prefetch_hidden_s": hidden, "other_compute_s": other}
 
 
 def peak_memory(model: ILPModel, choice: dict[str, int], remat: Any = "solved") -> float:

@@ -75,6 +75,7 @@ from typing import Any
 
 from aoizora.formulation.attention_tiles import AttentionShape, best_tiles, chip_of
 from aoizora.formulation.collective_cost import AxisCosts
+from aoizora.formulation.prefetch import PREFETCH_ROOM, prefetch_room
 
 Spec = tuple[tuple[str, ...], ...]
 
@@ -163,6 +164,7 @@ class StrategyGraph:
     group_of_node: dict[str, str]
     origin: dict[str, tuple[str, str, tuple[str, ...]]]  # tensor -> (group, base tensor, transforms)
     notes: list[str] = dataclasses.field(default_factory=list)
+    prefetch_room: float = 0.0      # rho of Q1's prefetch overlap (``formulation.prefetch``)
 
     def num_strategies(self) -> int:
         return sum(len(g.strategies) for g in self.groups.values())
@@ -334,6 +336,8 @@ class Options:
     compute_scale: float = 1.0            # factor on the compute of every op but attention
     fusion: bool = True                   # followers priced as fused chains (module docstring)
     dtensor: bool = False                 # reshards as DTensor's redistribute does them (torch)
+    prefetch_room: float = PREFETCH_ROOM  # rho of the prefetch overlap (``formulation.prefetch``;
+                                          # 0 when the axis costs hold a measured exposure)
 
 
 class _Builder:
@@ -822,7 +826,7 @@ class _Builder:
         self._prune()
         edges = self._edges(carries)
         return StrategyGraph(dict(self.sizes), self.groups, edges, self.group_of_node, self.origin,
-                             self.notes)
+                             self.notes, prefetch_room(self.ir, self.ac, self.opts.prefetch_room))
 
     def _expanded(self, tid: str) -> bool:
         """A tensor made by broadcasting (or a source op): follow real data before it."""

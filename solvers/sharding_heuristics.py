@@ -53,6 +53,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from aoizora.formulation.prefetch import PREFETCH_TIE, prefetch_edges
 from aoizora.formulation.sharding_ilp import ILPModel, strategy_corrections, evaluate
 from aoizora.formulation.strategies import Hardware, Options, StrategyGraph
 from aoizora.solvers.certificate import Certificate
@@ -101,6 +102,24 @@ class ShardingInstance:
             self.incident[pi].append((ei, 0))
             self.incident[ci].append((ei, 1))
         self.free = np.array([i for i in range(len(self.gids)) if self.K[i] > 1], dtype=np.int64)
+        # prefetch overlap (formulation.prefetch): h = min(P, rho C), Q1 takes (1 - TIE) h off
+        self.room = float(getattr(g, "prefetch_room", 0.0))
+        self.pre = set(prefetch_edges(g)) if self.room > 0 else set()
+        self.comp = np.zeros(S)
+        for i, gid in enumerate(self.gids):
+            for k, st in enumerate(g.groups[gid].strategies):
+                self.comp[self.off[i] + k] = max(0.0, st.cost - st.comm)
+
+    def _hidden(self, P, C):
+        """(1 - TIE) min(P, rho C), elementwise."""
+        return (1.0 - PREFETCH_TIE) * np.maximum(0.0, np.minimum(P, self.room * C))
+
+    def _pc(self, c: np.ndarray) -> tuple[float, float]:
+        """(P, C) of a choice vector (formulation.prefetch)."""
+        P = sum(float(self.edges[ei][2][self.edges[ei][3][c[self.edges[ei][0]]],
+                                        self.edges[ei][4][c[self.edges[ei][1]]]])
+                for ei in self.pre)
+        return P, float(self.comp[self.off + c].sum())
 
     # --- conversions --------------------------------------------------------------------------
     def to_choice(self, c: np.ndarray) -> dict[str, int]:
@@ -118,7 +137,7 @@ class ShardingInstance:
         tot = float(self.unary[self.off + c].sum())
         for pi, ci, cost, p_of, q_of in self.edges:
             tot += cost[p_of[c[pi]], q_of[c[ci]]]
-        return tot
+        return tot - float(self._hidden(*self._pc(c))) if self.pre else tot
 
     def rows(self, c: np.ndarray) -> np.ndarray:
         """Every memory row's bytes per device under a choice vector."""
@@ -131,8 +150,13 @@ class ShardingInstance:
         """(Q1 seconds, peak bytes) of every row of a [N, groups] array of choices."""
         idx = self.off[None, :] + C
         obj = self.unary[idx].sum(axis=1)
-        for pi, ci, cost, p_of, q_of in self.edges:
-            obj = obj + cost[p_of[C[:, pi]], q_of[C[:, ci]]]
+        P = np.zeros(len(C))
+        for ei, (pi, ci, cost, p_of, q_of) in enumerate(self.edges):
+            v = cost[p_of[C[:, pi]], q_of[C[:, ci]]]
+            obj = obj + v
+            P = P + v if ei in self.pre else P
+        if self.pre:
+            obj = obj - self._hidden(P, self.comp[idx].sum(axis=1))
         if self.M.shape[0]:
             peak = (self.const[:, None] + self.M[:, idx].sum(axis=2)).max(axis=0)
         else:
@@ -143,10 +167,16 @@ class ShardingInstance:
         """For group i and every strategy k': (Q1 change, memory rows after the move [rows, K])."""
         o, K, k0 = self.off[i], self.K[i], c[i]
         d = self.unary[o:o + K] - self.unary[o + k0]
+        dP = np.zeros(K)
         for ei, role in self.incident[i]:
             pi, ci, cost, p_of, q_of = self.edges[ei]
             v = cost[p_of, q_of[c[ci]]] if role == 0 else cost[p_of[c[pi]], q_of]
             d = d + (v - v[k0])
+            dP = dP + (v - v[k0]) if ei in self.pre else dP
+        if self.pre:
+            P, Cc = self._pc(c)
+            dC = self.comp[o:o + K] - self.comp[o + k0]
+            d = d - (self._hidden(P + dP, Cc + dC) - self._hidden(P, Cc))
         new_rows = rows[:, None] + self.M[:, o:o + K] - self.M[:, o + k0][:, None]
         return d, new_rows
 
@@ -154,14 +184,21 @@ class ShardingInstance:
         """Q1 change of moving group i to strategy k."""
         o, k0 = self.off[i], c[i]
         d = self.unary[o + k] - self.unary[o + k0]
+        dP = 0.0
         for ei, role in self.incident[i]:
             pi, ci, cost, p_of, q_of = self.edges[ei]
             if role == 0:
                 q = q_of[c[ci]]
-                d += cost[p_of[k], q] - cost[p_of[k0], q]
+                v = cost[p_of[k], q] - cost[p_of[k0], q]
             else:
                 p = p_of[c[pi]]
-                d += cost[p, q_of[k]] - cost[p, q_of[k0]]
+                v = cost[p, q_of[k]] - cost[p, q_of[k0]]
+            d += v
+            dP += v if ei in self.pre else 0.0
+        if self.pre:
+            P, Cc = self._pc(c)
+            dC = self.comp[o + k] - self.comp[o + k0]
+            d -= float(self._hidden(P + dP, Cc + dC) - self._hidden(P, Cc))
         return float(d)
 
     # --- starts -------------------------------------------------------------------------------

@@ -76,8 +76,10 @@ def torch_plan_key(ep, target: str) -> PlanKey:
 def torch_problem() -> ShardingProblem:
     """The sharding ILP's instance for a torch program: no ring (``NO_RING``), and reshards
     priced as DTensor's ``redistribute`` runs them (``strategies.dtensor_reshard_cost``), not as
-    XLA's SPMD partitioner would."""
-    return ShardingProblem(attention_scale=NO_RING, options=Options(dtensor=True))
+    XLA's SPMD partitioner would: one after the other, none hidden behind compute (no prefetch
+    overlap, ``formulation.prefetch``: the DTensor program issues them in place)."""
+    return ShardingProblem(attention_scale=NO_RING,
+                           options=Options(dtensor=True, prefetch_room=0.0))
 
 
 def _ilp_layouts(ir, tgt: Target, meshes, budget: Budget, top_k: int, ilp_time_s: float,
