@@ -32,8 +32,8 @@ from aoizora.extract.evidence import Collective, Evidence
 from aoizora.extract.network import Network
 from aoizora.extract.targets import get_target
 from aoizora.formulation.latency import predict_step
-from aoizora.models.xdit import (XDiTConfig, default_order, diffusers_cp_layout, video_seq,
-                                 xdit_configs, xdit_layout)
+from aoizora.models.xdit import (XDiTConfig, default_order, diffusers_cp_layout,
+                                 self_attention_layers, video_seq, xdit_configs, xdit_layout)
 from aoizora.plans import Plan
 from aoizora.solvers.placement import solve_placement
 from aoizora.solvers.placement_step import choose_by_step
@@ -147,7 +147,7 @@ def compare_torch(model, example_inputs, target, *, kwargs=None, plan: Plan | No
     network = Network.from_target(tgt)
     att = ir.by_kind("attention")
     b, h = att[0].params["shape"][:2]
-    layers = max(1, len(att) // 2)
+    layers = self_attention_layers(ir)
     configs = list(configs) if configs is not None else xdit_configs(
         tgt.num_devices, heads=h, seq=video_seq(ir), batch=b, layers=layers)
     rows = []

@@ -204,10 +204,13 @@ def spec_str(spec: Spec) -> str:
     return "(" + ",".join("+".join(a) if a else "_" for a in spec) + ")"
 
 
-def reshard_cost(t, src: Spec, dst: Spec, ac: AxisCosts) -> float:
-    """Seconds to turn tensor t from spec src into spec dst (see the module docstring)."""
+def reshard_cost(t, src: Spec, dst: Spec, ac: AxisCosts, dtensor: bool = False) -> float:
+    """Seconds to turn tensor t from spec src into spec dst (see the module docstring);
+    ``dtensor``: as DTensor's ``redistribute`` does it (``dtensor_reshard_cost``)."""
     if src == dst or not t.shape:
         return 0.0
+    if dtensor:
+        return dtensor_reshard_cost(t, src, dst, ac)
     sizes = ac.sizes
 
     def where(spec, a):
@@ -234,6 +237,65 @@ def reshard_cost(t, src: Spec, dst: Spec, ac: AxisCosts) -> float:
     for a in gathers:   # gather one axis after the other; V = the group's gathered array
         per_dev *= sizes[a]
         cost += ac.all_gather(a, per_dev)
+    return cost
+
+
+def dtensor_steps(src: Spec, dst: Spec, sizes: dict[str, int]) -> list[tuple[str, str]]:
+    """(kind, mesh axis) of each step DTensor's ``redistribute`` takes from spec src to spec dst
+    (a torch program's reshards: ``aoizora.runtime.torch_layout``), as its
+    ``_gen_transform_infos`` plans them: kind "all-gather" (Shard -> Replicate), "all-to-all"
+    (Shard(d) -> Shard(e)) or "slice" (Replicate -> Shard, no communication). Each axis is one
+    placement (axes sharding one dim nest in mesh order). First, innermost axis to outermost: an
+    axis whose target is ``Shard(d)`` while the axes before it that shard d differ between source
+    and target is replicated instead (its nested shard cannot move); then, outermost to
+    innermost, the placements still to reach. So removing an outer axis from a dim
+    (``(x, y) -> (y,)``) gathers the dim over y and then x, and slices it over y again."""
+    names = [a for a in sizes if sizes[a] > 1]
+
+    def place(spec: Spec) -> dict[str, int | None]:
+        out: dict[str, int | None] = {a: None for a in names}
+        for d, axes in enumerate(spec):
+            for a in axes:
+                if a in out:
+                    out[a] = d
+        return out
+
+    cur, tgt = place(src), place(dst)
+    steps = []
+
+    def move(a: str, to: int | None) -> None:
+        kind = "slice" if cur[a] is None else "all-gather" if to is None else "all-to-all"
+        steps.append((kind, a))
+        cur[a] = to
+
+    for i in reversed(range(len(names))):
+        a, to = names[i], tgt[names[i]]
+        if to is not None and [b for b in names[:i] if cur[b] == to] != \
+                [b for b in names[:i] if tgt[b] == to]:
+            to = None
+        if cur[a] != to:
+            move(a, to)
+    for a in names:
+        if cur[a] != tgt[a]:
+            move(a, tgt[a])
+    return steps
+
+
+def dtensor_reshard_cost(t, src: Spec, dst: Spec, ac: AxisCosts) -> float:
+    """Seconds of DTensor's ``redistribute`` from spec src to spec dst (``dtensor_steps``): an
+    all-gather over an axis grows the shard by its size, V = the gathered array of the group; an
+    all-to-all keeps it; a slice shrinks it for free."""
+    per_dev = shard_bytes(t, src, ac.sizes)
+    cost = 0.0
+    for kind, a in dtensor_steps(src, dst, ac.sizes):
+        n = ac.sizes[a]
+        if kind == "all-gather":
+            per_dev *= n
+            cost += ac.all_gather(a, per_dev)
+        elif kind == "all-to-all":
+            cost += ac.all_to_all(a, per_dev * n)
+        else:
+            per_dev /= n
     return cost
 
 
@@ -273,6 +335,7 @@ class Options:
     max_strategies: int = 400             # per anchor, after merging (replicated always kept)
     compute_scale: float = 1.0            # factor on the compute of every op but attention
     fusion: bool = True                   # followers priced as fused chains (module docstring)
+    dtensor: bool = False                 # reshards as DTensor's redistribute does them (torch)
     prefetch_room: float = PREFETCH_ROOM  # rho of the prefetch overlap (``formulation.prefetch``;
                                           # 0 when the axis costs hold a measured exposure)
 
@@ -604,7 +667,8 @@ class _Builder:
                         continue
                     have = self.spec_of(tid, kk)
                     if (have, need) not in memo:
-                        memo[(have, need)] = reshard_cost(self.T[tid], have, need, self.ac) * n.repeat
+                        memo[(have, need)] = reshard_cost(self.T[tid], have, need, self.ac,
+                                                          self.opts.dtensor) * n.repeat
                     c = memo[(have, need)]
                     s.cost += c
                     s.comm += c
@@ -849,7 +913,8 @@ class _Builder:
         pi = {s: i for i, s in enumerate(p_specs)}
         qi = {s: i for i, s in enumerate(q_specs)}
         t = self.T[tid]
-        cost = [[reshard_cost(t, a, b, self.ac) * rep for b in q_specs] for a in p_specs]
+        cost = [[reshard_cost(t, a, b, self.ac, self.opts.dtensor) * rep for b in q_specs]
+                for a in p_specs]
         if pg == cg:   # a carry fed from its own group: fold into the node costs
             G = self.groups[cg]
             for kk, s in enumerate(G.strategies):

@@ -12,7 +12,8 @@ from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.targets import get_target
 from aoizora.formulation.collective_cost import AxisCosts, default_axis_costs
 from aoizora.formulation.layout import Layout
-from aoizora.formulation.strategies import Hardware, build_strategies, reshard_cost
+from aoizora.formulation.strategies import (Hardware, build_strategies, dtensor_steps,
+                                            reshard_cost)
 from aoizora.solvers.sharding import (MemoryBudgetError, ShardingProblem, ShardingSolveError,
                                       available_solvers, run_solver, solve_sharding)
 
@@ -125,6 +126,28 @@ def test_reshard_costs_by_hand():
     # gather y while x stays: V = the array one x-group holds = 256 / 4
     assert reshard_cost(T, (("x",), ("y",)), (("x",), ()), ac) == pytest.approx(
         1e-6 + 2e-9 * 1 / 2 * (V / 4))
+
+
+def test_dtensor_reshard_costs_by_hand():
+    """A torch program's reshard as DTensor runs it: taking the outer axis off a dim split over
+    (x, y) gathers the whole dim over y, then x, and slices it over y again; the XLA pricing
+    gathers over x alone. Moves of one axis between dims stay one all-to-all."""
+    class T:
+        shape, bytes = [8, 16], 8 * 16 * 2
+    ac = AxisCosts(sizes={"x": 4, "y": 2}, alpha_s={"x": 3e-6, "y": 1e-6},
+                   beta_s_per_byte={"x": 1e-9, "y": 2e-9})
+    V = 256.0
+    src, dst = (("x", "y"), ()), (("y",), ())
+    assert dtensor_steps(src, dst, ac.sizes) == [("all-gather", "y"), ("all-gather", "x"),
+                                                 ("slice", "y")]
+    got = reshard_cost(T, src, dst, ac, dtensor=True)
+    assert got == pytest.approx(1e-6 + 2e-9 * 1 / 2 * (V / 4) + 3e-6 + 1e-9 * 3 / 4 * V)
+    assert got > reshard_cost(T, src, dst, ac)
+    for src, dst in [((("x",), ()), ((), ("x",))),          # Ulysses: one all-to-all
+                     ((("x",), ("y",)), (("x",), ())),      # gather y, x stays
+                     ((("x",), ()), ((), ()))]:
+        assert reshard_cost(T, src, dst, ac, dtensor=True) == pytest.approx(
+            reshard_cost(T, src, dst, ac))
 
 
 def test_default_axis_costs_ring_and_line():

@@ -16,10 +16,11 @@ from aoizora.extract.frontends.torch.capture import CaptureError, capture  # noq
 from aoizora.extract.targets import get_target  # noqa: E402
 from aoizora.plans import Plan  # noqa: E402
 from aoizora.runtime.torch_evidence import torch_evidence  # noqa: E402
-from aoizora.solvers.sharding import ShardingProblem, solve_sharding  # noqa: E402
+from aoizora.solvers.sharding import solve_sharding  # noqa: E402
 from aoizora.torch_compare import compare_torch  # noqa: E402
-from aoizora.planning.torch_planner import NO_RING, plan_torch  # noqa: E402
+from aoizora.planning.torch_planner import plan_torch, torch_problem  # noqa: E402
 from aoizora.models.xdit import XDiTConfig, xdit_configs, xdit_layout  # noqa: E402
+from aoizora.formulation.strategies import dtensor_steps  # noqa: E402
 
 TINY = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=4,
             out_channels=4, text_dim=32, freq_dim=32, ffn_dim=128, num_layers=2,
@@ -74,14 +75,48 @@ def test_dtensor_evidence_of_ulysses_has_its_all_to_alls(program):
     assert ev.memory.fits and ev.fidelity == "dtensor-fake-pg"
 
 
+@pytest.mark.parametrize("src,dst", [
+    ((("x", "y"), (), ()), (("y",), (), ())),
+    ((("x",), (), ("y",)), (("y",), (), ())),
+    ((("x",), (), ()), ((), ("x",), ())),
+    ((("x",), ("y",), ()), (("x",), (), ("y",))),
+    (((), ("x", "y"), ()), (("y",), ("x",), ())),
+])
+def test_dtensor_steps_are_the_collectives_dtensor_issues(src, dst):
+    """``strategies.dtensor_steps`` (what the ILP prices for a torch program) against the
+    collectives DTensor's redistribute issues under the fake process group, axis by axis."""
+    from torch.distributed.tensor import DTensor
+
+    from aoizora.extract.frontends.torch.comm_evidence import CollectiveLog, group_dims
+    from aoizora.runtime.torch_evidence import fake_mesh, fake_world
+    from aoizora.runtime.torch_layout import placements
+
+    axes = {"x": 2, "y": 4}
+    with fake_world(8):
+        mesh = fake_mesh(axes)
+        local = torch.empty(8, 16, 32, device="meta")
+        x = DTensor.from_local(local, mesh, placements(src, axes), run_check=False)
+        trace: list = []
+        with CollectiveLog(trace):
+            x.redistribute(mesh, placements(dst, axes))
+        dims = group_dims(trace, axes)
+    issued = [(c.kind, list(axes)[dims[c.group_name]]) for c in trace]
+    assert issued == [s for s in dtensor_steps(src, dst, axes) if s[0] != "slice"]
+
+
 def test_ilp_layout_of_the_torch_ir_prices_close_to_its_evidence(program):
     ep, ir = program
     tgt = get_target("v5e-8")
-    res = solve_sharding(ir, tgt, {"x": 2, "y": 4}, ShardingProblem(attention_scale=NO_RING),
-                         time_limit_s=20)
+    res = solve_sharding(ir, tgt, {"x": 2, "y": 4}, torch_problem(), time_limit_s=20)
     assert res.certificate.status in ("OPTIMAL", "FEASIBLE")
     ev = torch_evidence(ep, res.best.layout, tgt)
     assert ev.num_devices == 8 and ev.memory.fits
+
+
+def test_the_torch_ilp_prices_reshards_as_dtensor():
+    p = torch_problem()
+    assert p.options.dtensor and p.attention_scale["*"]["ring"] > 1
+    assert p.options.prefetch_room == 0.0      # DTensor issues every reshard in place
 
 
 def test_plan_torch_returns_a_plan_with_certificates_and_evidence_source(program, tmp_path):

@@ -123,6 +123,14 @@ def video_seq(ir) -> int:
     return best
 
 
+def self_attention_layers(ir) -> int:
+    """The layers PipeFusion splits into stages: the attentions over the video tokens (a Wan
+    block has one beside its cross-attention; a CogVideoX or HunyuanVideo block one joint
+    attention; HunyuanVideo's text refiner none)."""
+    seq = video_seq(ir)
+    return max(1, sum(1 for n in ir.by_kind("attention") if n.params["shape"][2] == seq))
+
+
 def _activation_spec(shape, batch: int, seq: int, sizes, last=None) -> tuple:
     spec = [None] * len(shape)
     if shape and shape[0] == batch:

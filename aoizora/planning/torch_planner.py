@@ -14,7 +14,11 @@
 The evidence source is the sharded program itself (DTensor's collectives), not a compiler:
 no XLA or Inductor compile runs. The plan says so (``predicted["evidence"]``, ``notes``).
 The torch runtime gathers attention keys and values (context parallel, Ulysses); a ring is not
-offered to the ILP (its ring variants are priced out by an attention scale, ``NO_RING``).
+offered to the ILP (its ring variants are priced out by an attention scale, ``NO_RING``). The
+runtime's reshards are DTensor's ``redistribute``, and the ILP prices them so
+(``torch_problem``): on l40-8 the XLA pricing took Wan 2.1 1.3B's ``(seq on x, y) -> (seq on y)``
+for one all-gather over x of a quarter of the tensor, where DTensor gathers the whole of it over
+y and then x (4x the bytes on the slow cross-socket axis, in every block).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from aoizora.extract.network import Network
 from aoizora.extract.targets import Target, get_target
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.meshes import candidate_meshes
+from aoizora.formulation.strategies import Options
 from aoizora.planning.candidate import Candidate, mesh_str
 from aoizora.planning.candidate_pricing import place
 from aoizora.planning.compile_queue import Compiled
@@ -68,6 +73,15 @@ def torch_plan_key(ep, target: str) -> PlanKey:
     return PlanKey(graph_digest(ep), input_shapes(ep), target)
 
 
+def torch_problem() -> ShardingProblem:
+    """The sharding ILP's instance for a torch program: no ring (``NO_RING``), and reshards
+    priced as DTensor's ``redistribute`` runs them (``strategies.dtensor_reshard_cost``), not as
+    XLA's SPMD partitioner would: one after the other, none hidden behind compute (no prefetch
+    overlap, ``formulation.prefetch``: the DTensor program issues them in place)."""
+    return ShardingProblem(attention_scale=NO_RING,
+                           options=Options(dtensor=True, prefetch_room=0.0))
+
+
 def _ilp_layouts(ir, tgt: Target, meshes, budget: Budget, top_k: int, ilp_time_s: float,
                  seed: int, progress: Progress) -> tuple[list, list[str]]:
     ranked, notes = [], []
@@ -78,8 +92,8 @@ def _ilp_layouts(ir, tgt: Target, meshes, budget: Budget, top_k: int, ilp_time_s
             continue
         limit = max(1.0, min(ilp_time_s, 0.4 * budget.left()))
         try:
-            res = solve_sharding(ir, tgt, m, ShardingProblem(attention_scale=NO_RING),
-                                 k_best=top_k, time_limit_s=limit, seed=seed)
+            res = solve_sharding(ir, tgt, m, torch_problem(), k_best=top_k, time_limit_s=limit,
+                                 seed=seed)
         except (MemoryBudgetError, ShardingSolveError) as e:
             notes.append(f"mesh {mesh_str(m)}: {str(e).splitlines()[0]}")
             continue

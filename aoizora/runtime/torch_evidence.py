@@ -14,15 +14,24 @@ priced by Q2), and the memory: arguments (the local shards of parameters and inp
 peak of live activations in program order (``LayoutRunner.peak_live_bytes``: a liveness count,
 not an allocator's), against the target's HBM per device.
 
+The evidence is a function of the program, the layout (its name aside) and the target: it is
+kept for the process (``_MEMO``, the last ``MEMO_SIZE``, keyed by ``capture.graph_digest``), so
+a layout priced twice -- a plan's seed and the same configuration's row in ``compare_torch`` --
+runs once; each call gets its own copy.
+
 The fake process group is torch's process-wide state: ``torch_evidence`` starts one if there is
 none and keeps it for the process (``fake_world``), and refuses to run inside a real one.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
+import dataclasses
 import logging
 import math
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -36,6 +45,9 @@ from aoizora.formulation.layout import Layout
 from aoizora.runtime.torch_layout import LayoutRunner
 
 HBM_RESERVE = 0.9   # the share of HBM a plan may use (as the ILP's hbm_reserve of 0.1)
+MEMO_SIZE = 64
+_MEMO: "collections.OrderedDict[tuple, Evidence]" = collections.OrderedDict()
+_DIGESTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class TorchEvidenceError(RuntimeError):
@@ -99,6 +111,20 @@ def torch_evidence(ep, layout: Layout, target) -> Evidence:
     Raises:
         TorchEvidenceError: a process group is already initialized.
         aoizora.runtime.torch_layout.TorchLayoutError: the layout cannot run under DTensor."""
+    from aoizora.extract.frontends.torch.capture import graph_digest
+
+    if ep not in _DIGESTS:
+        _DIGESTS[ep] = graph_digest(ep)
+    key = (_DIGESTS[ep], repr(dataclasses.replace(layout, name="")), target.name)
+    if key not in _MEMO:
+        _MEMO[key] = _evidence(ep, layout, target)
+        while len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    _MEMO.move_to_end(key)
+    return copy.deepcopy(_MEMO[key])
+
+
+def _evidence(ep, layout: Layout, target) -> Evidence:
     chip = target.chip
     n = math.prod(layout.mesh_axes.values())
     trace: list = []
