@@ -186,6 +186,22 @@ def _capture_both(model, args: tuple, kwargs):
         raise PlanningError(str(e)) from None
 
 
+def _why_none(priced: list) -> str:
+    """Why no candidate was priced, one clause per distinct reason with its count; for HBM, the
+    smallest per-device need against the usable HBM, and what to do."""
+    GiB = 1024 ** 3
+    reasons: dict[str, int] = {}
+    for c in priced:
+        reasons[c.error or "does not fit in HBM"] = reasons.get(c.error or "does not fit in HBM", 0) + 1
+    parts = [f"{r} ({n} of {len(priced)} candidates)" for r, n in reasons.items()]
+    mems = [c.evidence.memory for c in priced if not c.error and c.evidence is not None]
+    if mems:
+        m = min(mems, key=lambda m: m.total_bytes)
+        parts.append(f"the smallest needs {m.total_bytes / GiB:.1f} GiB per device against "
+                     f"{m.hbm_bytes / GiB:.1f} GiB usable: use more GPUs or a smaller workload")
+    return "; ".join(parts) or "no layout"
+
+
 def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8", *,
                kwargs: dict[str, Any] | None = None, time_budget_s: float = 300.0,
                seed: int = 0, top_k: int = 2, meshes: Sequence[dict[str, int]] | None = None,
@@ -250,8 +266,7 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
         priced = _price_all(ep, todo[:max_candidates], prog, budget, settings, notes, progress)
     ok = [c for c in priced if c.q2 is not None]
     if not ok:
-        why = "; ".join(c.error or "does not fit in HBM" for c in priced) or "no layout"
-        raise PlanningError(f"no layout could be priced on {tgt.name}: {why}")
+        raise PlanningError(f"no layout could be priced on {tgt.name}: {_why_none(priced)}")
     best = min(ok, key=lambda c: c.q2.step_s)
     notes = [f"evidence: {EVIDENCE}; nothing ran on an accelerator",
              *[f"program: {w}" for w in ir.warnings], *notes,
