@@ -10,9 +10,13 @@ mesh of type "cuda" matters: on a "cpu" mesh DTensor replaces an all-to-all by a
 The evidence (``extract.evidence.Evidence``, ``fidelity="dtensor-fake-pg"``) has every collective
 (kind, V bytes, replica groups of its mesh dimension), each op's compute at its shard shapes
 (attention by ``formulation.flash_attention``, other ops by flops / bytes at the target's peak,
-priced by Q2), and the memory: arguments (the local shards of parameters and inputs) plus the
-peak of live activations in program order (``LayoutRunner.peak_live_bytes``: a liveness count,
-not an allocator's), against the target's HBM per device.
+priced by Q2), and the memory per device: arguments (the local shards of parameters and
+inputs) plus the peak of live activations in program order (``LayoutRunner.run``: each local
+buffer counted once however many views read it, live until its last reader, plus the op's
+redistributed operands and the flash-attention working set -- a liveness count, not an
+allocator's), against the target's HBM per device. The outputs are live at the end, so they are
+in that peak: ``temp_bytes`` is the peak less the outputs, and ``total_bytes`` = arguments +
+peak.
 
 The evidence is a function of the program, the layout (its name aside) and the target: it is
 kept for the process (``_MEMO``, the last ``MEMO_SIZE``, keyed by ``capture.graph_digest``), so
@@ -155,12 +159,14 @@ def _run(ep, layout: Layout, target, trace: list, attention_seconds, n: int) -> 
                         for o in outs if hasattr(o, "_local_tensor"))
     hbm = int(chip.hbm_bytes)
     memory = MemoryUse(argument_bytes=runner.argument_bytes, output_bytes=int(out_bytes),
-                       temp_bytes=int(runner.peak_live_bytes), hbm_bytes=hbm)
+                       temp_bytes=max(int(runner.peak_live_bytes) - int(out_bytes), 0),
+                       hbm_bytes=hbm)
     memory.fits = memory.total_bytes <= HBM_RESERVE * hbm
     if not memory.fits:
         memory.oom_message = (f"{memory.total_bytes / 2**30:.2f} GiB per device (parameters and "
                               f"inputs {runner.argument_bytes / 2**30:.2f} GiB, peak live "
-                              f"activations {runner.peak_live_bytes / 2**30:.2f} GiB) > "
+                              f"activations {runner.peak_live_bytes / 2**30:.2f} GiB at "
+                              f"{runner.peak_node or '?'}) > "
                               f"{HBM_RESERVE:.0%} of {hbm / 2**30:.2f} GiB")
     warnings = [f"ran replicated (no DTensor rule): {f}" for f in runner.fallbacks]
     return to_evidence(trace, layout.mesh_axes, groups, target.name, memory,

@@ -80,6 +80,20 @@ def _local_nbytes(x) -> int:
     return 0
 
 
+def _storages(x) -> dict[int, int]:
+    """{storage: bytes} of the local tensors in ``x`` (a view shares its base's storage)."""
+    if isinstance(x, DTensor):
+        x = x._local_tensor
+    if isinstance(x, torch.Tensor):
+        st = x.untyped_storage()
+        return {st._cdata: st.nbytes()}
+    out: dict[int, int] = {}
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            out.update(_storages(v))
+    return out
+
+
 def _module(fx) -> str:
     stack = fx.meta.get("nn_module_stack") or {}
     return list(stack.values())[-1][0] if stack else ""
@@ -104,8 +118,10 @@ class LayoutRunner:
         self.attention_seconds = attention_seconds
         self.fallbacks: list[str] = []
         self.current = ""                 # the FX node being run (named on its collectives)
-        self.peak_live_bytes = 0
+        self.peak_live_bytes = 0          # see ``run``
+        self.peak_node = ""               # the op at which it peaks
         self.argument_bytes = 0
+        self._transient: list = []        # what the op being run holds besides its output
         self.specs = {k.split(".")[0]: v for k, v in layout.node_specs.items()}
         if any(a.kv == "ring" for a in layout.attention.values()):
             raise TorchLayoutError("this layout passes attention keys/values in a ring; the "
@@ -156,6 +172,8 @@ class LayoutRunner:
         k, v = k.redistribute(self.mesh, kvpl), v.redistribute(self.mesh, kvpl)
         rest = {kk: vv for kk, vv in kwargs.items() if kk in ("scale", "is_causal")}
         local = F.scaled_dot_product_attention(q.to_local(), k.to_local(), v.to_local(), **rest)
+        b, h, s = local.shape[:3]
+        self._transient += [q, k, v, 4 * b * h * s]     # + the flash kernel's logsumexp
         self._record_attention(fx.name, q, k)
         return DTensor.from_local(local, self.mesh, q.placements, run_check=False,
                                   shape=q.shape, stride=q.stride())
@@ -222,6 +240,7 @@ class LayoutRunner:
                 wpl[i] = Replicate()
                 opl.append(Replicate())
         w = w.redistribute(self.mesh, wpl)
+        self._transient += [x, w]
         local = F.linear(x.to_local(), w.to_local())
         shape = tuple(x.shape[:-1]) + (w.shape[0],)
         return DTensor.from_local(local, self.mesh, opl, run_check=False, shape=shape,
@@ -243,6 +262,7 @@ class LayoutRunner:
             else:
                 xpl.append(Replicate()), wpl.append(Replicate()), opl.append(Replicate())
         x, w = x.redistribute(self.mesh, xpl), w.redistribute(self.mesh, wpl)
+        self._transient += [x, w]
         bl = None
         if isinstance(b, DTensor):
             bl = b.redistribute(self.mesh, [Shard(0) if isinstance(p, Shard) and p.dim == 1
@@ -353,34 +373,87 @@ class LayoutRunner:
         """The program's flattened outputs (DTensors) for its flattened inputs: parameters and
         buffers in ``ep.graph_signature`` order, then the user inputs.
 
+        Also counts ``peak_live_bytes``, the per-device peak of activations a real run holds
+        (on top of ``argument_bytes``, the local shards of the inputs), in program order:
+
+        - a buffer is counted once, by its *local* storage (``untyped_storage().nbytes()`` of
+          the DTensor's local tensor: the shard, not the global tensor): views (``view``,
+          ``permute``, ``expand``, ``unbind``, ``getitem`` of a split, a ``type_as`` to the same
+          dtype) share their input's storage and add nothing; views of an argument add nothing;
+        - a buffer is live from the op that makes it to the last op that reads it or any view
+          of it (an op's inputs and its output are live together); ``getitem`` reads its tuple,
+          the checks the capture keeps (``SKIPPED``: ``_assert_tensor_metadata`` ...) read
+          nothing; the program's outputs stay live to the end;
+        - during an op, its transients count too: the operands it redistributes (the gathered
+          keys and values of an attention, a gathered weight) and, for an attention, the flash
+          kernel's working set -- its output plus a float32 logsumexp [b, h, s] per shard, never
+          the [s, t] scores (``formulation.flash_attention``).
+
+        So peak = max over ops of (sum of live local buffers + that op's transients); with a
+        layout sharding every activation n ways it is about 1/n of the replicated one.
+
         Raises:
             TorchLayoutError: the inputs do not match the program, or the layout cannot run."""
         env = self._inputs(list(flat_inputs))
-        remaining = {n.name: len(n.users) for n in self.ep.graph.nodes}
-        live: dict[str, int] = {}
+        nodes = list(self.ep.graph.nodes)
+        arg_keys = set()
+        for fx in nodes:
+            if fx.op == "placeholder" and fx.name in env:
+                arg_keys.update(_storages(env[fx.name]))
+        # the last op (by position) that reads each node; the output node keeps its operands
+        last: dict[str, int] = {}
+        for i, fx in enumerate(nodes):
+            if fx.op == "call_function" and op_name(fx.target) in SKIPPED:
+                continue
+            for a in fx.all_input_nodes:
+                last[a.name] = len(nodes) if fx.op == "output" else i
+        dies: dict[int, list[str]] = {}
+        for name, i in last.items():
+            dies.setdefault(i, []).append(name)
+        held: dict[int, int] = {}          # storage -> how many live nodes hold it
+        size: dict[int, int] = {}
+        keys_of: dict[str, list[int]] = {}
+        total = 0
         outputs: list = []
-        for fx in self.ep.graph.nodes:
+        for i, fx in enumerate(nodes):
             if fx.op == "output":
                 outputs = [env[a.name] for a in torch.utils._pytree.tree_leaves(fx.args[0])
                            if isinstance(a, torch.fx.Node)]
                 break
             if fx.op != "call_function":
                 continue
+            self._transient = []
             if fx.target is operator.getitem:
                 env[fx.name] = env[fx.args[0].name][fx.args[1]]
-                continue
-            name = op_name(fx.target)
-            if name in SKIPPED:
-                env[fx.name] = None
-                continue
-            self.current = f"{fx.name} ({_module(fx)})"
-            args = self._value(fx.args, env)
-            kwargs = {k: self._value(v, env) for k, v in fx.kwargs.items()}
-            env[fx.name] = self._call(fx, name, args, kwargs)
-            live[fx.name] = _local_nbytes(env[fx.name])
-            self.peak_live_bytes = max(self.peak_live_bytes, sum(live.values()))
-            for a in fx.all_input_nodes:
-                remaining[a.name] -= 1
-                if remaining[a.name] <= 0:
-                    live.pop(a.name, None)
+            else:
+                name = op_name(fx.target)
+                if name in SKIPPED:
+                    env[fx.name] = None
+                    continue
+                self.current = f"{fx.name} ({_module(fx)})"
+                args = self._value(fx.args, env)
+                kwargs = {k: self._value(v, env) for k, v in fx.kwargs.items()}
+                env[fx.name] = self._call(fx, name, args, kwargs)
+            keys = {k: n for k, n in _storages(env[fx.name]).items() if k not in arg_keys}
+            keys_of[fx.name] = list(keys)
+            for k, nb in keys.items():
+                if held.get(k, 0) == 0:
+                    size[k] = nb
+                    total += nb
+                held[k] = held.get(k, 0) + 1
+            extra, scratch = 0, {}
+            for t in self._transient:
+                if isinstance(t, int):
+                    extra += t
+                else:
+                    scratch.update({k: nb for k, nb in _storages(t).items()
+                                    if k not in arg_keys and held.get(k, 0) == 0})
+            extra += sum(scratch.values())
+            if total + extra > self.peak_live_bytes:
+                self.peak_live_bytes, self.peak_node = total + extra, self.current
+            for name in dies.get(i, []) + ([fx.name] if fx.name not in last else []):
+                for k in keys_of.pop(name, ()):
+                    held[k] -= 1
+                    if held[k] == 0:
+                        total -= size[k]
         return outputs
