@@ -118,6 +118,29 @@ def test_same_seed_same_plan(small):
         assert any(n.startswith("no time limit bound") for n in q.notes)
 
 
+
+def test_final_annealing_runs_uncut_when_the_placement_is_not_proven(small):
+    """Without Q1's prefetch credit the small model's plan has a placement CP-SAT does not prove
+    on every level (Q2's latency term moves it): the final annealing runs twice and makes the
+    swaps its budget buys before the clock would cut it."""
+    import dataclasses
+
+    from aoizora.formulation.strategies import Options
+    from aoizora.solvers.sharding import solve_sharding
+
+    def no_prefetch(ir, target, mesh, problem, **kw):
+        opts = dataclasses.replace(problem.options or Options(), prefetch_room=0.0)
+        return solve_sharding(ir, target, mesh, dataclasses.replace(problem, options=opts), **kw)
+
+    _, _, fn, args, _ = small
+    q = aoizora.plan(fn, *args, target="v5e-8", time_budget_s=120, seed=0, top_k=1,
+                     meshes=MESHES, max_iterations=2, seams=Seams(solve_sharding=no_prefetch))
+    cert = q.certificates["placement"]
+    assert not levels_proven(cert) and q.time_limited == []
+    runs = cert.detail["final_annealing"]
+    assert [r["run"].split(" from")[0] for r in runs] == ["annealing"] * 2
+    assert all(r["swaps"] == r["swaps_asked"] > 0 and r["cut"] is None for r in runs)
+
 def test_budget_too_small_for_one_compile(small):
     _, _, fn, args, _ = small
     # 0.02 s: gone before the first compile can start (tracing alone takes longer); with more,
