@@ -58,6 +58,19 @@ def prefetch_room(ir: Any, axis_costs: Any, room: float = PREFETCH_ROOM) -> floa
     return float(room)
 
 
+def strategy_compute(st) -> float:
+    """A strategy's compute seconds (its C term): cost less its communication, at least 0."""
+    return max(0.0, st.cost - st.comm)
+
+
+def credit(P, C, room: float):
+    """(1 - TIE) min(P, rho C): what Q1 takes off for prefetch P and compute C (scalars or
+    numpy arrays, elementwise)."""
+    import numpy as np
+
+    return (1.0 - PREFETCH_TIE) * np.maximum(0.0, np.minimum(P, room * C))
+
+
 def prefetch_edges(graph) -> list[int]:
     """Indices of the edges of ``graph`` whose tensor comes from a program input or constant."""
     return [i for i, e in enumerate(graph.edges)
@@ -89,8 +102,7 @@ def compute_terms(graph, s: dict[str, list[Any]]) -> tuple[list, float]:
     terms, const = [], 0.0
     for gid, vs in s.items():
         for k, v in enumerate(vs):
-            st = graph.groups[gid].strategies[k]
-            c = max(0.0, st.cost - st.comm)
+            c = strategy_compute(graph.groups[gid].strategies[k])
             if isinstance(v, int):
                 const += c * v
             elif c:
@@ -122,9 +134,8 @@ def hidden_seconds(graph, choice: dict[str, int]) -> float:
         return 0.0
     P = sum(graph.edges[i].cost[graph.edges[i].p_of[choice[graph.edges[i].producer]]]
             [graph.edges[i].q_of[choice[graph.edges[i].consumer]]] for i in prefetch_edges(graph))
-    C = sum(max(0.0, graph.groups[g].strategies[k].cost - graph.groups[g].strategies[k].comm)
-            for g, k in choice.items())
-    return (1.0 - PREFETCH_TIE) * max(0.0, min(P, room * C))
+    C = sum(strategy_compute(graph.groups[g].strategies[k]) for g, k in choice.items())
+    return float(credit(P, C, room))
 
 
 def _expr(terms, const: float, scale: float) -> pulp.LpAffineExpression:

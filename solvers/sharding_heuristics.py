@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from aoizora.formulation.prefetch import PREFETCH_TIE, prefetch_edges
+from aoizora.formulation.prefetch import credit, prefetch_edges, strategy_compute
 from aoizora.formulation.sharding_ilp import ILPModel, strategy_corrections, evaluate
 from aoizora.formulation.strategies import Hardware, Options, StrategyGraph
 from aoizora.solvers.certificate import Certificate
@@ -108,11 +108,11 @@ class ShardingInstance:
         self.comp = np.zeros(S)
         for i, gid in enumerate(self.gids):
             for k, st in enumerate(g.groups[gid].strategies):
-                self.comp[self.off[i] + k] = max(0.0, st.cost - st.comm)
+                self.comp[self.off[i] + k] = strategy_compute(st)
 
     def _hidden(self, P, C):
         """(1 - TIE) min(P, rho C), elementwise."""
-        return (1.0 - PREFETCH_TIE) * np.maximum(0.0, np.minimum(P, self.room * C))
+        return credit(P, C, self.room)
 
     def _pc(self, c: np.ndarray) -> tuple[float, float]:
         """(P, C) of a choice vector (formulation.prefetch)."""
