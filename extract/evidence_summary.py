@@ -22,11 +22,12 @@ def _time(s: float) -> str:
     return f"{s * 1e6:.1f} us"
 
 
-def hidden_compute_cycles(ev: Evidence) -> float:
+def hidden_compute_cycles(ev: Evidence, kind: str = "") -> float:
     """Estimated compute cycles per call scheduled inside at least one async collective's
-    start..done window (each op counted once, however many collectives overlap it)."""
+    start..done window (each op counted once, however many collectives overlap it); with
+    ``kind`` (e.g. "all-gather"), only the windows of collectives of that kind."""
     wins = sorted((c.start_index, c.done_index) for c in ev.collectives
-                  if c.is_async and c.done_index > c.start_index + 1)
+                  if c.is_async and c.done_index > c.start_index + 1 and kind in c.kind)
     merged: list[list[int]] = []
     for s, d in wins:
         if merged and s < merged[-1][1]:

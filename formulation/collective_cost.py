@@ -12,15 +12,13 @@ size of what one group of ``n`` devices holds together):
 A collective over several axes is priced as one collective per axis, one after the other (the sum);
 each step's ``V`` is what that step moves.
 
-Default coefficients (``default_axis_costs``), placement-oblivious, from the target's chip numbers
-(``shared/facts/tpu.md``): the logical axes are laid onto the physical axes the way
-``jax.make_mesh`` does by default (the last logical axis first, onto the first physical axes; an
-axis takes whole physical axes or a part of one). Then
-
-- ``beta = 1 / (link bandwidth x links the axis can use)``: 2 links for a ring (the axis is one whole
-  physical axis with wraparound: both directions); 1 for a line without wraparound (the scaling
-  book's penalty: (n-1)/n V / W instead of V / 2W); k for an axis spread over k whole physical axes;
-- ``alpha = hops x hop latency``: n/2 hops on a ring, n-1 on a line.
+Default coefficients (``default_axis_costs``, placement-oblivious): each logical axis's
+all-gather routed on the target's network exactly as Q2 routes it (``formulation.traffic``,
+``nccl_collectives.ring_link_bytes``), every group of the axis at once, under the default device
+order (``jax.make_mesh``'s on a TPU slice, rank r on GPU r on a GPU box): beta = the most loaded
+link's seconds per byte of (n-1)/n V, alpha = (n-1) x the longest route in hops x the hop
+latency. So Q1 and Q2 agree on a collective's bandwidth at the default order; the solved
+placement can only do better (the loop's feedback then measures it).
 
 ``AxisCosts`` is plain data so that the planner's loop can replace it with the effective bandwidth
 it measured for a placement: ``beta_s_per_byte[a]`` for every collective on axis ``a``, and
@@ -31,12 +29,11 @@ kind on that axis; ``kind`` one of "all-gather", "reduce-scatter", "all-reduce",
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import numpy as np
 
-from aoizora.extract.network import Network
+from aoizora.extract.network import Network, default_device_order
 from aoizora.formulation.nccl_collectives import ring_link_bytes
 
 
@@ -108,80 +105,31 @@ class AxisCosts:
         return cls(**d)
 
 
-def axis_physical_spans(phys_shape: tuple[int, ...], mesh_axes: dict[str, int]
-                        ) -> dict[str, list[tuple[int, bool]]]:
-    """Which physical axes each logical axis occupies under the default order: for each logical axis,
-    a list of (physical axis index, whole axis?) it spans. Logical axes are taken last to first."""
-    remaining = list(phys_shape)
-    spans: dict[str, list[tuple[int, bool]]] = {}
-    p = 0
-    for name in reversed(list(mesh_axes)):
-        need = int(mesh_axes[name])
-        spans[name] = []
-        while need > 1 and p < len(remaining):
-            cap = remaining[p]
-            if cap <= 1:
-                p += 1
-                continue
-            if need >= cap and need % cap == 0:
-                spans[name].append((p, remaining[p] == phys_shape[p]))
-                need //= cap
-                remaining[p] = 1
-                p += 1
-            elif cap % need == 0:
-                spans[name].append((p, False))
-                remaining[p] = cap // need
-                need = 1
-            else:  # does not tile: take the rest of this axis and continue
-                spans[name].append((p, False))
-                need = max(1, math.ceil(need / cap))
-                remaining[p] = 1
-                p += 1
-    return spans
-
-
 def default_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
-    """Alpha-beta coefficients per logical axis from a Target (see the module docstring; a
-    switched GPU fabric: ``fabric_axis_costs``)."""
-    if getattr(target, "fabric", None) is not None:
-        return fabric_axis_costs(target, mesh_axes)
-    chip = target.chip
-    W = float(chip.link_bandwidth_Bps)
-    spans = axis_physical_spans(tuple(target.shape), mesh_axes)
-    alpha, beta = {}, {}
-    for name, n in mesh_axes.items():
-        sp = spans.get(name, [])
-        ring = len(sp) == 1 and sp[0][1] and bool(target.wrap[sp[0][0]])
-        if ring:
-            links, hops = 2, n / 2.0
-        else:
-            links, hops = max(1, sum(1 for _, whole in sp if whole) or 1), max(n - 1, 0)
-        beta[name] = 1.0 / (W * links)
-        alpha[name] = hops * float(chip.hop_latency_s)
-    # a permute to the ring neighbour sends over one link in one direction, whatever the axis
-    # spans (``ChipSpec.link_bandwidth_Bps`` is per link and direction)
-    permute = {name: {"collective-permute": 1.0 / W} for name in mesh_axes}
-    return AxisCosts(sizes={k: int(v) for k, v in mesh_axes.items()}, alpha_s=alpha,
-                     beta_s_per_byte=beta, beta_by_kind=permute,
-                     note=f"default for {target.name}: logical axes on physical axes in make_mesh "
-                          f"order; ring = 2 links, line = 1 link per physical axis spanned")
+    """Alpha-beta per logical axis of ``target``, routed on its network as Q2 routes collectives
+    (``formulation.traffic``), under the default device order (``default_device_order``:
+    ``jax.make_mesh``'s on a TPU slice, rank r on GPU r on a GPU box):
 
+        beta[a]  = max_l load_l / bandwidth_l / ((n-1)/n V)
+        load_l   = the bytes on directed link l when every group of axis a runs its all-gather of
+                   V bytes at once (``nccl_collectives.ring_link_bytes``: the ring or line Q2
+                   builds through the group's chips; groups that share a link add up)
+        alpha[a] = (n-1) x the group's longest route in hops x the hop latency
 
-def fabric_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
-    """Alpha-beta per logical axis of a switched GPU fabric, from its links: rank r on GPU r
-    (the default order), every group of an axis running its ring all-gather at once (their link
-    loads add up: e.g. pairs across the sockets of l40-8 share the UPI link). ``beta`` = the
-    slowest link's seconds per byte of ``(n-1)/n V``; ``alpha`` = (n-1) ring steps x the longest
-    step's hops x the hop latency.
+    So an axis whose groups close a ring on the torus gets two links, one laid along a line or
+    whose pairs sit far apart under that order gets what Q2 would charge it there. On a TPU
+    slice, ``collective-permute`` (ring attention's neighbour sends) keeps one link in one
+    direction (``ChipSpec.link_bandwidth_Bps`` is per link and direction).
 
     Args:
-        target: a Target with a ``fabric``.
-        mesh_axes: logical axis -> size, in order (product = the target's GPUs).
+        target: a Target (TPU slice or GPU box).
+        mesh_axes: logical axis -> size, in order (product = the target's devices).
     Returns:
         The AxisCosts."""
     net = Network.from_target(target)
     sizes = [int(v) for v in mesh_axes.values()]
-    ids = np.arange(int(np.prod(sizes)) if sizes else 1).reshape(sizes or [1])
+    order = np.asarray(default_device_order(target, mesh_axes), dtype=np.int64)
+    chips = net.device_chip[order].reshape(sizes or [1])
     V = 1 << 20
     alpha, beta = {}, {}
     for i, (name, n) in enumerate(mesh_axes.items()):
@@ -189,16 +137,18 @@ def fabric_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
         if n < 2:
             alpha[name], beta[name] = 0.0, 0.0
             continue
-        groups = np.moveaxis(ids, i, -1).reshape(-1, n)
+        groups = np.moveaxis(chips, i, -1).reshape(-1, n)
         loads = sum(ring_link_bytes(net, [int(c) for c in g], "all-gather", V) for g in groups)
-        t = float(net.link_time_s(loads).max())
-        beta[name] = t / ((n - 1) / n * V)
+        beta[name] = float(net.link_time_s(loads).max()) / ((n - 1) / n * V)
         hops = max(int(net.hops[a, b]) for g in groups for a in g for b in g if a != b)
         alpha[name] = (n - 1) * hops * float(net.hop_latency_s)
+    permute = ({} if getattr(target, "fabric", None) is not None else
+               {name: {"collective-permute": 1.0 / float(target.chip.link_bandwidth_Bps)}
+                for name in mesh_axes})
     return AxisCosts(sizes={k: int(v) for k, v in mesh_axes.items()}, alpha_s=alpha,
-                     beta_s_per_byte=beta,
-                     note=f"default for {target.name}: rings of every group of an axis at once "
-                          f"over the fabric's links, rank r on GPU r")
+                     beta_s_per_byte=beta, beta_by_kind=permute,
+                     note=f"default for {target.name}: every group of an axis routed at once "
+                          f"on the network, default device order")
 
 
 def uniform_axis_costs(mesh_axes: dict[str, int], bandwidth_Bps: float, latency_s: float = 1e-6,

@@ -10,7 +10,7 @@ import pytest
 
 from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.collective_cost import default_axis_costs
-from aoizora.formulation.prefetch import PREFETCH_ROOM, PREFETCH_TIE, prefetch_edges
+from aoizora.formulation.prefetch import PREFETCH_TIE, prefetch_edges
 from aoizora.formulation.sharding_ilp import evaluate
 from aoizora.formulation.strategies import Hardware, Options, build_strategies
 from aoizora.solvers.sharding import ShardingProblem, solve_sharding
@@ -37,7 +37,7 @@ def _fsdp(graph):
     return choice
 
 
-@pytest.mark.parametrize("room", [PREFETCH_ROOM, 1e-3])
+@pytest.mark.parametrize("room", [1.0, 1e-3])
 def test_hidden_is_min_of_prefetch_and_compute(v5e4, room):
     ir = _ir(256)
     g = build_strategies(ir, default_axis_costs(v5e4, {"x": 4}), Hardware.from_chip(v5e4.chip),
@@ -53,8 +53,8 @@ def test_hidden_is_min_of_prefetch_and_compute(v5e4, room):
     hidden = (1 - PREFETCH_TIE) * min(P, room * C)
     assert ev["prefetch_hidden_s"] == pytest.approx(hidden, rel=1e-12)
     assert ev["total_s"] == pytest.approx(ev["nodes_s"] + ev["edges_s"] - hidden, rel=1e-12)
-    # the default room hides every gather of this MLP behind its compute; a tiny one cannot
-    assert (P <= room * C) == (room == PREFETCH_ROOM)
+    # a room of 1 hides every gather of this MLP behind its compute; a tiny one cannot
+    assert (P <= room * C) == (room == 1.0)
 
 
 def test_ilp_objective_is_the_overlapped_price(v5e4):

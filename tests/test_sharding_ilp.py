@@ -6,6 +6,7 @@ import random
 import jax
 import jax.numpy as jnp
 import pulp
+import numpy as np
 import pytest
 
 from aoizora.extract.frontends.jax.ir_builder import build_ir
@@ -155,10 +156,27 @@ def test_default_axis_costs_ring_and_line():
     ac = default_axis_costs(t16, {"x": 16, "y": 16})
     W = t16.chip.link_bandwidth_Bps
     assert ac.beta_s_per_byte["x"] == pytest.approx(1 / (2 * W))      # ring: both directions
-    t8 = get_target("v5e-8")             # 2x4, no wraparound
-    ac8 = default_axis_costs(t8, {"x": 2, "y": 4})
-    assert ac8.beta_s_per_byte["y"] == pytest.approx(1 / W)           # line
-    assert ac8.alpha_s["y"] == pytest.approx(3 * t8.chip.hop_latency_s)
+
+
+@pytest.mark.parametrize("target,mesh", [("v5e-8", {"x": 2, "y": 4}), ("v5e-16", {"x": 2, "y": 8}),
+                                         ("v5e-8", {"x": 2, "y": 2, "z": 2})])
+def test_default_axis_costs_price_an_all_gather_as_q2_does(target, mesh):
+    """Q1's beta of an axis is what Q2 charges that axis's all-gather under the default order."""
+    from aoizora.extract.evidence import Collective
+    from aoizora.extract.network import Network, default_device_order
+    from aoizora.formulation.traffic import collective_link_bytes, mesh_axis_groups
+    tgt = get_target(target)
+    net, ac = Network.from_target(tgt), default_axis_costs(tgt, mesh)
+    chips = net.device_chip[np.asarray(default_device_order(tgt, mesh))]
+    V = 1 << 24
+    for i, (a, n) in enumerate(mesh.items()):
+        c = Collective("ag", "all-gather", "bf16", V, mesh_axis_groups(list(mesh.values()), [i]))
+        t = float(net.link_time_s(collective_link_bytes(c, chips, net)[0]).max())
+        assert ac.beta_s_per_byte[a] * (n - 1) / n * V == pytest.approx(t, rel=1e-9)
+    # v5e-8 2x4 in make_mesh's order: y's groups close rings on 2x2 squares, x's pairs sit
+    # apart and share the middle links
+    if target == "v5e-8" and len(mesh) == 2:
+        assert ac.beta_s_per_byte["x"] > ac.beta_s_per_byte["y"]
 
 
 def test_unknown_op_is_replicated_only(v5e4):
