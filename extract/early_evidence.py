@@ -12,10 +12,12 @@ so ``early_evidence`` compiles in a child process with an XLA dump and stops the
   on the pickled (cloudpickle) program, layout and device order, with
   ``XLA_FLAGS="<the caller's> --xla_dump_to=DIR --xla_dump_hlo_as_text"``;
 - libtpu writes ``module_NNNN.<name>.after_optimizations.txt`` (the module after the HLO passes),
-  then its ``-buffer-assignment``, ``-live-range`` and ``-memory-usage-report`` files, all on the
-  compile's thread one after the other; the parent polls DIR and, once the memory-usage report
-  exists (so the module file before it is closed), kills the child (SIGKILL, by its pid) and
-  reads the module with ``compiled_evidence.evidence_from_hlo_text``.
+  then its ``-buffer-assignment``, ``-buffer-assignment-values``, ``-live-range`` and
+  ``-memory-usage-report`` files and then ``after_optimizations_after_buffer_assignment.txt``,
+  all on the compile's thread one after the other (a file that exists may still be being
+  written: the memory report was once read half-written); the parent polls DIR and, once that
+  last file exists (so the module and the memory report before it are closed), kills the child
+  (SIGKILL, by its pid) and reads the module with ``compiled_evidence.evidence_from_hlo_text``.
 
 The evidence is partial and says so: ``fidelity="tpu-hlo-passes"`` (``FIDELITY``), and a warning
 naming what it lacks. Its collectives (kinds, bytes, groups, runs, async, schedule positions,
@@ -52,7 +54,8 @@ from aoizora.extract.evidence import Evidence, MemoryUse
 FIDELITY = "tpu-hlo-passes"
 DUMP_FLAGS = ("--xla_dump_hlo_as_text",)      # with --xla_dump_to=DIR
 _MODULE = "after_optimizations.txt"
-_DONE = "after_optimizations-memory-usage-report.txt"   # written after the module, last of its set
+_REPORT = "after_optimizations-memory-usage-report.txt"   # written after the module
+_DONE = "after_optimizations_after_buffer_assignment.txt"  # written after the report: both closed
 _NUMBER = re.compile(r"module_(\d+)\.")
 _TOTAL = re.compile(r"Memory Space: default \(color=0\)\s*\nTotal bytes: (\d+)")
 
@@ -66,7 +69,7 @@ class EarlyEvidenceError(RuntimeError):
 class EarlyEvidence:
     evidence: Evidence             # fidelity FIDELITY: collectives exact, no compute cycles
     seconds: float                 # wall: child started -> module read (the child killed)
-    module_s: float                # wall: child started -> module written (memory report there)
+    module_s: float                # wall: child started -> module and memory report written
     lowered_s: float | None        # wall: child started -> module before optimization written
     dump_memory_bytes: int | None  # the memory report's default-space total (not memory_analysis)
     child_finished: bool           # the child had ended by itself before it was stopped
@@ -133,7 +136,7 @@ def early_evidence(fn: Any, args: Sequence[Any], target: Any, layout: Any,
     try:
         with open(module, encoding="utf-8") as f:
             text = f.read()
-        report = module[:-len(_MODULE)] + _DONE
+        report = module[:-len(_MODULE)] + _REPORT
         with open(report, encoding="utf-8") as f:
             m = _TOTAL.search(f.read())
         mem = int(m.group(1)) if m else None
@@ -150,8 +153,9 @@ def early_evidence(fn: Any, args: Sequence[Any], target: Any, layout: Any,
 def _wait_for_module(proc: subprocess.Popen, dump: str, t0: float, timeout_s: float,
                      poll_s: float, err_path: str, out_path: str
                      ) -> tuple[str, float | None, float, bool]:
-    """Poll ``dump`` until one program's memory report is written; (its module's path, seconds
-    to the module before optimization, seconds to the report, whether the child had ended)."""
+    """Poll ``dump`` until one program's module and memory report are closed (``_DONE`` exists);
+    (its module's path, seconds to the module before optimization, seconds to ``_DONE``, whether
+    the child had ended)."""
     lowered_s = None
     while True:
         finished = proc.poll() is not None      # read before the directory: no race with it
@@ -165,9 +169,11 @@ def _wait_for_module(proc: subprocess.Popen, dump: str, t0: float, timeout_s: fl
                                      f"({sorted(numbers)}); early evidence expects one")
         if done:
             module = done[0][:-len(_DONE)] + _MODULE
-            if not os.path.exists(module):
-                raise EarlyEvidenceError(f"{os.path.basename(done[0])} written without its "
-                                         f"module {os.path.basename(module)}")
+            missing = [p for p in (module, done[0][:-len(_DONE)] + _REPORT)
+                       if not os.path.exists(p)]
+            if missing:
+                raise EarlyEvidenceError(f"{os.path.basename(done[0])} written without "
+                                         f"{', '.join(map(os.path.basename, missing))}")
             return module, lowered_s, time.perf_counter() - t0, finished
         if finished:
             raise EarlyEvidenceError(_child_failure(proc.returncode, err_path, out_path))
