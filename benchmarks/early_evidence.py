@@ -39,6 +39,7 @@ from aoizora.extract.early_evidence import early_evidence
 from aoizora.extract.evidence import Evidence
 from aoizora.formulation.layout import Layout
 from aoizora.models.experts import expert_layouts
+from aoizora.planning.candidate_pricing import compile_layout
 from benchmarks.machine import git_state, machine_info, machine_line, write_results
 
 Q1 = Path(__file__).resolve().parent / "results" / "q1_fidelity"
@@ -92,7 +93,7 @@ def program_of(cell: str, rec: dict[str, Any], job, experts: dict[str, Any]):
     return ex.fn, ex.args, layout
 
 
-def run_layout(cell: str, path: Path, job, experts) -> dict[str, Any]:
+def run_layout(cell: str, path: Path, job, experts, fresh_full: bool = False) -> dict[str, Any]:
     rec = json.loads(path.read_text())
     name = path.stem
     row: dict[str, Any] = {"cell": cell, "layout": name, "full_compile_s": rec.get("compile_s")}
@@ -125,7 +126,25 @@ def run_layout(cell: str, path: Path, job, experts) -> dict[str, Any]:
         - full.memory.generated_code_bytes,
         "full_fits": full.memory.fits, "early_fits": ev.memory.fits,
     })
+    if fresh_full:
+        row.update(fresh_full_row(fn, args, job.target, layout, rec["device_order"], ev, full))
     return row
+
+
+def fresh_full_row(fn, args, tgt, layout, order, early: Evidence, committed: Evidence
+                   ) -> dict[str, Any]:
+    """The full compile again, in this process right after the early one (a back-to-back pair
+    under the same load): its wall seconds (realize, lower, compile) and ``.compile()`` seconds,
+    whether the early collectives equal its collectives, and whether it reproduces the committed
+    evidence (collectives, compute cycles)."""
+    t0 = time.perf_counter()
+    fresh = compile_layout(fn, args, tgt, layout, order)
+    wall = time.perf_counter() - t0
+    cyc = [sum((o.estimated_cycles or 0) * o.count for o in e.compute) for e in (fresh, committed)]
+    return {"fresh_full_s": round(wall, 2), "fresh_full_dot_compile_s": round(fresh.compile_s, 2),
+            "fresh_vs_early": collective_difference(early, fresh) or "identical",
+            "fresh_vs_committed": collective_difference(fresh, committed)
+            or ("identical" if cyc[0] == cyc[1] else f"cycles {cyc[0]:.0f} vs {cyc[1]:.0f}")}
 
 
 def _s(x) -> str:
@@ -173,6 +192,19 @@ def report(doc: dict[str, Any]) -> list[str]:
                   f"alone {_median([r['full_dot_compile_s'] for r in ok]):.1f} s); median "
                   f"ratio early/full "
                   f"{_median([r['early_s'] / r['full_compile_s'] for r in ok]):.2f}.", ""]
+    fresh = [r for r in ok if "fresh_full_s" in r]
+    if fresh:
+        lines += [f"**Back to back** (`--fresh-full`: each layout compiled fully in this process "
+                  f"right after its early evidence, same load): {len(fresh)} layouts, median "
+                  f"early {_median([r['early_s'] for r in fresh]):.1f} s against median full "
+                  f"{_median([r['fresh_full_s'] for r in fresh]):.1f} s (`.compile()` alone "
+                  f"{_median([r['fresh_full_dot_compile_s'] for r in fresh]):.1f} s), median "
+                  f"ratio {_median([r['early_s'] / r['fresh_full_s'] for r in fresh]):.2f}; "
+                  f"early collectives identical to the fresh compile's in "
+                  f"{sum(r['fresh_vs_early'] == 'identical' for r in fresh)} of {len(fresh)}; "
+                  f"the fresh compile reproduces the committed evidence (collectives and compute "
+                  f"cycles) in {sum(r['fresh_vs_committed'] == 'identical' for r in fresh)} of "
+                  f"{len(fresh)}.", ""]
     for cell in doc["cells"]:
         cr = [r for r in rows if r["cell"] == cell]
         if not cr:
@@ -198,6 +230,15 @@ def report(doc: dict[str, Any]) -> list[str]:
                 f"{r['compute_ops_matched']}/{r['compute_ops_full']} "
                 f"({r['unmatched_cycles_share']:.1%}) | {mem} | {r['first_difference'] or '-'} |")
         lines.append("")
+        fr = [r for r in cr if "fresh_full_s" in r]
+        if fr:
+            lines += ["Back to back (`--fresh-full`):", "",
+                      "| layout | early s | full s | `.compile()` s | early vs full | "
+                      "full vs committed |", "|---|---|---|---|---|---|"]
+            lines += [f"| {r['layout']} | {r['early_s']:.1f} | {r['fresh_full_s']:.1f} | "
+                      f"{r['fresh_full_dot_compile_s']:.1f} | {r['fresh_vs_early']} | "
+                      f"{r['fresh_vs_committed']} |" for r in fr]
+            lines.append("")
     return lines
 
 
@@ -205,6 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cell", action="append", help="cell directory name (default: all, in order)")
     ap.add_argument("--only", default="", help="comma-separated layout names (file stems)")
+    ap.add_argument("--fresh-full", action="store_true",
+                    help="also compile each layout fully, right after its early evidence")
     a = ap.parse_args(argv)
     cells = a.cell or list(CELLS)
     only = {s for s in a.only.split(",") if s}
@@ -221,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
             if only and path.stem not in only:
                 continue
             t0 = time.perf_counter()
-            row = run_layout(cell, path, job, experts)
+            row = run_layout(cell, path, job, experts, a.fresh_full)
             rows[(cell, path.stem)] = row
             print(f"{cell} {path.stem}: {json.dumps({k: v for k, v in row.items() if k not in ('cell', 'layout')})}"
                   f" [{time.perf_counter() - t0:.1f} s]", flush=True)
