@@ -2,7 +2,8 @@
 
 For every layout of ``benchmarks/results/q1_fidelity/<cell>/`` (each ``<name>.json`` names its
 program, layout and device order; ``<name>.evidence.json.gz`` is the evidence of its full
-ahead-of-time compile) the layout is compiled again with ``extract.early_evidence``: in a child
+ahead-of-time compile) the layout is compiled again with ``extract.early_evidence``
+(``candidate_pricing.early_layout_evidence``): in a child
 process with an XLA dump, the child killed once libtpu has written the module after the HLO
 passes. Per layout: the early evidence's wall seconds (child start to module read; and to the
 module written), the full compile's seconds as committed (the record's ``compile_s``: realize,
@@ -35,11 +36,10 @@ from typing import Any
 
 import aoizora  # noqa: F401  -- libtpu's environment first
 from aoizora.builtin import builtin_job
-from aoizora.extract.early_evidence import early_evidence
 from aoizora.extract.evidence import Evidence
 from aoizora.formulation.layout import Layout
 from aoizora.models.experts import expert_layouts
-from aoizora.planning.candidate_pricing import compile_layout
+from aoizora.planning.candidate_pricing import compile_layout, early_layout_evidence
 from benchmarks.machine import git_state, machine_info, machine_line, write_results
 
 Q1 = Path(__file__).resolve().parent / "results" / "q1_fidelity"
@@ -106,7 +106,7 @@ def run_layout(cell: str, path: Path, job, experts, fresh_full: bool = False) ->
     row["full_dot_compile_s"] = full.compile_s
     fn, args, layout = program_of(cell, rec, job, experts)
     try:
-        got = early_evidence(fn, args, job.target, layout, rec["device_order"])
+        got = early_layout_evidence(fn, args, job.target, layout, rec["device_order"])
     except Exception as e:  # noqa: BLE001 -- recorded
         row["error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
         return row

@@ -1,42 +1,43 @@
 """Early evidence: a layout's collectives read from the module after libtpu's HLO passes, with the
 compile stopped before the LLO backend.
 
-An ahead-of-time compile of a Wan 2.1 layout spends well under a second in the HLO passes and
-most of its time in libtpu's backend (lab note "2026-12-05: evidence without the LLO backend?").
-The module after the HLO passes already holds every collective as the full compile's evidence
-has it; what the backend adds is the per-op cycle estimates (Q2's compute), the collective
-algorithms, the cost analysis and the final memory figure. No compile option stops libtpu there,
-so ``early_evidence`` compiles in a child process with an XLA dump and stops the child itself:
+An ahead-of-time compile spends a fraction of a second in libtpu's HLO passes and most of its
+time in the backend, and the module after the HLO passes already holds every collective as the
+full compile's evidence has it; what the backend adds is the per-op cycle estimates (Q2's
+compute), the collective algorithms, the cost analysis and the final memory figure
+(benchmarks/results/lab_notes.md, "evidence without the LLO backend?" and "early evidence").
+No compile option stops libtpu there, so ``early_evidence`` compiles in a child process with an
+XLA dump and stops the child itself:
 
-- the child (a fresh interpreter, ``sys.executable``) runs ``candidate_pricing.compile_layout``
-  on the pickled (cloudpickle) program, layout and device order, with
+- the child (a fresh interpreter, ``sys.executable``) runs the pickled (cloudpickle) compile job
+  (the planner's: ``candidate_pricing.compile_layout`` of a program, layout and device order;
+  ``candidate_pricing.early_layout_evidence``), with
   ``XLA_FLAGS="<the caller's> --xla_dump_to=DIR --xla_dump_hlo_as_text"``;
 - libtpu writes ``module_NNNN.<name>.after_optimizations.txt`` (the module after the HLO passes),
   then its ``-buffer-assignment``, ``-buffer-assignment-values``, ``-live-range`` and
   ``-memory-usage-report`` files and then ``after_optimizations_after_buffer_assignment.txt``,
   all on the compile's thread one after the other (a file that exists may still be being
-  written: the memory report was once read half-written); the parent polls DIR and, once that
-  last file exists (so the module and the memory report before it are closed), kills the child
-  (SIGKILL, by its pid) and reads the module with ``compiled_evidence.evidence_from_hlo_text``.
+  written); the parent polls DIR and, once that last file exists (so the module and the memory
+  report before it are closed), kills the child (SIGKILL, by its pid) and reads the module with
+  ``compiled_evidence.evidence_from_hlo_text``.
 
-The evidence is partial and says so: ``fidelity="tpu-hlo-passes"`` (``FIDELITY``), and a warning
-naming what it lacks. Its collectives (kinds, bytes, groups, runs, async, schedule positions,
-phases) are those of the full compile's evidence of the same layout on every layout
-``benchmarks/early_evidence.py`` compared (``benchmarks/results/early_evidence.md``); its compute
-ops have no ``estimated_cycles`` (flops from shapes where the reader computes them), so every
-collective's ``overlap_cycles`` is 0; ``algorithms`` is empty (written by the backend); ``flops``,
-``bytes_accessed`` are 0 and ``optimal_seconds`` None (no ``cost_analysis``). Memory: the
-``MemoryUse`` byte fields are 0; ``EarlyEvidence.dump_memory_bytes`` is the memory report's total
-of the default memory space (HBM) after the HLO passes' buffer assignment, which is not
-``memory_analysis()``'s total (it leaves out the generated code, known only after code
-generation; -5.5% on Wan 2.1 1.3B 81f in the lab note), and ``memory.fits`` is that total against
-the device's HBM: an approximation.
+The evidence is partial and says so: ``fidelity="tpu-hlo-passes"`` (``FIDELITY``), and a first
+warning naming what it lacks. Its collectives (kinds, bytes, groups, runs, async, schedule
+positions, phases) are those of the full compile's evidence of the same layout, every field but
+``overlap_cycles`` (0 here: no cycle estimates), as ``benchmarks/early_evidence.py`` checks;
+its compute ops have no ``estimated_cycles`` (flops from shapes where the reader computes them,
+and ops the reader keeps only when they carry an estimate are absent); ``algorithms`` is empty
+(written by the backend); ``flops``, ``bytes_accessed`` are 0 and ``optimal_seconds`` None (no
+``cost_analysis``). Memory: the ``MemoryUse`` byte fields are 0; ``EarlyEvidence.
+dump_memory_bytes`` is the memory report's total of the default memory space (HBM) after the HLO
+passes' buffer assignment, which is not ``memory_analysis()``'s total (no generated code, known
+only after code generation), and ``memory.fits`` is that total against the device's HBM: an
+approximation.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import glob
 import os
 import re
@@ -46,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from aoizora.extract.compiled_evidence import evidence_from_hlo_text
 from aoizora.extract.evidence import Evidence, MemoryUse
@@ -67,6 +68,19 @@ class EarlyEvidenceError(RuntimeError):
 
 @dataclasses.dataclass
 class EarlyEvidence:
+    """What ``early_evidence`` returns.
+
+    Attributes:
+        evidence: the partial evidence (fidelity ``FIDELITY``; module docstring).
+        seconds: wall time from the child's start to the module read (the child killed).
+        module_s: ... to the module and its memory report written (``_DONE`` seen).
+        lowered_s: ... to the module before optimization written (None if not seen).
+        dump_memory_bytes: the memory report's total of the default memory space (None when
+            absent); not ``memory_analysis()``'s total.
+        child_finished: the child had ended by itself before it was stopped.
+        module_path: the module's file when the dump was kept (``keep_dump``), else "".
+    """
+
     evidence: Evidence             # fidelity FIDELITY: collectives exact, no compute cycles
     seconds: float                 # wall: child started -> module read (the child killed)
     module_s: float                # wall: child started -> module and memory report written
@@ -76,20 +90,20 @@ class EarlyEvidence:
     module_path: str = ""          # the module's file, when the dump was kept (``keep_dump``)
 
 
-def early_evidence(fn: Any, args: Sequence[Any], target: Any, layout: Any,
-                   device_order: Sequence[int], *,
-                   compiler_options: "dict[str, Any] | None" = None, timeout_s: float = 600.0,
+def early_evidence(compile_job: Callable[[], Any], target: Any, mesh_axes: dict[str, int],
+                   device_order: Sequence[int], *, timeout_s: float = 600.0,
                    keep_dump: "str | os.PathLike[str] | None" = None,
                    poll_s: float = 0.02) -> EarlyEvidence:
-    """The early evidence of ``layout`` (module docstring): its compile, as ``compile_layout``
-    would run it, stopped once libtpu has written the module after the HLO passes.
+    """The early evidence of a compile (module docstring): ``compile_job`` run in a child process
+    with an XLA dump, the child stopped once libtpu has written the module after the HLO passes.
 
     Args:
-        fn, args: the program, as ``candidate_pricing.compile_layout`` takes it (picklable with
-            cloudpickle; built-in programs are).
-        target: a resolved TPU ``Target``.
-        layout: the ``Layout`` to realize; ``device_order``: physical device ids per logical rank.
-        compiler_options: as ``compile_layout`` takes them (default the layout's own).
+        compile_job: a zero-argument callable, picklable with cloudpickle, that compiles one
+            program ahead of time with libtpu in the process that calls it (its result is not
+            used): the planner's ``candidate_pricing.compile_job``, a partial of
+            ``compile_layout`` (``candidate_pricing.early_layout_evidence`` builds it).
+        target: the resolved TPU ``Target`` it compiles for; ``mesh_axes``: its mesh (axis ->
+            size, in order); ``device_order``: physical device ids per logical rank, as compiled.
         timeout_s: how long to wait for the module (seconds from the child's start).
         keep_dump: a directory to keep the dump in (``module_path`` names the module there);
             default a temporary directory, removed.
@@ -97,14 +111,13 @@ def early_evidence(fn: Any, args: Sequence[Any], target: Any, layout: Any,
     Returns:
         ``EarlyEvidence``: the partial evidence (``compile_s``: ``seconds``) and its timings.
     Raises:
-        EarlyEvidenceError: libtpu unavailable in the child, the child failed before the module
-            (e.g. a lowering error: its last line), finished without one (e.g. out of HBM
-            before buffer assignment), wrote modules of more than one program, or the timeout.
+        EarlyEvidenceError: a target that is not a TPU, libtpu unavailable in the child, the
+            child failed before the module (e.g. a lowering error: its one line), finished
+            without one (e.g. out of HBM before buffer assignment), compiled more than one
+            program, or the timeout passed.
         compiled_evidence.EvidenceError: the module holds something the reader cannot price.
     """
     import cloudpickle
-
-    from aoizora.planning.candidate_pricing import compile_layout
 
     if getattr(target, "family", "tpu") != "tpu":
         raise EarlyEvidenceError(f"early evidence reads libtpu's dump; {target.name} is not a "
@@ -112,11 +125,9 @@ def early_evidence(fn: Any, args: Sequence[Any], target: Any, layout: Any,
     work = tempfile.mkdtemp(prefix="aoizora-early-")
     dump = os.fspath(keep_dump) if keep_dump is not None else os.path.join(work, "dump")
     os.makedirs(dump, exist_ok=True)
-    job = functools.partial(compile_layout, fn, args, target, layout, list(device_order),
-                            compiler_options=compiler_options)
     blob = os.path.join(work, "job.pkl")
     with open(blob, "wb") as f:
-        cloudpickle.dump(job, f)
+        cloudpickle.dump(compile_job, f)
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), f"--xla_dump_to={dump}",
                                  *DUMP_FLAGS]).strip()
@@ -140,7 +151,7 @@ def early_evidence(fn: Any, args: Sequence[Any], target: Any, layout: Any,
         with open(report, encoding="utf-8") as f:
             m = _TOTAL.search(f.read())
         mem = int(m.group(1)) if m else None
-        ev = _evidence(text, target, layout, device_order, mem)
+        ev = _evidence(text, target, mesh_axes, device_order, mem)
     finally:
         shutil.rmtree(work, ignore_errors=True)      # a kept dump is outside it
     seconds = time.perf_counter() - t0
@@ -196,10 +207,10 @@ def _child_failure(code: int, err_path: str, out_path: str) -> str:
     return f"the compile child exited ({code}) before the module after the HLO passes: {last[:400]}"
 
 
-def _evidence(text: str, target: Any, layout: Any, device_order: Sequence[int],
+def _evidence(text: str, target: Any, mesh_axes: dict[str, int], device_order: Sequence[int],
               mem: int | None) -> Evidence:
     hbm = target.chip.hbm_bytes // target.chip.devices_per_chip
-    ev = evidence_from_hlo_text(text, target=target.name, mesh_axes=dict(layout.mesh_axes),
+    ev = evidence_from_hlo_text(text, target=target.name, mesh_axes=dict(mesh_axes),
                                 device_order=[int(d) for d in device_order],
                                 clock_hz=target.chip.clock_hz, fidelity=FIDELITY,
                                 generation=target.generation)
@@ -220,9 +231,9 @@ def _child() -> None:
     without one."""
     import cloudpickle
 
-    import aoizora  # noqa: F401  -- libtpu's environment first
-    from aoizora.extract.targets import libtpu_available
+    from aoizora.extract.targets import libtpu_available, prepare_libtpu_env
 
+    prepare_libtpu_env()         # libtpu's environment first, as ``import aoizora`` sets it
     if not libtpu_available():
         print("EARLY libtpu is unavailable in the compile child: early evidence needs libtpu's "
               "ahead-of-time compiler", flush=True)

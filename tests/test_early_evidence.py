@@ -1,15 +1,16 @@
-"""Early evidence (``extract.early_evidence``): the compile stopped after libtpu's HLO passes gives
-the full compile's collectives, marked partial; a compile that fails before the module says why."""
+"""Early evidence (``extract.early_evidence``, through ``candidate_pricing.early_layout_evidence``):
+the compile stopped after libtpu's HLO passes gives the full compile's collectives, marked
+partial; a compile that fails before the module says why."""
 
 import dataclasses
 
 import pytest
 
 from aoizora.builtin import builtin_job
-from aoizora.extract.early_evidence import FIDELITY, EarlyEvidenceError, early_evidence
+from aoizora.extract.early_evidence import FIDELITY, EarlyEvidenceError
 from aoizora.extract.network import default_device_order
 from aoizora.models.experts import expert_layouts
-from aoizora.planning.candidate_pricing import compile_layout
+from aoizora.planning.candidate_pricing import compile_layout, early_layout_evidence
 
 pytestmark = pytest.mark.tpu_compiler
 
@@ -31,7 +32,7 @@ def _collective(c):
 
 def test_early_evidence_has_the_full_compiles_collectives_and_is_partial(small, tmp_path):
     job, ex, order = small
-    got = early_evidence(ex.fn, ex.args, job.target, ex.layout, order, keep_dump=tmp_path)
+    got = early_layout_evidence(ex.fn, ex.args, job.target, ex.layout, order, keep_dump=tmp_path)
     full = compile_layout(ex.fn, ex.args, job.target, ex.layout, order)
     early = got.evidence
 
@@ -55,4 +56,4 @@ def test_early_evidence_has_the_full_compiles_collectives_and_is_partial(small, 
 def test_a_compile_that_fails_before_the_module_is_an_error_not_a_fallback(small):
     job, ex, order = small
     with pytest.raises(EarlyEvidenceError, match="compile failed before the module.*not a permutation"):
-        early_evidence(ex.fn, ex.args, job.target, ex.layout, order[:4], timeout_s=300)
+        early_layout_evidence(ex.fn, ex.args, job.target, ex.layout, order[:4], timeout_s=300)
