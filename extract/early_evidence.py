@@ -117,13 +117,36 @@ def early_evidence(compile_job: Callable[[], Any], target: Any, mesh_axes: dict[
             program, or the timeout passed.
         compiled_evidence.EvidenceError: the module holds something the reader cannot price.
     """
-    import cloudpickle
-
     if getattr(target, "family", "tpu") != "tpu":
         raise EarlyEvidenceError(f"early evidence reads libtpu's dump; {target.name} is not a "
                                  f"TPU target")
     work = tempfile.mkdtemp(prefix="aoizora-early-")
-    dump = os.fspath(keep_dump) if keep_dump is not None else os.path.join(work, "dump")
+    try:                                             # a kept dump is outside ``work``
+        dump = os.fspath(keep_dump) if keep_dump is not None else os.path.join(work, "dump")
+        t0, module, lowered_s, module_s, finished = _run_child(compile_job, work, dump,
+                                                               timeout_s, poll_s)
+        with open(module, encoding="utf-8") as f:
+            text = f.read()
+        with open(module[:-len(_MODULE)] + _REPORT, encoding="utf-8") as f:
+            m = _TOTAL.search(f.read())
+        mem = int(m.group(1)) if m else None
+        ev = _evidence(text, target, mesh_axes, device_order, mem)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    seconds = time.perf_counter() - t0
+    ev.compile_s = seconds
+    return EarlyEvidence(evidence=ev, seconds=seconds, module_s=module_s, lowered_s=lowered_s,
+                         dump_memory_bytes=mem, child_finished=finished,
+                         module_path=module if keep_dump is not None else "")
+
+
+def _run_child(compile_job: Callable[[], Any], work: str, dump: str, timeout_s: float,
+               poll_s: float) -> tuple[float, str, float | None, float, bool]:
+    """Start the child on ``compile_job`` with its dump in ``dump``, wait for the module
+    (``_wait_for_module``) and kill the child (SIGKILL; it is waited for on every path);
+    (start time, then what ``_wait_for_module`` returns)."""
+    import cloudpickle
+
     os.makedirs(dump, exist_ok=True)
     blob = os.path.join(work, "job.pkl")
     with open(blob, "wb") as f:
@@ -138,27 +161,11 @@ def early_evidence(compile_job: Callable[[], Any], target: Any, mesh_axes: dict[
             [sys.executable, "-c", "from aoizora.extract.early_evidence import _child; _child()",
              blob], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
     try:
-        module, lowered_s, module_s, finished = _wait_for_module(proc, dump, t0, timeout_s,
-                                                                 poll_s, err_path, out_path)
+        return (t0, *_wait_for_module(proc, dump, t0, timeout_s, poll_s, err_path, out_path))
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait()
-    try:
-        with open(module, encoding="utf-8") as f:
-            text = f.read()
-        report = module[:-len(_MODULE)] + _REPORT
-        with open(report, encoding="utf-8") as f:
-            m = _TOTAL.search(f.read())
-        mem = int(m.group(1)) if m else None
-        ev = _evidence(text, target, mesh_axes, device_order, mem)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)      # a kept dump is outside it
-    seconds = time.perf_counter() - t0
-    ev.compile_s = seconds
-    return EarlyEvidence(evidence=ev, seconds=seconds, module_s=module_s, lowered_s=lowered_s,
-                         dump_memory_bytes=mem, child_finished=finished,
-                         module_path=module if keep_dump is not None else "")
 
 
 def _wait_for_module(proc: subprocess.Popen, dump: str, t0: float, timeout_s: float,

@@ -3,6 +3,7 @@ the compile stopped after libtpu's HLO passes gives the full compile's collectiv
 partial; a compile that fails before the module says why."""
 
 import dataclasses
+import tempfile
 
 import pytest
 
@@ -53,7 +54,10 @@ def test_early_evidence_has_the_full_compiles_collectives_and_is_partial(small, 
     assert (tmp_path / got.module_path.rsplit("/", 1)[1]).exists()
 
 
-def test_a_compile_that_fails_before_the_module_is_an_error_not_a_fallback(small):
+def test_a_compile_that_fails_before_the_module_is_an_error_not_a_fallback(small, tmp_path,
+                                                                          monkeypatch):
     job, ex, order = small
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # where its work directory goes
     with pytest.raises(EarlyEvidenceError, match="compile failed before the module.*not a permutation"):
         early_layout_evidence(ex.fn, ex.args, job.target, ex.layout, order[:4], timeout_s=300)
+    assert list(tmp_path.iterdir()) == []                        # removed on the error path too
