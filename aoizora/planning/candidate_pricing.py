@@ -6,6 +6,9 @@
   without lowering when this program and layout were lowered before, ``lowering_memo``).
 - ``compile_job``: that compile in JAX's default device order, as the loop queues it
   (``aoizora.planning.compile_queue``).
+- ``early_layout_evidence``: that compile stopped after libtpu's HLO passes
+  (``extract.early_evidence``): the layout's collectives exactly, in seconds, without compute
+  cycles (partial evidence; not used by the loop yet).
 - ``place``: a compiled candidate's placement and price. A layout that does not fit in HBM is
   not placed. Else the placement CP-SAT (``solvers.placement``) runs on the budget's
   ``placement`` share, and among its answer, the placements it priced and JAX's default order
@@ -26,6 +29,7 @@ from aoizora.planning.candidate import Candidate
 from aoizora.planning.compile_queue import Compiled
 from aoizora.extract.aot_compile import (compile_evidence, evidence_by_alias, keep_alias,
                                          target_mesh)
+from aoizora.extract.early_evidence import EarlyEvidence, early_evidence
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.evidence_cache import EvidenceCache
 from aoizora.extract.network import default_device_order
@@ -69,6 +73,26 @@ def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence
     if alias is not None:
         keep_alias(cache, alias, ev)
     return ev
+
+
+def early_layout_evidence(fn, args, tgt: Target, layout: Layout, device_order: Sequence[int],
+                          compiler_options: dict[str, Any] | None = None,
+                          **kw: Any) -> EarlyEvidence:
+    """``compile_layout``'s compile of `layout` (no cache) run in a child process and stopped
+    once libtpu has written the module after its HLO passes (``extract.early_evidence``).
+
+    Args:
+        fn, args, tgt, layout, device_order, compiler_options: as ``compile_layout`` takes them.
+        kw: ``early_evidence``'s ``timeout_s``, ``keep_dump``, ``poll_s``.
+    Returns:
+        ``EarlyEvidence``: collectives as the full compile's evidence has them, no compute
+        cycles, ``fidelity="tpu-hlo-passes"``, and the seconds it took.
+    Raises:
+        extract.early_evidence.EarlyEvidenceError: no module (the compile failed before it,
+            with its one line; or the timeout)."""
+    job = functools.partial(compile_layout, fn, args, tgt, layout, list(device_order),
+                            compiler_options=compiler_options)
+    return early_evidence(job, tgt, dict(layout.mesh_axes), list(device_order), **kw)
 
 
 def compile_job(fn, args, tgt: Target, layout: Layout, mesh_axes: dict[str, int] | None = None,
