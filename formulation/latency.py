@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from aoizora.extract.early_evidence import FIDELITY as EARLY_FIDELITY
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation.op_time import compute_seconds
@@ -84,7 +85,14 @@ class Q2:
 
 def predict_step(evidence: Evidence, placement: Sequence[int], network: Network,
                  traffic: TrafficModel | None = None) -> Q2:
-    """Q2 for (evidence, placement): see the module docstring. `traffic` may be reused."""
+    """Q2 for (evidence, placement): see the module docstring. `traffic` may be reused.
+
+    Raises:
+      ValueError: partial evidence (``extract.early_evidence``: collectives only, no compute
+        cycles), whose compute Q2 would price at 0."""
+    if evidence.fidelity == EARLY_FIDELITY:
+        raise ValueError(f"Q2 needs a full compile's evidence: this one is {EARLY_FIDELITY} "
+                         "(collectives only, no compute cycles); compile the layout fully")
     tm = traffic or TrafficModel(evidence, network)
     loads = tm.phase_loads(placement)
     comp, warns = compute_seconds(evidence, network)

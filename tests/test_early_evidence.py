@@ -61,3 +61,26 @@ def test_a_compile_that_fails_before_the_module_is_an_error_not_a_fallback(small
     with pytest.raises(EarlyEvidenceError, match="compile failed before the module.*not a permutation"):
         early_layout_evidence(ex.fn, ex.args, job.target, ex.layout, order[:4], timeout_s=300)
     assert list(tmp_path.iterdir()) == []                        # removed on the error path too
+
+
+def test_q2_refuses_partial_evidence():
+    """Q2 would price early evidence's compute at 0: it refuses it instead."""
+    import dataclasses
+    import gzip
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    from aoizora.extract.early_evidence import FIDELITY
+    from aoizora.extract.evidence import Evidence
+    from aoizora.extract.network import Network
+    from aoizora.extract.targets import get_target
+    from aoizora.formulation.latency import predict_step
+    d = Path(__file__).resolve().parents[1] / "benchmarks/results/q1_fidelity/wan2.1-1.3b_480p-21f_v5e-8"
+    ev = Evidence.loads(gzip.open(d / "expert_cfg2_context.evidence.json.gz", "rt").read())
+    order = json.loads((d / "expert_cfg2_context.json").read_text())["device_order"]
+    net = Network.from_target(get_target("v5e-8"))
+    assert predict_step(ev, order, net).compute_s > 0
+    with pytest.raises(ValueError, match="full compile"):
+        predict_step(dataclasses.replace(ev, fidelity=FIDELITY), order, net)
