@@ -159,7 +159,7 @@ def test_plan_torch_on_a_gpu_target(program):
     except Exception:  # noqa: BLE001 -- GPU targets not installed in this tree
         pytest.skip("no l40-8 target here")
     ep, _ = program
-    p = plan_torch(ep, (), tgt, meshes=[{"x": 2, "y": 4}], top_k=1, max_candidates=1,
+    p = plan_torch(ep, (), tgt, meshes=[{"x": 2, "y": 4}], top_k=1, max_candidates=2,
                    time_budget_s=60, seed_layouts=[
                        functools.partial(xdit_layout, config=XDiTConfig(cfg=2, ulysses=4))])
     assert p.target == tgt.name and sorted(p.device_order) == list(range(8))

@@ -3,8 +3,10 @@
     ep    = capture(model, example_inputs)         torch.export on meta tensors, no weights
     ir    = build_torch_ir(ep)                     the partitioner IR (extract.frontends.torch)
     per candidate mesh: the sharding ILP's ``top_k`` best layouts (solvers.sharding, unchanged)
-    + the seed layouts given (e.g. xDiT's configurations, ``aoizora.models.xdit``)
-    each, best Q1 first, while the budget lasts:
+    + the seed layouts given (e.g. xDiT's configurations, ``aoizora.models.xdit``), each
+      priced by the same Q1 (``aoizora.planning.seed_q1``: the ILP's objective at the seed)
+    the first ``max_candidates``, least Q1 first (a seed Q1 cannot price after all that it
+    can), while the budget lasts:
         evidence = torch_evidence(ep, layout)      the DTensor program under a fake process
                                                    group: every collective it issues
                                                    (CommDebugMode), compute at shard shapes
@@ -101,6 +103,51 @@ def _ilp_layouts(ir, tgt: Target, meshes, budget: Budget, top_k: int, ilp_time_s
         progress.solver(f"sharding ILP {mesh_str(m)}", c.status, c.objective, c.bound)
         ranked += [(float(s.predicted.get("total_s", math.inf)), m, s) for s in res.all()]
     return ranked, notes
+
+
+def _seed_q1s(ir, ilp_ir, blocks, tgt: Target, seed_layouts) -> list[tuple]:
+    """(Q1 or None, layout on ``ir``, why no Q1) per seed: Q1 on the IR the ILP solves
+    (``seed_q1``): a callable seed is laid out on that IR itself, a fixed layout is carried to
+    the proxy (``map_layout`` from the full program's blocks)."""
+    from aoizora.planning.seed_q1 import SeedQ1Error, seed_q1
+
+    graphs: dict = {}
+    out = []
+    for s in seed_layouts:
+        lay = s(ir) if callable(s) else s
+        try:
+            if callable(s):
+                on_ilp = s(ilp_ir) if ilp_ir is not ir else lay
+            else:
+                on_ilp = lay if blocks is None else map_layout(ir, ilp_ir, lay, blocks[0])
+            out.append((seed_q1(ilp_ir, tgt, on_ilp, torch_problem(), graphs), lay, ""))
+        except (SeedQ1Error, KeyError, ValueError) as e:
+            out.append((None, lay, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"))
+    return out
+
+
+def _ranked_todo(ir, ilp_ir, blocks, tgt: Target, seed_layouts, ranked: list
+                 ) -> tuple[list, list[str]]:
+    """Seeds and ILP layouts in one Q1 order (least first; ties by mesh, then layout name),
+    then the seeds Q1 cannot price (by mesh and name), never dropped; and the notes saying so."""
+    notes, priced, unpriced = [], [], []
+    for q1, lay, why in _seed_q1s(ir, ilp_ir, blocks, tgt, seed_layouts):
+        sol = seed_solution(lay, None)
+        if q1 is None:
+            unpriced.append((math.inf, dict(lay.mesh_axes), sol, lay))
+            notes.append(f"seed {lay.name or 'given layout'}: no Q1 ({why}); ranked after every "
+                         "layout Q1 prices")
+            continue
+        sol.predicted["total_s"] = q1
+        priced.append((q1, dict(lay.mesh_axes), sol, lay))
+    priced += [(q1, m, s, None) for q1, m, s in ranked]
+
+    def key(r):
+        return (r[0], mesh_str(r[1]), r[2].layout.name or "")
+    if seed_layouts:
+        notes.append("seeds ranked with the ILP's layouts by the ILP's Q1 (aoizora.planning."
+                     "seed_q1)" + ("; Q1 on the ILP's proxy" if blocks is not None else ""))
+    return sorted(priced, key=key) + sorted(unpriced, key=lambda r: key(r)[1:]), notes
 
 
 def _price(ep, cand: Candidate, prog: _Program, budget: Budget, settings: _Settings,
@@ -226,8 +273,8 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
       seed_layouts: layouts of this program to price beside the ILP's, or callables that make
         one from the program's IR (e.g. ``functools.partial(aoizora.models.xdit.xdit_layout,
         config=XDiTConfig(ulysses=8))``).
-      max_candidates: how many layouts, best Q1 first (seeds first), get evidence and a
-        placement.
+      max_candidates: how many layouts, least Q1 first (seeds and the ILP's layouts in one
+        order, ``_ranked_todo``; seeds Q1 cannot price last), get evidence and a placement.
       progress: where the stages are reported; default silent.
 
     Returns:
@@ -257,10 +304,10 @@ def plan_torch(model, example_inputs: Sequence, target: "str | Target" = "v5e-8"
                                                                     blocks[0])))
                   for q1, m, s in ranked]
     notes.append(proxy_note(blocks))
-    seed_layouts = [s(ir) if callable(s) else s for s in seed_layouts]
-    todo = [(-1.0, dict(lay.mesh_axes), seed_solution(lay, None), lay) for lay in seed_layouts]
-    todo += sorted([(q1, m, s, None) for q1, m, s in ranked],
-                   key=lambda r: (r[0], mesh_str(r[1])))
+    if seed_layouts:
+        progress.stage(f"Q1 of {len(seed_layouts)} seed layouts (the sharding ILP's objective)")
+    todo, seed_notes = _ranked_todo(ir, ilp_ir, blocks, tgt, seed_layouts, ranked)
+    notes += seed_notes
     prog, settings = _Program(tgt, network), _Settings(seed, placement_time_s)
     with fake_world(tgt.num_devices):
         priced = _price_all(ep, todo[:max_candidates], prog, budget, settings, notes, progress)
