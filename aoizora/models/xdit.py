@@ -14,6 +14,14 @@ identity over that mesh (``XDiTConfig.mesh_axes``; ``default_order``).
 ``xdit_layout(ir, config)`` lays the program out as xDiT runs it (``pipefusion`` 1):
 - activations: the batch on ``cfg``; the video token sequence on (ring, ulysses), ring major
   (the sequence chunk of sp rank u + U r); the text stream replicated over sp;
+- joint-attention models (HunyuanVideo, CogVideoX: the text tokens concatenated to the video
+  tokens before attention, ``joint_parts`` = (T text, V video tokens) from the ``concat`` ops
+  whose result is the joint sequence J = T + V): xDiT splits the video-only tensors (a dim of
+  length V) over (ring, ulysses) too, wherever they are, and the text-only ones (length T)
+  inside the blocks of the joint attentions when the SP degree divides T (xDiT keeps the text
+  whole otherwise); the joint tensors (length J) as before. DTensor holds a joint tensor as
+  even chunks of the concatenation, where xDiT's rank holds its text chunk and its video chunk:
+  the concat and the split back are resharded by DTensor (priced in the evidence);
 - attention: heads on (ulysses, tp) -- the all-to-all from sequence to heads is Ulysses --,
   the query sequence on ring with keys and values gathered over the ring (xDiT passes them in
   a ring; the torch runtime gathers them: the same bytes per device, without the ring's overlap
@@ -131,12 +139,50 @@ def self_attention_layers(ir) -> int:
     return max(1, sum(1 for n in ir.by_kind("attention") if n.params["shape"][2] == seq))
 
 
-def _activation_spec(shape, batch: int, seq: int, sizes, last=None) -> tuple:
+def joint_parts(ir) -> tuple[int, int] | None:
+    """(T, V): the text and video token counts of a joint-attention model -- the two parts of a
+    ``concat`` whose result has the joint sequence ``video_seq(ir)`` along its axis (the smaller
+    is the text) --, or None (no such concat: e.g. Wan's text is cross-attended, not joined)."""
+    joint = video_seq(ir)
+    for n in ir.by_kind("concat"):
+        ops = [ir.tensors[o].shape for o in n.operands]
+        ax = n.params.get("axis")
+        if len(ops) != 2 or ax is None or not n.results:
+            continue
+        out = ir.tensors[n.results[0]].shape
+        if len(out) > ax and out[ax] == joint and all(len(o) > ax for o in ops):
+            a, b = sorted(o[ax] for o in ops)
+            if a > 0 and a + b == joint:
+                return a, b
+    return None
+
+
+def _joint_blocks(ir) -> tuple[str, ...]:
+    """The module paths of the blocks that hold a joint attention (its module's parent)."""
+    joint = video_seq(ir)
+    return tuple(sorted({n.name_stack.rpartition(".")[0] for n in ir.by_kind("attention")
+                         if n.params["shape"][2] == joint and n.name_stack}))
+
+
+def _split_lengths(ir, sp: int) -> tuple[set[int], set[int]]:
+    """(lengths split everywhere, lengths split only inside joint blocks) over SP degree sp
+    (module docstring)."""
+    joint = video_seq(ir)
+    parts = joint_parts(ir)
+    if parts is None or sp == 1:
+        return {joint}, set()
+    text, video = parts
+    return {joint} | ({video} if video % sp == 0 else set()), \
+        ({text} if text % sp == 0 else set())
+
+
+def _activation_spec(shape, batch: int, seq: "int | set[int]", sizes, last=None) -> tuple:
+    seqs = {seq} if isinstance(seq, int) else set(seq)
     spec = [None] * len(shape)
     if shape and shape[0] == batch:
         spec[0] = _axes("cfg", sizes=sizes)
     for d in range(1, len(shape) - 1):
-        if shape[d] == seq:
+        if shape[d] in seqs:
             spec[d] = _axes("ring", "ulysses", sizes=sizes)
             break
     if last is not None and len(shape) > 1:
@@ -153,7 +199,8 @@ def xdit_layout(ir, config: XDiTConfig, *, batch: int | None = None, name: str =
         raise ValueError("PipeFusion is not a layout of one program; price it with "
                          "aoizora.torch_compare.pipefusion_row")
     sizes = config.mesh_axes
-    seq = video_seq(ir)
+    everywhere, in_joint = _split_lengths(ir, config.ring * config.ulysses)
+    blocks = _joint_blocks(ir) if in_joint else ()
     user = [t for t in ir.inputs if ir.tensors[t].path.startswith("inputs/")]
     batch = batch or (ir.tensors[user[0]].shape[0] if user else 1)
     tp = _axes("tp", sizes=sizes)
@@ -175,7 +222,9 @@ def xdit_layout(ir, config: XDiTConfig, *, batch: int | None = None, name: str =
         out = ir.tensors[n.results[0]].shape if n.results else []
         if n.kind == "dot":
             last = tp if _role(n.name_stack) == "col" else None
-            node_specs[n.key] = _activation_spec(out, batch, seq, sizes, last)
+            inside = any(n.name_stack == b or n.name_stack.startswith(b + ".") for b in blocks)
+            seqs = everywhere | (in_joint if inside else set())
+            node_specs[n.key] = _activation_spec(out, batch, seqs, sizes, last)
         elif n.kind == "attention":
             al = AttentionLayout(batch=tuple(a for a in ("cfg",) if sizes.get(a, 1) > 1),
                                  heads=tuple(a for a in ("ulysses", "tp") if sizes.get(a, 1) > 1),
