@@ -9,7 +9,9 @@ whose dims are the layout's mesh axes, in order):
   full tensor, nothing is sent);
 - every op runs as DTensor propagates it; the output of each dot, conv and attention the layout
   names (``layout.node_specs``, keyed by IR node key: the FX node name, ``linear_5`` or
-  ``linear_5.dot``) is redistributed to its spec, as JAX's sharding constraints do;
+  ``linear_5.dot``) is redistributed to its spec, as JAX's sharding constraints do; a linear
+  whose operands are whole on an axis its spec splits the output on slices an operand there
+  first (a local slice: no collective, 1/n of the compute);
 - each ``scaled_dot_product_attention`` runs as the layout's attention says: q laid out
   [batch, heads, seq, -] on its axes, k and v on batch and heads with the whole key sequence
   (context parallel with gathered keys; Ulysses when the heads take the axes the surrounding
@@ -207,6 +209,29 @@ class LayoutRunner:
             _local_nbytes(out)
         self.trace.append(IssuedCompute(fx.name, kind, flops, float(nbytes)))
 
+    def _slice_first(self, x, w, want):
+        """(x, w, x's placements) with a whole operand sliced where the output is wanted split
+        and would otherwise be computed whole on that mesh dim (x and w both whole there): x on
+        the wanted leading dim, or w on its rows (N) for the wanted last dim. Replicate ->
+        Shard is a local slice (no collective), and each shard then computes 1/n of the output
+        instead of all of it before the node's redistribution slices it."""
+        r = x.ndim
+        xpl, wpl = list(x.placements), list(w.placements)
+        nx, nw = list(xpl), list(wpl)
+        for i, (xp, wp, op) in enumerate(zip(xpl, wpl, want)):
+            if not (isinstance(xp, Replicate) and isinstance(wp, Replicate)
+                    and isinstance(op, Shard)):
+                continue
+            if op.dim < r - 1:
+                nx[i] = Shard(op.dim)
+            elif op.dim == r - 1:
+                nw[i] = Shard(0)
+        if nx != xpl:
+            x = x.redistribute(self.mesh, nx)
+        if nw != wpl:
+            w = w.redistribute(self.mesh, nw)
+        return x, w, nx
+
     def _linear(self, x, w, want=None):
         """x @ w.T on each shard, laid out per mesh dim from the operands' placements (DTensor's
         own rule flattens x's leading dims, which it refuses when two of them are split): x split
@@ -214,7 +239,9 @@ class LayoutRunner:
         both split on K -> a partial sum (reduced by the node's redistribution), unless the
         node's spec (``want``) splits a leading dim on that axis: then x is moved there first
         (an all-to-all, as Ulysses returns attention outputs); w split on N where x's leading
-        dim takes the same axis, or on K where x is not -> w gathered."""
+        dim takes the same axis, or on K where x is not -> w gathered. Where x and w are both
+        whole on a mesh dim the node's spec splits the output on, the operand is sliced first
+        (``_slice_first``: x on that leading dim, w on N), so the output is not computed whole."""
         r = x.ndim
         xpl = list(x.placements)
         if want is not None:      # x split on K where the output wants a leading dim split on
@@ -224,6 +251,7 @@ class LayoutRunner:
             if moved != xpl:      # that axis: one all-to-all of x, not a partial sum of the output
                 x = x.redistribute(self.mesh, moved)
                 xpl = moved
+            x, w, xpl = self._slice_first(x, w, want)
         wpl, opl = list(w.placements), []
         for i, (px, pw) in enumerate(zip(xpl, wpl)):
             xs = px.dim if isinstance(px, Shard) else None
