@@ -62,11 +62,13 @@ class TorchEvidenceError(RuntimeError):
 def fake_world(world_size: int):
     """A fake process group of at least ``world_size`` ranks (this process is rank 0).
 
-    Started here when there is none, and kept for the rest of the process: DTensor keeps the
-    meshes of a world in caches that outlive ``destroy_process_group`` (a mesh equal to one of
-    a destroyed world reached its dead group: "Could not resolve the process group registered
-    under the name 17"). A fake group that is too small is replaced. ``end_fake_world`` ends it
-    (before a real ``init_process_group`` in the same process).
+    Started here when there is none, and kept for the rest of the process. A fake group that
+    is too small is replaced by one of ``world_size`` ranks, and DTensor's caches are emptied
+    then (``forget_dtensor_caches``): they keep the meshes of a world past
+    ``destroy_process_group``, so a mesh equal to one of the destroyed world reached its dead
+    group ("Could not resolve the process group registered under the name 3": 4, then 8, then
+    4 devices in one process). ``end_fake_world`` ends it (before a real
+    ``init_process_group`` in the same process).
 
     Raises:
         TorchEvidenceError: a real (not fake) process group is initialized."""
@@ -80,14 +82,33 @@ def fake_world(world_size: int):
             yield
             return
         dist.destroy_process_group()
+        forget_dtensor_caches()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     yield
 
 
+def forget_dtensor_caches() -> None:
+    """Empty DTensor's process-wide caches that hold meshes (and so process group names): the
+    sharding propagation's (Python and C++ fast path), the redistribution planners and their
+    transform plans, the mesh topology of its cost model."""
+    from torch.distributed.tensor import _collective_utils, _redistribute
+    from torch.distributed.tensor import debug as dtensor_debug
+
+    dtensor_debug._clear_sharding_prop_cache()
+    _redistribute.clear_redistribute_planner_cache()
+    for fn in (getattr(_redistribute, "_gen_transform_infos", None),
+               getattr(_redistribute, "_gen_transform_infos_non_cached", None),
+               _collective_utils.MeshTopoInfo.build_from_mesh):
+        if hasattr(fn, "cache_clear"):
+            fn.cache_clear()
+
+
 def end_fake_world() -> None:
-    """End the fake process group ``fake_world`` kept, if any."""
+    """End the fake process group ``fake_world`` kept, if any (and DTensor's caches of its
+    meshes, ``forget_dtensor_caches``)."""
     if dist.is_initialized() and dist.get_backend() == "fake":
         dist.destroy_process_group()
+        forget_dtensor_caches()
 
 
 def fake_mesh(mesh_axes: dict[str, int]) -> DeviceMesh:
