@@ -65,6 +65,13 @@ def test_a_layout_no_strategy_expresses_has_no_q1(program):
                 torch_problem())
 
 
+def test_a_seed_on_a_four_axis_mesh_has_no_q1(program):
+    _, ir = program
+    lay = xdit_layout(ir, XDiTConfig(cfg=2, ring=2, ulysses=2, tp=2))
+    with pytest.raises(SeedQ1Error, match="at most 3"):
+        seed_q1(ir, get_target("v5e-8"), lay, torch_problem())
+
+
 def _names(todo):
     return [r[2].layout.name for r in todo]
 

@@ -26,21 +26,26 @@ pinned groups take the ILP's strategies and Q1 is the ILP's objective (up to tie
 groups, which Q1 prices equal). Memory rows are not read (the evidence says whether a seed fits).
 
 A seed whose layout no strategy expresses (a spec the graph does not offer, a mesh the
-strategies cannot be built for) has no Q1: ``SeedQ1Error`` says why.
+strategies cannot be built for, a mesh of more than ``MAX_AXES`` axes -- the ILP's meshes have at
+most 3, ``formulation.meshes.candidate_meshes``, and its strategies grow with the axes) has no
+Q1: ``SeedQ1Error`` says why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from aoizora.formulation.collective_cost import default_axis_costs
-from aoizora.formulation.layout import Layout
+from aoizora.formulation.layout import Layout, axes_of
+from aoizora.formulation.meshes import AXIS_NAMES
 from aoizora.formulation.sharding_ilp import evaluate
 from aoizora.formulation.strategies import Hardware, build_strategies
 from aoizora.solvers.sharding import ShardingProblem, tensor_spec
 
 SWEEPS = 20
+MAX_AXES = 3
 
 
 class SeedQ1Error(ValueError):
@@ -160,6 +165,31 @@ def strategy_graph(ir, target, mesh_axes: dict[str, int], problem: ShardingProbl
     return build_strategies(ir, axis_costs, hardware, problem.options, problem.attention_scale)
 
 
+def canonical(layout: Layout) -> Layout:
+    """``layout`` with its mesh axes renamed to the ILP's (``formulation.meshes.AXIS_NAMES``:
+    x, y, z in mesh order); Q1 reads axes by size and order only, so seeds on meshes of the same
+    shape (cfg2 x ulysses2 x tp2, cfg2 x ulysses2 x ring2) share one strategy graph."""
+    names = dict(zip(layout.mesh_axes, AXIS_NAMES))
+
+    def entry(e):
+        axes = tuple(names[a] for a in axes_of(e))
+        return None if not axes else (axes[0] if len(axes) == 1 else axes)
+
+    def spec(sp):
+        return None if sp is None else tuple(entry(e) for e in sp)
+
+    def att(a):
+        return dataclasses.replace(a, batch=tuple(names[x] for x in a.batch),
+                                   heads=tuple(names[x] for x in a.heads),
+                                   seq=tuple(names[x] for x in a.seq))
+
+    return dataclasses.replace(
+        layout, mesh_axes={names[a]: n for a, n in layout.mesh_axes.items()},
+        in_specs=[spec(sp) for sp in layout.in_specs], out_specs=None,
+        node_specs={k: spec(v) for k, v in layout.node_specs.items()},
+        attention={k: att(a) for k, a in layout.attention.items()}, rules={})
+
+
 def seed_q1(ir, target, layout: Layout, problem: ShardingProblem,
             graphs: dict | None = None) -> float:
     """Q1 (seconds) of ``layout`` on ``ir`` under the sharding ILP's ``problem`` on ``target``
@@ -170,7 +200,8 @@ def seed_q1(ir, target, layout: Layout, problem: ShardingProblem,
       target: an ``extract.targets.Target``.
       layout: the seed layout (its mesh is the graph's).
       problem: the ILP's instance knobs (e.g. ``torch_planner.torch_problem()``).
-      graphs: a memo of StrategyGraphs by mesh (filled here), shared across seeds of one IR.
+      graphs: a memo of StrategyGraphs by mesh shape (filled here; ``canonical``), shared
+        across seeds of one IR.
 
     Returns:
       ``evaluate(graph, choice)["total_s"]`` at the seed's choice.
@@ -178,6 +209,10 @@ def seed_q1(ir, target, layout: Layout, problem: ShardingProblem,
     Raises:
       SeedQ1Error: the seed cannot be priced (its mesh's strategies cannot be built, or no
         strategy lays a group out as the seed does)."""
+    if len(layout.mesh_axes) > MAX_AXES:
+        raise SeedQ1Error(f"mesh {dict(layout.mesh_axes)} has {len(layout.mesh_axes)} axes; "
+                          f"the sharding ILP's have at most {MAX_AXES}")
+    layout = canonical(layout)
     key = tuple(layout.mesh_axes.items())
     graphs = {} if graphs is None else graphs
     if key not in graphs:
@@ -195,4 +230,4 @@ def seed_q1(ir, target, layout: Layout, problem: ShardingProblem,
     return q1
 
 
-__all__: list[Any] = ["SeedQ1Error", "seed_choice", "seed_q1", "strategy_graph", "SWEEPS"]
+__all__: list[Any] = ["SeedQ1Error", "canonical", "seed_choice", "seed_q1", "strategy_graph", "SWEEPS", "MAX_AXES"]
