@@ -42,6 +42,12 @@ publisher's model config, ``benchmarks.torch_models`` for the configs):
   transformer at its native shape (17,550 video + 226 text tokens), batch 2 (CFG). The model is
   approximate (ConsisID's face-feature cross-attentions and its 32 input channels are left out),
   so these rows are reported but kept out of the headline median.
+- Sana 1600M at 4096 x 4096 (xDiT's sana.md: ``Sana_1600M_4Kpx_BF16_diffusers``, 20 steps) on
+  1-8 A100 of an 8 x A100 NVLink box (``a100-8``; k < 8 GPUs of its board), every published
+  combination of cfg, Ulysses, ring and PipeFusion: diffusers' ``SanaTransformer2DModel`` at
+  the 4K config (``SANA_4K``), 16,384 image tokens, batch 2 (CFG). Its self-attention is linear
+  (matmuls, no flash kernel: Ulysses and ring are both the sequence split of those matmuls
+  here), PipeFusion is ``torch_compare.pipefusion_evidence``'s steady-state model (pp patches).
 
 The headline median is over rows whose GPU and model are both the published ones (H100 rows of
 HunyuanVideo and FLUX); medians over the built-H20 rows and the approximate-model rows are
@@ -71,6 +77,9 @@ NAME = "gpu_validation"
 XDIT_HY = "https://github.com/xdit-project/xDiT/blob/main/docs/performance/hunyuanvideo.md"
 XDIT_FLUX = "https://github.com/xdit-project/xDiT/blob/main/docs/performance/flux.md"
 XDIT_CONSISID = "https://github.com/xdit-project/xDiT/blob/main/docs/performance/consisid.md"
+XDIT_SANA = "https://github.com/xdit-project/xDiT/blob/main/docs/performance/sana.md"
+SANA_4K_CONFIG = ("https://github.com/NVlabs/Sana/blob/main/configs/sana_config/4096ms/"
+                  "Sana_1600M_img4096_bf16.yaml")
 H20_SPECS = "https://willitrunai.com/es/gpus/h20-96gb"
 
 # H20 (Hopper, sm_90): 148 TFLOP/s dense FP16/BF16, 96 GB HBM3 at 4.0 TB/s, NVLink4 900 GB/s
@@ -115,6 +124,12 @@ _CONSISID = [(6, 2, 3, 1, 44.89), (6, 3, 2, 1, 44.24), (6, 1, 3, 2, 35.78), (6, 
              (4, 2, 1, 2, 41.37), (4, 1, 2, 2, 40.68), (3, 3, 1, 1, 53.57), (3, 1, 3, 1, 55.51),
              (2, 1, 2, 1, 70.19), (2, 2, 1, 1, 76.56), (2, 1, 1, 2, 59.72),
              (1, 1, 1, 1, 114.87)]
+# xDiT's sana.md table: (GPUs, cfg, ulysses, ring, pp, seconds), 8 x A100 (NVLink)
+_SANA = [(1, 1, 1, 1, 1, 17.551), (2, 1, 1, 1, 2, 11.276), (2, 1, 1, 2, 1, 11.447),
+         (2, 1, 2, 1, 1, 10.175), (2, 2, 1, 1, 1, 8.365), (4, 2, 1, 1, 2, 5.599),
+         (4, 2, 1, 2, 1, 5.702), (4, 2, 2, 1, 1, 5.803), (8, 2, 1, 1, 4, 4.050),
+         (8, 2, 1, 2, 2, 4.091), (8, 2, 1, 4, 1, 4.003), (8, 2, 2, 1, 2, 4.201),
+         (8, 2, 2, 2, 1, 3.991)]
 
 
 def published_rows() -> list[Row]:
@@ -140,6 +155,14 @@ def published_rows() -> list[Row]:
                         exact_model=False,
                         note="ConsisID priced as CogVideoX-5B's transformer (its base; face "
                              "modules left out); H100 SXM (HGX, NVSwitch) assumed"))
+    for n, cfg, uly, ring, pp, s in _SANA:
+        rows.append(Row(XDIT_SANA, f"Sana_1600M_4Kpx_BF16_diffusers, 4096x4096, 20 steps, on "
+                                   f"8xA100 (NVLink): cfg {cfg} ulysses {uly} ring {ring} pp "
+                                   f"{pp}, {n} GPUs: {s:.3f} s", "a100", n, "sana-1600m-4k",
+                        {"cfg": cfg, "ulysses": uly, "ring": ring, "pipefusion": pp}, 20, s,
+                        note="HGX A100 board (NVSwitch, 12 NVLink3 links per GPU); k < 8 GPUs "
+                             "of it" + ("; PipeFusion by torch_compare's steady-state model"
+                                        if pp > 1 else "")))
     return rows
 
 
@@ -179,6 +202,23 @@ def _flux():
     return model, args, {"return_dict": False}
 
 
+SANA_4K = dict(in_channels=32, out_channels=32, num_attention_heads=70, attention_head_dim=32,
+               num_layers=20, num_cross_attention_heads=20, cross_attention_head_dim=112,
+               cross_attention_dim=2240, caption_channels=2304, mlp_ratio=2.5, sample_size=128,
+               patch_size=1, interpolation_scale=2)
+
+
+def _sana():
+    import torch
+    from diffusers import SanaTransformer2DModel
+
+    model = SanaTransformer2DModel(**SANA_4K).to(torch.bfloat16)
+    b = 2                                # CFG: xDiT's cfg parallel splits this pair
+    args = (torch.randn((b, 32, 128, 128), dtype=torch.bfloat16),
+            torch.randn((b, 300, 2304), dtype=torch.bfloat16), torch.full((b,), 500.0))
+    return model, args, {"return_dict": False}
+
+
 def _cogvideox():
     from benchmarks.torch_models import build_on_meta
     return build_on_meta("cogvideox-5b", batch=2)
@@ -192,6 +232,10 @@ MODELS = {
     "flux-dev-1024": ("FLUX.1-dev 12B, 1024x1024: 4,096 image + 512 text tokens, batch 1", _flux),
     "cogvideox-5b": ("CogVideoX-5B transformer, 720x480 49 frames: 17,550 video + 226 text "
                      "tokens, batch 2 (CFG)", _cogvideox),
+    "sana-1600m-4k": ("Sana 1600M (SanaMS_1600M_P1_D20: 20 blocks, width 2240, 70 linear-"
+                      "attention heads of 32, GLUMBConv FFN x2.5, " + SANA_4K_CONFIG + "), "
+                      "4096x4096: DC-AE f32 latents 32x128x128, 16,384 image tokens, Gemma "
+                      "text 300 tokens, batch 2 (CFG)", _sana),
 }
 
 
@@ -205,32 +249,36 @@ def build(name: str):
 # ----------------------------------------------------------------------------- targets
 
 def box_target(gpu: str, n: int):
-    """n GPUs of an HGX board (NVSwitch, 18 NVLink4 links per GPU, NCCL's per-link bandwidth):
-    ``h100-8`` itself for 8 H100; else the same board's links on n GPUs, H20 with its chip
-    numbers (``H20``)."""
+    """n GPUs of an HGX board (NVSwitch; NCCL's per-link bandwidth, 18 NVLink4 links per H100 /
+    H20, 12 NVLink3 per A100): ``h100-8`` / ``a100-8`` themselves for 8; else the same board's
+    links on n GPUs, H20 with its chip numbers (``H20``)."""
     from aoizora.extract.hardware import gpu as G
     from aoizora.extract.hardware.records import Fabric, Link
     from aoizora.extract.targets import get_target
 
-    if gpu == "h100" and n == 8:
-        return get_target("h100-8")
-    chip = G.GPUS["h100"]
+    if gpu in ("h100", "a100") and n == 8:
+        return get_target(f"{gpu}-8")
+    chip = G.GPUS["a100" if gpu == "a100" else "h100"]
     if gpu == "h20":
         chip = dataclasses.replace(chip, **H20)
+    sm, links_per, per = ("80", 12, G.SM80_NVLINK_Bps) if gpu == "a100" else \
+        ("90", 18, G.SM90_NVLINK_Bps)
     gpus = tuple(f"gpu{i}" for i in range(n))
-    src = ("NCCL topo.h SM90_NVLINK_BW x 18 links (as h100-8); latency: NCCL tuning.cc hwLat "
-           "NVLink Ring/Simple / 2")
-    links = tuple(Link(g, "nvswitch", 18 * G.SM90_NVLINK_Bps, G.NVLINK_STEP_S / 2, "nvlink", src)
+    src = (f"NCCL topo.h SM{sm}_NVLINK_BW x {links_per} links (as {'a100' if sm == '80' else 'h100'}"
+           "-8); latency: NCCL tuning.cc hwLat NVLink Ring/Simple / 2")
+    links = tuple(Link(g, "nvswitch", links_per * per, G.NVLINK_STEP_S / 2, "nvlink", src)
                   for g in gpus)
     fabric = Fabric(gpus, tuple((i,) for i in range(n)), ("nvswitch",), links,
-                    f"{n} x {gpu.upper()} of an HGX board (NVSwitch, 18 NVLink4 links per GPU)")
+                    f"{n} x {gpu.upper()} of an HGX board (NVSwitch, {links_per} NVLink links "
+                    "per GPU)")
     return G.make_target(f"{gpu}-{n}-hgx(built)", chip, fabric)
 
 
 # ----------------------------------------------------------------------------- pricing
 
 STREAM = {"hunyuanvideo-720p": (1, (118_800, 119_056)), "hunyuanvideo-960": (1, (118_800, 119_056)),
-          "flux-dev-1024": (1, (4_096, 4_608)), "cogvideox-5b": (2, (17_550, 17_776))}
+          "flux-dev-1024": (1, (4_096, 4_608)), "cogvideox-5b": (2, (17_550, 17_776)),
+          "sana-1600m-4k": (2, (16_384,))}
 
 
 def stream_layout(ep, ir, config, lengths, batch: int):
@@ -267,6 +315,20 @@ def stream_layout(ep, ir, config, lengths, batch: int):
     return dataclasses.replace(lay, node_specs=specs, name=lay.name + " (+ token stream)")
 
 
+def patch_bytes(ep, config, seq: int) -> float:
+    """One PipeFusion patch's activations [B, S/M, D] per device of a stage (bf16), M = pp
+    patches (xDiT's default), B the program's batch, D the widest [B, S, D] activation's width."""
+    import torch
+
+    b, d = 1, 0
+    for node in ep.graph.nodes:
+        v = node.meta.get("val") if node.op == "call_function" else None
+        if isinstance(v, torch.Tensor) and v.dim() == 3 and v.shape[1] == seq:
+            b, d = int(v.shape[0]), max(d, int(v.shape[2]))
+    split = config.pipefusion * config.cfg * config.ring * config.ulysses
+    return b * seq * d * 2 / split
+
+
 def joint_gather(c) -> bool:
     """An all-gather DTensor issues to slice a sharded joint sequence into its text and video
     parts or to concatenate them (diffusers' dual- and single-stream blocks: ``cat`` / ``slice``
@@ -283,8 +345,10 @@ def price(ep, ir, row: Row) -> dict[str, Any]:
     from aoizora.formulation.latency import predict_step
     from aoizora.models.xdit import XDiTConfig, default_order, xdit_layout
     from aoizora.runtime.torch_evidence import fake_world, torch_evidence
+    from aoizora.torch_compare import pipefusion_evidence
 
     c = XDiTConfig(**row.config)
+    inner = dataclasses.replace(c, pipefusion=1)
     tgt = box_target(row.gpu, row.gpus)
     if c.devices != tgt.num_devices:
         raise ValueError(f"{c.name}: {c.devices} devices on a {tgt.num_devices}-GPU target")
@@ -292,10 +356,12 @@ def price(ep, ir, row: Row) -> dict[str, Any]:
     batch, lengths = STREAM[row.model]
     out = {"xdit_config": c.name, "flags": " ".join(c.flags()), "target": tgt.name,
            "target_description": tgt.fabric.description}
-    for prefix, lay in (("", stream_layout(ep, ir, c, lengths, batch)),
-                        ("repo_layout_", xdit_layout(ir, c))):
+    for prefix, lay in (("", stream_layout(ep, ir, inner, lengths, batch)),
+                        ("repo_layout_", xdit_layout(ir, inner))):
         with fake_world(max(8, tgt.num_devices)):
             ev = torch_evidence(ep, lay, tgt)
+        if c.pipefusion > 1:        # torch_compare's steady-state model from a stage's evidence
+            ev = pipefusion_evidence(ev, c, patch_bytes(ep, c, max(lengths)))
         q = predict_step(ev, default_order(c), net)
         out.update({prefix + "step_s": q.step_s, prefix + "compute_s": q.compute_s,
                     prefix + "communication_s": q.communication_s})
