@@ -459,8 +459,35 @@ def markdown(doc: dict) -> list[str]:
             f"{'' if r.get('fits_hbm', True) else '; evidence: does not fit HBM (' + r['hbm_note'] + ')'}"
             f"{''.join('; ' + w[:120] for w in r.get('fallbacks') or [])}"
             f"; publisher: {r['states']} |")
+    lines += ["", "Where the error is (from the rows above):", ""] + where(t["rows"])
     lines += ["", "Models:"] + [f"- `{k}`: {v}" for k, v in doc["models"].items()]
     return lines
+
+
+def where(rows: list[dict]) -> list[str]:
+    """Per (model, GPU, published column): the 1-GPU row's error (compute alone: no collective)
+    against the multi-GPU rows' median error and communication share, and the joint-sequence
+    all-gathers (``joint_gather``) of the DTensor rendering."""
+    out = []
+    keys = dict.fromkeys((r["model"], r["gpu"], r["note"].split(";")[0]) for r in rows)
+    for model, gpu, col in keys:
+        rs = [r for r in rows if (r["model"], r["gpu"], r["note"].split(";")[0])
+              == (model, gpu, col) and r["error"] is not None]
+        one = [r for r in rs if r["gpus"] == 1]
+        many = [r for r in rs if r["gpus"] > 1]
+        if not many:
+            continue
+        med = statistics.median(r["error"] for r in many)
+        comm = statistics.median(r["communication_s"] / r["step_s"] for r in many)
+        jg = statistics.median(r.get("joint_gathers", 0) for r in many)
+        xc = statistics.median(r["xdit_collectives_error"] for r in many
+                               if r.get("xdit_collectives_error") is not None)
+        out.append(f"- {model} on {gpu.upper()} ({col}): 1 GPU (compute only) "
+                   f"{_pct(one[0]['error']) if one else 'n/a'}; {len(many)} multi-GPU rows: "
+                   f"median error {_pct(med)}, communication {comm:.0%} of the predicted step "
+                   f"(median), {jg:.0f} joint-sequence all-gathers per step (median), "
+                   f"without them {_pct(xc)}.")
+    return out
 
 
 def run(only: set[str] | None = None) -> dict[str, Any]:
