@@ -396,6 +396,15 @@ def table(records: list[dict]) -> dict[str, Any]:
                     "xdit_collectives_error": (xc - per) / per if xc else None,
                     "independent": independent, "group": group})
 
+    series = lambda x: (x["source"], x["model"], x["gpu"], x["note"].split(";")[0])
+    ones = {series(x): x for x in out if x["gpus"] == 1 and x.get("step_s")}
+    for x in out:
+        b = ones.get(series(x))
+        if b is None or x["gpus"] == 1 or not x.get("step_s"):
+            continue
+        sm, sp = b["measured_s"] / x["measured_s"], b["step_s"] / x["step_s"]
+        x.update(speedup_measured=sm, speedup_predicted=sp, speedup_error=sp / sm - 1)
+
     def med(g, key):
         e = [abs(x[key]) for x in out if x.get(key) is not None and x["independent"]
              and (g is None or x["group"] == g)]
@@ -405,11 +414,19 @@ def table(records: list[dict]) -> dict[str, Any]:
     return {"rows": out,
             "median_abs_error": {g or "all": med(g, "error") for g in groups},
             "median_abs_error_xdit_collectives": {g or "all": med(g, "xdit_collectives_error")
-                                                  for g in groups}}
+                                                  for g in groups},
+            "median_abs_speedup_error": {g or "all": med(g, "speedup_error") for g in groups}}
 
 
 def _pct(v) -> str:
     return "n/a" if v is None else f"{v * 100:+.1f}%"
+
+
+def _speedup(r: dict) -> str:
+    if r.get("speedup_error") is None:
+        return "-"
+    return (f"{r['speedup_measured']:.2f}x / {r['speedup_predicted']:.2f}x "
+            f"({_pct(r['speedup_error'])})")
 
 
 def markdown(doc: dict) -> list[str]:
@@ -432,19 +449,27 @@ def markdown(doc: dict) -> list[str]:
         "alone (what `compare_torch` prices), which leaves the video stream of dual-stream "
         "blocks and the residual stream replicated. \"xDiT's collectives only\" is Q2 on the "
         "same evidence less the all-gathers DTensor issues to slice / concatenate the joint "
-        "[text, video] sequence (`joint_gather`), which xDiT does locally.", ""]
+        "[text, video] sequence (`joint_gather`), which xDiT does locally. Scaling check: "
+        "speedup = the series' 1-GPU figure / the row's figure, measured (the publisher's "
+        "runs) against predicted (Q2's), error = predicted / measured - 1; the compute error "
+        "common to a series cancels in it (the measured speedups are of whole runs: the parts "
+        "outside the DiT are in both figures).", ""]
     for g, label in (("headline", "published GPU and model (headline)"),
                      ("built-gpu", "H20 target built here from reported specs"),
                      ("approximate-model", "approximate model (ConsisID as CogVideoX-5B)"),
                      ("all", "all rows")):
         m, n = t["median_abs_error"][g]
         mx, _ = t.get("median_abs_error_xdit_collectives", {}).get(g, (None, 0))
+        ms, ns = t.get("median_abs_speedup_error", {}).get(g, (None, 0))
         lines.append(f"- Median |error|, {label}: **{_pct(m).lstrip('+')}** over {n} rows "
-                     f"(Q2 with xDiT's collectives only: {_pct(mx).lstrip('+')}).")
+                     f"(Q2 with xDiT's collectives only: {_pct(mx).lstrip('+')}); scaling check, "
+                     f"median |speedup error| over the series' 1-GPU row: {_pct(ms).lstrip('+')} "
+                     f"over {ns} rows.")
     lines += ["", "| # | source | box | model | config | measured (s/step, bound) | "
                   "predicted (s/step) | error | compute / comm (s) | xDiT's collectives only: predicted "
-                  "(error) | repo xdit_layout: predicted (error) | independent | note |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "(error) | repo xdit_layout: predicted (error) | speedup over 1 GPU: measured / "
+                  "predicted (error) | independent | note |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(t["rows"], 1):
         lines.append(
             f"| {i} | [{r['source'].rsplit('/', 1)[-1]}]({r['source']}) | {r['gpus']} x "
@@ -455,6 +480,7 @@ def markdown(doc: dict) -> list[str]:
             f"{r['compute_s']:.3f} / {r['communication_s']:.3f} | "
             f"{r['xdit_collectives_step_s']:.3f} ({_pct(r['xdit_collectives_error'])}) | "
             f"{r['repo_layout_step_s']:.3f} ({_pct(r['repo_layout_error'])}) | "
+            f"{_speedup(r)} | "
             f"{'yes' if r['independent'] else 'no'} | {r['group']}; {r['note']}"
             f"{'' if r.get('fits_hbm', True) else '; evidence: does not fit HBM (' + r['hbm_note'] + ')'}"
             f"{''.join('; ' + w[:120] for w in r.get('fallbacks') or [])}"
@@ -522,6 +548,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.report:
         doc = json.loads((RESULTS / f"{NAME}.json").read_text())
+        doc["table"] = table(doc["table"]["rows"])      # errors and medians again
     else:
         doc = run(set(filter(None, a.models.split(","))) or None)
     write_results(str(RESULTS), NAME, doc, markdown(doc))

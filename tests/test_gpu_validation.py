@@ -30,8 +30,8 @@ def test_built_targets():
     assert box_target("h100", 2).chip.peak_bf16_flops == box_target("h100", 8).chip.peak_bf16_flops
 
 
-def _record(gpu="h100", exact=True, measured=100.0, steps=50, step=1.5):
-    return {"source": "https://example.org/x", "states": "x", "gpu": gpu, "gpus": 2,
+def _record(gpu="h100", exact=True, measured=100.0, steps=50, step=1.5, gpus=2):
+    return {"source": "https://example.org/x", "states": "x", "gpu": gpu, "gpus": gpus,
             "model": "flux-dev-1024", "config": {"ulysses": 2}, "steps": steps,
             "measured_s": measured, "same_gpu": gpu == "h100", "exact_model": exact, "note": "",
             "xdit_config": "xdit:ulysses2", "target": "t", "step_s": step, "compute_s": step,
@@ -56,3 +56,13 @@ def test_table_errors_groups_and_medians():
            "machine": {"date": "d"}, "models": {"flux-dev-1024": "FLUX"}}
     md = "\n".join(markdown(doc))
     assert "UPPER BOUND" in md and "37.5%" in md and "https://example.org/x" in md
+
+
+def test_speedup_over_the_series_one_gpu_row():
+    t = table([_record(gpus=1, measured=200.0, step=2.0), _record(measured=100.0, step=1.25)])
+    two = t["rows"][1]
+    assert two["speedup_measured"] == pytest.approx(2.0)
+    assert two["speedup_predicted"] == pytest.approx(1.6)
+    assert two["speedup_error"] == pytest.approx(-0.2)
+    assert "speedup_error" not in t["rows"][0]
+    assert t["median_abs_speedup_error"]["headline"] == (pytest.approx(0.2), 1)
