@@ -77,6 +77,10 @@ OTHER_RESULTS = (
     ("sharding_solvers.md", "HiGHS against CBC", "python -m benchmarks.sharding_solvers --force"),
     ("simulator_validation.md", "the independent simulator against measured public TPU figures",
      "python -m benchmarks.simulator_validation"),
+    ("published_steps.md", "Q2 and the simulator against whole steps measured by their "
+     "publishers", "python -m benchmarks.published_steps"),
+    ("gpu_validation.md", "Q2 against published xDiT runs on GPUs",
+     "python -m benchmarks.gpu_validation"),
     ("expert_compile.md", "the expert configurations compiled for v5e-8",
      "python -m benchmarks.expert_compile"),
     ("kv_overlap.md", "hiding context parallelism's key/value all-gathers",

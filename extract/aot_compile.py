@@ -344,7 +344,7 @@ def _compile(fn: Any, lowered: Any, mesh: Any, tgt: Target,
             raise CompileError(
                 f"XLA cannot compile {getattr(fn, '__name__', fn)} for {tgt.name}: a kernel's "
                 f"on-chip {space} overflows (not HBM; e.g. a Pallas kernel's block sizes): "
-                f"{_oom_text(msg)[:300]}") from e
+                f"{_oom_text(msg)[:300]}{_scratch_detail(msg)}") from e
         if "RESOURCE_EXHAUSTED" in msg:
             dt = time.perf_counter() - t0
             platform = _platform(mesh)
@@ -393,6 +393,14 @@ def _platform(mesh: Any) -> str:
 def _first_line(e: BaseException) -> str:
     s = str(e).strip()
     return s.splitlines()[0] if s else type(e).__name__
+
+
+def _scratch_detail(msg: str) -> str:
+    """libtpu's line with the allocation's size and the limit ("Scoped allocation with size
+    31.85M and limit 16.00M ...": it follows the RESOURCE_EXHAUSTED line), as " (...)"; "" when
+    the message has none."""
+    m = re.search(r"Scoped allocation with size [\d.]+[KMG]? and limit [\d.]+[KMG]?[^\n]*", msg)
+    return f" ({m.group(0).strip()[:200]})" if m else ""
 
 
 def _scratch_space(msg: str) -> str:

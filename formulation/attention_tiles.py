@@ -72,9 +72,12 @@ def _pad_seconds(shape: AttentionShape, lead: int, lq: int, lkv: int, chip: Kern
 
 @functools.lru_cache(maxsize=4096)
 def best_tiles(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
-               chip: KernelChip, vmem_fraction: float = 1.0) -> TileChoice | None:
+               chip: KernelChip, vmem_fraction: float = 1.0,
+               residuals: bool = False) -> TileChoice | None:
     """The fastest feasible tiles of one attention node split (n_b, n_h, n_s) ways, keys/values
-    gathered or in a ring (module docstring); None if no tile fits."""
+    gathered or in a ring (module docstring); None if no tile fits. The kernel keeps its
+    log-sum-exp (``splash_vmem_bytes``' residuals) in a ring, or when ``residuals`` (a training
+    step's forward)."""
     r = n_s if ring else 1
     lead = shape.batch // n_b * (shape.heads // n_h)
     lq0, lkv0 = -(-shape.q_len // n_s), -(-shape.kv_len // r)
@@ -91,7 +94,7 @@ def best_tiles(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
             for bkvc in range(128, min(bkv, MAX_BKV_COMPUTE) + 1, 128):
                 if bkv % bkvc:
                     continue
-                vmem = splash_vmem_bytes(sh, bq, bkv, bkvc)
+                vmem = splash_vmem_bytes(sh, bq, bkv, bkvc, residuals=ring or residuals)
                 if vmem > chip.scoped_vmem_bytes * vmem_fraction:
                     continue
                 t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + pad

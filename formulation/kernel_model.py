@@ -30,12 +30,14 @@ Scoped VMEM the kernel allocates (bytes), checked against the compiler's scoped 
     vmem = 2 * (2 * bq * D * e + 2 * bkv * D * e)     (q, o, k, v blocks, double-buffered)
          + (2 * bq * LANES + bq * D) * 4               (m, l, o accumulators, f32)
          + bq * bkv * 4                                (f32 scores of the whole key block)
+         + 2 * bq * LANES * 4                          (with residuals: the log-sum-exp block)
 
 libtpu 0.0.42.1 on v5e reported scoped allocations of 22.36M for (bq, bkv, bkvc, D) =
 (1024, 4096, 4096, 128), 22.98M for (2048, 2048, 2048, 128) and 55.13M for
 (1216, 9728, 512, 128) (all over its 16.00M limit); the formula gives 22.50M, 23.00M and
 57.59M. The scores take the whole key block even when block_kv_compute is smaller (the third
-case). It is a pre-filter; the compiler's verdict (a ``CompileError`` naming VMEM) decides.
+case). With residuals (a ring), libtpu 0.0.42.1 on v6e reported 32.50M (limit 32.00M) for
+(2736, 2048, 2048, 128); the formula gives 32.73M (30.05M without the log-sum-exp block). It is a pre-filter; the compiler's verdict (a ``CompileError`` naming VMEM) decides.
 
 Constants (cited at each): the MXU side per generation, the vreg size, the vector-unit op counts,
 the scoped VMEM limit, the per-step overhead. Peak FLOP/s, HBM bandwidth and the clock come
@@ -64,9 +66,8 @@ VPU_OPS_PER_CYCLE = 1
 MXU_SIDE = {"v4": 128, "v5e": 128, "v5p": 128, "v6e": 256}
 
 # Scoped VMEM limit a Pallas kernel gets unless it asks for more (bytes). v5e: observed with
-# libtpu 0.0.42.1 ("limit 16.00M" in its CompileTimeScopedVmemOom message). v6e: 32 MiB assumed
-# (a 22.9M splash allocation compiled for v6e with libtpu 0.0.42.1). v4 / v5p: 16 MiB assumed,
-# unverified. The compiler's verdict decides in any case.
+# libtpu 0.0.42.1 ("limit 16.00M" in its CompileTimeScopedVmemOom message). v6e: observed too
+# ("limit 32.00M", a splash ring kernel on v6e:2x4). v4 / v5p: 16 MiB assumed, unverified. The compiler's verdict decides in any case.
 SCOPED_VMEM_BYTES = {"v4": 16 << 20, "v5e": 16 << 20, "v5p": 16 << 20, "v6e": 32 << 20}
 
 # Fixed cost of one Pallas TPU grid step (seconds): about 0.35 us, the figure the JAX Pallas TPU
@@ -170,14 +171,18 @@ def _check(shape: SplashShape, bq: int, bkv: int, bkvc: int) -> None:
                                f"block_kv_compute must divide block_kv")
 
 
-def splash_vmem_bytes(shape: SplashShape, bq: int, bkv: int, bkvc: int) -> int:
-    """Scoped VMEM (bytes) of one splash call with tiles (bq, bkv, bkvc): see module docstring."""
+def splash_vmem_bytes(shape: SplashShape, bq: int, bkv: int, bkvc: int,
+                      residuals: bool = False) -> int:
+    """Scoped VMEM (bytes) of one splash call with tiles (bq, bkv, bkvc): see module docstring;
+    ``residuals``: the kernel also writes its log-sum-exp (``save_residuals``: a ring's steps, a
+    training step's forward), one more double-buffered f32 [bq, LANES] output block."""
     _check(shape, bq, bkv, bkvc)
     d, e = shape.head_dim, shape.dtype_bytes
     io = 2 * (2 * bq * d * e + 2 * bkv * d * e)
     acc = (2 * bq * LANES + bq * d) * 4
     score = bq * bkv * 4
-    return io + acc + score
+    lse = 2 * bq * LANES * 4 if residuals else 0
+    return io + acc + score + lse
 
 
 def splash_seconds(shape: SplashShape, bq: int, bkv: int, bkvc: int, chip: KernelChip) -> float:

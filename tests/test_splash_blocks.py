@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from aoizora.extract.aot_compile import CompileError, _scratch_space
+from aoizora.extract.aot_compile import CompileError, _scratch_detail, _scratch_space
 from aoizora.formulation.layout import AttentionLayout
 from aoizora.formulation.attention_tiles import SPLASH_SMEM_BUDGET, splash_metadata_bytes
 from aoizora.kernels.attention_kernels import padded_lengths, sharded_attention, splash_blocks
@@ -71,6 +71,17 @@ def test_scratch_memory_overflow_is_told_apart_from_hbm():
     # libtpu 0.0.42.1 on a splash kernel whose tiles overflow the scoped VMEM
     assert _scratch_space("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: \nRan out of "
                           "memory in memory space vmem while allocating on stack") == "VMEM"
+
+
+def test_a_vmem_overflow_error_names_the_size_and_the_limit():
+    msg = ("RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:\nRan out of memory in memory "
+           "space vmem while allocating on stack for %splash = (f32[2736,128]) custom-call(), "
+           "metadata={op_name=\"a/b\"}. Scoped allocation with size 32.50M and limit 32.00M "
+           "exceeded scoped vmem limit by 508.0K. It should not be possible\nSee the docs")
+    assert _scratch_detail(msg) == (" (Scoped allocation with size 32.50M and limit 32.00M "
+                                    "exceeded scoped vmem limit by 508.0K. It should not be "
+                                    "possible)")
+    assert _scratch_detail("RESOURCE_EXHAUSTED: Ran out of memory in memory space smem.") == ""
 
 
 @pytest.mark.tpu_compiler

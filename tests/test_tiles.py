@@ -62,6 +62,30 @@ def test_vmem_grows_with_the_tiles_and_bad_input_is_refused():
         kernel_chip("v9z", 1e14, 1e12, 1e9)
 
 
+def test_a_kernel_keeping_its_log_sum_exp_needs_vmem_for_it():
+    """libtpu 0.0.42.1, v6e:2x4, Wan 2.1 1.3B 480p-81f in a ring of 4 (a shard of 8208 queries
+    over 8192 keys, 12 heads): tiles (2736, 2048, 2048) asked 32.50M of a 32.00M scoped limit."""
+    shard = SplashShape(12, 8208, 8192, 128)
+    plain = splash_vmem_bytes(shard, 2736, 2048, 2048)
+    kept = splash_vmem_bytes(shard, 2736, 2048, 2048, residuals=True)
+    assert kept - plain == 2 * 2736 * 128 * 4
+    assert plain < 32 << 20 < kept and abs(kept / (32.50 * 2**20) - 1) < 0.01
+
+
+def test_ring_tiles_fit_the_scoped_vmem_with_the_log_sum_exp():
+    from aoizora.formulation.attention_tiles import best_tiles
+    v6e = kernel_chip("v6e", 9.2e14, 1.6e12, 1.75e9)
+    wan = AttentionShape(2, 12, 32768, 32768, 128)
+    ring = best_tiles(wan, 2, 1, 4, True, v6e)
+    gathered = best_tiles(wan, 2, 1, 4, False, v6e)
+    trained = best_tiles(wan, 2, 1, 4, False, v6e, residuals=True)
+    for c, kept in ((ring, True), (gathered, False), (trained, True)):
+        shard = SplashShape(12, 8192, 8192 if c is ring else 32768, 128)
+        assert splash_vmem_bytes(shard, c.block_q, c.block_kv, c.block_kv_compute,
+                                 residuals=kept) <= 32 << 20
+    assert (ring.block_q, ring.block_kv, ring.block_kv_compute) != (2736, 2048, 2048)
+
+
 # -- tile choice -------------------------------------------------------------------------------
 LAYOUT = Layout({"data": 2, "context": 4}, [],
                 attention={"*": AttentionLayout(batch=("data",), seq=("context",))})

@@ -82,11 +82,13 @@ def _size(mesh_axes: dict[str, int], axes: tuple[str, ...]) -> int:
 
 
 def node_tiles(shape: AttentionShape, al: AttentionLayout, mesh_axes: dict[str, int],
-               chip: KernelChip, vmem_fraction: float = 1.0) -> TileChoice | None:
+               chip: KernelChip, vmem_fraction: float = 1.0,
+               residuals: bool = False) -> TileChoice | None:
     """The fastest feasible tiles of one node under ``al`` (module docstring); None if none.
-    The chooser is ``formulation.attention_tiles.best_tiles``, the one Q1 prices with."""
+    The chooser is ``formulation.attention_tiles.best_tiles``, the one Q1 prices with;
+    ``residuals``: the node's forward keeps its log-sum-exp for a backward."""
     n_b, n_h, n_s = (_size(mesh_axes, a) for a in (al.batch, al.heads, al.seq))
-    return best_tiles(shape, n_b, n_h, n_s, al.kv == "ring", chip, vmem_fraction)
+    return best_tiles(shape, n_b, n_h, n_s, al.kv == "ring", chip, vmem_fraction, residuals)
 
 
 def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: Target,
@@ -106,7 +108,8 @@ def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: Targ
     chosen: dict[str, Any] = {}
     for key, shape in sorted(shapes.items()):
         al = layout.attention_for(key)
-        c = node_tiles(shape, al, layout.mesh_axes, chip, vmem_fraction)
+        c = node_tiles(shape, al, layout.mesh_axes, chip, vmem_fraction,
+                       residuals=key in (backward or {}))
         if c is None:
             continue
         chosen[key] = c

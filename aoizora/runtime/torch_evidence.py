@@ -149,14 +149,28 @@ def torch_evidence(ep, layout: Layout, target) -> Evidence:
     return copy.deepcopy(_MEMO[key])
 
 
+def _is_hopper(target) -> bool:
+    """A GPU target of compute capability 9.x (FlashAttention-2's Hopper ceiling applies)."""
+    if getattr(target, "family", "") != "gpu":
+        return False
+    from aoizora.extract.hardware.gpu import compute_capability
+
+    try:
+        return compute_capability(target.generation)[0] == 9
+    except KeyError:
+        return False
+
+
 def _evidence(ep, layout: Layout, target) -> Evidence:
     chip = target.chip
     n = math.prod(layout.mesh_axes.values())
     trace: list = []
 
+    hopper = _is_hopper(target)
+
     def attention_seconds(b, h, s, t, d):
         return flash_attention_seconds(b, h, s, t, d, chip.peak_bf16_flops,
-                                       chip.hbm_bandwidth_Bps)
+                                       chip.hbm_bandwidth_Bps, hopper=hopper)
 
     quiet = logging.getLogger("torch.distributed.tensor._redistribute")
     level = quiet.level
