@@ -21,9 +21,10 @@ choice that lays the program out as the seed does:
   until a sweep moves nothing (at most ``SWEEPS``) -- the runtime, too, lets DTensor propagate
   those ops' layouts from their operands.
 
-Q1 of the seed = ``evaluate(graph, choice)["total_s"]``; when the seed is an ILP layout, the
-pinned groups take the ILP's strategies and Q1 is the ILP's objective (up to ties among free
-groups, which Q1 prices equal). Memory rows are not read (the evidence says whether a seed fits).
+Q1 of the seed = ``evaluate(graph, choice)["total_s"]``. When the seed is an ILP layout, the
+pinned groups take the ILP's strategies, so its Q1 is at least the ILP's objective (the ILP's
+choice is the optimum over all completions; the descent may stop at a local one), and equal to
+it on the tested program (tests/test_torch_seeds.py, both of the ILP's two best). Memory rows are not read (the evidence says whether a seed fits).
 
 A seed whose layout no strategy expresses (a spec the graph does not offer, a mesh the
 strategies cannot be built for, a mesh of more than ``MAX_AXES`` axes -- the ILP's meshes have at
