@@ -21,10 +21,9 @@ from aoizora.planning.torch_planner import plan_torch  # noqa: E402
 from aoizora.models.xdit import XDiTConfig, xdit_layout  # noqa: E402
 
 WORLD = 4
-TINY = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=4,
-            out_channels=4, text_dim=32, freq_dim=32, ffn_dim=128, num_layers=2,
-            cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6,
-            rope_max_seq_len=64)
+from tiny_models import TINY_WAN  # noqa: E402
+
+TINY = TINY_WAN
 
 
 def tiny_wan():

@@ -19,10 +19,9 @@ from aoizora.planning.seed_q1 import SeedQ1Error, seed_q1  # noqa: E402
 from aoizora.planning.torch_planner import _ranked_todo, plan_torch, torch_problem  # noqa: E402
 from aoizora.solvers.sharding import solve_sharding  # noqa: E402
 
-TINY = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=4,
-            out_channels=4, text_dim=32, freq_dim=32, ffn_dim=128, num_layers=2,
-            cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6,
-            rope_max_seq_len=64)
+from tiny_models import TINY_WAN  # noqa: E402
+
+TINY = TINY_WAN
 MESH = {"x": 2, "y": 4}
 
 
