@@ -11,7 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from aoizora.extract.frontends.torch.aten_ir import build_torch_ir  # noqa: E402
 from aoizora.extract.frontends.torch.capture import CaptureError, capture  # noqa: E402
 from aoizora.extract.targets import get_target  # noqa: E402
 from aoizora.plans import Plan  # noqa: E402
@@ -22,18 +21,13 @@ from aoizora.planning.torch_planner import plan_torch, torch_problem  # noqa: E4
 from aoizora.models.xdit import XDiTConfig, xdit_configs, xdit_layout  # noqa: E402
 from aoizora.formulation.strategies import dtensor_steps  # noqa: E402
 
-from tiny_models import TINY_WAN  # noqa: E402
+from tiny_models import tiny_wan_program  # noqa: E402
 
-TINY = TINY_WAN
 
 
 @pytest.fixture(scope="module")
 def program():
-    with torch.device("meta"):
-        model = diffusers.WanTransformer3DModel(**TINY)
-        inputs = (torch.randn(2, 4, 4, 8, 8), torch.randn(2).abs(), torch.randn(2, 16, 32))
-    ep = capture(model, inputs, {"return_dict": False})
-    return ep, build_torch_ir(ep)
+    return tiny_wan_program()
 
 
 def test_ir_reads_linears_as_dots_and_sdpa_as_one_attention(program):

@@ -23,13 +23,11 @@ from aoizora.models.xdit import XDiTConfig, xdit_layout  # noqa: E402
 WORLD = 4
 from tiny_models import TINY_WAN  # noqa: E402
 
-TINY = TINY_WAN
-
 
 def tiny_wan():
     """The tiny model with seeded weights and its inputs (batch 2: a CFG pair)."""
     torch.manual_seed(0)
-    model = diffusers.WanTransformer3DModel(**TINY).eval()
+    model = diffusers.WanTransformer3DModel(**TINY_WAN).eval()
     inputs = (torch.randn(2, 4, 4, 8, 8), torch.tensor([500, 500]), torch.randn(2, 16, 32))
     return model, inputs
 

@@ -11,27 +11,20 @@ import pytest
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from aoizora.extract.frontends.torch.aten_ir import build_torch_ir  # noqa: E402
-from aoizora.extract.frontends.torch.capture import capture  # noqa: E402
 from aoizora.extract.targets import get_target  # noqa: E402
 from aoizora.models.xdit import XDiTConfig, xdit_layout  # noqa: E402
 from aoizora.planning.seed_q1 import SeedQ1Error, seed_q1  # noqa: E402
 from aoizora.planning.torch_planner import _ranked_todo, plan_torch, torch_problem  # noqa: E402
 from aoizora.solvers.sharding import solve_sharding  # noqa: E402
 
-from tiny_models import TINY_WAN  # noqa: E402
+from tiny_models import tiny_wan_program  # noqa: E402
 
-TINY = TINY_WAN
 MESH = {"x": 2, "y": 4}
 
 
 @pytest.fixture(scope="module")
 def program():
-    with torch.device("meta"):
-        model = diffusers.WanTransformer3DModel(**TINY)
-        inputs = (torch.randn(2, 4, 4, 8, 8), torch.randn(2).abs(), torch.randn(2, 16, 32))
-    ep = capture(model, inputs, {"return_dict": False})
-    return ep, build_torch_ir(ep)
+    return tiny_wan_program()
 
 
 @pytest.fixture(scope="module")
