@@ -58,10 +58,14 @@ class ShardingProblem:
     offload: bool = True
 
 
-def build_problem(ir, target, mesh_axes: dict[str, int], problem: ShardingProblem | None = None):
-    """(hardware, HBM budget in bytes, StrategyGraph, ILPModel) of one sharding instance with
-    ``problem``'s knobs (module docstring). ``target``: a Target, or None when ``problem`` gives
-    both ``hardware`` and ``axis_costs``."""
+def problem_graph(ir, target, mesh_axes: dict[str, int], problem: ShardingProblem | None = None):
+    """(hardware, StrategyGraph) of one sharding instance: the strategies and their costs the ILP
+    chooses among (``build_problem`` without the ILP model). ``target``: a Target, or None when
+    ``problem`` gives both ``hardware`` and ``axis_costs``.
+
+    Raises:
+      ShardingSolveError: no way to price compute or communication, or axis costs of another
+        mesh."""
     p = problem or ShardingProblem()
     hardware, axis_costs = p.hardware, p.axis_costs
     if hardware is None:
@@ -74,11 +78,20 @@ def build_problem(ir, target, mesh_axes: dict[str, int], problem: ShardingProble
         axis_costs = default_axis_costs(target, mesh_axes)
     if dict(axis_costs.sizes) != {k: int(v) for k, v in mesh_axes.items()}:
         raise ShardingSolveError(f"axis costs are for mesh {axis_costs.sizes}, not {mesh_axes}")
-    budget = float(p.hbm_bytes if p.hbm_bytes is not None
-                   else hardware.hbm_bytes * (1.0 - p.hbm_reserve))
     graph = p.graph
     if graph is None:
         graph = build_strategies(ir, axis_costs, hardware, p.options, p.attention_scale)
+    return hardware, graph
+
+
+def build_problem(ir, target, mesh_axes: dict[str, int], problem: ShardingProblem | None = None):
+    """(hardware, HBM budget in bytes, StrategyGraph, ILPModel) of one sharding instance with
+    ``problem``'s knobs (module docstring). ``target``: a Target, or None when ``problem`` gives
+    both ``hardware`` and ``axis_costs``."""
+    p = problem or ShardingProblem()
+    hardware, graph = problem_graph(ir, target, mesh_axes, p)
+    budget = float(p.hbm_bytes if p.hbm_bytes is not None
+                   else hardware.hbm_bytes * (1.0 - p.hbm_reserve))
     if p.remat not in ("stacks", "decide", "off"):
         raise ShardingSolveError(f"remat={p.remat!r}: use 'stacks', 'decide' or 'off'")
     rp = None if p.remat == "off" else remat_problem(

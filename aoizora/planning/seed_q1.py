@@ -38,12 +38,11 @@ import dataclasses
 import math
 from typing import Any
 
-from aoizora.formulation.collective_cost import default_axis_costs
 from aoizora.formulation.layout import Layout, axes_of
 from aoizora.formulation.meshes import AXIS_NAMES
 from aoizora.formulation.sharding_ilp import evaluate
-from aoizora.formulation.strategies import Hardware, build_strategies
 from aoizora.solvers.sharding import ShardingProblem, tensor_spec
+from aoizora.solvers.sharding_problem import problem_graph
 
 SWEEPS = 20
 MAX_AXES = 3
@@ -157,13 +156,9 @@ def seed_choice(ir, graph, layout: Layout) -> dict[str, int]:
 
 
 def strategy_graph(ir, target, mesh_axes: dict[str, int], problem: ShardingProblem):
-    """The StrategyGraph ``solvers.sharding_problem.build_problem`` builds for the ILP (same
-    hardware, axis costs, options and attention scales), without the ILP model."""
-    if problem.graph is not None:
-        return problem.graph
-    hardware = problem.hardware or Hardware.from_chip(target.chip)
-    axis_costs = problem.axis_costs or default_axis_costs(target, mesh_axes)
-    return build_strategies(ir, axis_costs, hardware, problem.options, problem.attention_scale)
+    """The StrategyGraph the sharding ILP chooses among for ``problem`` on this mesh
+    (``solvers.sharding_problem.problem_graph``)."""
+    return problem_graph(ir, target, mesh_axes, problem)[1]
 
 
 def canonical(layout: Layout) -> Layout:
