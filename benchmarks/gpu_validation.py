@@ -169,19 +169,11 @@ def published_rows() -> list[Row]:
 # ----------------------------------------------------------------------------- models
 
 def _hunyuan(lat_hw: tuple[int, int]):
-    import torch
-    from diffusers import HunyuanVideoTransformer3DModel
+    """HunyuanVideo at 129 frames (33 latent frames) of ``lat_hw`` latents, batch 1
+    (guidance-distilled: no CFG batch)."""
+    from benchmarks.torch_models import BUILDERS
 
-    from benchmarks.torch_models import HUNYUAN
-
-    model = HunyuanVideoTransformer3DModel(**HUNYUAN).to(torch.bfloat16)
-    b, text = 1, 256
-    args = (torch.randn((b, 16, 33) + lat_hw, dtype=torch.bfloat16), torch.full((b,), 500.0),
-            torch.randn((b, text, HUNYUAN["text_embed_dim"]), dtype=torch.bfloat16),
-            torch.ones((b, text), dtype=torch.bool),
-            torch.randn((b, HUNYUAN["pooled_projection_dim"]), dtype=torch.bfloat16),
-            torch.full((b,), 6000.0))
-    return model, args, {"return_dict": False}
+    return BUILDERS["hunyuanvideo-13b"](False, 1, (33,) + tuple(lat_hw))
 
 
 FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38,

@@ -72,7 +72,8 @@ def _wan(cfg: dict, small: bool, b: int):
     return model, args, {"return_dict": False}
 
 
-def _hunyuan(small: bool, b: int):
+def _hunyuan(small: bool, b: int, latent: tuple[int, int, int] = (21, 60, 104)):
+    """``latent``: (frames, height, width) of the latents (default the native 480p 81 frames)."""
     import torch
     from diffusers import HunyuanVideoTransformer3DModel
 
@@ -81,7 +82,7 @@ def _hunyuan(small: bool, b: int):
         num_layers=1, num_single_layers=1, num_refiner_layers=1, text_embed_dim=32,
         pooled_projection_dim=16, rope_axes_dim=(4, 6, 6))
     model = HunyuanVideoTransformer3DModel(**cfg).to(torch.bfloat16)
-    lat = (b, 4, 4, 8, 8) if small else (b, 16, 21, 60, 104)
+    lat = (b, 4, 4, 8, 8) if small else (b, 16) + tuple(latent)
     text = 16 if small else 256
     width = cfg["text_embed_dim"]
     args = (torch.randn(lat, dtype=torch.bfloat16), torch.full((b,), 500.0),

@@ -34,12 +34,6 @@ KERNELS = tuple(EFF_MAX)
 MODEL = "flash-attention kernel model (FA2/FA3 published peak utilization, FA2's Hopper ceiling)"
 
 
-def flash_efficiency(kv_len: int, kernel: str = "fa2") -> float:
-    """Fraction of the chip's peak a flash-attention forward reaches with ``kv_len`` keys (no
-    Hopper ceiling: ``flash_rate`` applies it)."""
-    return EFF_MAX[kernel] * kv_len / (kv_len + T_HALF)
-
-
 def flash_rate(kv_len: int, peak_flops: float, kernel: str = "fa2",
                hopper: bool = False) -> float:
     """FLOP/s a flash-attention forward reaches with ``kv_len`` keys (``rate`` in the module
