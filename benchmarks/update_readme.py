@@ -432,8 +432,36 @@ def _expert_based(cells: Sequence[CellFigures]) -> int:
     return sum(1 for c in cells if "expert:" in c.plan_layout)
 
 
+def published_steps_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[CellFigures] = (),
+                         path: Path = RES / "published_steps.json") -> str:
+    """The whole-step check against maxdiffusion's published v6e runs, at the config's v6e blocks
+    (block_q 3024): how far each model is over the measured bounds, and the pair's difference."""
+    doc = json.loads(path.read_text())
+    rows = {c["name"]: c for c in doc["cases"] if c.get("tiles", {}).get("block_q") == 3024}
+    over = {m: [rows[n][m]["step_s"] / rows[n]["step_bound_s"] - 1 for n in rows]
+            for m in ("sim", "q2")}
+    a, b = next([a, b] for a, b in doc["pairs"] if a in rows and b in rows)
+
+    def diff(m):
+        return (rows[a][m]["step_s"] - rows[b][m]["step_s"]) * 1e3
+
+    meas = (rows[a]["step_bound_s"] - rows[b]["step_bound_s"]) * 1e3
+    pct = lambda v: f"{min(v) * 100:.1f}-{max(v) * 100:.1f}%"    # noqa: E731
+    return (f"the simulator is {pct(over['sim'])} over them, Q2 {pct(over['q2'])} over; "
+            f"measured Ulysses - flash {meas:+,.0f} ms/step, simulator {diff('sim'):+,.0f}, Q2 "
+            f"{diff('q2'):+,.0f}")
+
+
+def gpu_validation_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[CellFigures] = (),
+                        path: Path = RES / "gpu_validation.json") -> str:
+    """Q2's median error against published xDiT runs (same GPU and model)."""
+    err, n = json.loads(path.read_text())["table"]["median_abs_error"]["headline"]
+    return f"Against {n} published xDiT runs Q2 is {err * 100:.0f}% off (median"
+
+
 REGIONS: dict[str, Callable[[Sequence[CellFigures], Sequence[CellFigures]], str]] = {
-    "intro": intro, "results": results, "paper": paper, "limits": limits}
+    "intro": intro, "results": results, "paper": paper, "limits": limits,
+    "published": published_steps_text, "gpuval": gpu_validation_text}
 
 
 def regions(grid: Path = GRID, training: Path = TRAINING) -> dict[str, str]:
