@@ -239,7 +239,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         p = plan(job.fn, *job.args, target=job.target, time_budget_s=time_budget,
                  seed=args.seed, top_k=args.top_k, seed_layouts=seeds, progress=prog,
                  calibration=calibration, compiles=args.compiles, cache=_cache(args),
-                 compile_workers=workers)
+                 compile_workers=workers, screen=not args.no_screen)
     finally:
         workers.close()
     if not p.program:
@@ -483,6 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--top-k", type=_COUNT, default=2, help="layouts compiled per iteration (default 2)")
     pl.add_argument("--no-seeds", action="store_true",
                     help="do not price today's expert configurations alongside the ILP's layouts")
+    pl.add_argument("--no-screen", action="store_true",
+                    help="compile every layout fully in the pricing order, without screening it "
+                         "first by its early evidence (the compile stopped after libtpu's HLO "
+                         "passes) and compiling the screen's best first")
     pl.add_argument("--calibration", metavar="PLAN",
                     help="start from what an earlier plan's loop learned on this target (a plan "
                          "file from aoizora plan --out, e.g. of another frame count)")

@@ -53,6 +53,13 @@ priced. The seeds after the ILP's best are held until the ILPs have queued it
 (``CompileQueue.hold``), so which layouts a budget leaves uncompiled does not depend on how
 long the ILPs took. ``Plan.time_limited`` lists each place where a time limit did bind
 (``aoizora.planning.time_limits``): where it is empty, the plan is repeatable.
+
+With ``screen=True`` (``aoizora.planning.screening``; the CLI's default) every layout above goes
+first to a screen: its compile stopped after libtpu's HLO passes (a few seconds), priced from
+those exact collectives and the ops' flops / bytes and attention kernel model; the ILPs do not
+wait for a first compile; once an iteration's layouts are screened, their full compiles are
+queued in screen-price order (and priced in that order), so a budget that holds one full
+compile spends it on the screen's best. ``Plan.compiles`` counts the layouts screened.
 """
 
 from __future__ import annotations
@@ -87,6 +94,7 @@ from aoizora.planning_errors import BudgetError, PlanningError
 from aoizora.plans import Plan, program_key
 from aoizora.planning.progress import Progress
 from aoizora.runtime.realize import RealizeError
+from aoizora.planning.screening import Screener
 from aoizora.planning.seeds import queue_seed_compiles
 from aoizora.solvers import stop as stopping
 from aoizora.solvers.budget import Budget
@@ -223,7 +231,7 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
          calibration: "Calibration | Plan | None" = None,
          cache: "EvidenceCache | str | bool | None" = None,
          compile_workers: "str | int | Any | None" = None, seams: Seams | None = None,
-         compiles: int | None = None) -> Plan:
+         compiles: int | None = None, screen: bool = False) -> Plan:
     """Plans ``fn(*abstract_args)`` for ``target``: a mesh, a layout and a device order.
 
     Every candidate layout is compiled ahead of time by XLA:TPU, placed by CP-SAT and priced by
@@ -266,6 +274,9 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
         many); the time budget is then a guard. The count, unlike the clock, does not depend on
         the machine's load: the same inputs, seed and ``compiles`` give the same plan wherever
         no time limit binds (``Plan.time_limited``).
+      screen: screen every layout by its early evidence before compiling it fully, and compile
+        fully in screen-price order (``aoizora.planning.screening``; the CLI's default); TPU
+        targets only (elsewhere a note says it was not done).
 
     Interrupts (``aoizora.planning.interrupts``): called in the main thread, ``plan`` handles
     SIGINT and SIGTERM for its duration (the previous handlers come back after). The first ends
@@ -340,8 +351,21 @@ def plan(fn: Callable, *abstract_args, target: "str | Target" = "v5e-8",
             mesh_state=mesh_states(tgt, mesh_list, calibration or Calibration(tgt.name)),
             learned=_learning_from(calibration, tgt), progress=progress,
             seeds=[sd if isinstance(sd, Seed) else Seed(sd) for sd in seed_layouts],
-            on_candidate=on_candidate, stop=stop, seams=seams)
+            on_candidate=on_candidate, stop=stop, seams=seams,
+            screener=_screener(screen, queue, budget, tgt, seams, progress))
         return _run(state, key, calibration, verify)
+
+
+def _screener(screen: bool, queue, budget: Budget, tgt: Target, seams: Seams,
+              progress: Progress) -> Screener | None:
+    """The screen (``aoizora.planning.screening``) when ``screen`` is asked and the target is
+    a TPU (early evidence reads libtpu's dump); None otherwise (noted)."""
+    if not screen:
+        return None
+    if getattr(tgt, "family", "tpu") != "tpu":
+        progress.note(f"no screening on {tgt.name}: early evidence reads libtpu's dump")
+        return None
+    return Screener(queue, budget, seams.early_evidence, Network.from_target(tgt))
 
 
 def _run(state: LoopState, key, calibration, verify: bool) -> Plan:
@@ -349,7 +373,9 @@ def _run(state: LoopState, key, calibration, verify: bool) -> Plan:
     or the annealing where it is and the plan is assembled from the best so far, marked
     INTERRUPTED (``plan_assembly``); a PlanningError of kind "interrupted" if there is none."""
     stop, queue, budget = state.stop, state.queue, state.budget
-    with stop.cancelling(queue.abandon):
+    screener = state.screener
+    with stop.cancelling(queue.abandon), stop.cancelling(
+            screener.abandon if screener is not None else _nothing):
         try:
             with stop.raising():
                 # the seeds compile (in the background) while the first iteration's ILPs solve
@@ -358,6 +384,8 @@ def _run(state: LoopState, key, calibration, verify: bool) -> Plan:
         except Interrupted as e:
             stop.request(str(e))
         finally:
+            if screener is not None:
+                screener.close()
             queue.close(wait=not stop.is_set())
     if stop.is_set():
         queue.abandon()
@@ -367,6 +395,10 @@ def _run(state: LoopState, key, calibration, verify: bool) -> Plan:
     annealed = ("", ["not run: interrupted"]) if stop.is_set() else _anneal(state)
     return assemble(state, key, calibration, verify and not stop.is_set(),
                     queue.expected_compile_s, annealed)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _anneal(state: LoopState) -> tuple[str, list[str]]:

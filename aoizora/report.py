@@ -54,6 +54,7 @@ def format_plan(p: Plan) -> str:
         c = p.compiles
         lines.append(f"compiles: {c.get('compiled', 0)} compiled ({c.get('workers', '?')}), "
                      f"{c.get('cached', 0)} from the evidence cache"
+                     + (f", {c['screened']} screened by early evidence" if "screened" in c else "")
                      + (f", {c['failed']} failed" if c.get("failed") else "")
                      + (f" ({c['cache']})" if c.get("cache") else " (no cache)")
                      + (f"; {c['solver_answers_cached']} solver answers from it"

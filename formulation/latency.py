@@ -84,13 +84,19 @@ class Q2:
 
 
 def predict_step(evidence: Evidence, placement: Sequence[int], network: Network,
-                 traffic: TrafficModel | None = None) -> Q2:
+                 traffic: TrafficModel | None = None, partial: bool = False) -> Q2:
     """Q2 for (evidence, placement): see the module docstring. `traffic` may be reused.
 
+    Args:
+      evidence, placement, network, traffic: as above.
+      partial: accept partial evidence (``extract.early_evidence``): its compute ops carry no
+        cycles, so every op is priced by ``formulation.op_time``'s kernel model or flops / bytes,
+        and the ops the early module does not keep are missing. Only the planner's screen
+        (``aoizora.planning.screening``) asks for it, to rank layouts before their full compile.
+
     Raises:
-      ValueError: partial evidence (``extract.early_evidence``: collectives only, no compute
-        cycles), whose compute Q2 would price at 0."""
-    if evidence.fidelity == EARLY_FIDELITY:
+      ValueError: partial evidence without ``partial``: Q2 is a full compile's price."""
+    if evidence.fidelity == EARLY_FIDELITY and not partial:
         raise ValueError(f"Q2 needs a full compile's evidence: this one is {EARLY_FIDELITY} "
                          "(collectives only, no compute cycles); compile the layout fully")
     tm = traffic or TrafficModel(evidence, network)

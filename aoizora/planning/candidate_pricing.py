@@ -5,10 +5,10 @@
   (``extract.aot_compile``); the evidence is what the compiler emitted (with a cache: found
   without lowering when this program and layout were lowered before, ``lowering_memo``).
 - ``compile_job``: that compile in JAX's default device order, as the loop queues it
-  (``aoizora.planning.compile_queue``).
+  (``aoizora.planning.compile_queue``): a ``CompileJob``.
 - ``early_layout_evidence``: that compile stopped after libtpu's HLO passes
   (``extract.early_evidence``): the layout's collectives exactly, in seconds, without compute
-  cycles (partial evidence; not used by the loop yet).
+  cycles (partial evidence; the loop's screen, ``aoizora.planning.screening``, prices it).
 - ``place``: a compiled candidate's placement and price. A layout that does not fit in HBM is
   not placed. Else the placement CP-SAT (``solvers.placement``) runs on the budget's
   ``placement`` share, and among its answer, the placements it priced and JAX's default order
@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, Sequence
 
@@ -95,16 +96,44 @@ def early_layout_evidence(fn, args, tgt: Target, layout: Layout, device_order: S
     return early_evidence(job, tgt, dict(layout.mesh_axes), list(device_order), **kw)
 
 
+@dataclasses.dataclass(frozen=True)
+class CompileJob:
+    """One queued compile: ``compile_fn(fn, args, target, layout, device_order, cache=cache)``
+    (the cache only when there is one, so a seam's compile need not take it), called with no
+    arguments. Picklable: a compile worker may run it in another process
+    (``aoizora.planning.compile_workers``), and the screen (``aoizora.planning.screening``)
+    reads its program, layout and order to run the same compile stopped early.
+
+    Attributes:
+      compile_fn: ``compile_layout`` or the ``Seams``' one.
+      fn, args: the program and its abstract arguments.
+      target: the TPU slice.
+      layout: the layout to compile.
+      device_order: physical device ids per logical rank.
+      cache: the evidence cache, or None.
+    """
+
+    compile_fn: Callable[..., Evidence]
+    fn: Any
+    args: Any
+    target: Target
+    layout: Layout
+    device_order: list[int]
+    cache: EvidenceCache | None = None
+
+    def __call__(self) -> Evidence:
+        return self.compile_fn(self.fn, self.args, self.target, self.layout, self.device_order,
+                               **cache_kw(self.cache))
+
+
 def compile_job(fn, args, tgt: Target, layout: Layout, mesh_axes: dict[str, int] | None = None,
                 compile_fn: Callable[..., Evidence] = compile_layout,
-                cache: EvidenceCache | None = None) -> Callable[[], Evidence]:
+                cache: EvidenceCache | None = None) -> CompileJob:
     """``compile_fn`` (``compile_layout``, or the ``Seams``' one) of `layout` in JAX's default
-    device order on `mesh_axes` (default the layout's mesh), to queue: a picklable partial (a
-    compile worker may run it in another process, ``aoizora.planning.compile_workers``). The
-    cache is passed only when there is one, so a seam's compile need not take it."""
+    device order on `mesh_axes` (default the layout's mesh), to queue (``CompileJob``)."""
     m = layout.mesh_axes if mesh_axes is None else mesh_axes
-    return functools.partial(compile_fn, fn, args, tgt, layout, default_device_order(tgt, m),
-                             **cache_kw(cache))
+    return CompileJob(compile_fn, fn, args, tgt, layout,
+                      list(default_device_order(tgt, m)), cache)
 
 
 def cache_kw(cache: EvidenceCache | None) -> dict[str, EvidenceCache]:

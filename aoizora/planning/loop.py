@@ -79,7 +79,7 @@ def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | 
     compile queued at its place (``pricing_rank``) to run in the background while the ones
     before it are placed and priced. None when there is nothing new to compile (the plan
     converged)."""
-    prog, queue = state.program, state.queue
+    prog, queue = state.program, state.compiles_to()
     ranked.sort(key=lambda r: (r[0], mesh_str(r[1])))
     untried = [(q1, m, s) for q1, m, s in ranked if layout_id(m, s.layout) not in state.seen]
     picked = diverse(untried, state.settings.top_k)
@@ -98,7 +98,14 @@ def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | 
     queue.release()   # the ILP's layouts are queued: the seeds held after them may start
     if refined is not None:   # priced in the order they compile (``seeds.queue_seed_compiles``)
         todo += seed_pricing_items(state, refined, ranked[0][2] if ranked else None)
-    return sorted(todo, key=lambda t: t.rank)
+    todo.sort(key=lambda t: t.rank)
+    if state.screener is None:
+        return todo
+    rec = state.iterations[-1]
+    rec.screens = rec.screens or []
+    state.progress.stage(f"iteration {rec.iteration}: screening {len(todo)} layout(s) by early "
+                         f"evidence")
+    return state.screener.order(todo, rec.screens)   # the full compiles in screen order
 
 
 def price_candidates(state: LoopState, it: int, todo: list[PricingItem], rec: IterationRecord

@@ -100,6 +100,8 @@ class IterationRecord:
       ilps_done_s: budget seconds elapsed when the ILPs were done.
       best_q2_step_s: the best's step by Q2 after this iteration, seconds (None if none).
       elapsed_s: budget seconds elapsed at its end.
+      screens: with screening (``planning.screening``), each layout's screen
+        (``Screen.summary``), in the order its full compile was queued; None without.
     """
 
     iteration: int
@@ -114,6 +116,7 @@ class IterationRecord:
     best_q2_step_s: float | None = None
     elapsed_s: float | None = None
     completed: bool = False   # best_q2_step_s and elapsed_s were filed (the iteration priced)
+    screens: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as ``Plan.iterations`` keeps it: the keys an iteration filed, in the order
@@ -123,7 +126,7 @@ class IterationRecord:
              "feedback": self.feedback, "changes": self.changes,
              "decisions_changed": self.decisions_changed}
         optional = {"refinements": self.refinements, "ilps_started_s": self.ilps_started_s,
-                    "ilps_done_s": self.ilps_done_s}
+                    "ilps_done_s": self.ilps_done_s, "screens": self.screens}
         d.update({k: v for k, v in optional.items() if v is not None})
         if self.completed:
             d.update(best_q2_step_s=self.best_q2_step_s, elapsed_s=self.elapsed_s)
@@ -184,6 +187,9 @@ class LoopState:
     on_candidate: Callable[[Candidate], None] | None = None
     stop: Stop = dataclasses.field(default_factory=Stop)    # the run's interrupt (solvers.stop)
     seams: Seams = dataclasses.field(default_factory=Seams)   # what tests may replace
+    # ``screening``: the screen every compile goes through first; None: compiles go straight
+    # to ``queue``
+    screener: Any = None
     # ``seeds``: the seeds' compiles, as ``seeds``
     seed_compiles: list = dataclasses.field(default_factory=list)   # Futures
     # ``feedback``: what the ILP applies; ``ilp_step``: its answers and times
@@ -203,6 +209,11 @@ class LoopState:
         self.scales = Scales(self.learned.attention_scale, self.learned.attention_scale,
                              self.learned.compute_scale)
         self.anneal_reserve = self.queue.reserve_s
+
+    def compiles_to(self) -> Any:
+        """Where the loop submits a layout's compile (``submit``, ``hold``, ``release``): the
+        screener with screening (``planning.screening``), else the compile queue."""
+        return self.screener if self.screener is not None else self.queue
 
     def ilp_inputs_key(self, m: dict[str, int]) -> str:
         """Everything mesh ``m``'s ILP depends on: equal keys give the same ILP and answer."""

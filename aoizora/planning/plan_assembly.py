@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from aoizora.planning.screening import describe
 from aoizora.planning import time_limits
 from aoizora.planning.candidate import Candidate, mesh_str
 from aoizora.planning.candidate_pricing import cache_kw
@@ -124,6 +125,8 @@ def assemble(state: LoopState, key, calibration: Calibration | None, verify: boo
     if state.budget.compiles is not None:
         notes.append(f"budget: {state.budget.compiles} candidate compile(s), "
                      f"{state.budget.total_s:g} s of wall clock as a guard")
+    if state.screener is not None:
+        notes.append(describe(state.screener.counts, state.queue.counts["compiled"]))
     ir = state.program.ir
     if ir is not None:   # what the IR could not read (ops kept replicated, attention not taken)
         notes += [f"program: {w}" for w in (*getattr(ir, "warnings", ()), *getattr(ir, "notes", ()))]
@@ -282,6 +285,8 @@ def compile_counts(state: LoopState) -> dict[str, Any]:
     they ran, the cache directory, and how many solver answers came from it
     (``solver_answers_cached``: ``planning.solve_memo``)."""
     out: dict[str, Any] = dict(state.queue.counts)
+    if state.screener is not None:
+        out.update(state.screener.counts)
     for ev in state.final_evidence:
         out["cached" if getattr(ev, "source", "") == "cache" else "compiled"] += 1
     out["workers"] = getattr(state.queue.workers, "name", "in-process")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from aoizora.planning.candidate_pricing import compile_layout
+from aoizora.planning.candidate_pricing import compile_layout, early_layout_evidence
 from aoizora.planning.compile_queue import CompileQueue
 from aoizora.planning.seed_refinement import refine_seed
 from aoizora.solvers.placement import solve_placement
@@ -33,6 +33,8 @@ class Seams:
         placements priced and a swap descent (``solvers.placement_step.choose_by_step``).
       refine_seed: completes a seed's layout with the sharding ILP
         (``seed_refinement.refine_seed``).
+      early_evidence: a layout's compile stopped after libtpu's HLO passes, for the screen
+        (``candidate_pricing.early_layout_evidence``; ``planning.screening``).
     """
 
     compile_layout: Callable = compile_layout
@@ -42,3 +44,4 @@ class Seams:
     annealing: Callable = annealing
     choose_by_step: Callable = choose_by_step
     refine_seed: Callable = refine_seed
+    early_evidence: Callable = early_layout_evidence

@@ -84,7 +84,7 @@ def queue_seed_compiles(state: LoopState) -> None:
     """Queue every seed's compile at its place in the first iteration's pricing order, those
     after the ILP's best held until the ILPs have queued it (module docstring); with
     ``refinement_first``, every seed is held until the seeds' refinements are queued."""
-    seeds, prog, queue = state.seeds, state.program, state.queue
+    seeds, prog, queue = state.seeds, state.program, state.compiles_to()
     first = refinement_first(state)
     if seeds and first:
         queue.hold(pricing_rank("refined", 1, len(seeds), refinement_first=True))
@@ -126,7 +126,7 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: IterationRecord) -> list[Pr
         base = sd.retraceable or sd
         def queue(kind: str, layout: Layout, sol: ShardingSolution, unless=None):
             rank = pricing_rank(kind, i, len(state.seeds), refinement_first=first)
-            f = state.queue.submit(compile_job(sfn, sargs, state.program.target, layout,
+            f = state.compiles_to().submit(compile_job(sfn, sargs, state.program.target, layout,
                                                compile_fn=state.seams.compile_layout,
                                                cache=state.program.cache),
                                    priority=rank, unless=unless)
@@ -141,9 +141,9 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: IterationRecord) -> list[Pr
                   unless=partial(_refinement_did_not_fit, f))
     if refinement_first(state):    # now the seeds after the ILP's best wait for it
         if state.meshes:
-            state.queue.hold(pricing_rank("ilp", 0, len(state.seeds)))
+            state.compiles_to().hold(pricing_rank("ilp", 0, len(state.seeds)))
         else:
-            state.queue.release()
+            state.compiles_to().release()
     return out
 
 
@@ -283,7 +283,9 @@ def first_iteration_ilps(state: LoopState, ilp: Budget, rec: IterationRecord
     """
     queue = state.queue
     refined = refine_seeds(state, ilp, rec)
-    if not state.meshes:
+    if not state.meshes or state.screener is not None:
+        # screening: nothing compiles fully before the ILP's layouts are screened too, so the
+        # ILPs do not wait for a compile (``planning.screening``)
         return refined, ""
     queue.contended(False)
     waited = clock()
