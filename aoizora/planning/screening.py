@@ -270,8 +270,9 @@ class Screener:
         known = [e for e in self._early_s if e > 0]
         return FULL_OVER_EARLY * max(known) if known else None
 
-    def _why_not(self) -> str:
-        """Why the next screen does not start (module docstring), or "". ``_cv`` held."""
+    def _why_not(self, before_s: float = 0.0) -> str:
+        """Why the next screen, after ``before_s`` seconds of other work, does not start
+        (module docstring), or "". ``_cv`` held."""
         if self.budget.compiles is not None:         # the count decides; the clock a guard
             return "" if self.budget.left() > 0 else "time budget spent (the guard)"
         full = self.full_estimate_s()
@@ -279,11 +280,25 @@ class Screener:
             return ""
         early = max(self._early_s, default=0.0)
         left = self.budget.left() - self.queue.reserve_s
-        need = MARGINS["compile"].need_s(full) + early
+        need = before_s + early + MARGINS["compile"].need_s(full)
         if left >= need:
             return ""
         return (f"time budget: {max(left, 0.0):.1f} s left, kept for a full compile of the "
                 f"screen's best (about {full:.1f} s)")
+
+    def room_for(self, seconds: float) -> str:
+        """Why ``seconds`` of other work (the ILPs' share), then one more screen and a full
+        compile of the screen's best, do not fit (``_why_not``), or ""."""
+        with self._cv:
+            return self._why_not(seconds)
+
+    def wait_first(self) -> None:
+        """Wait for the screen of least priority submitted so far (the pricing order's
+        first)."""
+        with self._cv:
+            first = min(self.screens.values(), key=lambda s: s.priority, default=None)
+        if first is not None:
+            first.done.wait()
 
     # -- the order -------------------------------------------------------------------------------
     def order(self, todo: list[PricingItem], record: list[dict[str, Any]]) -> list[PricingItem]:

@@ -83,11 +83,13 @@ SEED_PROGRAM_SLOWER = 1.6
 def queue_seed_compiles(state: LoopState) -> None:
     """Queue every seed's compile at its place in the first iteration's pricing order, those
     after the ILP's best held until the ILPs have queued it (module docstring); with
-    ``refinement_first``, every seed is held until the seeds' refinements are queued."""
+    ``refinement_first``, every seed is held until the seeds' refinements are queued; with
+    screening (``planning.screening``: screens, not compiles, are queued here), every seed after
+    the first seed's refinement, so that the first screens are the pricing order's first two."""
     seeds, prog, queue = state.seeds, state.program, state.compiles_to()
     first = refinement_first(state)
-    if seeds and first:
-        queue.hold(pricing_rank("refined", 1, len(seeds), refinement_first=True))
+    if seeds and (first or state.screener is not None):
+        queue.hold(pricing_rank("refined", 1, len(seeds), refinement_first=first))
     elif seeds and state.meshes:   # the seeds after the ILP's best wait for it
         queue.hold(pricing_rank("ilp", 0, len(seeds)))
     state.seed_compiles = [queue.submit(compile_job(
@@ -139,7 +141,8 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: IterationRecord) -> list[Pr
             twin = retimed(ref.layout, base.layout, sd.layout.name)
             queue("retimed", twin, _retimed_solution(sd, ref, twin),
                   unless=partial(_refinement_did_not_fit, f))
-    if refinement_first(state):    # now the seeds after the ILP's best wait for it
+    if refinement_first(state) or state.screener is not None:
+        # now the seeds after the ILP's best wait for it
         if state.meshes:
             state.compiles_to().hold(pricing_rank("ilp", 0, len(state.seeds)))
         else:
@@ -283,10 +286,10 @@ def first_iteration_ilps(state: LoopState, ilp: Budget, rec: IterationRecord
     """
     queue = state.queue
     refined = refine_seeds(state, ilp, rec)
-    if not state.meshes or state.screener is not None:
-        # screening: nothing compiles fully before the ILP's layouts are screened too, so the
-        # ILPs do not wait for a compile (``planning.screening``)
+    if not state.meshes:
         return refined, ""
+    if state.screener is not None:    # nothing compiles before the ILP's layouts are screened
+        return refined, _first_screen_alone(state, ilp, rec)
     queue.contended(False)
     waited = clock()
     skip, by_clock = first_compile_alone(state, refined)
@@ -299,6 +302,28 @@ def first_iteration_ilps(state: LoopState, ilp: Budget, rec: IterationRecord
             rec.time_limited.append(f"sharding ILPs of iteration 1: skipped ({skip})")
         state.progress.note(f"sharding ILPs skipped ({skip})")
     return refined, skip
+
+
+def _first_screen_alone(state: LoopState, ilp: Budget, rec: IterationRecord) -> str:
+    """With screening: wait for the pricing order's first screen, then say why the first
+    iteration's ILPs are not solved ("" to solve them): the time budget alone (no compile count)
+    cannot hold the ILPs' share, a screen of their best and a full compile of the screen's best
+    (``Screener.room_for``). Filed in ``rec``; the ILPs' share moves by the wait."""
+    queue = state.queue
+    queue.contended(False)
+    waited = clock()
+    state.progress.stage("iteration 1: screening the first seed before the sharding ILPs")
+    state.screener.wait_first()
+    rec.ilps_started_s = round(state.budget.elapsed(), 3)
+    ilp.extend(clock() - waited)
+    queue.contended(True)
+    skip = state.screener.room_for(ilp.left())
+    if skip:
+        skip = f"the time budget cannot hold them: {skip}"
+        rec.changes.append(f"sharding ILPs skipped: {skip}")
+        rec.time_limited.append(f"sharding ILPs of iteration 1: skipped ({skip})")
+        state.progress.note(f"sharding ILPs skipped ({skip})")
+    return skip
 
 
 def seed_pricing_items(state: LoopState, refined: list[PricingItem],
