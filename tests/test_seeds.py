@@ -42,10 +42,12 @@ def _layout(name, mesh=None):
 
 
 def _state(n_seeds, meshes=({"x": 8},), queue=None, compiles=None):
+    queue = queue or _Queue()
     return NS(seeds=[Seed(_layout(f"s{i}")) for i in range(1, n_seeds + 1)], meshes=list(meshes),
               program=NS(fn=lambda *a: None, args=(), target=NS(name="v5e:2x4"), cache=None),
-              queue=queue or _Queue(), seed_compiles=[], progress=NS(stage=lambda t: None),
-              seams=NS(compile_layout=None), budget=Budget(3600.0, compiles=compiles))
+              queue=queue, seed_compiles=[], progress=NS(stage=lambda t: None),
+              seams=NS(compile_layout=None), budget=Budget(3600.0, compiles=compiles),
+              screener=None, compiles_to=lambda: queue)
 
 
 def test_seed_compiles_are_queued_in_the_pricing_order_behind_a_hold(monkeypatch):
