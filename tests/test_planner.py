@@ -323,7 +323,7 @@ def test_a_skipped_compile_does_not_drop_the_seeds_compiled_before_it(small):
 
     class NoRoomForTheILP(CompileQueue):
         def submit(self, compile_fn, priority=0.0, **kw):
-            if compile_fn.args[3].name.startswith("ilp"):
+            if compile_fn.layout.name.startswith("ilp"):
                 f = Future()
                 f.set_result(Skipped("time budget: 1.0 s left, a compile takes about 9.0 s"))
                 return f
