@@ -199,9 +199,9 @@ class CompileQueue:
                 why = unless() if unless is not None else ""
                 out = Skipped(why, budget=False) if why else job()
             except BaseException as e:  # noqa: BLE001 -- handed to the waiting planner
-                _settle(f, error=e)
+                settle(f, error=e)
             else:
-                _settle(f, out)
+                settle(f, out)
             with self._cv:
                 self._running.pop(me, None)
 
@@ -246,12 +246,12 @@ class CompileQueue:
             running = list(self._running.values())
             self._cv.notify_all()
         for f in pending:
-            _settle(f, Skipped(reason, budget=False))
+            settle(f, Skipped(reason, budget=False))
         for f, since in running:
             if not f.done():
                 self.abandoned.append(f"a compile running for {clock() - since:.1f} s "
                                       f"(abandoned, not awaited)")
-                _settle(f, Skipped(reason, budget=False))
+                settle(f, Skipped(reason, budget=False))
         if pending:
             self.abandoned.append(f"{len(pending)} queued compile(s) (not started)")
 
@@ -269,7 +269,7 @@ class CompileQueue:
                 t.join()
 
 
-def _settle(f: Future, result: Any = None, error: BaseException | None = None) -> None:
+def settle(f: Future, result: Any = None, error: BaseException | None = None) -> None:
     """Set ``f``'s outcome unless it has one (``CompileQueue.abandon`` settled it first)."""
     try:
         if error is not None:

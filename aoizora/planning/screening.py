@@ -62,7 +62,7 @@ from aoizora.extract.compiled_evidence import EvidenceError
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
 from aoizora.planning.candidate_pricing import CompileJob
-from aoizora.planning.compile_queue import CompileQueue, Skipped, _settle
+from aoizora.planning.compile_queue import CompileQueue, Skipped, settle
 from aoizora.planning.pricing_order import PricingItem
 from aoizora.solvers.budget import MARGINS, Budget, clock
 
@@ -327,7 +327,7 @@ class Screener:
             record.append(s.summary(item.mesh, k))
         for item, s in zip(todo, screens):
             if s.skipped:
-                _settle(s.full, Skipped(s.skipped, clock=s.clock_limited,
+                settle(s.full, Skipped(s.skipped, clock=s.clock_limited,
                                         budget=s.skipped != "the planner stopped"))
                 out.append(item)
                 record.append(s.summary(item.mesh, None))
@@ -339,7 +339,7 @@ class Screener:
         interrupt); a running early compile's child ends by itself once its module is out."""
         self.close()
         for s in list(self.screens.values()):
-            _settle(s.full, Skipped(reason, budget=False))
+            settle(s.full, Skipped(reason, budget=False))
 
     def close(self) -> None:
         """Start no more screens: those not started are skipped (the threads end; a running
@@ -357,11 +357,11 @@ class Screener:
 def _chain(src: Future, dst: Future) -> None:
     """Settle ``dst`` as ``src`` was."""
     if src.cancelled():
-        _settle(dst, Skipped("the planner stopped", budget=False))
+        settle(dst, Skipped("the planner stopped", budget=False))
     elif src.exception() is not None:
-        _settle(dst, error=src.exception())
+        settle(dst, error=src.exception())
     else:
-        _settle(dst, src.result())
+        settle(dst, src.result())
 
 
 def describe(counts: dict[str, int], compiled: int) -> str:
