@@ -90,6 +90,52 @@ def _operand_bytes(ins: Instruction, comp: Computation) -> int:
     return total
 
 
+_SLICING = ("dynamic-slice", "slice", "gather")
+
+
+def _parameter(comp: Computation, k: int) -> str:
+    """The name of ``comp``'s parameter number ``k`` ("" if it has none)."""
+    return next((i.name for i in comp.instructions
+                 if i.opcode == "parameter" and i.operand_text.strip() == str(k)), "")
+
+
+def _read_bytes(module: HloModule, comp: Computation, param: str, full: int,
+                depth: int = 0) -> int:
+    """Bytes a fused computation reads of its parameter ``param`` (``full`` bytes): the slices'
+    when every use slices it (dynamic-slice, slice, gather: e.g. one layer's weights of a stack
+    in a scanned loop), what a nested fusion reads of it, else all of it."""
+    total = 0
+    for u in comp.instructions:
+        if param not in u.operands:
+            continue
+        if u.opcode in _SLICING and u.operands[0] == param:
+            total += u.shape.bytes
+        elif u.opcode == "fusion" and depth < 8 and u.called("calls"):
+            inner = module.computation(u.called("calls")[0])
+            total += sum(_read_bytes(module, inner, _parameter(inner, k), full, depth + 1)
+                         for k, o in enumerate(u.operands) if o == param)
+        else:
+            return full
+    return min(total, full) if total else full
+
+
+def _fusion_bytes(module: HloModule, ins: Instruction, comp: Computation) -> int:
+    """A fusion's HBM bytes from shapes: what it reads of each operand (``_read_bytes``) and its
+    result; ``_operand_bytes`` + result where the fused computation is not at hand."""
+    called = ins.called("calls")
+    if not called:
+        return _operand_bytes(ins, comp) + ins.shape.bytes
+    fcomp = module.computation(called[0])
+    total = ins.shape.bytes
+    for k, o in enumerate(ins.operands):
+        src = comp.by_name.get(o)
+        if src is None:
+            raise EvidenceError(f"HLO line {ins.line_no}: operand %{o} of %{ins.name} not found "
+                                f"in {comp.name}")
+        total += _read_bytes(module, fcomp, _parameter(fcomp, k), src.shape.bytes)
+    return total
+
+
 def _conv_flops(ins: Instruction, comp: Computation) -> float:
     """2 x output elements x contraction length, for dot and convolution."""
     if ins.opcode == "dot":
@@ -446,7 +492,8 @@ class _Walker:
             # operands (they include the collective's buffers, moved over ICI, not by the kernel)
             kb = (sum(self._fused_cost(c)[1] for c in ins.called("calls"))
                   if ins.opcode == "fusion" else 0.0)
-            by = kb or float(_operand_bytes(ins, comp) + ins.shape.bytes)
+            by = kb or float(_fusion_bytes(self.m, ins, comp) if ins.opcode == "fusion"
+                             else _operand_bytes(ins, comp) + ins.shape.bytes)
         self.compute.append(ComputeOp(
             name=ins.name, kind=ins.opcode, estimated_cycles=cyc,
             flops=float(flops) if cyc is None else 0.0, bytes=by, count=count,

@@ -646,3 +646,40 @@ def test_call_and_conditional_are_walked():
     assert by["ar.c"].replica_groups == [[0, 1], [2, 3]] and by["ar.c"].computation == "callee"
     assert by["ag.t"].bytes == 32 and by["ag.t"].group_size == 4
     assert any("conditional cd" in w for w in ev.warnings)
+
+
+SLICED = """
+HloModule sliced, is_scheduled=true, num_partitions=1
+
+%inner (p0: bf16[30,64,128], p1: s32[]) -> bf16[1,64,128] {
+  %p0 = bf16[30,64,128]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %z = s32[] constant(0)
+  ROOT %ds = bf16[1,64,128]{2,1,0} dynamic-slice(%p0, %p1, %z, %z), dynamic_slice_sizes={1,64,128}
+}
+
+%fused (q0: bf16[30,64,128], q1: s32[], q2: bf16[1,64,128]) -> bf16[1,64,128] {
+  %q0 = bf16[30,64,128]{2,1,0} parameter(0)
+  %q1 = s32[] parameter(1)
+  %q2 = bf16[1,64,128]{2,1,0} parameter(2)
+  %f = bf16[1,64,128]{2,1,0} fusion(%q0, %q1), kind=kLoop, calls=%inner
+  ROOT %a = bf16[1,64,128]{2,1,0} add(%f, %q2)
+}
+
+ENTRY %main (w: bf16[30,64,128], i: s32[], x: bf16[1,64,128]) -> bf16[1,64,128] {
+  %w = bf16[30,64,128]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %x = bf16[1,64,128]{2,1,0} parameter(2)
+  ROOT %fusion.1 = bf16[1,64,128]{2,1,0} fusion(%w, %i, %x), kind=kLoop, calls=%fused
+}
+"""
+
+
+def test_a_fusion_without_cycles_reads_only_the_slice_of_a_stacked_operand():
+    """One layer's weights sliced from a stack of 30 inside a (nested) fusion: the fusion's bytes
+    from shapes (early evidence has no cycles) are the slice's, not the stack's."""
+    ev = evidence_from_hlo_text(SLICED, target="v5e:2x4", mesh_axes={"d": 1})
+    op = next(o for o in ev.compute if o.name == "fusion.1")
+    layer = 64 * 128 * 2
+    assert op.estimated_cycles is None
+    assert op.bytes == layer + 4 + layer + layer     # the slice, the index, x, the result
