@@ -22,9 +22,15 @@ The screen price of layout L, from its early evidence E_L in JAX's default devic
                       collectives, windows W_c priced with the t_o above)
     latency_s       = Q2's hop-latency term
 
-Ops the early module keeps only with a cycle estimate (copies, reduces, slices: 1-27% of the
-full compile's compute cycles on the 480p-21f cells) are absent, so screen_s is a ranking
-device, not a prediction: the plan is still chosen by Q2 on full compiles.
+How far screen_s is from Q2 (the same layouts' full compiles, default order; Wan 2.1 1.3B):
+the collectives are exact, the splash kernels priced alike, but (1) ops the early module keeps
+only with a cycle estimate (copies, broadcasts, reduces, slices) are absent: 1-26 ms a step on
+the 480p-21f cell; (2) a fusion by its roofline is cheaper than the compiler's cycles: 1.06-1.21x
+for flops-bound fusions, 0.7-2.8x for bytes-bound ones (layout changes, padding to tiles,
+per-op overheads the roofline does not see). screen_s came out 3-30% below Q2 there, and on
+480p-81f 6-16% below, not uniformly: it is a ranking device, not a prediction, and can misrank
+layouts within ~10% of each other (the plan is still chosen by Q2 on the full compiles, so a
+misrank costs a full compile's place in line, not a wrong price).
 
 The order of the full compiles: ``screen_key(L) = (not fits_L, screen_s(L), rank_L)`` (least
 first; fits_L: the dump's memory report within HBM, ``EarlyEvidence.dump_memory_bytes``, which
