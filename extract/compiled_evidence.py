@@ -367,10 +367,17 @@ def _marked_sync(ins: Instruction) -> bool:
     return isinstance(cbc, dict) and cbc.get("is_sync") in (True, "true")
 
 
+# Ops that only move data, kept without a cycle estimate when ``data_movement`` is asked
+# (``evidence_from_hlo_module``): priced by their bytes, read and written
+DATA_MOVEMENT = ("copy", "transpose", "reduce", "broadcast", "pad", "concatenate", "slice",
+                 "dynamic-slice", "dynamic-update-slice", "convert", "select", "reverse")
+
+
 class _Walker:
-    def __init__(self, module: HloModule, num_devices: int):
+    def __init__(self, module: HloModule, num_devices: int, data_movement: bool = False):
         self.m = module
         self.n = num_devices
+        self.data_movement = data_movement
         self.pos = 0
         self.collectives: list[Collective] = []
         self.compute: list[ComputeOp] = []
@@ -561,7 +568,8 @@ class _Walker:
                 self._custom_call(ins, comp, count)
             elif op in ("convolution", "dot"):
                 self._add_compute(ins, comp, count, _conv_flops(ins, comp))
-            elif ins.estimated_cycles is not None:
+            elif ins.estimated_cycles is not None or (self.data_movement
+                                                      and op in DATA_MOVEMENT):
                 self._add_compute(ins, comp, count)
 
     def _custom_call(self, ins: Instruction, comp: Computation, count: int) -> None:
@@ -700,15 +708,21 @@ def _assign_overlap(colls: list[Collective], compute: list[ComputeOp]) -> None:
 
 def evidence_from_hlo_module(module: HloModule, *, target: str, mesh_axes: dict[str, int],
                              device_order: Iterable[int] = (), clock_hz: float = 0.0,
-                             fidelity: str = "tpu", generation: str = "") -> Evidence:
+                             fidelity: str = "tpu", generation: str = "",
+                             data_movement: bool = False) -> Evidence:
     """Evidence (collectives, compute, schedule) from a parsed HLO module.
+
+    ``data_movement``: also keep the ops that only move data (``DATA_MOVEMENT``: copies,
+    transposes, reduces, ...) that carry no cycle estimate, with their operand and result bytes:
+    for a module read before the backend (``extract.early_evidence``), where no op has cycles and
+    these would otherwise be missing (a full compile's evidence keeps them by their cycles).
 
     Memory, cost analysis and compile time are left for the caller (see `evidence_from_compiled`)."""
     n = math.prod(mesh_axes.values()) if mesh_axes else module.num_partitions * module.replica_count
     if module.num_partitions * module.replica_count != n:
         raise EvidenceError(f"HLO module {module.name} runs on {module.num_partitions} partitions x "
                             f"{module.replica_count} replicas but the mesh has {n} devices")
-    w = _Walker(module, n)
+    w = _Walker(module, n, data_movement)
     w.walk(module.entry, 1)
     if w.pending:
         raise EvidenceError(f"HLO: collectives started but never finished: {sorted(map(str, w.pending))}")

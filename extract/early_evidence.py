@@ -25,8 +25,9 @@ The evidence is partial and says so: ``fidelity="tpu-hlo-passes"`` (``FIDELITY``
 warning naming what it lacks. Its collectives (kinds, bytes, groups, runs, async, schedule
 positions, phases) are those of the full compile's evidence of the same layout, every field but
 ``overlap_cycles`` (0 here: no cycle estimates), as ``benchmarks/early_evidence.py`` checks;
-its compute ops have no ``estimated_cycles`` (flops from shapes where the reader computes them,
-and ops the reader keeps only when they carry an estimate are absent); ``algorithms`` is empty
+its compute ops have no ``estimated_cycles`` (flops and bytes from shapes; the ops that only
+move data, which a full compile's evidence keeps by their cycle estimates, are kept by their
+bytes: ``compiled_evidence.DATA_MOVEMENT``; other such ops are absent); ``algorithms`` is empty
 (written by the backend); ``flops``, ``bytes_accessed`` are 0 and ``optimal_seconds`` None (no
 ``cost_analysis``). Memory: the ``MemoryUse`` byte fields are 0; ``EarlyEvidence.
 dump_memory_bytes`` is the memory report's total of the default memory space (HBM) after the HLO
@@ -220,7 +221,7 @@ def _evidence(text: str, target: Any, mesh_axes: dict[str, int], device_order: S
     ev = evidence_from_hlo_text(text, target=target.name, mesh_axes=dict(mesh_axes),
                                 device_order=[int(d) for d in device_order],
                                 clock_hz=target.chip.clock_hz, fidelity=FIDELITY,
-                                generation=target.generation)
+                                generation=target.generation, data_movement=True)
     ev.memory = MemoryUse(hbm_bytes=int(hbm), fits=mem is None or mem <= hbm)
     mem_s = (f"the HLO passes' buffer assignment puts {mem} B in HBM (not memory_analysis(): "
              f"no generated code), fits judged on that" if mem is not None
