@@ -160,3 +160,20 @@ def test_the_plan_compiles_fully_the_screens_best_and_counts_the_screens():
     steps = [s["screen_step_s"] for s in screens if s["fits_hbm"]]
     assert steps == sorted(steps) and all(math.isfinite(x) and x > 0 for x in steps)
     assert any("screened" in n and "compiled 1 fully" in n for n in p.notes)
+
+
+def test_a_screen_that_raises_anything_costs_its_place_not_the_plan():
+    """An unexpected error in a screen (here a TypeError) is recorded and the layout is still
+    queued, after the ones priced: ``order`` does not wait forever."""
+    def early(fn, args, target, layout, order, timeout_s):
+        if layout.name == "a":
+            raise TypeError("cannot pickle the program")
+        return layout.name
+
+    queue = FakeQueue()
+    s = Screener(queue, Budget(60.0, compiles=2), early, None, price=fake_price)
+    record = []
+    s.order(_items(s, ["a", "b"]), record)
+    assert [name for _, name in queue.submitted] == ["b", "a"]
+    assert record[1]["error"] == "TypeError: cannot pickle the program"
+    s.close()

@@ -75,7 +75,10 @@ from aoizora.solvers.budget import MARGINS, Budget, clock
 # A full compile's wall-clock over its early evidence's, before a full compile has run (then
 # the longest full compile alone is used): the median of 18 back-to-back pairs, 47.7 s / 4.8 s
 # (benchmarks/results/early_evidence.md), rounded down since the screens here run beside the
-# ILPs and each other and so take longer than alone.
+# ILPs and each other and so take longer than alone. Conservative: in the planner on Wan 1.3B
+# 480p-81f a full compile took 30-35 s against screens of 5.5-7.5 s (4-6x), so that a 60 s
+# budget screens only the pricing order's first two layouts (benchmarks/results/
+# screening_60s.md).
 FULL_OVER_EARLY = 8.0
 # Screens at once: an early compile is mostly the child's interpreter start, tracing and
 # lowering, one core each; two share the 2-core machine.
@@ -251,9 +254,11 @@ class Screener:
                 if not s.skipped:
                     self._early_s.append(0.0)    # a screen running: the next check counts it
                     slot = len(self._early_s) - 1
-            if not s.skipped:
-                self._screen(s, slot)
-            s.done.set()
+            try:
+                if not s.skipped:
+                    self._screen(s, slot)
+            finally:
+                s.done.set()
 
     def _screen(self, s: Screen, slot: int) -> None:
         """Run and price ``s``'s early evidence; its error in one line if it fails."""
@@ -263,8 +268,10 @@ class Screener:
             early = self.early_fn(j.fn, j.args, j.target, j.layout, j.device_order,
                                   timeout_s=max(self.budget.left(), 1.0))
             s.price = self.price(early, j.device_order, self.network)
-        except (EarlyEvidenceError, EvidenceError, ValueError, KeyError) as e:
-            s.error = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        except Exception as e:  # noqa: BLE001 -- a failed screen costs its place, not the plan
+            why = (str(e).strip().splitlines() or [""])[0][:300]
+            s.error = f"{type(e).__name__}: {why}" if not isinstance(
+                e, (EarlyEvidenceError, EvidenceError)) else why
         with self._cv:
             self._early_s[slot] = clock() - t
 
