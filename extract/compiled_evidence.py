@@ -747,7 +747,7 @@ def evidence_from_compiled(compiled: Any, *, target: "Target", mesh: Any, compil
     ev = evidence_from_hlo_module(module, target=tgt.name, mesh_axes=dict(mesh.shape),
                                   device_order=order, clock_hz=tgt.chip.clock_hz,
                                   fidelity=fidelity, generation=tgt.generation)
-    hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
+    hbm = tgt.chip.device_hbm_bytes
     ev.memory = memory_use(compiled, hbm)
     ev.flops, ev.bytes_accessed, ev.optimal_seconds = _cost(compiled)
     ev.compile_s = float(compile_s)
