@@ -83,3 +83,64 @@ def test_v7x_devices_two_per_chip(name):
     net = Network.from_target(t)
     assert net.peak_flops == pytest.approx(t.chip.peak_bf16_flops / 2)
     assert net.device_chip[0] == net.device_chip[1] != net.device_chip[2]
+
+
+# libtpu 0.0.42.1 on TPU7x offloads collectives to the SparseCore: an asynchronous call of a
+# computation on the "sparsecore" thread that holds the collective (shape of what it printed)
+SPARSECORE_HLO = """\
+HloModule sc, is_scheduled=true, num_partitions=8
+
+%called_computation (p0: bf16[2,24,256], p1: token[]) -> bf16[2,192,256] {
+  %p1 = token[] parameter(1)
+  %p0 = bf16[2,24,256]{2,1,0} parameter(0)
+  ROOT %all-gather.6 = bf16[2,192,256]{2,1,0} all-gather(%p0), channel_id=7, replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={1}, use_global_device_ids=true
+}, execution_thread="sparsecore"
+
+ENTRY %main (x: bf16[2,24,256]) -> bf16[2,192,256] {
+  %x = bf16[2,24,256]{2,1,0} parameter(0)
+  %ps = s32[] custom-call(), custom_call_target="PrepareAsyncCallStart"
+  %pd = token[] custom-call(%ps), custom_call_target="PrepareAsyncCallDone"
+  %ag.call-start = ((bf16[2,24,256]{2,1,0}, token[]), bf16[2,192,256]{2,1,0}) call-start(%x, %pd), async_execution_thread="sparsecore", to_apply=%called_computation
+  %y = bf16[2,24,256]{2,1,0} multiply(%x, %x), backend_config={"estimated_cycles":"100"}
+  ROOT %ag.call-done = bf16[2,192,256]{2,1,0} call-done(%ag.call-start)
+}
+"""
+
+
+def test_a_collective_offloaded_to_the_sparsecore_is_an_async_collective():
+    from aoizora.extract.compiled_evidence import evidence_from_hlo_text
+    from aoizora.extract.hlo import parse_hlo_module
+    assert parse_hlo_module(SPARSECORE_HLO).computations[
+        "called_computation"].execution_thread == "sparsecore"
+    ev = evidence_from_hlo_text(SPARSECORE_HLO, target="v7x:2x2x1", mesh_axes={"x": 8})
+    (c,) = ev.collectives
+    assert (c.kind, c.bytes, c.is_async, c.replica_groups) == (
+        "all-gather", 2 * 192 * 256 * 2, True, [list(range(8))])
+    assert c.start_index < c.done_index and not ev.warnings
+
+
+@pytest.mark.tpu_compiler
+def test_tiny_wan_compiles_for_v7x_8_and_q2_and_the_simulator_price_it():
+    """wan2.1-small (128p, 9 frames) under an expert layout compiles for v7x-8 with libtpu: 8
+    devices, collectives (some offloaded to the SparseCore), and a priced step from both Q2 and
+    the reference simulator."""
+    from aoizora.builtin import builtin_job
+    from aoizora.extract.network import Network, default_device_order
+    from aoizora.formulation.latency import predict_step
+    from aoizora.models.experts import expert_layouts
+    from aoizora.planning.candidate_pricing import compile_layout
+    from benchmarks.simulator import Simulator
+
+    job = builtin_job("wan2.1-small", "128p", 9, "v7x-8")
+    ex = next(e for e in expert_layouts(job.model, job.workload, job.target)
+              if e.name == "ulysses")
+    order = default_device_order(job.target, ex.layout.mesh_axes)
+    ev = compile_layout(ex.fn, ex.args, job.target, ex.layout, order)
+    assert ev.num_devices == 8 and ev.memory.fits
+    assert ev.memory.hbm_bytes == 96 * 2**30                  # half a 192 GiB chip
+    kinds = {c.kind for c in ev.collectives}
+    assert {"all-to-all", "all-gather"} <= kinds
+    assert any(c.name.endswith("call-start") for c in ev.collectives)   # SparseCore offload
+    q = predict_step(ev, order, Network.from_target(job.target))
+    s = Simulator(job.target.name).run(ev, order)
+    assert q.step_s > 0 and s.step_s > 0 and q.compute_s > 0 and s.compute_s > 0

@@ -53,7 +53,9 @@ _NOT_COMPUTE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"
                 "ragged-all-to-all", "send", "recv", "opt-barrier", "add-dependency", "domain"}
 _NO_COST_CALLS = {"AllocateBuffer", "ConcatBitcast", "AsyncCollectiveStart", "AsyncCollectiveDone",
                   "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
-                  "MoveToDevice", "annotate_device_placement"}
+                  "MoveToDevice", "annotate_device_placement",
+                  # TPU7x: the bookkeeping around a call offloaded to the SparseCore
+                  "PrepareAsyncCallStart", "PrepareAsyncCallDone"}
 
 
 def _mnk(ins: Any, comp: Any) -> tuple[int, int, int]:
