@@ -144,3 +144,38 @@ def test_tiny_wan_compiles_for_v7x_8_and_q2_and_the_simulator_price_it():
     q = predict_step(ev, order, Network.from_target(job.target))
     s = Simulator(job.target.name).run(ev, order)
     assert q.step_s > 0 and s.step_s > 0 and q.compute_s > 0 and s.compute_s > 0
+
+
+def _two_per_chip_network():
+    """v7x:2x2x1 as libtpu numbers it: devices 2c and 2c + 1 on chip c (x fastest)."""
+    from aoizora.extract.network import Network
+    c = T.get_target("v7x-8").chip
+    coords = [(x, y, 0) for y in range(2) for x in range(2) for _ in range(2)]
+    return Network((2, 2, 1), (False, False, False), c.link_bandwidth_Bps, c.hop_latency_s,
+                   device_coords=coords, name="v7x:2x2x1", peak_flops=c.device_peak_flops,
+                   hbm_bandwidth_Bps=c.device_hbm_bandwidth_Bps)
+
+
+def test_placement_with_two_devices_per_chip_takes_the_heuristic_path():
+    """The CP-SAT placement model places one device per chip; with two (v4, v7x) the solver
+    anneals from the incumbent instead of failing."""
+    from aoizora.extract.evidence import Collective, ComputeOp, Evidence
+    from aoizora.formulation.traffic import mesh_axis_groups
+    from aoizora.solvers.placement import solve_placement
+
+    net = _two_per_chip_network()
+    ev = Evidence(target="v7x:2x2x1", mesh_axes={"a": 2, "b": 4}, clock_hz=2.2e9,
+                  collectives=[Collective("ag", "all-gather", "bf16", 8 << 20,
+                                          mesh_axis_groups((2, 4), [1]), count=4)],
+                  compute=[ComputeOp("mlp", "fusion", 1e6, count=4)])
+    res = solve_placement(ev, net, time_limit_s=2.0, hint=list(range(8)))
+    assert sorted(res.placement) == list(range(8))
+    assert "several devices per chip" in res.certificate.solver
+
+
+@pytest.mark.tpu_compiler
+def test_an_axis_over_the_two_devices_of_a_chip_crosses_no_link():
+    from aoizora.formulation.collective_cost import default_axis_costs
+    costs = default_axis_costs(T.get_target("v7x-8"), {"x": 4, "y": 2})
+    assert costs.alpha_s["y"] == 0.0 and costs.beta_s_per_byte["y"] == 0.0
+    assert costs.alpha_s["x"] > 0 and costs.beta_s_per_byte["x"] > 0
