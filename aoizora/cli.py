@@ -465,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("targets", help="list TPU and GPU targets (or show one) with chips, shape, wraparound, links, HBM")
-    t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8, h100-8, l40-8, topo:FILE")
+    t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8, v7x-8, h100-8, l40-8, topo:FILE")
     t.add_argument("--json", action="store_true", help="print JSON")
     t.add_argument("--from-topology", metavar="FILE", help="a GPU box from `nvidia-smi topo -m` "
                    "output or NCCL's topology XML (NCCL_TOPO_DUMP_FILE); GEN:FILE names the GPU "

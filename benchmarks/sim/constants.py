@@ -43,7 +43,8 @@ class ChipModel:
     name: str
     peak_bf16_flops: float      # per chip [cloud]
     hbm_Bps: float              # per chip [cloud]
-    cores: int                  # TensorCores per chip [cloud]; Pallas "parallel" grid dims split over a device's
+    cores: int                  # TensorCores per chip [cloud]; a Pallas "parallel" grid
+                                # dimension is split over one device's (device_cores)
     mxu_dim: int                # MXU is mxu_dim x mxu_dim [book]
     mxus_per_chip: int          # [cloud]/[book]
     vpu_f32_ops_per_cycle: int  # per core: 8 sublanes x 128 lanes x ALUs per lane [book]
@@ -102,7 +103,8 @@ CHIPS: dict[str, ChipModel] = {
     "v4": ChipModel("v4", 2.75e14, 1.228e12, 2, 128, 8, 8 * 128 * 2, _EUP, devices_per_chip=2),
     # v7x (TPU7x, Ironwood): 2,307 TFLOP/s, 7,380 GB/s, 2 TensorCores [cloud], each its own device
     # [libtpu]; 256x256 MXUs, 64 MiB VMEM per core [jax-tpu-info]; 4 MXUs per core [assumed: as
-    # v6e, no public count; it only sets the derived clock, 2.2 GHz]; one ICI link one way
+    # v6e, no public count; it sets the derived clock, 2.2 GHz; libtpu's cycle estimate of a
+    # large matmul, 420k FLOP/cycle per core, rules out 2]; one ICI link one way
     # 1.2e12 / 6 links / 2 directions = 1e11 B/s [cloud, assumed 6 links as on v5p's 3D torus];
     # PCIe 3.2e10 B/s [assumed: as v6e, no public figure]
     "v7x": ChipModel("v7x", 2.307e15, 7.38e12, 2, 256, 8, 8 * 128 * 4, _EUP,

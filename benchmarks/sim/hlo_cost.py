@@ -227,7 +227,8 @@ class HloCoster:
             dma_bytes=sum(w.bytes * w.copies(k.grid) for w in k.windows
                           if w.memory_space == "vmem") / k.steps,
             first_bytes=sum(w.bytes for w in k.windows if w.memory_space == "vmem"))
-        split = bool(k.parallel) and k.parallel[0] and k.grid and k.grid[0] % self.chip.device_cores == 0
+        split = (bool(k.parallel) and k.parallel[0] and k.grid
+                 and k.grid[0] % self.chip.device_cores == 0)
         return kernel_time(self.chip, k.steps, work, bool(split)).seconds
 
     def _splash(self, ins: Any, comp: Any, k: Any) -> float | None:

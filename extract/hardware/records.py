@@ -49,7 +49,8 @@ class ChipSpec:
     clock_hz: float            # core clock (TPU: derived from the peak; GPU: boost clock)
     torus_dims: int            # axes of `Target.shape`
     wrap_period: int           # an axis wraps when its length is a multiple of this ... (wraps())
-    wrap_only_full: bool       # ... v5e/v6e: only the full 16-chip axis wraps; v5p/v4/v7x: multiples of 4
+    wrap_only_full: bool       # ... v5e/v6e: only the full 16-chip axis wraps; v5p/v4/v7x:
+                               # multiples of 4
     devices_per_chip: int = 1
     family: str = "tpu"        # "tpu" or "gpu"
 
@@ -151,8 +152,8 @@ class Target:
 
     @property
     def short_name(self) -> str:
-        """The chip-count spelling (v5e-8), the Cloud type for v5p/v4/v7x (v5p-8, v7x-8 = 4 chips), or the
-        GPU target's own name."""
+        """The chip-count spelling (v5e-8), the Cloud type for v5p/v4/v7x (v5p-8, v7x-8 = 4
+        chips), or the GPU target's own name."""
         if self.family != "tpu":
             return self.name
         if self.chip.torus_dims == 2:
