@@ -183,7 +183,7 @@ def check_train_fits(m, wl, tgt: Target, batch: int) -> None:
     how many GiB are missing per chip and what would fit."""
     from aoizora.extract.targets import standard_targets
 
-    n, hbm = tgt.num_devices, tgt.chip.hbm_bytes / tgt.chip.devices_per_chip
+    n, hbm = tgt.num_devices, tgt.chip.device_hbm_bytes
     f = train_memory_floor(m, wl, batch, n)
     need = f["state"] + f["activations"]
     if need <= hbm:

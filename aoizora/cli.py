@@ -91,14 +91,15 @@ def cmd_targets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows if not (args.name or src) else rows[0], indent=2))
         return 0
-    hdr = f"{'name':<10} {'canonical':<13} {'chips':>5}  {'shape':<8} {'wrap':<12} {'link (one way)':>15} {'HBM/chip':>10} {'bf16 peak':>12}"
+    hdr = (f"{'name':<10} {'canonical':<13} {'chips':>5} {'devices':>7}  {'shape':<8} {'wrap':<12} "
+           f"{'link (one way)':>15} {'HBM/chip':>10} {'bf16 peak/chip':>15}")
     print(hdr)
     for r in rows:
         wrap = ",".join("y" if w else "n" for w in r["wrap"])
-        print(f"{r['name']:<10} {r['canonical']:<13} {r['chips']:>5}  "
+        print(f"{r['name']:<10} {r['canonical']:<13} {r['chips']:>5} {r['devices']:>7}  "
               f"{'x'.join(map(str, r['shape'])):<8} {wrap:<12} "
               f"{r['link_bandwidth_Bps'] / 1e9:>10.0f} GB/s {_fmt_bytes(r['hbm_bytes']):>10} "
-              f"{r['peak_bf16_flops'] / 1e12:>7.0f} TFLOP/s")
+              f"{r['peak_bf16_flops'] / 1e12:>10.0f} TFLOP/s")
     print("wrap: wraparound link per physical axis (y/n). TPU numbers: Google Cloud TPU docs and "
           "the JAX scaling book; GPU: datasheets and NCCL (src/graph/topo.h, tuning.cc).")
     for r in rows:
@@ -464,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("targets", help="list TPU and GPU targets (or show one) with chips, shape, wraparound, links, HBM")
-    t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8, h100-8, l40-8, topo:FILE")
+    t.add_argument("name", nargs="?", help="a target in any accepted spelling: v5e-8, v5e:2x4, v5litepod-8, v5p-8, v7x-8, h100-8, l40-8, topo:FILE")
     t.add_argument("--json", action="store_true", help="print JSON")
     t.add_argument("--from-topology", metavar="FILE", help="a GPU box from `nvidia-smi topo -m` "
                    "output or NCCL's topology XML (NCCL_TOPO_DUMP_FILE); GEN:FILE names the GPU "

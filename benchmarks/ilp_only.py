@@ -180,7 +180,59 @@ def report(tags: Sequence[str]) -> str:
     note = ["", "compiled: candidate layouts the planner compiled within the budget; load: the "
             "machine's 1-minute load average when the cell started (2 cores; the planner's budget "
             "is wall-clock, so a loaded machine compiles fewer candidates and feeds back less).", ""]
-    return "\n".join(lines[:4] + summary + note + lines[4:]) + "\n"
+    return "\n".join(lines[:4] + summary + note + lines[4:] + differences(tags)) + "\n"
+
+
+def _attention_words(words: Sequence[str]) -> str:
+    """The layout's attention decisions, one phrase per attention op (file locations dropped)."""
+    att = [w.split(" [")[0] for w in words if "attention:" in w.split(" [")[0]]
+    return "; ".join(dict.fromkeys(att)) or "-"
+
+
+def _latest(tags: Sequence[str]) -> dict[str, tuple[str, dict]]:
+    """Each cell's latest result (by the run's date) that priced it with its experts in the same
+    run, cell name -> (tag, result)."""
+    runs = []
+    for tag in tags:
+        for f in sorted((RESULTS / tag).glob("*.json")):
+            d = json.loads(f.read_text())
+            if "sim_step_s" in d and d["reference"].get("source") == "this run":
+                runs.append((d.get("machine", {}).get("date", ""), tag, d))
+    return {d["cell"]: (tag, d) for _date, tag, d in sorted(runs, key=lambda r: (r[0], r[1]))}
+
+
+def _difference_row(tag: str, d: dict) -> str:
+    """One cell: the ILP's layout against the best expert, and what each model says of them."""
+    best = next(e for e in d["experts"]
+                if e["name"] == "expert:" + d["reference"]["best_expert"])
+    mesh = "x".join(str(v) for v in d["plan"]["mesh"].values())
+    emesh = "x".join(str(v) for v in (best.get("mesh") or {}).values())
+    q2_prefers = "ILP" if d["q2_step_s"] < best["q2_step_s"] else "expert"
+    sim_comm = d["sim_step_s"] - d["sim_compute_s"]
+    ms = lambda x: f"{x * 1e3:.1f}"  # noqa: E731
+    return (f"| {d['cell']} | {tag} | {mesh}: {_attention_words(d['plan']['layout_in_words'])} | "
+            f"{best['name'][len('expert:'):]} {emesh}: {best.get('description') or '-'} | "
+            f"{ms(d['q2_step_s'])} / {ms(best['q2_step_s'])} | {q2_prefers} | "
+            f"{ms(d['sim_compute_s'])} + {ms(sim_comm)} | "
+            f"{ms(best['sim_compute_s'])} + {ms(best['sim_communication_s'])} | "
+            f"{d['speedup_over_best_expert']:.3f} |")
+
+
+def differences(tags: Sequence[str]) -> list[str]:
+    """The section that says, per cell, what the ILP's own layout does differently from the best
+    expert (mesh, attention scheme) and which way each model ranks the two."""
+    latest = _latest(tags)
+    if not latest:
+        return []
+    return ["", "## What the ILP's layout does differently (latest run with experts per cell)", "",
+            "ILP: the ILP-only plan's mesh and attention decisions; expert: the best expert by "
+            "simulated step, priced in the same run. Q2 (predicted, the planner's price) of the "
+            "ILP's plan / of the expert, and which Q2 prefers; sim: simulated compute + exposed "
+            "communication, ms. Nothing ran on a TPU.", "",
+            "| cell | tag | ILP layout | best expert | Q2 ms (ILP / expert) | Q2 prefers | "
+            "ILP sim ms | expert sim ms | x best expert (sim) |",
+            "|---|---|---|---|---|---|---|---|---|"] + [
+        _difference_row(*latest[c]) for c in sorted(latest)]
 
 
 def _load(d: dict) -> str:

@@ -158,8 +158,8 @@ def variant_problem(variant: str, target, mesh: dict[str, int] | None = None,
     ``benchmarks.q1_teacher``)."""
     if variant == "roofline":
         c = target.chip
-        kw["hardware"] = Hardware(float(c.peak_bf16_flops), float(c.hbm_bandwidth_Bps),
-                                  int(c.hbm_bytes))
+        kw["hardware"] = Hardware(float(c.device_peak_flops), float(c.device_hbm_bandwidth_Bps),
+                                  int(c.device_hbm_bytes))
         kw["options"] = Options(fusion=False)
     elif variant == "feedback" and teacher is not None:
         kw["axis_costs"] = teacher.axis_costs(target, mesh)

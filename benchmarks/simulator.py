@@ -154,10 +154,12 @@ class Simulator:
         self.net = SimNetwork.of(self.target, cm.link_Bps, cm.hop_latency_s, network)
         self.expander = Expander(self.net)
         # the network's links, then this chip's PCIe link to its host, each way (to host, to
-        # device): every chip of an SPMD program offloads alike, so one chip's links stand for all
+        # device): every chip of an SPMD program offloads alike, so one chip's links stand for all;
+        # a device gets its share of them (two devices of a v4 / TPU7x chip share its PCIe link)
         self.host_links = (self.net.num_links, self.net.num_links + 1)
+        host_Bps = cm.host_Bps / cm.devices_per_chip
         self.capacity = np.concatenate([np.asarray(self.net.link_bandwidth, dtype=float),
-                                        [cm.host_Bps, cm.host_Bps]])
+                                        [host_Bps, host_Bps]])
         self._host_latency_s = cm.hop_latency_s
         self._host: list = []
         self._episodes: dict[Any, tuple] = {}
@@ -177,8 +179,8 @@ class Simulator:
         if op.estimated_cycles is not None:
             return float(op.estimated_cycles) / clock_hz
         chip = self.target.chip
-        return max(float(op.flops) / chip.peak_bf16_flops,
-                   float(op.bytes) / chip.hbm_bandwidth_Bps)
+        return max(float(op.flops) / chip.device_peak_flops,
+                   float(op.bytes) / chip.device_hbm_bandwidth_Bps)
 
     # -- placement ------------------------------------------------------------------------------
     def default_placement(self, evidence: Evidence) -> tuple[list[int], str]:

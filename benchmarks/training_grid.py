@@ -138,7 +138,7 @@ def price(ev, hlo: str, order, job: Job, sim: Simulator, flops: float) -> dict[s
     q = predict_step(ev, order, Network.from_target(job.target))
     r = sim.run(ev, order, hlo=hlo)
     n = job.target.num_devices
-    peak = job.target.chip.peak_bf16_flops
+    peak = job.target.chip.device_peak_flops
     return {"q2_step_s": q.step_s, "q2_compute_s": q.compute_s,
             "q2_communication_s": q.communication_s, "sim_step_s": r.step_s,
             "sim_compute_s": r.compute_s, "sim_communication_s": r.communication_s,

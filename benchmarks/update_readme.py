@@ -447,9 +447,19 @@ def published_steps_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[CellFig
 
     meas = (rows[a]["step_bound_s"] - rows[b]["step_bound_s"]) * 1e3
     pct = lambda v: f"{min(v) * 100:.1f}-{max(v) * 100:.1f}%"    # noqa: E731
-    return (f"the simulator is {pct(over['sim'])} over them, Q2 {pct(over['q2'])} over; "
+    text = (f"the simulator is {pct(over['sim'])} over them, Q2 {pct(over['q2'])} over; "
             f"measured Ulysses - flash {meas:+,.0f} ms/step, simulator {diff('sim'):+,.0f}, Q2 "
             f"{diff('q2'):+,.0f}")
+    return text + "".join(_measured_step_text(c) for c in doc["cases"]
+                          if c.get("denoise_only") and "q2" in c and "sim" in c)
+
+
+def _measured_step_text(c: dict[str, Any]) -> str:
+    """One measured denoising step of a published recipe against both models."""
+    err = {m: (c[m]["step_s"] / c["step_bound_s"] - 1) * 100 for m in ("sim", "q2")}
+    return (f"; a measured step on {c['target']} ({c['name'].split(',')[0]}, rebuilt as our "
+            f"`{c['expert']}` expert with jax's splash kernel): {c['step_bound_s'] * 1e3:,.0f} "
+            f"ms, simulator {err['sim']:+.0f}%, Q2 {err['q2']:+.0f}%")
 
 
 def gpu_validation_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[CellFigures] = (),

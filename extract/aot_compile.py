@@ -351,7 +351,7 @@ def _compile(fn: Any, lowered: Any, mesh: Any, tgt: Target,
             return Evidence(
                 target=tgt.name, mesh_axes=dict(mesh.shape), generation=tgt.generation,
                 fidelity=platform if platform in ("tpu", "gpu") else "cpu-low",
-                memory=MemoryUse(hbm_bytes=tgt.chip.hbm_bytes // tgt.chip.devices_per_chip,
+                memory=MemoryUse(hbm_bytes=tgt.chip.device_hbm_bytes,
                                  fits=False, oom_message=_oom_text(msg)),
                 clock_hz=tgt.chip.clock_hz, compile_s=dt,
                 algorithms_device_order=[int(d.id) for d in mesh.devices.flat],

@@ -10,7 +10,9 @@ too, because XLA:TPU hides them there:
 
 - ``collective(...)`` at top level: a sync collective; ``X-start`` / ``X-done`` and
   ``async-start`` / ``async-done``: an async collective from start to done (sync when XLA:GPU
-  marks the start ``collective_backend_config.is_sync``);
+  marks the start ``collective_backend_config.is_sync``); ``call-start`` / ``call-done`` of a
+  computation holding one collective likewise (libtpu on TPU7x offloads collectives to the
+  SparseCore so: ``async_execution_thread="sparsecore"``);
 - a ``fusion`` whose computation ends in ``custom-call AsyncCollectiveStart`` /
   ``AsyncCollectiveDone``: the start / done of the collective inside (matched by ``channel_id``);
   fusions in between that contain the same channel (``async_collective_fusion``) are the compute
@@ -59,12 +61,16 @@ SYNC_OPS = {
 ASYNC_START = {k + "-start": v for k, v in SYNC_OPS.items()}
 ASYNC_DONE = {k + "-done": v for k, v in SYNC_OPS.items()}
 # Collective-like opcodes this reader does not price: a clear error instead of a silent zero.
+# asynchronous wrappers: a start, its updates, its done
+_GENERIC_ASYNC = ("async-start", "async-update", "async-done", "call-start", "call-update",
+                  "call-done")
 UNSUPPORTED = {"collective-broadcast", "send", "recv", "send-done", "recv-done"}
 _PASS_THROUGH = {"copy", "bitcast", "convert", "reshape"}
 # Bookkeeping custom calls of XLA:TPU that do no arithmetic.
 _NO_COST_CALLS = {"AllocateBuffer", "ConcatBitcast", "AsyncCollectiveStart", "AsyncCollectiveDone",
                   "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
-                  "MoveToDevice", "annotate_device_placement"}
+                  "MoveToDevice", "annotate_device_placement", "PrepareAsyncCallStart",
+                  "PrepareAsyncCallDone"}
 
 
 @dataclasses.dataclass
@@ -557,7 +563,7 @@ class _Walker:
                 coll.start_index = op_.coll.start_index
                 op_.coll = coll
                 self._close(start, ins)
-            elif op in ("async-start", "async-update", "async-done"):
+            elif op in _GENERIC_ASYNC:
                 self._generic_async(ins, comp, count)
             elif op == "fusion":
                 self._fusion(ins, comp, count)
@@ -596,9 +602,15 @@ class _Walker:
             self.warnings.append(msg)
 
     def _generic_async(self, ins: Instruction, comp: Computation, count: int) -> None:
+        """``async-start`` / ``-update`` / ``-done``, and the asynchronous calls ``call-start`` /
+        ``-update`` / ``-done`` (libtpu on TPU7x runs a collective offloaded to the SparseCore
+        as one: ``call-start(...), async_execution_thread="sparsecore", to_apply=%comp`` whose
+        computation holds the collective). One wrapping a collective is that collective, async
+        from start to done; one wrapping other work is compute."""
         op = ins.opcode
-        if op == "async-start":
-            inner = [c for name in ins.called("calls") for c in self._collectives_in(name)]
+        if op in ("async-start", "call-start"):
+            called = ins.called("calls") or ins.called("to_apply")
+            inner = [c for name in called for c in self._collectives_in(name)]
             if not inner:
                 self._add_compute(ins, comp, count)
                 return
@@ -615,7 +627,7 @@ class _Walker:
             start = ins.operands[0] if ins.operands else ""
             if start not in self.pending:
                 return  # an async wrapper of non-collective work
-            if op == "async-update":
+            if op in ("async-update", "call-update"):
                 self.pending[ins.name] = self.pending.pop(start)
             else:
                 self._close(start, ins)
@@ -808,7 +820,7 @@ def evidence_from_compiled(compiled: Any, *, target: "Target", mesh: Any, compil
     ev = evidence_from_hlo_module(module, target=tgt.name, mesh_axes=dict(mesh.shape),
                                   device_order=order, clock_hz=tgt.chip.clock_hz,
                                   fidelity=fidelity, generation=tgt.generation)
-    hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
+    hbm = tgt.chip.device_hbm_bytes
     ev.memory = memory_use(compiled, hbm)
     ev.flops, ev.bytes_accessed, ev.optimal_seconds = _cost(compiled)
     ev.compile_s = float(compile_s)

@@ -217,7 +217,7 @@ def _child_failure(code: int, err_path: str, out_path: str) -> str:
 
 def _evidence(text: str, target: Any, mesh_axes: dict[str, int], device_order: Sequence[int],
               mem: int | None) -> Evidence:
-    hbm = target.chip.hbm_bytes // target.chip.devices_per_chip
+    hbm = target.chip.device_hbm_bytes
     ev = evidence_from_hlo_text(text, target=target.name, mesh_axes=dict(mesh_axes),
                                 device_order=[int(d) for d in device_order],
                                 clock_hz=target.chip.clock_hz, fidelity=FIDELITY,

@@ -158,6 +158,9 @@ class Computation:
     instructions: list[Instruction]
     is_entry: bool = False
     line_no: int = 0
+    # the thread it runs on when not the main one: libtpu on TPU7x offloads collectives to the
+    # SparseCore, closing such a computation with ``}, execution_thread="sparsecore"``
+    execution_thread: str = ""
 
     def __post_init__(self) -> None:
         self.by_name = {i.name: i for i in self.instructions}
@@ -420,6 +423,18 @@ def _parse_instruction(line: str, comp: str, index: int, line_no: int) -> Instru
                        operand_text=operand_text)
 
 
+_CLOSING_THREAD = re.compile(r'\},\s*execution_thread="([^"]*)"')
+
+
+def _closing_thread(s: str) -> str | None:
+    """The execution thread a computation's closing line names: "" for a bare ``}``, the thread
+    of ``}, execution_thread="sparsecore"``; None when ``s`` does not close a computation."""
+    if s == "}":
+        return ""
+    m = _CLOSING_THREAD.fullmatch(s)
+    return m.group(1) if m else None
+
+
 def parse_hlo_module(text: str) -> HloModule:
     """Parse the text of an HLO module (``compiled.as_text()``)."""
     lines = text.splitlines()
@@ -444,9 +459,10 @@ def parse_hlo_module(text: str) -> HloModule:
             cur_instrs.append(_parse_instruction(s, cur[0], len(cur_instrs), ln_at))
             continue
         if cur is not None:
-            if s == "}":
+            thread = _closing_thread(s)
+            if thread is not None:
                 cname, is_entry, cline = cur
-                computations[cname] = Computation(cname, cur_instrs, is_entry, cline)
+                computations[cname] = Computation(cname, cur_instrs, is_entry, cline, thread)
                 if is_entry:
                     entry = cname
                 cur, cur_instrs = None, []

@@ -107,7 +107,7 @@ class Network(LinkGraph):
         c = target.chip
         return cls(target.shape, target.wrap, c.link_bandwidth_Bps, c.hop_latency_s,
                    device_coords=target.device_coords(), name=target.name,
-                   peak_flops=c.peak_bf16_flops, hbm_bandwidth_Bps=c.hbm_bandwidth_Bps)
+                   peak_flops=c.device_peak_flops, hbm_bandwidth_Bps=c.device_hbm_bandwidth_Bps)
 
     def _neighbor(self, c: tuple[int, ...], axis: int, d: int) -> tuple[int, ...] | None:
         n = self.shape[axis]

@@ -72,8 +72,9 @@ class SwitchedNetwork(LinkGraph):
     def from_target(cls, target) -> "SwitchedNetwork":
         """The network of a GPU `Target` (its `Fabric`)."""
         c = target.chip
-        return cls(target.fabric, name=target.name, hop_latency_s=c.hop_latency_s, peak_flops=c.peak_bf16_flops,
-                   hbm_bandwidth_Bps=c.hbm_bandwidth_Bps, generation=c.generation)
+        return cls(target.fabric, name=target.name, hop_latency_s=c.hop_latency_s,
+                   peak_flops=c.device_peak_flops, hbm_bandwidth_Bps=c.device_hbm_bandwidth_Bps,
+                   generation=c.generation)
 
     @property
     def num_nodes(self) -> int:

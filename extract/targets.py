@@ -2,7 +2,8 @@
 
 Families (``aoizora.extract.hardware``):
 
-- TPU slices (``hardware.tpu``): ``v5e:2x4`` / ``v5e-8`` / ``v5litepod-8`` / ``v5p-8`` ...;
+- TPU slices (``hardware.tpu``): ``v5e:2x4`` / ``v5e-8`` / ``v5litepod-8`` / ``v5p-8`` /
+  ``v7x-8`` ...;
 - GPU boxes and clusters (``hardware.gpu``): ``h100-8``, ``a100-8``, ``l40-8``, ``h100-16``;
 - a user's own GPU box (``hardware.topology_files``): ``topo:FILE`` or a path to a file holding
   ``nvidia-smi topo -m`` output or NCCL's topology XML (``NCCL_TOPO_DUMP_FILE``).

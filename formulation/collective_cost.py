@@ -140,7 +140,9 @@ def default_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
         groups = np.moveaxis(chips, i, -1).reshape(-1, n)
         loads = sum(ring_link_bytes(net, [int(c) for c in g], "all-gather", V) for g in groups)
         beta[name] = float(net.link_time_s(loads).max()) / ((n - 1) / n * V)
-        hops = max(int(net.hops[a, b]) for g in groups for a in g for b in g if a != b)
+        # an axis over the two devices of one chip (v4, v7x) crosses no link: 0 hops
+        hops = max((int(net.hops[a, b]) for g in groups for a in g for b in g if a != b),
+                   default=0)
         alpha[name] = (n - 1) * hops * float(net.hop_latency_s)
     permute = ({} if getattr(target, "fabric", None) is not None else
                {name: {"collective-permute": 1.0 / float(target.chip.link_bandwidth_Bps)}

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 
-LANES = 128          # vector lanes per vreg (TPU v4-v6e; jax TpuInfo num_lanes)
+LANES = 128          # vector lanes per vreg (TPU v4-v7x; jax TpuInfo num_lanes)
 VREG_ELEMS = 8 * 128  # 32-bit elements per vreg: 8 sublanes x 128 lanes (jax TpuInfo)
 # Vector-unit ops per element, counted in the splash forward kernel body (jax 0.10.2
 # jax/experimental/pallas/ops/tpu/splash_attention/splash_attention_kernel.py, flash_attention_
@@ -60,15 +60,19 @@ ACC_OPS = 2
 # Vreg-wide vector ops issued per cycle: 1 assumed (not documented publicly for v4-v6e).
 VPU_OPS_PER_CYCLE = 1
 
-# The MXU is a systolic array of MXU_SIDE x MXU_SIDE MACs: 128 on v4/v5e/v5p, 256 on v6e
+# The MXU is a systolic array of MXU_SIDE x MXU_SIDE MACs: 128 on v4/v5e/v5p, 256 on v6e and v7x
 # (jax 0.10.2 jax/_src/pallas/mosaic/tpu_info.py: mxu_column_size MXU_COLUMN_SIZE_GEN_LT_6 = 128,
-# MXU_COLUMN_SIZE_GEN_GE_6 = 256; Cloud TPU docs: v6e "256x256 MXU").
-MXU_SIDE = {"v4": 128, "v5e": 128, "v5p": 128, "v6e": 256}
+# MXU_COLUMN_SIZE_GEN_GE_6 = 256, TPU_7X mxu_column_size=256; Cloud TPU docs: v6e "256x256 MXU").
+MXU_SIDE = {"v4": 128, "v5e": 128, "v5p": 128, "v6e": 256, "v7x": 256}
 
 # Scoped VMEM limit a Pallas kernel gets unless it asks for more (bytes). v5e: observed with
 # libtpu 0.0.42.1 ("limit 16.00M" in its CompileTimeScopedVmemOom message). v6e: observed too
-# ("limit 32.00M", a splash ring kernel on v6e:2x4). v4 / v5p: 16 MiB assumed, unverified. The compiler's verdict decides in any case.
-SCOPED_VMEM_BYTES = {"v4": 16 << 20, "v5e": 16 << 20, "v5p": 16 << 20, "v6e": 32 << 20}
+# ("limit 32.00M", a splash ring kernel on v6e:2x4). v7x: observed too ("limit 32.00M", a splash
+# forward with blocks 2048 x 4096 on v7x:2x2x1, heads split 8 ways; the VMEM itself is 64.00M,
+# "Used 74.00M of 64.00M vmem" at 4096 x 4096). v4 / v5p: 16 MiB assumed, unverified. The
+# compiler's verdict decides in any case.
+SCOPED_VMEM_BYTES = {"v4": 16 << 20, "v5e": 16 << 20, "v5p": 16 << 20, "v6e": 32 << 20,
+                     "v7x": 32 << 20}
 
 # Fixed cost of one Pallas TPU grid step (seconds): about 0.35 us, the figure the JAX Pallas TPU
 # documentation gives for the per-iteration overhead of a pipelined pallas_call.
@@ -138,8 +142,9 @@ class KernelChip:
 
 def kernel_chip(generation: str, peak_flops: float, hbm_Bps: float,
                 clock_hz: float) -> KernelChip:
-    """The KernelChip of a TPU generation ("v5e", "v6e", "v5p", "v4") with the caller's peak
-    FLOP/s, HBM bandwidth (per core) and TensorCore clock."""
+    """The KernelChip of a TPU generation ("v5e", "v6e", "v5p", "v4", "v7x") with the caller's
+    peak FLOP/s, HBM bandwidth (per device: ``ChipSpec.device_peak_flops`` /
+    ``device_hbm_bandwidth_Bps``) and TensorCore clock."""
     if generation not in MXU_SIDE:
         raise KernelModelError(f"no kernel model for TPU generation {generation!r}; known: "
                                f"{', '.join(MXU_SIDE)}")

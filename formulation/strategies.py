@@ -108,7 +108,10 @@ class Hardware:
 
     @classmethod
     def from_chip(cls, chip) -> "Hardware":
-        return cls(float(chip.peak_bf16_flops), float(chip.hbm_bandwidth_Bps), int(chip.hbm_bytes),
+        """One device's numbers of ``chip`` (a ``ChipSpec``: its figures split over the devices
+        a chip shows as)."""
+        return cls(float(chip.device_peak_flops), float(chip.device_hbm_bandwidth_Bps),
+                   int(chip.device_hbm_bytes),
                    str(getattr(chip, "generation", "") or ""), float(getattr(chip, "clock_hz", 0.0)))
 
     def kernel_chip(self):

@@ -241,7 +241,8 @@ class PlacementRun:
 class ModelPlan:
     """Whether the CP-SAT model is built: ``variables`` its estimated size; ``fallback`` over
     ``max_model_variables``; ``no_time`` its build and least solve do not fit in what the warm
-    start leaves of the limit."""
+    start leaves of the limit. With several devices per chip (v4, v7x) the model does not
+    apply (``formulation.placement_cpsat``): the heuristic path."""
     one_per_chip: bool
     variables: int
     fallback: bool
@@ -253,7 +254,7 @@ class ModelPlan:
 
     @property
     def heuristic(self) -> bool:
-        return self.fallback or self.no_time
+        return self.fallback or self.no_time or not self.one_per_chip
 
 
 def model_plan(run: PlacementRun) -> ModelPlan:
@@ -347,10 +348,15 @@ def incumbent_stage(run: PlacementRun, hint: Sequence[int] | None, plan: ModelPl
 
 def heuristic_stage(run: PlacementRun, inc: Incumbent, plan: ModelPlan,
                     analytic: StageBound) -> StageAnswer:
-    """Stage 3 (no CP-SAT model: too large, or no time to build it): annealing over swaps from
-    the incumbent for the rest of the limit; the bound is the analytic one."""
+    """Stage 3 (no CP-SAT model: too large, no time to build it, or several devices per chip):
+    annealing over swaps from the incumbent for the rest of the limit; the bound is the analytic
+    one."""
     detail, o = run.detail, run.options
-    if plan.fallback:
+    if not plan.one_per_chip:
+        detail["method"] = "axis orders + annealing (several devices per chip)"
+        why = (f"{run.network.num_devices} devices on {run.network.num_chips} chips: the CP-SAT "
+               f"model places one device per chip")
+    elif plan.fallback:
         detail["method"] = "axis orders + annealing (heuristic fallback)"
         why = (f"the CP-SAT model would have ~{plan.variables:,} variables "
                f"(> {o.max_model_variables:,})")

@@ -50,6 +50,23 @@ def test_the_report_bounds_a_step_by_the_run_and_differences_pairs():
            "git": {"git_commit": "abc"}, "cases": rows, "pairs": [list(PAIRS[0])]}
     md = "\n".join(report(doc))
     assert CASES[0].step_bound_s == 285.56 / 40
-    assert "| 7,139 | 9,000 | 6,000 | no | yes |" in md      # flash: Q2 over, sim within
+    assert "| <= 7,139 | 9,000 | 6,000 | over by 26.1% | within |" in md   # flash: Q2 over, sim within
     meas = (CASES[1].step_bound_s - CASES[0].step_bound_s) * 1e3
     assert f"| {meas:+,.0f} | +1,000 | +1,000 |" in md
+
+
+def test_a_measured_denoising_step_is_compared_as_a_measurement_not_a_bound():
+    v7x = next(c for c in CASES if c.target == "v7x-8")
+    assert v7x.denoise_only and v7x.step_bound_s == 3.10
+    assert dict(v7x.options)["xla_tpu_scoped_vmem_limit_kib"] == 65536
+    row = {"name": v7x.name, "expert": v7x.expert, "hardware": v7x.hardware,
+           "rebuilt_as": v7x.rebuilt_as, "source": v7x.source, "configuration": v7x.configuration,
+           "step_bound_s": v7x.step_bound_s, "denoise_only": True,
+           "q2": {"step_s": 3.41, "compute_attention_s": 2.0, "compute_other_s": 1.0,
+                  "communication_s": 0.41},
+           "sim": {"step_s": 2.79, "communication_s": 0.1, "compute_by_kind": {},
+                   "collectives": {}}}
+    doc = {"machine": {"cpus": 2, "cpu": "x", "jax": "0", "date": "d"},
+           "git": {"git_commit": "abc"}, "cases": [row], "pairs": []}
+    md = "\n".join(report(doc))
+    assert "| 3,100 | 3,410 | 2,790 | +10.0% | -10.0% |" in md

@@ -102,7 +102,8 @@ def tiled_layout(layout: Layout, shapes: dict[str, AttentionShape], target: Targ
     if tgt.family != "tpu":
         return layout, {}
     # the same chip numbers Q2's network carries (``extract.network.Network.from_target``)
-    chip = kernel_chip(tgt.chip.generation, tgt.chip.peak_bf16_flops, tgt.chip.hbm_bandwidth_Bps,
+    chip = kernel_chip(tgt.chip.generation, tgt.chip.device_peak_flops,
+                       tgt.chip.device_hbm_bandwidth_Bps,
                        tgt.chip.clock_hz)
     attention = dict(layout.attention)
     chosen: dict[str, Any] = {}

@@ -396,7 +396,7 @@ def expert_layouts(model, workload, target: Target, *, dtype=jnp.bfloat16,
     wl = model.workload(workload) if isinstance(workload, str) else workload
     tgt = target
     n = tgt.num_devices
-    hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
+    hbm = tgt.chip.device_hbm_bytes
     out = []
     for name in EXPERTS:
         unit = "chips" if tgt.chip.devices_per_chip == 1 else "devices"

@@ -402,7 +402,7 @@ def training_expert(name: str, model, workload, target, batch: int = 1,
     wl = train_workload(m, workload, batch)
     tgt = target
     n = tgt.num_devices
-    hbm = tgt.chip.hbm_bytes // tgt.chip.devices_per_chip
+    hbm = tgt.chip.device_hbm_bytes
     block = SPLASH_BLOCK if wl.tokens >= SPLASH_BLOCK * n else 16
     ex = build(name, m, wl, n, batch, block, remat)
     if ex.valid:

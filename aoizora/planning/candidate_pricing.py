@@ -173,7 +173,8 @@ def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
     res = choose(ev, network, res, cands, names=names,
                  time_limit_s=budget.share_s("step_choice", asked))
     c = res.certificate
-    progress.solver("placement CP-SAT", c.status, c.objective, c.bound)
+    how = "CP-SAT" if c.solver.startswith("CP-SAT") else c.solver   # e.g. annealing (v4, v7x)
+    progress.solver(f"placement {how}", c.status, c.objective, c.bound)
     cand.q2_default = predict_step(ev, order, network)
     if res.placement is None:
         cand.placement, cand.placement_cert, cand.q2 = order, c, cand.q2_default

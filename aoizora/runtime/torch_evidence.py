@@ -169,8 +169,8 @@ def _evidence(ep, layout: Layout, target) -> Evidence:
     hopper = _is_hopper(target)
 
     def attention_seconds(b, h, s, t, d):
-        return flash_attention_seconds(b, h, s, t, d, chip.peak_bf16_flops,
-                                       chip.hbm_bandwidth_Bps, hopper=hopper)
+        return flash_attention_seconds(b, h, s, t, d, chip.device_peak_flops,
+                                       chip.device_hbm_bandwidth_Bps, hopper=hopper)
 
     quiet = logging.getLogger("torch.distributed.tensor._redistribute")
     level = quiet.level
@@ -192,7 +192,7 @@ def _run(ep, layout: Layout, target, trace: list, attention_seconds, n: int) -> 
         groups = group_dims(trace, layout.mesh_axes)
         out_bytes = sum(o._local_tensor.numel() * o._local_tensor.element_size()
                         for o in outs if hasattr(o, "_local_tensor"))
-    hbm = int(chip.hbm_bytes)
+    hbm = int(chip.device_hbm_bytes)
     memory = MemoryUse(argument_bytes=runner.argument_bytes, output_bytes=int(out_bytes),
                        temp_bytes=max(int(runner.peak_live_bytes) - int(out_bytes), 0),
                        hbm_bytes=hbm)

@@ -5,9 +5,16 @@ planner's cost models, so it restates every number it uses here, with where it c
 shares none of the planner's calibrations. Units: FLOP/s, bytes/s, Hz, seconds, elements.
 
 Sources
-- [cloud]  Google Cloud TPU documentation, "TPU v5e", "TPU v5p", "TPU v6e (Trillium)" system
-  architecture pages (cloud.google.com/tpu/docs/v5e, /v5p, /v6e): peak bf16 FLOP/s per chip, HBM
-  bandwidth per chip, TensorCores per chip.
+- [cloud]  Google Cloud TPU documentation, "TPU v5e", "TPU v5p", "TPU v6e (Trillium)", "TPU7x
+  (Ironwood)" system architecture pages (cloud.google.com/tpu/docs/v5e, /v5p, /v6e,
+  docs.cloud.google.com/tpu/docs/tpu7x): peak bf16 FLOP/s per chip, HBM bandwidth per chip,
+  TensorCores per chip, bidirectional ICI bandwidth per chip (TPU7x: 1,200 GB/s).
+- [libtpu] libtpu 0.0.42.1's ahead-of-time topology (jax.experimental.topologies): the devices
+  a chip shows as -- one on v5e, v6e and v5p (megacore: both v5p TensorCores are one device),
+  two on v4 and TPU7x (device ids 0 and 1 on chip (0, 0, 0), core_on_chip 0 and 1). A device
+  gets its share of the chip's peak, HBM bandwidth and cores.
+- [jax-tpu-info] jax 0.10.2 jax/_src/pallas/mosaic/tpu_info.py, ChipVersion.TPU_7X: MXU column
+  size 256, VMEM 64 MiB per TensorCore.
 - [book]   "How to Scale Your Model" (jax-ml.github.io/scaling-book), chapter "tpus": MXU sizes
   (128x128 through v5, 256x256 on v6e), the VPU as an (8, 128) array of lanes with 4 f32 ALUs per
   lane on v5 ("in v5 you can add 4 pairs of f32 values together from VREGs in each cycle"),
@@ -36,7 +43,8 @@ class ChipModel:
     name: str
     peak_bf16_flops: float      # per chip [cloud]
     hbm_Bps: float              # per chip [cloud]
-    cores: int                  # TensorCores per chip [cloud]; Pallas "parallel" grid dims split over them
+    cores: int                  # TensorCores per chip [cloud]; a Pallas "parallel" grid
+                                # dimension is split over one device's (device_cores)
     mxu_dim: int                # MXU is mxu_dim x mxu_dim [book]
     mxus_per_chip: int          # [cloud]/[book]
     vpu_f32_ops_per_cycle: int  # per core: 8 sublanes x 128 lanes x ALUs per lane [book]
@@ -47,11 +55,27 @@ class ChipModel:
     tile_rows: int = 8          # second-minor tile of a 32-bit array in memory [book]
     tile_cols: int = 128        # minor tile [book]
     host_Bps: float = 1.5e10    # PCIe to the host per chip, each way [book-pcie]
+    devices_per_chip: int = 1   # devices the compiler shards over, per chip [libtpu]
 
     @property
     def clock_hz(self) -> float:
         """[derived] peak / (2 x MXUs x mxu_dim^2)."""
         return self.peak_bf16_flops / (2 * self.mxus_per_chip * self.mxu_dim ** 2)
+
+    @property
+    def device_flops(self) -> float:
+        """Peak bf16 FLOP/s of one device: the chip's, split over its devices [libtpu]."""
+        return self.peak_bf16_flops / self.devices_per_chip
+
+    @property
+    def device_hbm_Bps(self) -> float:
+        """HBM bandwidth of one device, bytes/s: the chip's, split over its devices [libtpu]."""
+        return self.hbm_Bps / self.devices_per_chip
+
+    @property
+    def device_cores(self) -> int:
+        """TensorCores one device drives (v5p megacore: 2; v4, TPU7x: 1 each)."""
+        return max(1, self.cores // self.devices_per_chip)
 
     @property
     def core_flops(self) -> float:
@@ -74,8 +98,17 @@ CHIPS: dict[str, ChipModel] = {
     # v6e: 918 TFLOP/s, 1,640 GB/s, 1 TensorCore, MXUs of 256x256 [cloud, book]
     "v6e": ChipModel("v6e", 9.18e14, 1.64e12, 1, 256, 4, 8 * 128 * 4, _EUP, link_Bps=9e10,
                      host_Bps=3.2e10),
-    # v4: 275 TFLOP/s, 1,228 GB/s, 2 TensorCores (megacore), 4 MXUs of 128x128 each [cloud, book]
-    "v4": ChipModel("v4", 2.75e14, 1.228e12, 2, 128, 8, 8 * 128 * 2, _EUP),
+    # v4: 275 TFLOP/s, 1,228 GB/s, 2 TensorCores, 4 MXUs of 128x128 each [cloud, book]; libtpu
+    # shows each TensorCore as a device [libtpu]
+    "v4": ChipModel("v4", 2.75e14, 1.228e12, 2, 128, 8, 8 * 128 * 2, _EUP, devices_per_chip=2),
+    # v7x (TPU7x, Ironwood): 2,307 TFLOP/s, 7,380 GB/s, 2 TensorCores [cloud], each its own device
+    # [libtpu]; 256x256 MXUs, 64 MiB VMEM per core [jax-tpu-info]; 4 MXUs per core [assumed: as
+    # v6e, no public count; it sets the derived clock, 2.2 GHz; libtpu's cycle estimate of a
+    # large matmul, 420k FLOP/cycle per core, rules out 2]; one ICI link one way
+    # 1.2e12 / 6 links / 2 directions = 1e11 B/s [cloud, assumed 6 links as on v5p's 3D torus];
+    # PCIe 3.2e10 B/s [assumed: as v6e, no public figure]
+    "v7x": ChipModel("v7x", 2.307e15, 7.38e12, 2, 256, 8, 8 * 128 * 4, _EUP,
+                     vmem_bytes=64 * 2**20, link_Bps=1e11, host_Bps=3.2e10, devices_per_chip=2),
 }
 
 # Per grid step of a Pallas TPU kernel: the fixed cost of one iteration of the kernel's pipelined
@@ -119,7 +152,8 @@ SPLASH_PARTIAL_BLOCKS_PER_ROW = 2
 
 
 def chip_model(generation: str) -> ChipModel:
-    """The ChipModel of a generation name ("v5e", "v5p", "v6e", "v4"); ValueError otherwise."""
+    """The ChipModel of a generation name ("v5e", "v5p", "v6e", "v4", "v7x"); ValueError
+    otherwise."""
     g = str(generation).lower()
     if g not in CHIPS:
         raise ValueError(f"no simulator constants for TPU generation {generation!r}; "

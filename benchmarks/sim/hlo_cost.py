@@ -53,7 +53,9 @@ _NOT_COMPUTE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"
                 "ragged-all-to-all", "send", "recv", "opt-barrier", "add-dependency", "domain"}
 _NO_COST_CALLS = {"AllocateBuffer", "ConcatBitcast", "AsyncCollectiveStart", "AsyncCollectiveDone",
                   "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
-                  "MoveToDevice", "annotate_device_placement"}
+                  "MoveToDevice", "annotate_device_placement",
+                  # TPU7x: the bookkeeping around a call offloaded to the SparseCore
+                  "PrepareAsyncCallStart", "PrepareAsyncCallDone"}
 
 
 def _mnk(ins: Any, comp: Any) -> tuple[int, int, int]:
@@ -196,9 +198,9 @@ class HloCoster:
         else:
             mx, vp, eu = 0.0, 0.0, 0.0
         ch = self.chip
-        clock = ch.clock_hz * ch.cores
-        t = {"mxu": mx / (ch.peak_bf16_flops * XLA_MXU_EFFICIENCY),
-             "hbm": self._bytes(ins, comp) / ch.hbm_Bps,
+        clock = ch.clock_hz * ch.device_cores
+        t = {"mxu": mx / (ch.device_flops * XLA_MXU_EFFICIENCY),
+             "hbm": self._bytes(ins, comp) / ch.device_hbm_Bps,
              "vpu": vp / (ch.vpu_f32_ops_per_cycle * clock),
              "eup": eu / (ch.eup_ops_per_cycle * clock)}
         bound = max(t, key=t.get)
@@ -208,12 +210,12 @@ class HloCoster:
         if ins.custom_call_target in _NO_COST_CALLS:
             return 0.0
         if ins.custom_call_target != "tpu_custom_call":
-            return OP_LAUNCH_S + self._bytes(ins, comp) / self.chip.hbm_Bps
+            return OP_LAUNCH_S + self._bytes(ins, comp) / self.chip.device_hbm_Bps
         try:
             k = parse_kernel(ins)
         except MosaicError as e:
             self.notes.append(f"{e}: priced on its bytes")
-            return OP_LAUNCH_S + self._bytes(ins, comp) / self.chip.hbm_Bps
+            return OP_LAUNCH_S + self._bytes(ins, comp) / self.chip.device_hbm_Bps
         self.notes.extend(n for n in k.notes if n not in self.notes)
         if "splash_mha_fwd" in k.name:
             got = self._splash(ins, comp, k)
@@ -225,7 +227,8 @@ class HloCoster:
             dma_bytes=sum(w.bytes * w.copies(k.grid) for w in k.windows
                           if w.memory_space == "vmem") / k.steps,
             first_bytes=sum(w.bytes for w in k.windows if w.memory_space == "vmem"))
-        split = bool(k.parallel) and k.parallel[0] and k.grid and k.grid[0] % self.chip.cores == 0
+        split = (bool(k.parallel) and k.parallel[0] and k.grid
+                 and k.grid[0] % self.chip.device_cores == 0)
         return kernel_time(self.chip, k.steps, work, bool(split)).seconds
 
     def _splash(self, ins: Any, comp: Any, k: Any) -> float | None:

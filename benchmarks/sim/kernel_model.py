@@ -1,13 +1,13 @@
 """Time of a gridded TPU kernel (Pallas / Mosaic), step by step, and of splash attention.
 
 A Pallas TPU kernel runs its body once per grid point, in row-major order, on one TensorCore
-(grid dimensions marked "parallel" are split over the chip's cores). Each step, the pipeline
-copies in the blocks whose block index changed since the previous step (double-buffered, so
-the copy overlaps the previous step's compute) and copies out the output blocks whose index is
-about to change. Within a step the body is one dependent chain (attention: S = q k^T, then the
-softmax on S, then P v), so its MXU, VPU and EUP work are added, not overlapped (an upper
-bound: the core's scheduler may overlap independent rows of the chain); only the DMA of the
-next step overlaps it. So one step costs
+(grid dimensions marked "parallel" are split over the cores of one device: a v5p megacore's two;
+a v4 or TPU7x device is one core). Each step, the pipeline copies in the blocks whose block
+index changed since the previous step (double-buffered, so the copy overlaps the previous step's
+compute) and copies out the output blocks whose index is about to change. Within a step the body
+is one dependent chain (attention: S = q k^T, then the softmax on S, then P v), so its MXU, VPU
+and EUP work are added, not overlapped (an upper bound: the core's scheduler may overlap
+independent rows of the chain); only the DMA of the next step overlaps it. So one step costs
 
     t_step = max(t_mxu + t_vpu + t_eup, t_dma) + GRID_STEP_OVERHEAD_S
     t_mxu  = padded matmul FLOPs / core peak          (dims padded to the MXU: K, N to mxu_dim)
@@ -80,7 +80,8 @@ def kernel_time(chip: ChipModel, steps: int, work: StepWork, parallel_split: boo
     if max(body, parts["dma"]) < GRID_STEP_OVERHEAD_S:
         bound = "overhead"
     step_s = max(body, parts["dma"]) + GRID_STEP_OVERHEAD_S
-    per_core = steps / chip.cores if parallel_split and chip.cores > 1 else float(steps)
+    cores = chip.device_cores
+    per_core = steps / cores if parallel_split and cores > 1 else float(steps)
     total = OP_LAUNCH_S + work.first_bytes / chip.core_hbm_Bps + per_core * step_s
     return KernelTime(total, int(steps), per_core, step_s, bound)
 

@@ -29,12 +29,16 @@ class TargetError(ValueError):
 class ChipSpec:
     """Per-chip numbers. Units: FLOP/s, bytes, bytes/s, seconds, Hz.
 
+    A chip may show as several devices (``devices_per_chip``: 2 on v4 and v7x); whatever prices
+    one device reads ``device_peak_flops``, ``device_hbm_bandwidth_Bps`` and
+    ``device_hbm_bytes``, never the per-chip figures.
+
     For a GPU, ``links_per_chip`` counts NVLink links (0 on a PCIe-only GPU) and
     ``link_bandwidth_Bps`` is the GPU's one-way bandwidth into its fastest fabric (all NVLinks
     together, or its PCIe slot); ``torus_dims`` is the number of hierarchy levels and nothing
     wraps (``wrap_period`` 0)."""
 
-    generation: str            # "v5e", "v6e", "v5p", "v4", "h100", "a100", "l40"
+    generation: str            # "v5e", "v6e", "v5p", "v4", "v7x", "h100", "a100", "l40"
     device_kind: str           # what jax reports, e.g. "TPU v5 lite", "NVIDIA H100 80GB HBM3"
     peak_bf16_flops: float     # FLOP/s, dense (datasheet)
     hbm_bytes: int             # device memory per chip
@@ -45,9 +49,26 @@ class ChipSpec:
     clock_hz: float            # core clock (TPU: derived from the peak; GPU: boost clock)
     torus_dims: int            # axes of `Target.shape`
     wrap_period: int           # an axis wraps when its length is a multiple of this ... (wraps())
-    wrap_only_full: bool       # ... v5e/v6e: only the full 16-chip axis wraps; v5p/v4: multiples of 4
+    wrap_only_full: bool       # ... v5e/v6e: only the full 16-chip axis wraps; v5p/v4/v7x:
+                               # multiples of 4
     devices_per_chip: int = 1
     family: str = "tpu"        # "tpu" or "gpu"
+
+    @property
+    def device_peak_flops(self) -> float:
+        """Peak bf16 FLOP/s of one device (what the compiler shards over): the chip's figure
+        split over ``devices_per_chip`` (libtpu shows v4 and v7x chips as two devices)."""
+        return self.peak_bf16_flops / self.devices_per_chip
+
+    @property
+    def device_hbm_bandwidth_Bps(self) -> float:
+        """HBM bandwidth of one device, bytes/s (the chip's, split over its devices)."""
+        return self.hbm_bandwidth_Bps / self.devices_per_chip
+
+    @property
+    def device_hbm_bytes(self) -> int:
+        """HBM of one device, bytes (the chip's, split over its devices)."""
+        return self.hbm_bytes // self.devices_per_chip
 
     def wraps(self, axis_len: int) -> bool:
         """Whether an axis of `axis_len` chips has a wraparound link (never for GPUs)."""
@@ -131,8 +152,8 @@ class Target:
 
     @property
     def short_name(self) -> str:
-        """The chip-count spelling (v5e-8), the Cloud type for v5p/v4 (v5p-8 = 4 chips), or the
-        GPU target's own name."""
+        """The chip-count spelling (v5e-8), the Cloud type for v5p/v4/v7x (v5p-8, v7x-8 = 4
+        chips), or the GPU target's own name."""
         if self.family != "tpu":
             return self.name
         if self.chip.torus_dims == 2:
@@ -145,7 +166,8 @@ class Target:
         row = {
             "name": self.short_name, "canonical": self.name, "family": self.family,
             "generation": self.generation, "device_kind": c.device_kind, "chips": self.chips,
-            "devices": self.num_devices, "shape": list(self.shape), "wrap": list(self.wrap),
+            "devices": self.num_devices, "devices_per_chip": c.devices_per_chip,
+            "shape": list(self.shape), "wrap": list(self.wrap),
             "peak_bf16_flops": c.peak_bf16_flops, "hbm_bytes": c.hbm_bytes,
             "hbm_bandwidth_Bps": c.hbm_bandwidth_Bps, "links_per_chip": c.links_per_chip,
             "link_bandwidth_Bps": c.link_bandwidth_Bps, "hop_latency_s": c.hop_latency_s,

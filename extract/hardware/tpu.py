@@ -2,10 +2,15 @@
 
 A TPU target is one slice, named in any of three spellings:
 
-- the unambiguous form ``GEN:SHAPE`` -- ``v5e:2x4``, ``v6e:4x4``, ``v5p:2x2x1``, ``v4:2x2x2``;
+- the unambiguous form ``GEN:SHAPE`` -- ``v5e:2x4``, ``v6e:4x4``, ``v5p:2x2x1``, ``v4:2x2x2``,
+  ``v7x:2x2x1``;
 - the chip-count form users know -- ``v5e-8``, ``v6e-16``, ... ``v5e-256`` (v5e / v6e count chips);
-- Google Cloud accelerator types -- ``v5litepod-8``, ``v6e-8``, ``v5p-8``, ``v4-8`` (v5p and v4 count
-  TensorCores, two per chip, so ``v5p-8`` is 4 chips).
+- Google Cloud accelerator types -- ``v5litepod-8``, ``v6e-8``, ``v5p-8``, ``v4-8``, ``v7x-8`` /
+  ``tpu7x-8`` (v5p, v4 and v7x count TensorCores, two per chip, so ``v5p-8`` and ``v7x-8`` are
+  4 chips).
+
+libtpu names TPU7x slices ``TPU7x:2x2x1`` (it refuses ``v7x:...``); the canonical name here stays
+``v7x:2x2x1`` and ``_LIBTPU_GEN`` translates it when asking libtpu for the devices.
 
 Chip numbers come from the Google Cloud TPU docs and the JAX scaling book
 (``shared/facts/tpu.md``); the devices with their physical coordinates come from libtpu's
@@ -39,6 +44,19 @@ CHIPS: dict[str, ChipSpec] = {
     # v4: 275 TFLOP/s per chip = 8 MXUs x 128x128 x 2 x 1.05 GHz; libtpu shows two devices per chip.
     "v4": ChipSpec("v4", "TPU v4", 2.75e14, int(32e9), 1.2e12, 6, 4.5e10, 1e-6,
                    1.05e9, 3, 4, False, devices_per_chip=2),
+    # v7x (Ironwood, "TPU7x"), per chip, https://docs.cloud.google.com/tpu/docs/tpu7x
+    # ("System architecture" table): 2,307 TFLOP/s bf16, 192 GiB HBM, 7,380 GB/s HBM bandwidth,
+    # 2 TensorCores per chip, 1,200 GB/s bidirectional ICI per chip. libtpu 0.0.42.1 shows each
+    # TensorCore as its own device (device_kind "TPU7x", core_on_chip 0 and 1): 2 per chip.
+    # [assumed] 6 ICI links per chip, a 3D torus wrapping like v5p (the page: TPU7x "shares many
+    # similarities with TPU v5p"; 9,216-chip pods), so one link one way = 1.2e12 / 6 / 2 = 1e11 B/s.
+    # [assumed] clock = 2307e12 / (8 MXUs x 256 x 256 x 2) = 2.2 GHz: 256x256 MXUs (jax 0.10.2
+    # tpu_info, TPU_7X mxu_column_size 256) and 4 per TensorCore as on v6e (no public count).
+    # libtpu 0.0.42.1 agrees: it estimates a 4096x8192x8192 bf16 matmul on one v7x device at
+    # 1,307,304 cycles = 420k FLOP/cycle, more than 2 MXUs could do (262k), 80% of 4 (524k;
+    # the same check gives 88% on v6e at 1.75 GHz and 97% on v5e at 1.5 GHz).
+    "v7x": ChipSpec("v7x", "TPU7x", 2.307e15, 192 * GiB, 7.38e12, 6, 1e11, 1e-6,
+                    2.2e9, 3, 4, False, devices_per_chip=2),
 }
 
 # Slice shapes for the chip-count spellings (shared/facts/tpu.md).
@@ -47,17 +65,20 @@ _2D_SHAPES = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8
 _3D_SHAPES = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4), 64: (4, 4, 4),
               128: (4, 4, 8), 256: (4, 8, 8), 512: (8, 8, 8)}
 _GEN_ALIASES = {"v5e": "v5e", "v5litepod": "v5e", "v5lite": "v5e", "v6e": "v6e", "v6": "v6e",
-                "v5p": "v5p", "v4": "v4"}
+                "v5p": "v5p", "v4": "v4", "v7x": "v7x", "tpu7x": "v7x"}
+# libtpu's own generation names where they differ from the canonical ones
+_LIBTPU_GEN = {"v7x": "TPU7x"}
 
-ACCEPTED_FORMS = ("v5e:2x4 | v6e:4x4 | v5p:2x2x1 | v4:2x2x2 (GEN:SHAPE), "
-                  "v5e-8 | v6e-16 (chips), v5litepod-8 | v5p-8 | v4-8 (Cloud accelerator types; "
-                  "v5p/v4 count TensorCores)")
+ACCEPTED_FORMS = ("v5e:2x4 | v6e:4x4 | v5p:2x2x1 | v4:2x2x2 | v7x:2x2x1 (GEN:SHAPE), "
+                  "v5e-8 | v6e-16 (chips), v5litepod-8 | v5p-8 | v4-8 | v7x-8 | tpu7x-8 (Cloud "
+                  "accelerator types; v5p/v4/v7x count TensorCores)")
 
 # The TPU targets `aoizora targets` lists.
 STANDARD_TARGETS = ("v5e-4", "v5e-8", "v5e-16", "v5e-32", "v5e-64", "v5e-256",
-                    "v6e-4", "v6e-8", "v6e-16", "v5p-8", "v5p-16", "v5p-128", "v4-8", "v4-16")
+                    "v6e-4", "v6e-8", "v6e-16", "v5p-8", "v5p-16", "v5p-128", "v4-8", "v4-16",
+                    "v7x-8", "v7x-16")
 
-_GEN = r"(v5e|v6e|v5p|v4|v5litepod|v5lite|v6)"
+_GEN = r"(v5e|v6e|v5p|v4|v7x|tpu7x|v5litepod|v5lite|v6)"
 
 
 def _shape_from_str(s: str) -> tuple[int, ...]:
@@ -145,12 +166,14 @@ def _topology_devices(canonical: str) -> tuple:
         check_libtpu_args()      # before libtpu reads LIBTPU_INIT_ARGS (it exits on a bad one)
     from jax.experimental import topologies
 
-    dims = [int(x) for x in canonical.split(":")[1].split("x")] + [1, 1]
+    gen, shape = canonical.split(":")
+    dims = [int(x) for x in shape.split("x")] + [1, 1]
     # a host holds up to 2x2x1 chips; a smaller slice (v5e-1) is one smaller host
     bounds = tuple(min(d, h) for d, h in zip(dims, (2, 2, 1)))
     try:
         topo = topologies.get_topology_desc(
-            platform="tpu", topology_name=canonical, chip_config_name="default",
+            platform="tpu", topology_name=f"{_LIBTPU_GEN.get(gen, gen)}:{shape}",
+            chip_config_name="default",
             chips_per_host_bounds=bounds, num_slices=1)
     except Exception as e:  # libtpu missing or the shape unknown to it
         raise TargetError(f"libtpu cannot describe {canonical}: {str(e).splitlines()[0]} "

@@ -1,0 +1,45 @@
+"""The ILP-only report's per-cell comparison with the best expert (benchmarks.ilp_only)."""
+
+import json
+
+from benchmarks import ilp_only
+
+
+def _result(date: str, mesh: dict, sim: float, q2: float) -> dict:
+    expert = {"name": "expert:cfg2_context", "mesh": {"data": 2, "context": 4},
+              "description": "CFG 2 x context 4", "q2_step_s": 0.110, "sim_step_s": 0.100,
+              "sim_compute_s": 0.080, "sim_communication_s": 0.020}
+    return {"cell": "m_480p-21f_v5e-8", "machine": {"date": date}, "sim_step_s": sim,
+            "sim_compute_s": sim - 0.001, "q2_step_s": q2,
+            "speedup_over_best_expert": 0.100 / sim,
+            "reference": {"best_expert": "cfg2_context", "source": "this run"},
+            "experts": [expert],
+            "plan": {"mesh": mesh, "layout_in_words": [
+                "dot w: rows(m0) on x [7 f.py:1 (linear)]",
+                "self-attention: sequence on x [100.1 p.py:2 (attention)]",
+                "self-attention: sequence on x [101.1 p.py:2 (attention)]"]}}
+
+
+def test_latest_run_by_date_not_by_tag_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(ilp_only, "RESULTS", tmp_path)
+    for tag, date, mesh, sim in (("zz-old", "2026-12-01 10:00 UTC", {"x": 8}, 0.125),
+                                 ("aa-new", "2026-12-06 10:00 UTC", {"x": 4, "y": 2}, 0.095)):
+        (tmp_path / tag).mkdir()
+        (tmp_path / tag / "cell.json").write_text(json.dumps(_result(date, mesh, sim, 0.105)))
+    lines = ilp_only.differences(["aa-new", "zz-old"])
+    rows = [ln for ln in lines if ln.startswith("| m_480p")]
+    assert len(rows) == 1
+    row = rows[0]
+    assert "| aa-new | 4x2: self-attention: sequence on x |" in row   # one phrase per decision
+    assert "cfg2_context 2x4: CFG 2 x context 4" in row
+    assert "| 105.0 / 110.0 | ILP |" in row
+    assert row.endswith("| 1.053 |")
+
+
+def test_no_section_without_runs_priced_with_experts(tmp_path, monkeypatch):
+    monkeypatch.setattr(ilp_only, "RESULTS", tmp_path)
+    (tmp_path / "t").mkdir()
+    d = _result("2026-12-06", {"x": 8}, 0.1, 0.1)
+    d["reference"]["source"] = "grid"
+    (tmp_path / "t" / "cell.json").write_text(json.dumps(d))
+    assert ilp_only.differences(["t"]) == []
