@@ -1,8 +1,8 @@
 """Where the planner's compiles run: in-process, in local worker processes, or as Ray tasks.
 
 A compile job is a picklable callable that returns the evidence (``candidate_pricing.
-compile_job``: a partial of ``compile_layout`` with the program, the layout, the device order and
-the evidence cache). ``CompileQueue`` (``aoizora.planning.compile_queue``) runs up to ``slots`` of them at
+compile_job``: a ``CompileJob``, ``compile_layout`` with the program, the layout, the device order
+and the evidence cache). ``CompileQueue`` (``aoizora.planning.compile_queue``) runs up to ``slots`` of them at
 once, each through ``run(job)``, which blocks until the job's evidence is back:
 
 - ``InlineWorkers``: one slot, the job runs on the queue's own thread (the behaviour before
