@@ -94,7 +94,7 @@ class EarlyEvidence:
 def early_evidence(compile_job: Callable[[], Any], target: Any, mesh_axes: dict[str, int],
                    device_order: Sequence[int], *, timeout_s: float = 600.0,
                    keep_dump: "str | os.PathLike[str] | None" = None,
-                   poll_s: float = 0.02) -> EarlyEvidence:
+                   poll_s: float = 0.02, cancel: Any = None) -> EarlyEvidence:
     """The early evidence of a compile (module docstring): ``compile_job`` run in a child process
     with an XLA dump, the child stopped once libtpu has written the module after the HLO passes.
 
@@ -109,13 +109,15 @@ def early_evidence(compile_job: Callable[[], Any], target: Any, mesh_axes: dict[
         keep_dump: a directory to keep the dump in (``module_path`` names the module there);
             default a temporary directory, removed.
         poll_s: how often the dump directory is looked at (seconds).
+        cancel: an event (``is_set()``), e.g. a ``threading.Event``: once set, the wait stops,
+            the child is killed and the work directory removed (``EarlyEvidenceError``).
     Returns:
         ``EarlyEvidence``: the partial evidence (``compile_s``: ``seconds``) and its timings.
     Raises:
         EarlyEvidenceError: a target that is not a TPU, libtpu unavailable in the child, the
             child failed before the module (e.g. a lowering error: its one line), finished
             without one (e.g. out of HBM before buffer assignment), compiled more than one
-            program, or the timeout passed.
+            program, the timeout passed, or ``cancel`` was set.
         compiled_evidence.EvidenceError: the module holds something the reader cannot price.
     """
     if getattr(target, "family", "tpu") != "tpu":
@@ -125,7 +127,7 @@ def early_evidence(compile_job: Callable[[], Any], target: Any, mesh_axes: dict[
     try:                                             # a kept dump is outside ``work``
         dump = os.fspath(keep_dump) if keep_dump is not None else os.path.join(work, "dump")
         t0, module, lowered_s, module_s, finished = _run_child(compile_job, work, dump,
-                                                               timeout_s, poll_s)
+                                                               timeout_s, poll_s, cancel)
         with open(module, encoding="utf-8") as f:
             text = f.read()
         with open(module[:-len(_MODULE)] + _REPORT, encoding="utf-8") as f:
@@ -142,7 +144,7 @@ def early_evidence(compile_job: Callable[[], Any], target: Any, mesh_axes: dict[
 
 
 def _run_child(compile_job: Callable[[], Any], work: str, dump: str, timeout_s: float,
-               poll_s: float) -> tuple[float, str, float | None, float, bool]:
+               poll_s: float, cancel: Any = None) -> tuple[float, str, float | None, float, bool]:
     """Start the child on ``compile_job`` with its dump in ``dump``, wait for the module
     (``_wait_for_module``) and kill the child (SIGKILL; it is waited for on every path);
     (start time, then what ``_wait_for_module`` returns)."""
@@ -162,7 +164,8 @@ def _run_child(compile_job: Callable[[], Any], work: str, dump: str, timeout_s: 
             [sys.executable, "-c", "from aoizora.extract.early_evidence import _child; _child()",
              blob], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
     try:
-        return (t0, *_wait_for_module(proc, dump, t0, timeout_s, poll_s, err_path, out_path))
+        return (t0, *_wait_for_module(proc, dump, t0, timeout_s, poll_s, err_path, out_path,
+                                      cancel))
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
@@ -170,13 +173,15 @@ def _run_child(compile_job: Callable[[], Any], work: str, dump: str, timeout_s: 
 
 
 def _wait_for_module(proc: subprocess.Popen, dump: str, t0: float, timeout_s: float,
-                     poll_s: float, err_path: str, out_path: str
+                     poll_s: float, err_path: str, out_path: str, cancel: Any = None
                      ) -> tuple[str, float | None, float, bool]:
     """Poll ``dump`` until one program's module and memory report are closed (``_DONE`` exists);
     (its module's path, seconds to the module before optimization, seconds to ``_DONE``, whether
-    the child had ended)."""
+    the child had ended). ``cancel`` set: EarlyEvidenceError."""
     lowered_s = None
     while True:
+        if cancel is not None and cancel.is_set():
+            raise EarlyEvidenceError("cancelled: the planner stopped")
         finished = proc.poll() is not None      # read before the directory: no race with it
         if lowered_s is None and glob.glob(os.path.join(dump, "module_*.before_optimizations.txt")):
             lowered_s = time.perf_counter() - t0

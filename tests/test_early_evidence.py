@@ -84,3 +84,17 @@ def test_q2_refuses_partial_evidence():
     assert predict_step(ev, order, net).compute_s > 0
     with pytest.raises(ValueError, match="full compile"):
         predict_step(dataclasses.replace(ev, fidelity=FIDELITY), order, net)
+
+
+def test_a_cancel_kills_the_child_and_leaves_nothing(small, tmp_path, monkeypatch):
+    """The planner's screen stops a running early compile (an interrupt): the child is killed
+    and its work directory removed."""
+    import threading
+
+    job, ex, order = small
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # where its work directory goes
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(EarlyEvidenceError, match="cancelled"):
+        early_layout_evidence(ex.fn, ex.args, job.target, ex.layout, order, cancel=cancel)
+    assert list(tmp_path.iterdir()) == []

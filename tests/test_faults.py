@@ -631,6 +631,22 @@ def test_sigint_20_s_in_leaves_a_plan_or_says_none_was_found(tmp_path):
 
 @pytest.mark.tpu_compiler
 @pytest.mark.faults
+def test_sigint_while_screening_leaves_no_early_compile_behind(tmp_path):
+    """Ctrl-C while the first layouts are screened (their compiles stopped early, each in a
+    child process): exit 130 within 5 s, no child process or temporary file left."""
+    run = tmp_path / "run"
+    run.mkdir()
+    p, lines = _plan_until("p.json", run, "screening the first seed")
+    assert p.poll() is None, "".join(lines)[-2000:]
+    p.send_signal(signal.SIGINT)
+    out, err, took = _finish(p, lines, run)
+    assert took < 5.0 and p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "stack trace" not in err
+    _nothing_left(p.pid, run)
+
+
+@pytest.mark.tpu_compiler
+@pytest.mark.faults
 def test_a_second_sigint_quits_at_once(tmp_path):
     """Ctrl-C twice while the first compile runs: the first asks the planner to stop, the
     second quits at once: one line, exit 130 within 5 s, the old file unchanged, nothing left."""

@@ -49,7 +49,7 @@ class FakeQueue:
 PRICES = {"a": (0.30, True), "b": (0.20, True), "c": (0.10, False), "d": None, "e": (0.20, True)}
 
 
-def fake_early(fn, args, target, layout, order, timeout_s):
+def fake_early(fn, args, target, layout, order, **kw):
     if PRICES[layout.name] is None:
         from aoizora.extract.early_evidence import EarlyEvidenceError
 
@@ -117,7 +117,7 @@ def test_hold_keeps_later_screens_until_release():
     queue = FakeQueue()
     started, a_done = [], threading.Event()
 
-    def early(fn, args, target, layout, order, timeout_s):
+    def early(fn, args, target, layout, order, **kw):
         started.append(layout.name)
         a_done.set()
         return layout.name
@@ -165,7 +165,7 @@ def test_the_plan_compiles_fully_the_screens_best_and_counts_the_screens():
 def test_a_screen_that_raises_anything_costs_its_place_not_the_plan():
     """An unexpected error in a screen (here a TypeError) is recorded and the layout is still
     queued, after the ones priced: ``order`` does not wait forever."""
-    def early(fn, args, target, layout, order, timeout_s):
+    def early(fn, args, target, layout, order, **kw):
         if layout.name == "a":
             raise TypeError("cannot pickle the program")
         return layout.name

@@ -105,7 +105,10 @@ def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | 
     rec.screens = rec.screens or []
     state.progress.stage(f"iteration {rec.iteration}: screening {len(todo)} layout(s) by early "
                          f"evidence")
-    return state.screener.order(todo, rec.screens)   # the full compiles in screen order
+    todo = state.screener.order(todo, rec.screens)   # the full compiles in screen order
+    state.progress.stage(f"iteration {rec.iteration}: compiling the screened layouts fully, "
+                         f"best screen price first")
+    return todo
 
 
 def price_candidates(state: LoopState, it: int, todo: list[PricingItem], rec: IterationRecord

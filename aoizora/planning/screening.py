@@ -198,6 +198,7 @@ class Screener:
         self._cv = threading.Condition()
         self._closed = False
         self._early_s: list[float] = []         # what each finished screen took
+        self._cancel = threading.Event()        # set: running early compiles stop (``abandon``)
         self._threads = [threading.Thread(target=self._work, name=f"aoizora-screen-{i}",
                                           daemon=True) for i in range(max(1, slots))]
         for t in self._threads:
@@ -266,7 +267,7 @@ class Screener:
         t = clock()
         try:
             early = self.early_fn(j.fn, j.args, j.target, j.layout, j.device_order,
-                                  timeout_s=max(self.budget.left(), 1.0))
+                                  timeout_s=max(self.budget.left(), 1.0), cancel=self._cancel)
             s.price = self.price(early, j.device_order, self.network)
         except Exception as e:  # noqa: BLE001 -- a failed screen costs its place, not the plan
             why = (str(e).strip().splitlines() or [""])[0][:300]
@@ -349,14 +350,21 @@ class Screener:
     # -- the end ---------------------------------------------------------------------------------
     def abandon(self, reason: str = "interrupted") -> None:
         """Settle every screen's full compile not queued yet as ``Skipped(reason)`` (an
-        interrupt); a running early compile's child ends by itself once its module is out."""
-        self.close()
+        interrupt, from any thread; does not wait): a running early compile stops, its child
+        killed and its files removed (``close`` waits for that)."""
+        self._cancel.set()
+        self._stop_screens()
         for s in list(self.screens.values()):
             settle(s.full, Skipped(reason, budget=False))
 
-    def close(self) -> None:
-        """Start no more screens: those not started are skipped (the threads end; a running
-        screen finishes)."""
+    def close(self, wait_s: float = 10.0) -> None:
+        """Start no more screens (those not started are skipped) and wait up to ``wait_s`` for
+        the screen threads to end: nothing is left running or behind after the plan."""
+        self._stop_screens()
+        for t in self._threads:
+            t.join(wait_s)
+
+    def _stop_screens(self) -> None:
         with self._cv:
             self._closed = True
             pending = [s for _, _, s in self._pending]
