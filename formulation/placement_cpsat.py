@@ -109,8 +109,8 @@ from ortools.sat.python import cp_model
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation import placement_bounds, symmetry
-from aoizora.formulation.traffic import (PermuteFlows, TrafficModel, collective_flows,
-                                         unit_loads)
+from aoizora.formulation.traffic import (PermuteFlows, TrafficModel, class_coefficient,
+                                         collective_flows, flow_class, unit_loads)
 
 SCOPE_SETS = "every placement"
 SCOPE_CIRCUIT = ("placements where every ring group of >= 3 ranks lies on a cycle or path of "
@@ -131,20 +131,59 @@ class PlacementModelError(ValueError):
     """The evidence / network cannot be modelled (e.g. two devices per chip)."""
 
 
+def ring_set_sizes(k: int, network: Network) -> range:
+    """Sizes s of the chip sets a group of k ranks can sit on.
+
+    Args:
+        k: the group's ranks.
+        network: the slice (its ``device_chip``).
+
+    Returns:
+        k alone with one device per chip; with several, ceil(k / most devices of a chip) <= s
+        <= min(k, chips), increasing."""
+    if network.num_devices == network.num_chips:
+        return range(k, k + 1)
+    most = int(np.bincount(np.asarray(network.device_chip)).max())
+    return range(-(-k // most), min(k, network.num_chips) + 1)
+
+
+def _check_multi(network: Network, formulation: str, pin) -> None:
+    """What the model supports with several devices per chip: the "sets" formulation, no pin.
+
+    Args:
+        network: the slice; one device per chip needs no check.
+        formulation: the formulation asked for ("auto", "sets" or "circuit").
+        pin: the pin asked for (None: none).
+
+    Raises:
+        PlacementModelError: "circuit" (two devices of one chip are joined by no arc of the
+            circuit) or a pin (``formulation.placement_split`` pins chips) on such a slice."""
+    if network.num_devices == network.num_chips:
+        return
+    why = (f"{network.name}: {network.num_devices} devices on {network.num_chips} chips: the "
+           "CP-SAT model places ranks on devices with the 'sets' formulation only")
+    if formulation == "circuit":
+        raise PlacementModelError(f"{why} (no circuit formulation)")
+    if pin is not None:
+        raise PlacementModelError(f"{why} (no pin)")
+
+
 class PlacementModel:
     """Builds the CP-SAT model of the module docstring. ``model`` is the cp_model.CpModel."""
 
     def __init__(self, evidence: Evidence, network: Network, formulation: str = "auto",
                  symmetry_breaking: bool = True, anchor_chip: int = 0,
                  pin: tuple[Sequence[int], Sequence[int]] | None = None):
-        if network.num_devices != network.num_chips:
-            raise PlacementModelError(
-                f"{network.name}: {network.num_devices} devices on {network.num_chips} chips; the "
-                "CP-SAT model needs one device per chip: use solvers.placement_heuristics here")
+        self.multi = network.num_devices != network.num_chips
+        _check_multi(network, formulation, pin)
         self.ev = evidence
         self.net = network
         self.traffic = TrafficModel(evidence, network)
-        self.R = self.C = network.num_chips
+        # places: chips (one device per chip, where chip c is device c) or devices (several)
+        self.R = self.C = network.num_devices if self.multi else network.num_chips
+        self.chip_of = (np.asarray(network.device_chip, dtype=np.int64) if self.multi
+                        else np.arange(self.C, dtype=np.int64))
+        self.chip_cap = np.bincount(self.chip_of, minlength=network.num_chips)
         self.model = cp_model.CpModel()
         self._pin(pin, symmetry_breaking)
         self._int_ub: dict[int, int] = {}
@@ -156,7 +195,8 @@ class PlacementModel:
             ring_groups = {g for its in self.items for cls, g, _ in its if cls == "ring"}
             n_sets = sum(self._n_sets(g) for g in ring_groups)
             # a switched fabric has no chip-to-chip cycles for the circuit formulation to use
-            formulation = "sets" if n_sets <= SETS_CAP or network.has_switches else "circuit"
+            formulation = ("sets" if n_sets <= SETS_CAP or network.has_switches or self.multi
+                           else "circuit")
         if formulation not in ("sets", "circuit"):
             raise PlacementModelError(f"formulation {formulation!r}: use 'auto', 'sets' or 'circuit'")
         self.formulation = formulation
@@ -176,14 +216,16 @@ class PlacementModel:
         self.pz: dict[int, dict] = {}
         self._punit: dict[int, tuple] = {}
         self._punit_terms: dict[int, tuple] = {}
-        self._route = [[network.route(a, b) for b in range(self.C)] for a in range(self.C)]
+        self._route = [[network.route(int(self.chip_of[a]), int(self.chip_of[b]))
+                        for b in range(self.C)] for a in range(self.C)]
         self.cuts: list[list] = [[] for _ in self.traffic.phases]
         if formulation == "sets":
             self._sets()
         else:
             self._circuits()
         self._permutes()
-        if formulation == "sets" and sum(len(v) for v in self.y.values()) <= SET_CUTS_CAP:
+        if (formulation == "sets" and not self.multi
+                and sum(len(v) for v in self.y.values()) <= SET_CUTS_CAP):
             self._set_cuts()
         self._objectives()
         self._lower_bounds()
@@ -199,9 +241,10 @@ class PlacementModel:
         gid: dict[frozenset, int] = {}
         self.items: list[list[tuple[str, int, Fraction]]] = []   # per phase: (class, g, coef)
         self.permutes: list[list[tuple[list, Fraction]]] = []
+        self.kinds: list[list[tuple[str, int]]] = []   # per phase, per item: (kind, V)
         fr: list[Fraction] = []
         for cs in tm.phase_collectives:
-            its, perms = [], []
+            its, perms, kinds = [], [], []
             for f in collective_flows(cs):
                 if isinstance(f, PermuteFlows):
                     perms.append((list(f.pairs), f.nbytes))
@@ -211,9 +254,14 @@ class PlacementModel:
                     gid[f.group] = len(self.groups)
                     self.groups.append(f.group)
                 its.append((f.cls, gid[f.group], f.coef))
+                kinds.append((f.kind, f.nbytes))
                 fr.append(f.coef)
+                if self.multi and f.cls == "ring":
+                    fr += [class_coefficient(f.kind, f.nbytes, s)
+                           for s in self._ring_sizes(f.group)]
             self.items.append(its)
             self.permutes.append(perms)
+            self.kinds.append(kinds)
         self._gid = gid
         den = 1
         for f in fr:
@@ -296,10 +344,31 @@ class PlacementModel:
             return n_in <= g_in and len(S) - n_in <= len(self.groups[g]) - g_in
         return n_in == g_in and len(S) - n_in == len(self.groups[g]) - g_in
 
+    def _ring_sizes(self, group) -> range:
+        """``ring_set_sizes`` of a group (its ranks)."""
+        return ring_set_sizes(len(group), self.net)
+
+    def _chip_sets(self, g: int) -> list[tuple[int, ...]]:
+        """The chip sets S a ring group g can take with several devices per chip: the sets of
+        ``_ring_sizes`` whose chips hold at least k_g devices.
+
+        Args:
+            g: the group's index.
+
+        Returns:
+            The chip sets, each sorted, by size then lexicographically."""
+        grp, cap = self.groups[g], self.chip_cap
+        return [S for s in self._ring_sizes(grp)
+                for S in itertools.combinations(range(self.net.num_chips), s)
+                if int(cap[list(S)].sum()) >= len(grp)]
+
     def _n_sets(self, g: int) -> int:
         """Chip sets group g can take: C(C, k_g), or under the pin C(n1, a) C(C - n1, k_g - a)
-        (n1 pinned chips, a = ranks of g among the pinned ranks)."""
+        (n1 pinned chips, a = ranks of g among the pinned ranks); with several devices per chip
+        sum_s C(chips, s) over ``_ring_sizes``."""
         k = len(self.groups[g])
+        if self.multi:
+            return sum(math.comb(self.net.num_chips, s) for s in self._ring_sizes(self.groups[g]))
         if self.pin is None:
             return math.comb(self.C, k)
         ranks, chips = self.pin
@@ -323,6 +392,9 @@ class PlacementModel:
         """Set variables for groups that run a ring (k >= 3); pair products for the others."""
         m, net, C = self.model, self.net, self.C
         self.set_units: dict[tuple[str, tuple], tuple[np.ndarray, int]] = {}
+        if self.multi:
+            self._chip_set_terms()
+            return
         classes_of_group: dict[int, set] = {}
         for its in self.items:
             for cls, g, _ in its:
@@ -364,14 +436,83 @@ class PlacementModel:
                         # some link carries cu x max_l unit(S)[l] (other classes only add)
                         self.cuts[p].append([(MX, cu)])
 
-    def _set_unit(self, g: int, cls: str):
-        key = (g, cls)
+    def _chip_set_vars(self, g: int) -> None:
+        """y[g][S] over the chip sets of ring group g (several devices per chip): exactly one,
+        and S is the set of chips holding a rank of g: with n_c = sum_{r in g, chip(d) = c}
+        x[r][d] and cap_c the devices of chip c,  Y_c <= n_c <= cap_c Y_c,
+        Y_c = sum_{S containing c} y[g][S].
+
+        Args:
+            g: the group's index.
+
+        Returns:
+            None; fills ``self.y[g]`` and ``self.set_units``."""
+        m, grp = self.model, self.groups[g]
+        sets = self._chip_sets(g)
+        ys = {S: m.NewBoolVar(f"y[{g}][{j}]") for j, S in enumerate(sets)}
+        m.AddExactlyOne(ys.values())
+        for c in range(self.net.num_chips):
+            n_c = sum(self.x[r][d] for r in grp for d in np.nonzero(self.chip_of == c)[0])
+            y_c = sum(v for S, v in ys.items() if c in S)
+            m.Add(y_c <= n_c)
+            m.Add(n_c <= int(self.chip_cap[c]) * y_c)
+        self.y[g] = ys
+        for S in sets:
+            cls = flow_class("all-gather", len(S))     # "pair" on 2 chips, "ring" on 3 or more
+            if (cls, S) not in self.set_units:
+                self.set_units[(cls, S)] = unit_loads(cls, S, self.net)
+
+    def _chip_set_terms(self) -> None:
+        """The "sets" formulation with several devices per chip: ring groups (k_g >= 3) through
+        y[g][S] over chip sets S (``_chip_set_vars``), one size s = |S| at a time since the
+        coefficient and class depend on s (``class_coefficient(kind, V, s)``); pair and
+        all-to-all groups through pair products of devices (``_pair_terms``).
+
+        Returns:
+            None; adds load, hop and cut terms per phase."""
+        for p, (its, kinds) in enumerate(zip(self.items, self.kinds)):
+            per_size: dict[tuple[int, int], list[int]] = {}
+            for (cls, g, coef), (kind, V) in zip(its, kinds):
+                if cls != "ring":
+                    self._pair_terms(p, g, cls, self.units(coef))
+                    continue
+                if g not in self.y:
+                    self._chip_set_vars(g)
+                for s in self._ring_sizes(self.groups[g]):
+                    d = per_size.setdefault((g, s), [0, 0])
+                    d[0] += self.units(class_coefficient(kind, V, s))
+                    d[1] += 1
+            mx_terms: dict[int, list] = {}
+            for (g, s), (cu, n_items) in per_size.items():
+                U, H, MX = self._set_unit(g, flow_class("all-gather", s), s)
+                for l, u in U.items():
+                    self._add(p, l, u, cu)
+                if H is not None:
+                    self._addh(p, H, n_items)
+                if MX is not None:
+                    mx_terms.setdefault(g, []).append((MX, cu))
+            # one set per group: M[p] >= sum_s cu_s MX[g,s] (the chosen size's term alone)
+            self.cuts[p] += list(mx_terms.values())
+
+    def _set_unit(self, g: int, cls: str, size: int | None = None):
+        """Uy[g,cls][l], Hy[g,cls], MXy[g,cls] (module docstring) over the sets of group g,
+        or over its sets of `size` chips only (several devices per chip).
+
+        Args:
+            g: the group's index. cls: the flow class of the sets' unit loads.
+            size: only the sets of this many chips (None: every set of g).
+
+        Returns:
+            (U: {link: integer variable}, H or None, MX or None), cached per (g, cls, size)."""
+        key = (g, cls) if size is None else (g, cls, size)
         if key in self.set_terms:
             return self.set_terms[key]
         m, L = self.model, self.net.num_links
         per: dict[int, tuple[list, list]] = {}
         hv, hc, mv, mc = [], [], [], []
         for S, v in self.y[g].items():
+            if size is not None and len(S) != size:
+                continue
             u, h = self.set_units[(cls, S)]
             for l in np.nonzero(u)[0]:
                 vs, cs = per.setdefault(int(l), ([], []))
@@ -387,16 +528,16 @@ class PlacementModel:
         U = {}
         for l, (vs, cs) in per.items():
             ub = max(cs)
-            var = m.NewIntVar(0, ub, f"Uy[{g},{cls}][{l}]")
+            var = m.NewIntVar(0, ub, f"Uy[{key}][{l}]")
             m.Add(var == cp_model.LinearExpr.WeightedSum(vs, cs))
             self._int_ub[var.Index()] = ub
             U[l] = var
         H = MX = None
         if hv:
-            H = m.NewIntVar(0, max(hc), f"Hy[{g},{cls}]")
+            H = m.NewIntVar(0, max(hc), f"Hy[{key}]")
             m.Add(H == cp_model.LinearExpr.WeightedSum(hv, hc))
         if mv:
-            MX = m.NewIntVar(0, max(mc), f"MXy[{g},{cls}]")
+            MX = m.NewIntVar(0, max(mc), f"MXy[{key}]")
             m.Add(MX == cp_model.LinearExpr.WeightedSum(mv, mc))
         self.set_terms[key] = (U, H, MX)
         self._set_defs[key] = (per, hv, hc, mv, mc)
@@ -410,7 +551,7 @@ class PlacementModel:
         for l, u in U.items():
             self._add(p, l, u, cu)
         self._addh(p, hop, 1)
-        if cls == "pair":
+        if cls == "pair" and not self.multi:       # two devices of one chip: no link crossed
             self.cuts[p].append([(None, cu * self.min_weight)])   # some link carries >= cu
 
     def _pair_unit(self, g: int):
@@ -614,7 +755,7 @@ class PlacementModel:
                                     qs[(a, b)] = v
                         self.q[(s, t)] = qs
                     for (a, b), v in self.q[(s, t)].items():
-                        r = net.route(a, b)
+                        r = self._route[a][b]
                         for l in r:
                             self._add(p, l, v, cu)
                         self._addh(p, v, len(r))
@@ -702,7 +843,7 @@ class PlacementModel:
         self._prefix: list = []
         for ax in sym:
             gl = self._slab_groups.get(ax, [])
-            if gl and all(g is not None and g in self.y for g in gl):
+            if not self.multi and gl and all(g is not None and g in self.y for g in gl):
                 # slabs are groups with set variables: minchip = sum_S min(S) y[g][S], linear
                 mins = [sum(min(S) * v for S, v in self.y[g].items()) for g in gl]
             else:
@@ -732,7 +873,7 @@ class PlacementModel:
         if sym:
             anchor_chip = 0
             self.notes.append(f"symmetry: logical axes {sym} have interchangeable coordinates: "
-                              "their slabs are ordered by smallest chip id")
+                              f"their slabs are ordered by smallest {self._place} id")
         shape = [int(v) for v in ev.mesh_axes.values()] or [1]
         gens = [pi for ax, _, pi in symmetry._logical_candidates(ev) if ax not in sym]
         orbit = symmetry.orbit_map(gens, self.R, 0)
@@ -743,10 +884,14 @@ class PlacementModel:
             m.Add(self.x[0][anchor_chip] == 1)
             self.fixed = {0: [anchor_chip]}
             self._orbit = orbit
-            self.notes.append(f"symmetry: rank 0 on chip {anchor_chip} (evidence automorphisms "
-                              "move rank 0 to any rank of its slab)")
+            self.notes.append(f"symmetry: rank 0 on {self._place} {anchor_chip} (evidence "
+                              "automorphisms move rank 0 to any rank of its slab)")
             return
         if sym:
+            return
+        if self.multi:
+            self.notes.append("symmetry: no slice automorphism used (they relabel chips; with "
+                              "several devices per chip the model places ranks on devices)")
             return
         pg = symmetry.physical_group(self.net)
         if pg is None or len(pg) <= 1:
@@ -762,6 +907,11 @@ class PlacementModel:
         self.notes.append(f"symmetry: rank 0 on one of chips {reps} (slice route automorphisms, "
                           f"{len(pg)} elements)")
         self._pg = pg
+
+    @property
+    def _place(self) -> str:
+        """What x places ranks on: "chip", or "device" with several devices per chip."""
+        return "device" if self.multi else "chip"
 
     def _equivariant(self, pg) -> bool:
         net = self.net
@@ -808,7 +958,7 @@ class PlacementModel:
                 val[self.x[r][c]] = int(p[r] == c)
         chips_of = {g: sorted(p[r] for r in grp) for g, grp in enumerate(self.groups)}
         for g, ys in self.y.items():
-            S = tuple(chips_of[g])
+            S = tuple(sorted({int(self.chip_of[d]) for d in chips_of[g]}))
             for T, v in ys.items():
                 val[v] = int(T == S)
         for key, (U, H, MX) in self.set_terms.items():
@@ -899,8 +1049,11 @@ def estimated_variables(evidence: Evidence, network: Network,
                         formulation: str = "auto") -> tuple[str, int]:
     """(formulation "auto" resolves to, approximate number of CP-SAT variables) without building
     the model: x (C^2), per ring group its sets (C(C, k)) or its circuit (links + 4 C), per pair /
-    all-to-all group its pair products (C (C - 1) / 2 + links), per permute pair C (C - 1)."""
-    C, L = network.num_chips, network.num_links
+    all-to-all group its pair products (C (C - 1) / 2 + links), per permute pair C (C - 1). With
+    several devices per chip C is the device count, a ring group's sets are its chip sets
+    (sum_s C(chips, s), ``ring_set_sizes``) and the formulation is "sets"."""
+    multi = network.num_devices != network.num_chips
+    C, L = network.num_devices, network.num_links
     tm = TrafficModel(evidence, network)
     classes: dict[frozenset, set] = {}
     perm_pairs: set = set()
@@ -910,13 +1063,16 @@ def estimated_variables(evidence: Evidence, network: Network,
                 perm_pairs.update(f.pairs)
             else:
                 classes.setdefault(f.group, set()).add(f.cls)
-    if formulation == "auto":
-        n_sets = sum(math.comb(C, len(g)) for g, k in classes.items() if "ring" in k)
-        formulation = "sets" if n_sets <= SETS_CAP else "circuit"
+    def n_sets(g) -> int:
+        return sum(math.comb(network.num_chips, s) for s in ring_set_sizes(len(g), network))
+
+    if formulation == "auto" or multi:
+        total = sum(n_sets(g) for g, k in classes.items() if "ring" in k)
+        formulation = "sets" if total <= SETS_CAP or multi else "circuit"
     n = C * C + len(perm_pairs) * C * (C - 1)
     for g, k in classes.items():
         if "ring" in k:
-            n += math.comb(C, len(g)) if formulation == "sets" else C + L + 4 * C
+            n += n_sets(g) if formulation == "sets" else C + L + 4 * C
         if k & {"pair", "a2a"}:
             n += C + C * (C - 1) // 2 + L
     return formulation, n
