@@ -1,7 +1,8 @@
-"""The placement CP-SAT model: logical ranks -> chips, minimising the exposed link time.
+"""The placement CP-SAT model: logical ranks -> chips (devices), minimising the exposed link time.
 
 Data (``formulation.traffic`` defines the flows; the names below are the code's):
-  ranks r = 0..R-1, chips c = 0..C-1 (one device per chip), directed links l, undirected links u;
+  ranks r = 0..R-1, chips c = 0..C-1 (one device per chip: chip c is device c; with several
+  devices per chip the x index is a device instead, below), directed links l, undirected links u;
   phases p = ``TrafficModel.phases``: the phase classes (``traffic.phase_classes``: per evidence
   (phase, count), its sync collectives and its async ones in parts in flight together), with
   count_p and overlap O_p (0 for a sync class; ``traffic.TrafficModel.overlap_s``); groups g = the
@@ -43,6 +44,28 @@ sum_g C(C, k_g) over ring groups is small):
     the (unsplittable) flows of size f, integer loads give
         M[p] >= sum_S cut_p(g, S) y[g][S],
         cut_p(g, S) = max_d max(ceil(F_d / |D_d(S)|), max_f f ceil(n_{d,f} / |D_d(S)|)).
+
+Several devices per chip (v4, v7x: ``multi``; devices d = 0..D-1, R = C = D, chip(d) =
+``chip_of[d]`` = ``network.device_chip[d]``, cap_c = ``chip_cap[c]`` devices on chip c; two
+devices of one chip talk without a link). The model places ranks on devices; every load is that
+of the ranks' chips, so it is exact over every placement:
+  x[r][d] in {0,1};   sum_d x[r][d] = 1,   sum_r x[r][d] = 1
+  route(d, e) = route(chip(d), chip(e))  (``_route``; empty on one chip: no link, no hop)
+  pair / all-to-all groups and permutes: as above over devices (z[g][d], pz[g][d,e] for d < e,
+    q[(s,t)][d,e]) with these routes; no pair cut (two ranks of a pair may share a chip: 0 bytes)
+  ring groups (k_g >= 3; only the "sets" formulation): the chip set S of g has a size
+    s in ``ring_set_sizes`` (ceil(k_g / max cap) .. min(k_g, chips)), and its class and bytes
+    depend on s (``traffic``: a ring of k ranks on s chips is a collective of s chips:
+    class_coefficient(kind, V, s) x unit_{flow_class(kind, s)}(S), a "pair" on 2 chips):
+      y[g][S] in {0,1} for every chip set S of a feasible size with sum_{c in S} cap_c >= k_g
+      (``_chip_sets``);  sum_S y[g][S] = 1
+      n[g][c] = sum_{r in g, chip(d) = c} x[r][d],  Y[g][c] = sum_{S containing c} y[g][S]:
+        Y[g][c] <= n[g][c] <= cap_c Y[g][c]      (S is exactly the set of chips holding g)
+      per size s:  Uy[g,cls_s,s][l] = sum_{|S| = s} unit_cls_s(S)[l] y[g][S] (Hy, MXy likewise)
+      load[p][l] += sum_s (sum_{c in p on g} units(class_coefficient(kind_c, V_c, s))) Uy[...][l]
+      cut:  M[p] >= sum_s cu_s MXy[g,cls_s,s]   (one set per group: its own size's term)
+  no route-aware set cuts, no pin, no "circuit" (two devices of one chip are joined by no arc of
+  the circuit: ``PlacementModelError``); the lower bounds of ``placement_bounds`` are 0 here.
 
 Pin (``pin=(ranks P, chips Q)``, |P| = |Q|): only the placements that put the ranks P on the
 chips Q (one class of the split, ``formulation.placement_split``): dom[r] = Q for r in P, else
@@ -93,7 +116,12 @@ Symmetry breaking (``formulation.symmetry``; pi: evidence automorphisms, cost(p 
      maps each candidate set's loads onto the image set's loads, rank 0 sits on an orbit
      representative of those sigma.
 Each is satisfied by an equal-cost relabelling of any placement (``canonical``), so no optimum
-is lost.
+is lost. Several devices per chip: 1 and 2 as stated with devices for chips (they relabel ranks
+only; minchip is the smallest device, by prefix booleans); 3 is not used (slice automorphisms
+relabel chips); instead, where 1 is not used, the devices of a chip are interchangeable, so
+  4. on every chip but the one rank 0 is fixed on by 2: sum_r r x[r][d] < sum_r r x[r][d'] for
+     devices d < d' of the chip (``_device_order``; swapping a chip's devices keeps every load,
+     and does not move rank 0).
 """
 
 from __future__ import annotations
@@ -886,12 +914,13 @@ class PlacementModel:
             self._orbit = orbit
             self.notes.append(f"symmetry: rank 0 on {self._place} {anchor_chip} (evidence "
                               "automorphisms move rank 0 to any rank of its slab)")
+            if self.multi and not sym:
+                self._device_order(skip_chip=int(self.chip_of[anchor_chip]))
             return
         if sym:
             return
         if self.multi:
-            self.notes.append("symmetry: no slice automorphism used (they relabel chips; with "
-                              "several devices per chip the model places ranks on devices)")
+            self._device_order(skip_chip=None)
             return
         pg = symmetry.physical_group(self.net)
         if pg is None or len(pg) <= 1:
@@ -907,6 +936,31 @@ class PlacementModel:
         self.notes.append(f"symmetry: rank 0 on one of chips {reps} (slice route automorphisms, "
                           f"{len(pg)} elements)")
         self._pg = pg
+
+    def _device_order(self, skip_chip: int | None) -> None:
+        """Devices of one chip are interchangeable (loads depend on the chip of each rank
+        only): on every chip but `skip_chip` (the anchor's, whose rank 0 is fixed) the ranks
+        increase with the device id, sum_r r x[r][d] < sum_r r x[r][d'] for d < d' on the chip.
+        Not combined with ordered slabs (a swap inside a chip can reorder two slabs' smallest
+        devices).
+
+        Args:
+            skip_chip: the chip left unordered (None: none).
+
+        Returns:
+            None; adds the constraints and records the chips in ``self._dev_chips``."""
+        m, R = self.model, self.R
+        self._dev_chips: list[list[int]] = []
+        for c in range(self.net.num_chips):
+            devs = [int(d) for d in np.nonzero(self.chip_of == c)[0]]
+            if c == skip_chip or len(devs) < 2:
+                continue
+            rank_on = [sum(r * self.x[r][d] for r in range(R)) for d in devs]
+            for a, b in zip(rank_on, rank_on[1:]):
+                m.Add(a < b)
+            self._dev_chips.append(devs)
+        self.notes.append("symmetry: the devices of a chip hold increasing ranks"
+                          + (f" (but on chip {skip_chip})" if skip_chip is not None else ""))
 
     @property
     def _place(self) -> str:
@@ -935,15 +989,29 @@ class PlacementModel:
         if getattr(self, "_sym_axes", None):
             p = symmetry.sort_slabs(self.ev, p, self._sym_axes)
         if not self.fixed:
-            return p
+            return self._order_devices(p)
         allowed = self.fixed[0]
         if hasattr(self, "_orbit"):
             for r, pi in self._orbit.items():
                 if int(p[r]) in allowed:
-                    return p[pi]
+                    return self._order_devices(p[pi])
         for s in getattr(self, "_pg", []):
             if int(s[p][0]) in allowed:
                 return s[p]
+        return p
+
+    def _order_devices(self, p: np.ndarray) -> np.ndarray:
+        """`p` (rank -> device) with the ranks of each chip of ``_device_order`` moved onto its
+        devices in increasing order (an equal-cost placement); `p` itself without it."""
+        chips = getattr(self, "_dev_chips", [])
+        if not chips:
+            return p
+        p = p.copy()
+        where = {int(d): r for r, d in enumerate(p)}
+        for devs in chips:
+            ranks = sorted(where[d] for d in devs)
+            for r, d in zip(ranks, devs):
+                p[r] = d
         return p
 
     def hint_values(self, chip_of_rank: Sequence[int]) -> dict:

@@ -68,6 +68,11 @@ The certificate's bound is the largest of these valid over the model's scope (``
 that meets a proven bound is OPTIMAL (e.g. the incumbent meets the analytic bound: no CP-SAT
 model is built).
 
+Several devices per chip (v4, v7x): the model places ranks on devices ("sets" only; the
+incumbent, hints and solutions are then device per rank, ``placement_result.model_places``);
+the split proof does not run and the analytic bound is 0, so the bound is the decomposition's or
+the joint model's; the "circuit" formulation asked for there takes the heuristic path.
+
 Incumbent: the hint and the axis orders (``axis_order_placements``), priced by Q2's cost; CP-SAT
 is hinted with it (or, when the circuit model cannot represent it, with the best candidate it
 can), and the answer is never worse than it. Models estimated above ``max_model_variables``
