@@ -156,7 +156,7 @@ _PREFIX = True
 
 
 class PlacementModelError(ValueError):
-    """The evidence / network cannot be modelled (e.g. two devices per chip)."""
+    """The evidence / network cannot be modelled (e.g. "circuit" with two devices per chip)."""
 
 
 def ring_set_sizes(k: int, network: Network) -> range:
