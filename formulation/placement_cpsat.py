@@ -51,8 +51,13 @@ devices of one chip talk without a link). The model places ranks on devices; eve
 of the ranks' chips, so it is exact over every placement:
   x[r][d] in {0,1};   sum_d x[r][d] = 1,   sum_r x[r][d] = 1
   route(d, e) = route(chip(d), chip(e))  (``_route``; empty on one chip: no link, no hop)
-  pair / all-to-all groups and permutes: as above over devices (z[g][d], pz[g][d,e] for d < e,
-    q[(s,t)][d,e]) with these routes; no pair cut (two ranks of a pair may share a chip: 0 bytes)
+  w[r][c] = sum_{chip(d) = c} x[r][d]     (rank r on chip c)
+  permutes and groups of 2 ranks, over ordered chip pairs a != b (``_chip_products``):
+    q[(s,t)][a,b] = w[s][a] AND w[t][b] (flow V over route(a, b)); pz[g][a,b] = w[r1][a] AND
+    w[r2][b] for g = {r1 < r2} (flows over route(a, b) and route(b, a)); both ranks on one chip:
+    every product 0, no load; no pair cut (a pair may share a chip: 0 bytes)
+  all-to-all groups of > 2 ranks: as above over devices (z[g][d], pz[g][d,e] for d < e,
+    sum_{d<e} pz = k_g (k_g - 1) / 2) with the device routes
   ring groups (k_g >= 3; only the "sets" formulation): the chip set S of g has a size
     s in ``ring_set_sizes`` (ceil(k_g / max cap) .. min(k_g, chips)), and its class and bytes
     depend on s (``traffic``: a ring of k ranks on s chips is a collective of s chips:
@@ -246,6 +251,10 @@ class PlacementModel:
         self._punit_terms: dict[int, tuple] = {}
         self._route = [[network.route(int(self.chip_of[a]), int(self.chip_of[b]))
                         for b in range(self.C)] for a in range(self.C)]
+        nc = network.num_chips
+        self._chip_route = ([[network.route(a, b) for b in range(nc)] for a in range(nc)]
+                            if self.multi else self._route)
+        self._chip_pz: set[int] = set()       # pair groups with chip products (_chip_products)
         self.cuts: list[list] = [[] for _ in self.traffic.phases]
         if formulation == "sets":
             self._sets()
@@ -414,6 +423,12 @@ class PlacementModel:
                     m.Add(self.x[r][c] == 0)
         for c in range(C):
             m.AddExactlyOne([self.x[r][c] for r in range(R)])
+        self.w: list[list] = []
+        if self.multi:           # w[r][c]: rank r on chip c (a device of it)
+            for r in range(R):
+                self.w.append([m.NewBoolVar(f"w[{r}][{c}]") for c in range(self.net.num_chips)])
+                for c, v in enumerate(self.w[r]):
+                    m.Add(v == sum(self.x[r][int(d)] for d in np.nonzero(self.chip_of == c)[0]))
 
     # -- formulation "sets" -------------------------------------------------------------------
     def _sets(self) -> None:
@@ -585,8 +600,9 @@ class PlacementModel:
     def _pair_unit(self, g: int):
         if g in self._punit:
             return self._punit[g]
-        m, route = self.model, self._route
+        m = self.model
         ps = self._pair_vars(g)
+        route = self._chip_route if g in self._chip_pz else self._route
         per: dict[int, tuple[list, list]] = {}
         hv, hc = [], []
         for (a, b), v in ps.items():
@@ -682,6 +698,11 @@ class PlacementModel:
     def _pair_vars(self, g: int) -> dict:
         if g in self.pz:
             return self.pz[g]
+        if self.multi and len(self.groups[g]) == 2:
+            r1, r2 = sorted(self.groups[g])
+            self.pz[g] = self._chip_products(r1, r2, f"pz[{g}]")
+            self._chip_pz.add(g)
+            return self.pz[g]
         m, C = self.model, self.C
         z = self._z(g)
         ps = {}
@@ -764,13 +785,36 @@ class PlacementModel:
                     self.cuts[p].append(terms)
 
     # -- permutes (both formulations) ---------------------------------------------------------
+    def _chip_products(self, s: int, t: int, name: str) -> dict:
+        """Several devices per chip: v[a,b] = w[s][a] AND w[t][b] for chips a != b (rank s on
+        chip a, rank t on chip b; both on one chip: no variable true, no link).
+
+        Args:
+            s, t: the ranks. name: the variables' name prefix.
+
+        Returns:
+            {(a, b): BoolVar} over ordered chip pairs."""
+        m, w, out = self.model, self.w, {}
+        for a in range(self.net.num_chips):
+            for b in range(self.net.num_chips):
+                if a != b:
+                    v = m.NewBoolVar(f"{name}[{a},{b}]")
+                    m.AddImplication(v, w[s][a])
+                    m.AddImplication(v, w[t][b])
+                    m.AddBoolOr([v, w[s][a].Not(), w[t][b].Not()])
+                    out[(a, b)] = v
+        return out
+
     def _permutes(self) -> None:
         m, net, C = self.model, self.net, self.C
         self.q: dict[tuple[int, int], dict] = {}
+        route = self._chip_route if self.multi else self._route
         for p, perms in enumerate(self.permutes):
             for pairs, V in perms:
                 cu = self.units(V)
                 for s, t in pairs:
+                    if (s, t) not in self.q and self.multi:
+                        self.q[(s, t)] = self._chip_products(s, t, f"q[{s},{t}]")
                     if (s, t) not in self.q:
                         qs = {}
                         for a in range(C):
@@ -783,7 +827,7 @@ class PlacementModel:
                                     qs[(a, b)] = v
                         self.q[(s, t)] = qs
                     for (a, b), v in self.q[(s, t)].items():
-                        r = self._route[a][b]
+                        r = route[a][b]
                         for l in r:
                             self._add(p, l, v, cu)
                         self._addh(p, v, len(r))
@@ -1041,10 +1085,13 @@ class PlacementModel:
             for g, zs in self.z.items():
                 for c, v in enumerate(zs):
                     val[v] = int(c in chips_of[g])
+            ch = [int(self.chip_of[d]) for d in p]
             for g, ps in self.pz.items():
                 cs = set(chips_of[g])
+                r1, r2 = sorted(self.groups[g])[:2]
                 for (a, b), v in ps.items():
-                    val[v] = int(a in cs and b in cs)
+                    val[v] = (int(ch[r1] == a and ch[r2] == b) if g in self._chip_pz
+                              else int(a in cs and b in cs))
             for g, rv in self.ring.items():
                 ring = net.ring_through(chips_of[g])
                 if ring.kind not in ("ring", "line"):
@@ -1070,9 +1117,13 @@ class PlacementModel:
             for l, (vs, cs) in per.items():
                 val[U[l]] = sum(c * val[v] for v, c in zip(vs, cs))
             val[hop] = sum(c * val[v] for v, c in zip(hv, hc))
+        at = [int(self.chip_of[d]) for d in p] if self.multi else p
+        for r, ws in enumerate(self.w):
+            for c, v in enumerate(ws):
+                val[v] = int(at[r] == c)
         for (s_, t), qs in self.q.items():
             for (a, b), v in qs.items():
-                val[v] = int(p[s_] == a and p[t] == b)
+                val[v] = int(at[s_] == a and at[t] == b)
         for mn, slab in getattr(self, "_minchip", []):
             val[mn] = min(p[r] for r in slab)
         for pre, slab in getattr(self, "_prefix", []):
