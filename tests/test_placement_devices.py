@@ -9,7 +9,7 @@ import pytest
 from ortools.sat.python import cp_model
 
 from aoizora.extract import targets as T
-from aoizora.extract.evidence import Collective, ComputeOp, Evidence
+from aoizora.extract.evidence import Collective, Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
 from aoizora.formulation.placement_cpsat import PlacementModel, PlacementModelError
@@ -18,6 +18,7 @@ from aoizora.solvers.axis_orders import axis_order_placements
 from aoizora.solvers.cpsat_params import solution_chips
 from aoizora.solvers.placement import PlacementOptions, solve_placement
 from aoizora.solvers.placement_heuristics import annealing
+from tests.test_placement import layer_evidence
 
 CLOCK = 1.5e9
 MiB = 2**20
@@ -29,29 +30,6 @@ def two_per_chip_network(name: str) -> Network:
     coords = [(x, y, 0) for y in range(2) for x in range(2) for _ in range(2)]
     return Network((2, 2, 1), (False, False, False), t.chip.link_bandwidth_Bps,
                    t.chip.hop_latency_s, device_coords=coords, name=t.name)
-
-
-def layer_evidence(target: str, permute: bool) -> Evidence:
-    """A (2, 4) mesh's per-layer collectives, 30 layers: an all-gather over axis 1 (groups of 4:
-    on 2, 3 or 4 chips) with a reduce-scatter over axis 0 (pairs, maybe on one chip) in flight;
-    an all-to-all over axis 1; an async all-reduce over all 8 behind 1 ms of compute; optionally
-    a collective-permute shifting along axis 1."""
-    shape = (2, 4)
-    cs = [Collective("ag", "all-gather", "bf16", 24 * MiB, mesh_axis_groups(shape, [1]),
-                     count=30, phase=0),
-          Collective("rs", "reduce-scatter", "bf16", 8 * MiB, mesh_axis_groups(shape, [0]),
-                     count=30, phase=0),
-          Collective("a2a", "all-to-all", "bf16", 12 * MiB, mesh_axis_groups(shape, [1]),
-                     count=30, phase=1),
-          Collective("ar", "all-reduce-start", "bf16", 6 * MiB, mesh_axis_groups(shape, [0, 1]),
-                     count=30, phase=2, is_async=True, overlap_cycles=1e-4 * CLOCK)]
-    if permute:
-        ids = np.arange(8).reshape(shape)
-        pairs = [(int(ids[i, j]), int(ids[i, (j + 1) % 4])) for i in range(2) for j in range(4)]
-        cs.append(Collective("shift", "collective-permute", "bf16", 4 * MiB, [list(range(8))],
-                             source_target_pairs=pairs, count=30, phase=3))
-    return Evidence(target=target, mesh_axes={"a": 2, "b": 4}, collectives=cs,
-                    compute=[ComputeOp("mlp", "fusion", 2e-3 * CLOCK, count=30)], clock_hz=CLOCK)
 
 
 def every_device_order(ev: Evidence, net: Network) -> tuple:
@@ -95,10 +73,13 @@ def assert_optimal_by_every_order(res, ev: Evidence, net: Network) -> None:
 
 
 @pytest.mark.parametrize("name", ["v7x-8", "v4-8"])
-@pytest.mark.parametrize("permute", [False, True])
-def test_cpsat_on_two_device_chips_is_the_best_device_order(name, permute):
+@pytest.mark.parametrize("shape,permute", [((2, 4), False), ((2, 4), True), ((4, 2), True)])
+def test_cpsat_on_two_device_chips_is_the_best_device_order(name, shape, permute):
+    """``layer_evidence``'s collectives on (2, 4) and (4, 2) meshes: rings of 4 ranks (on 2, 3
+    or 4 chips), pairs (maybe on one chip), all-to-alls of 2 and 4 ranks, an all-reduce over
+    all 8, a permute."""
     net = two_per_chip_network(name)
-    ev = layer_evidence(T.get_target(name).name, permute)
+    ev = layer_evidence(shape, T.get_target(name).name, permute=permute)
     assert_swaps_inside_a_chip_keep_the_cost(ev, net)
     res = solve_placement(ev, net, time_limit_s=20, hint=list(range(8)))
     assert_optimal_by_every_order(res, ev, net)
@@ -108,7 +89,7 @@ def test_the_model_prices_every_placement_exactly_on_two_device_chips():
     """With x fixed to any device order (no symmetry breaking) the model's objective is the
     exact cost in its units: the loads are right everywhere, not only at the optimum."""
     net = two_per_chip_network("v7x-8")
-    ev = layer_evidence("v7x:2x2x1", permute=True)
+    ev = layer_evidence((4, 2), "v7x:2x2x1", permute=True)
     tm, rng = TrafficModel(ev, net), np.random.default_rng(1)
     for _ in range(6):
         p = rng.permutation(8)
@@ -152,7 +133,7 @@ def test_symmetry_breaking_on_devices_keeps_the_optimum(mesh):
 
 def test_circuit_is_refused_on_two_device_chips_and_the_solver_anneals():
     net = two_per_chip_network("v7x-8")
-    ev = layer_evidence("v7x:2x2x1", permute=False)
+    ev = layer_evidence((2, 4), "v7x:2x2x1")
     with pytest.raises(PlacementModelError, match="sets"):
         PlacementModel(ev, net, formulation="circuit")
     res = solve_placement(ev, net, time_limit_s=2.0, hint=list(range(8)),
