@@ -1169,10 +1169,11 @@ def estimated_variables(evidence: Evidence, network: Network,
     """(formulation "auto" resolves to, approximate number of CP-SAT variables) without building
     the model: x (C^2), per ring group its sets (C(C, k)) or its circuit (links + 4 C), per pair /
     all-to-all group its pair products (C (C - 1) / 2 + links), per permute pair C (C - 1). With
-    several devices per chip C is the device count, a ring group's sets are its chip sets
-    (sum_s C(chips, s), ``ring_set_sizes``) and the formulation is "sets"."""
+    several devices per chip C is the device count, x comes with w (C x chips), a ring group's
+    sets are its chip sets (sum_s C(chips, s), ``ring_set_sizes``), permute pairs and 2-rank
+    groups take chip products (chips (chips - 1)) and the formulation is "sets"."""
     multi = network.num_devices != network.num_chips
-    C, L = network.num_devices, network.num_links
+    C, L, nc = network.num_devices, network.num_links, network.num_chips
     tm = TrafficModel(evidence, network)
     classes: dict[frozenset, set] = {}
     perm_pairs: set = set()
@@ -1182,16 +1183,18 @@ def estimated_variables(evidence: Evidence, network: Network,
                 perm_pairs.update(f.pairs)
             else:
                 classes.setdefault(f.group, set()).add(f.cls)
+
     def n_sets(g) -> int:
-        return sum(math.comb(network.num_chips, s) for s in ring_set_sizes(len(g), network))
+        return sum(math.comb(nc, s) for s in ring_set_sizes(len(g), network))
 
     if formulation == "auto" or multi:
         total = sum(n_sets(g) for g, k in classes.items() if "ring" in k)
         formulation = "sets" if total <= SETS_CAP or multi else "circuit"
-    n = C * C + len(perm_pairs) * C * (C - 1)
+    products = nc * (nc - 1) if multi else C * (C - 1)
+    n = C * C + (C * nc if multi else 0) + len(perm_pairs) * products
     for g, k in classes.items():
         if "ring" in k:
             n += n_sets(g) if formulation == "sets" else C + L + 4 * C
         if k & {"pair", "a2a"}:
-            n += C + C * (C - 1) // 2 + L
+            n += (products if multi and len(g) == 2 else C + C * (C - 1) // 2) + L
     return formulation, n

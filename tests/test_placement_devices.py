@@ -12,7 +12,8 @@ from aoizora.extract import targets as T
 from aoizora.extract.evidence import Collective, Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
-from aoizora.formulation.placement_cpsat import PlacementModel, PlacementModelError
+from aoizora.formulation.placement_cpsat import (PlacementModel, PlacementModelError,
+                                                  estimated_variables)
 from aoizora.formulation.traffic import TrafficModel, mesh_axis_groups
 from aoizora.solvers.axis_orders import axis_order_placements
 from aoizora.solvers.cpsat_params import solution_chips
@@ -129,6 +130,16 @@ def test_symmetry_breaking_on_devices_keeps_the_optimum(mesh):
             for p in np.random.default_rng(2).permutation(np.tile(np.arange(8), (5, 1)), axis=1):
                 assert tm.cost(pm.canonical(p)) == tm.cost(p)
     assert vals[0] == pytest.approx(vals[1])
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
+def test_the_size_estimate_follows_the_device_model(shape):
+    """``estimated_variables`` (the solver's build-time and cap test) within 40% of the model."""
+    net = two_per_chip_network("v7x-8")
+    ev = layer_evidence(shape, "v7x:2x2x1", permute=True)
+    form, est = estimated_variables(ev, net, "auto")
+    built = len(PlacementModel(ev, net).model.Proto().variables)
+    assert form == "sets" and 0.6 * built <= est <= 1.4 * built
 
 
 def test_circuit_is_refused_on_two_device_chips_and_the_solver_anneals():
