@@ -138,6 +138,11 @@ def grid_cells() -> list[Cell]:
     for res in ("240p", "480p", "720p"):
         for tgt in ("v5e-8", "v5e-16"):
             cells.append(Cell("opensora-stdit3-xl", res, 51, tgt))
+    # TPU v7x (maxdiffusion publishes Wan 720p-81f recipes for it: CFG data parallel 2 x context
+    # parallel 4 or 8, and context parallel 8 pure Ulysses), last so that the cells above keep
+    # their order
+    for tgt in ("v7x-8", "v7x-16"):
+        cells.append(Cell("wan2.1-14b", "720p", 81, tgt))
     return cells
 
 
