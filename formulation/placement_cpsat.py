@@ -509,7 +509,8 @@ class PlacementModel:
         """The "sets" formulation with several devices per chip: ring groups (k_g >= 3) through
         y[g][S] over chip sets S (``_chip_set_vars``), one size s = |S| at a time since the
         coefficient and class depend on s (``class_coefficient(kind, V, s)``); pair and
-        all-to-all groups through pair products of devices (``_pair_terms``).
+        all-to-all groups through ``_pair_terms`` (chip products for 2 ranks, device products
+        for more).
 
         Returns:
             None; adds load, hop and cut terms per phase."""
