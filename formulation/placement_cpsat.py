@@ -122,11 +122,13 @@ Symmetry breaking (``formulation.symmetry``; pi: evidence automorphisms, cost(p 
      representative of those sigma.
 Each is satisfied by an equal-cost relabelling of any placement (``canonical``), so no optimum
 is lost. Several devices per chip: 1 and 2 as stated with devices for chips (they relabel ranks
-only; minchip is the smallest device, by prefix booleans); 3 is not used (slice automorphisms
-relabel chips); instead, where 1 is not used, the devices of a chip are interchangeable, so
+only; minchip is the smallest device, by prefix booleans); 3 on chips (``_chip_symmetry``: sigma
+moves the i-th device of chip c to the i-th of sigma(c), ``_lift``): rank 0 on a device of a
+representative chip, OR_{c in reps} w[0][c]; and, where 1 is not used, the devices of a chip are
+interchangeable, so
   4. on every chip but the one rank 0 is fixed on by 2: sum_r r x[r][d] < sum_r r x[r][d'] for
      devices d < d' of the chip (``_device_order``; swapping a chip's devices keeps every load,
-     and does not move rank 0).
+     and keeps the chip of every rank, so 3 still holds after it).
 """
 
 from __future__ import annotations
@@ -965,6 +967,7 @@ class PlacementModel:
         if sym:
             return
         if self.multi:
+            self._chip_symmetry()
             self._device_order(skip_chip=None)
             return
         pg = symmetry.physical_group(self.net)
@@ -981,6 +984,35 @@ class PlacementModel:
         self.notes.append(f"symmetry: rank 0 on one of chips {reps} (slice route automorphisms, "
                           f"{len(pg)} elements)")
         self._pg = pg
+
+    def _chip_symmetry(self) -> None:
+        """Rule 3 with several devices per chip: slice automorphisms sigma of the chips, each
+        moving every device of a chip to the device of the same rank in id order on its image
+        (``_lift``); if they map each candidate set's loads onto the image set's, rank 0 sits on
+        a device of an orbit representative chip, w[0][reps] (the device order of rule 4, which
+        keeps the chip of every rank, applies after it).
+
+        Returns:
+            None; adds the constraint, records ``_chip_pg`` and ``_chip_reps``."""
+        pg = symmetry.physical_group(self.net)
+        if pg is None or len(pg) <= 1 or not self._equivariant(pg):
+            self.notes.append("symmetry: no slice automorphism used (none, or they do not "
+                              "preserve the canonical rings' loads)")
+            return
+        reps = symmetry.orbit_representatives(pg, self.net.num_chips)
+        self.model.AddBoolOr([self.w[0][c] for c in reps])
+        self._chip_pg, self._chip_reps = pg, reps
+        self.notes.append(f"symmetry: rank 0 on a device of one of chips {reps} (slice route "
+                          f"automorphisms, {len(pg)} elements, moving both devices of a chip)")
+
+    def _lift(self, sigma: np.ndarray) -> np.ndarray:
+        """A chip automorphism `sigma` on devices: the i-th device (in id order) of chip c goes
+        to the i-th device of chip sigma[c]."""
+        devs = [np.nonzero(self.chip_of == c)[0] for c in range(self.net.num_chips)]
+        out = np.empty(self.C, dtype=np.int64)
+        for c, ds in enumerate(devs):
+            out[ds] = devs[int(sigma[c])]
+        return out
 
     def _device_order(self, skip_chip: int | None) -> None:
         """Devices of one chip are interchangeable (loads depend on the chip of each rank
@@ -1033,6 +1065,10 @@ class PlacementModel:
         p = np.asarray(chip_of_rank, dtype=np.int64)
         if getattr(self, "_sym_axes", None):
             p = symmetry.sort_slabs(self.ev, p, self._sym_axes)
+        if getattr(self, "_chip_pg", None) is not None:
+            c0 = int(self.chip_of[p[0]])
+            s = next(s for s in self._chip_pg if int(s[c0]) in self._chip_reps)
+            p = self._lift(s)[p]
         if not self.fixed:
             return self._order_devices(p)
         allowed = self.fixed[0]

@@ -132,6 +132,42 @@ def test_symmetry_breaking_on_devices_keeps_the_optimum(mesh):
     assert vals[0] == pytest.approx(vals[1])
 
 
+def test_slice_symmetry_moves_both_devices_of_a_chip():
+    """Evidence without rank symmetry: rank 0 on a device of a representative chip (slice
+    automorphisms on chips, both devices moved) with the devices of each chip holding increasing
+    ranks. The optimum equals the one without symmetry breaking, and ``canonical`` maps any
+    placement to one of equal cost that satisfies every symmetry constraint."""
+    net = two_per_chip_network("v7x-8")
+    ev = Evidence(target="v7x:2x2x1", mesh_axes={"x": 8}, clock_hz=CLOCK, collectives=[
+        Collective("ag", "all-gather", "bf16", 8 * MiB, [[0, 1, 2], [3, 4, 5], [6], [7]],
+                   count=4),
+        Collective("p", "collective-permute", "bf16", 4 * MiB, [list(range(8))],
+                   source_target_pairs=[(0, 3), (3, 6), (1, 7)], count=2, phase=1),
+        Collective("a2a", "all-to-all", "bf16", 4 * MiB, [[0, 4, 5, 7], [1, 2, 3, 6]],
+                   count=3, phase=2)])
+    tm, opt = TrafficModel(ev, net), []
+    for sb in (True, False):
+        pm = PlacementModel(ev, net, symmetry_breaking=sb)
+        pm.model.Minimize(pm.obj_comm)
+        s = cp_model.CpSolver()
+        s.parameters.num_workers = 1
+        assert s.Solve(pm.model) == cp_model.OPTIMAL
+        opt.append(s.ObjectiveValue())
+    assert opt[0] == opt[1]
+    pm = PlacementModel(ev, net)
+    assert any("slice route automorphisms" in n for n in pm.notes)
+    assert any("increasing ranks" in n for n in pm.notes)
+    for p in np.random.default_rng(0).permutation(np.tile(np.arange(8), (20, 1)), axis=1):
+        q = pm.canonical(p)
+        assert tm.cost(q) == tm.cost(p)
+        fixed = PlacementModel(ev, net)
+        for r, d in enumerate(q):
+            fixed.model.Add(fixed.x[r][int(d)] == 1)
+        s = cp_model.CpSolver()
+        s.parameters.num_workers = 1
+        assert s.Solve(fixed.model) == cp_model.OPTIMAL
+
+
 @pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
 def test_the_size_estimate_follows_the_device_model(shape):
     """``estimated_variables`` (the solver's build-time and cap test) within 40% of the model."""
