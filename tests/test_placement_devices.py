@@ -73,6 +73,29 @@ def assert_optimal_by_every_order(res, ev: Evidence, net: Network) -> None:
     assert c.detail["model_objective_s"] == pytest.approx(q2.communication_s, rel=1e-5)
 
 
+def solved(ev: Evidence, net: Network, symmetry_breaking: bool = True, placement=None):
+    """The model minimising comm (x fixed to `placement` when given), solved to OPTIMAL with
+    one worker: (model, solver)."""
+    pm = PlacementModel(ev, net, symmetry_breaking=symmetry_breaking)
+    for r, d in enumerate([] if placement is None else placement):
+        pm.model.Add(pm.x[r][int(d)] == 1)
+    pm.model.Minimize(pm.obj_comm)
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1
+    assert s.Solve(pm.model) == cp_model.OPTIMAL
+    return pm, s
+
+
+def assert_canonical_keeps_cost_and_constraints(pm, ev: Evidence, net: Network, n: int):
+    """``canonical`` of n random placements: the same cost, and feasible for the model with
+    every symmetry constraint."""
+    tm = TrafficModel(ev, net)
+    for p in np.random.default_rng(0).permutation(np.tile(np.arange(8), (n, 1)), axis=1):
+        q = pm.canonical(p)
+        assert tm.cost(q) == tm.cost(p)
+        solved(ev, net, True, q)
+
+
 @pytest.mark.parametrize("name", ["v7x-8", "v4-8"])
 @pytest.mark.parametrize("shape,permute", [((2, 4), False), ((2, 4), True), ((4, 2), True)])
 def test_cpsat_on_two_device_chips_is_the_best_device_order(name, shape, permute):
@@ -94,13 +117,7 @@ def test_the_model_prices_every_placement_exactly_on_two_device_chips():
     tm, rng = TrafficModel(ev, net), np.random.default_rng(1)
     for _ in range(6):
         p = rng.permutation(8)
-        pm = PlacementModel(ev, net, symmetry_breaking=False)
-        for r, d in enumerate(p):
-            pm.model.Add(pm.x[r][int(d)] == 1)
-        pm.model.Minimize(pm.obj_comm)
-        s = cp_model.CpSolver()
-        s.parameters.num_workers = 1
-        assert s.Solve(pm.model) == cp_model.OPTIMAL
+        pm, s = solved(ev, net, False, p)
         exact = tm.cost(p)[0]
         assert pm.comm_seconds(s.ObjectiveValue()) == pytest.approx(
             exact, abs=pm.comm_seconds(pm.rounding_units) + 1e-15)
@@ -119,16 +136,11 @@ def test_symmetry_breaking_on_devices_keeps_the_optimum(mesh):
                    count=2, phase=1)])
     tm, vals = TrafficModel(ev, net), []
     for sb in (True, False):
-        pm = PlacementModel(ev, net, symmetry_breaking=sb)
-        pm.model.Minimize(pm.obj_comm)
-        s = cp_model.CpSolver()
-        s.parameters.num_workers = 1
-        assert s.Solve(pm.model) == cp_model.OPTIMAL
+        pm, s = solved(ev, net, sb)
         vals.append((s.ObjectiveValue(), tm.cost(solution_chips(s, pm))[0]))
         if sb:
             assert any(n.startswith("symmetry:") for n in pm.notes)
-            for p in np.random.default_rng(2).permutation(np.tile(np.arange(8), (5, 1)), axis=1):
-                assert tm.cost(pm.canonical(p)) == tm.cost(p)
+            assert_canonical_keeps_cost_and_constraints(pm, ev, net, 5)
     assert vals[0] == pytest.approx(vals[1])
 
 
@@ -145,27 +157,11 @@ def test_slice_symmetry_moves_both_devices_of_a_chip():
                    source_target_pairs=[(0, 3), (3, 6), (1, 7)], count=2, phase=1),
         Collective("a2a", "all-to-all", "bf16", 4 * MiB, [[0, 4, 5, 7], [1, 2, 3, 6]],
                    count=3, phase=2)])
-    tm, opt = TrafficModel(ev, net), []
-    for sb in (True, False):
-        pm = PlacementModel(ev, net, symmetry_breaking=sb)
-        pm.model.Minimize(pm.obj_comm)
-        s = cp_model.CpSolver()
-        s.parameters.num_workers = 1
-        assert s.Solve(pm.model) == cp_model.OPTIMAL
-        opt.append(s.ObjectiveValue())
-    assert opt[0] == opt[1]
-    pm = PlacementModel(ev, net)
+    (pm, s), (_, s_off) = solved(ev, net, True), solved(ev, net, False)
+    assert s.ObjectiveValue() == s_off.ObjectiveValue()
     assert any("slice route automorphisms" in n for n in pm.notes)
     assert any("increasing ranks" in n for n in pm.notes)
-    for p in np.random.default_rng(0).permutation(np.tile(np.arange(8), (20, 1)), axis=1):
-        q = pm.canonical(p)
-        assert tm.cost(q) == tm.cost(p)
-        fixed = PlacementModel(ev, net)
-        for r, d in enumerate(q):
-            fixed.model.Add(fixed.x[r][int(d)] == 1)
-        s = cp_model.CpSolver()
-        s.parameters.num_workers = 1
-        assert s.Solve(fixed.model) == cp_model.OPTIMAL
+    assert_canonical_keeps_cost_and_constraints(pm, ev, net, 20)
 
 
 @pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
