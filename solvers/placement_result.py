@@ -40,7 +40,6 @@ def chips_to_devices(network: Network, chip_of_rank: Sequence[int]) -> list[int]
     return [dev_of_chip[int(c)] for c in chip_of_rank]
 
 
-
 def model_places(network: Network, placement: Sequence[int]) -> np.ndarray:
     """What the CP-SAT model (``formulation.placement_cpsat``) places rank r on, for a placement
     (device per rank).
