@@ -165,6 +165,24 @@ def test_slice_symmetry_moves_both_devices_of_a_chip():
 
 
 @pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
+def test_a_hint_sets_every_variable_consistently(shape):
+    """``add_hint`` of any placement (mapped by ``canonical``) gives every variable a value, and
+    the model with every variable fixed at its hint is feasible (the solver's warm start)."""
+    net = two_per_chip_network("v7x-8")
+    ev = layer_evidence(shape, "v7x:2x2x1", permute=True)
+    for seed in range(3):
+        pm = PlacementModel(ev, net)
+        pm.add_hint(np.random.default_rng(seed).permutation(8))
+        proto = pm.model.Proto()
+        assert len(proto.solution_hint.vars) == len(proto.variables)
+        pm.model.Minimize(pm.obj_comm)
+        s = cp_model.CpSolver()
+        s.parameters.num_workers = 1
+        s.parameters.fix_variables_to_their_hinted_value = True
+        assert s.Solve(pm.model) == cp_model.OPTIMAL
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
 def test_the_size_estimate_follows_the_device_model(shape):
     """``estimated_variables`` (the solver's build-time and cap test) within 40% of the model."""
     net = two_per_chip_network("v7x-8")
