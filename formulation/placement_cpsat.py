@@ -70,7 +70,8 @@ of the ranks' chips, so it is exact over every placement:
       load[p][l] += sum_s (sum_{c in p on g} units(class_coefficient(kind_c, V_c, s))) Uy[...][l]
       cut:  M[p] >= sum_s cu_s MXy[g,cls_s,s]   (one set per group: its own size's term)
   no route-aware set cuts, no pin, no "circuit" (two devices of one chip are joined by no arc of
-  the circuit: ``PlacementModelError``); the lower bounds of ``placement_bounds`` are 0 here.
+  the circuit: ``PlacementModelError``); of the lower bounds of ``placement_bounds`` only the
+  ring cut applies here.
 
 Pin (``pin=(ranks P, chips Q)``, |P| = |Q|): only the placements that put the ranks P on the
 chips Q (one class of the split, ``formulation.placement_split``): dom[r] = Q for r in P, else
@@ -145,7 +146,8 @@ from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation import placement_bounds, symmetry
 from aoizora.formulation.traffic import (PermuteFlows, TrafficModel, class_coefficient,
-                                         collective_flows, flow_class, unit_loads)
+                                         collective_flows, flow_class, ring_set_sizes,
+                                         unit_loads)
 
 SCOPE_SETS = "every placement"
 SCOPE_CIRCUIT = ("placements where every ring group of >= 3 ranks lies on a cycle or path of "
@@ -164,22 +166,6 @@ _PREFIX = True
 
 class PlacementModelError(ValueError):
     """The evidence / network cannot be modelled (e.g. "circuit" with two devices per chip)."""
-
-
-def ring_set_sizes(k: int, network: Network) -> range:
-    """Sizes s of the chip sets a group of k ranks can sit on.
-
-    Args:
-        k: the group's ranks.
-        network: the slice (its ``device_chip``).
-
-    Returns:
-        k alone with one device per chip; with several, ceil(k / most devices of a chip) <= s
-        <= min(k, chips), increasing."""
-    if network.num_devices == network.num_chips:
-        return range(k, k + 1)
-    most = int(np.bincount(np.asarray(network.device_chip)).max())
-    return range(-(-k // most), min(k, network.num_chips) + 1)
 
 
 def _check_multi(network: Network, formulation: str, pin) -> None:

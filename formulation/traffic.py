@@ -198,6 +198,22 @@ def collective_flows(collectives: Sequence[Collective]) -> Iterator[GroupFlows |
                                  int(c.bytes))
 
 
+def ring_set_sizes(k: int, network: Network) -> range:
+    """Sizes s of the chip sets a group of k ranks can sit on.
+
+    Args:
+        k: the group's ranks.
+        network: the slice (its ``device_chip``).
+
+    Returns:
+        k alone with one device per chip; with several, ceil(k / most devices of a chip) <= s
+        <= min(k, chips), increasing."""
+    if network.num_devices == network.num_chips:
+        return range(k, k + 1)
+    most = int(np.bincount(np.asarray(network.device_chip)).max())
+    return range(-(-k // most), min(k, network.num_chips) + 1)
+
+
 def unit_loads(cls: str, chips: Sequence[int], network: Network) -> tuple[np.ndarray, int]:
     """Integer load per link (in units of `class_coefficient`) and flow hops of one group whose
     ranks sit on `chips` (the group's order; for "a2a" one entry per rank)."""

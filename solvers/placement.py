@@ -70,8 +70,9 @@ model is built).
 
 Several devices per chip (v4, v7x): the model places ranks on devices ("sets" only; the
 incumbent, hints and solutions are then device per rank, ``placement_result.model_places``);
-the split proof does not run and the analytic bound is 0, so the bound is the decomposition's or
-the joint model's; the "circuit" formulation asked for there takes the heuristic path.
+the split proof does not run and the analytic bound is the ring cut alone
+(``placement_bounds``), so the bound is mostly the decomposition's or the joint model's; the
+"circuit" formulation asked for there takes the heuristic path.
 
 Incumbent: the hint and the axis orders (``axis_order_placements``), priced by Q2's cost; CP-SAT
 is hinted with it (or, when the circuit model cannot represent it, with the best candidate it

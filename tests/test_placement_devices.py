@@ -12,6 +12,7 @@ from aoizora.extract import targets as T
 from aoizora.extract.evidence import Collective, Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
+from aoizora.formulation.placement_bounds import phase_link_lower_bounds
 from aoizora.formulation.placement_cpsat import (PlacementModel, PlacementModelError,
                                                   estimated_variables)
 from aoizora.formulation.traffic import TrafficModel, mesh_axis_groups
@@ -190,6 +191,24 @@ def test_the_size_estimate_follows_the_device_model(shape):
     form, est = estimated_variables(ev, net, "auto")
     built = len(PlacementModel(ev, net).model.Proto().variables)
     assert form == "sets" and 0.6 * built <= est <= 1.4 * built
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2)])
+def test_the_analytic_bound_is_below_every_device_order_phase_by_phase(shape):
+    """``placement_bounds`` with two devices per chip (the ring cut over chip-set sizes): each
+    phase's lb[p] is at most its least most-loaded link over all 8! device orders, and the ring
+    phases get a bound above 0."""
+    net = two_per_chip_network("v7x-8")
+    ev = layer_evidence(shape, "v7x:2x2x1", permute=True)
+    tm = TrafficModel(ev, net)
+    lbs = phase_link_lower_bounds(ev, net, tm)
+    least = np.full(len(lbs), np.inf)
+    maps = {net.device_chip[list(q)].tobytes(): q
+            for q in itertools.permutations(range(8))}
+    for q in maps.values():
+        least = np.minimum(least, [pl.link_bytes.max() for pl in tm.phase_loads(q)])
+    assert all(float(b.link_bytes) <= m * (1 + 1e-12) for b, m in zip(lbs, least))
+    assert sum(b.link_bytes > 0 for b in lbs) >= 2
 
 
 def test_circuit_is_refused_on_two_device_chips_and_the_solver_anneals():
