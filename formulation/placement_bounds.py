@@ -12,8 +12,8 @@ nondecreasing, so for any per-phase numbers ``lb[p] <= min_P max_l load_p(P)[l]`
                   >= sum_p count_p * max(0, lb[p] / W - O_p)            (``comm_lower_bound``)
 
 ``phase_link_lower_bounds`` gives lb[p] (bytes) as the largest of these valid bounds, each true
-for every placement of the traffic model (one device per chip, k = |g| distinct chips; on
-slices with several devices per chip every lb[p] is 0):
+for every placement of the traffic model (one device per chip, k = |g| distinct chips; several
+devices per chip below):
 
   cut:  a ring collective c (all-gather / reduce-scatter / all-reduce, k >= 3) on group g puts
         at least one unit (``class_coefficient`` coef_c) on some link whatever chip set S it
@@ -31,6 +31,13 @@ slices with several devices per chip every lb[p] is 0):
         middle 2 each way; a scattered tour sends >= 2 units), coef_c for a pair, (n - 1) coef_c
         for an all-to-all, V per permute pair with source r;  lb >= max_r egress[r] / deg_max.
 
+Several devices per chip (v4, v7x): two devices of one chip talk without a link, so pairs,
+all-to-alls and permutes may load no link. A ring collective c on a group g of k ranks sits on
+s chips, s in ``ring_set_sizes(k)``; when every such s >= 2 it is a collective of s chips (a pair
+or a ring, ``class_coefficient(kind, V, s)`` per unit, >= 1 unit on some link as above), and the
+ring collectives on g in one phase share that s:  lb >= min_s sum_{c ring on g} coef_c(s).
+No injection bound there (a rank's data may stay on its chip).
+
 The decomposition bound (``solvers.placement_decomposition``) replaces lb[p] by CP-SAT's proven
 bound of phase p solved alone when that is larger; this module is the part that costs nothing.
 No jax import (formulation layer).
@@ -47,7 +54,7 @@ import numpy as np
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation.traffic import (PermuteFlows, PhaseKey, TrafficModel,
-                                         collective_flows)
+                                         class_coefficient, collective_flows, ring_set_sizes)
 
 
 @dataclasses.dataclass
@@ -74,9 +81,7 @@ def phase_link_lower_bounds(evidence: Evidence, network: Network,
     tm = traffic or TrafficModel(evidence, network)
     deg = max_out_degree(network)
     if network.num_devices != network.num_chips:
-        # devices sharing a chip exchange data without links: these bounds assume one per chip
-        return [PhaseBound(k, Fraction(0), "none (several devices per chip)", float(O))
-                for k, O in zip(tm.phases, tm.overlap_s)]
+        return _shared_chip_bounds(tm, network)
     out = []
     for key, cs, O in zip(tm.phases, tm.phase_collectives, tm.overlap_s):
         per_group: dict[tuple[frozenset, str], Fraction] = {}
@@ -105,6 +110,33 @@ def phase_link_lower_bounds(evidence: Evidence, network: Network,
         inj = max(egress.values(), default=Fraction(0)) / deg
         lb, how = (cut, "cut") if cut >= inj else (inj, "injection")
         out.append(PhaseBound(key, lb, how, float(O)))
+    return out
+
+
+def _shared_chip_bounds(tm: TrafficModel, network: Network) -> list[PhaseBound]:
+    """lb[p] with several devices per chip (module docstring, "several devices per chip"): the
+    ring cut over the chip-set sizes a group can take; 0 where every group may sit on one chip.
+
+    Args:
+        tm: the traffic model of the evidence on `network`.
+        network: a slice whose chips hold several devices.
+
+    Returns:
+        One bound per phase of ``tm.phases``."""
+    out = []
+    for key, cs, O in zip(tm.phases, tm.phase_collectives, tm.overlap_s):
+        per_group: dict[frozenset, list] = {}
+        for f in collective_flows(cs):
+            if not isinstance(f, PermuteFlows) and f.cls == "ring":
+                per_group.setdefault(f.group, []).append(f)
+        lb = Fraction(0)
+        for g, fs in per_group.items():
+            sizes = [s for s in ring_set_sizes(len(g), network) if s >= 2]
+            if len(sizes) == len(ring_set_sizes(len(g), network)):
+                lb = max(lb, min(sum(class_coefficient(f.kind, f.nbytes, s) for f in fs)
+                                 for s in sizes))
+        out.append(PhaseBound(key, lb, "cut" if lb else "none (a group may share a chip)",
+                              float(O)))
     return out
 
 

@@ -1,7 +1,8 @@
-"""The placement CP-SAT model: logical ranks -> chips, minimising the exposed link time.
+"""The placement CP-SAT model: logical ranks -> chips (devices), minimising the exposed link time.
 
 Data (``formulation.traffic`` defines the flows; the names below are the code's):
-  ranks r = 0..R-1, chips c = 0..C-1 (one device per chip), directed links l, undirected links u;
+  ranks r = 0..R-1, chips c = 0..C-1 (one device per chip: chip c is device c; with several
+  devices per chip the x index is a device instead, below), directed links l, undirected links u;
   phases p = ``TrafficModel.phases``: the phase classes (``traffic.phase_classes``: per evidence
   (phase, count), its sync collectives and its async ones in parts in flight together), with
   count_p and overlap O_p (0 for a sync class; ``traffic.TrafficModel.overlap_s``); groups g = the
@@ -43,6 +44,34 @@ sum_g C(C, k_g) over ring groups is small):
     the (unsplittable) flows of size f, integer loads give
         M[p] >= sum_S cut_p(g, S) y[g][S],
         cut_p(g, S) = max_d max(ceil(F_d / |D_d(S)|), max_f f ceil(n_{d,f} / |D_d(S)|)).
+
+Several devices per chip (v4, v7x: ``multi``; devices d = 0..D-1, R = C = D, chip(d) =
+``chip_of[d]`` = ``network.device_chip[d]``, cap_c = ``chip_cap[c]`` devices on chip c; two
+devices of one chip talk without a link). The model places ranks on devices; every load is that
+of the ranks' chips, so it is exact over every placement:
+  x[r][d] in {0,1};   sum_d x[r][d] = 1,   sum_r x[r][d] = 1
+  route(d, e) = route(chip(d), chip(e))  (``_route``; empty on one chip: no link, no hop)
+  w[r][c] = sum_{chip(d) = c} x[r][d]     (rank r on chip c)
+  permutes and groups of 2 ranks, over ordered chip pairs a != b (``_chip_products``):
+    q[(s,t)][a,b] = w[s][a] AND w[t][b] (flow V over route(a, b)); pz[g][a,b] = w[r1][a] AND
+    w[r2][b] for g = {r1 < r2} (flows over route(a, b) and route(b, a)); both ranks on one chip:
+    every product 0, no load; no pair cut (a pair may share a chip: 0 bytes)
+  all-to-all groups of > 2 ranks: as above over devices (z[g][d], pz[g][d,e] for d < e,
+    sum_{d<e} pz = k_g (k_g - 1) / 2) with the device routes
+  ring groups (k_g >= 3; only the "sets" formulation): the chip set S of g has a size
+    s in ``ring_set_sizes`` (ceil(k_g / max cap) .. min(k_g, chips)), and its class and bytes
+    depend on s (``traffic``: a ring of k ranks on s chips is a collective of s chips:
+    class_coefficient(kind, V, s) x unit_{flow_class(kind, s)}(S), a "pair" on 2 chips):
+      y[g][S] in {0,1} for every chip set S of a feasible size with sum_{c in S} cap_c >= k_g
+      (``_chip_sets``);  sum_S y[g][S] = 1
+      n[g][c] = sum_{r in g, chip(d) = c} x[r][d],  Y[g][c] = sum_{S containing c} y[g][S]:
+        Y[g][c] <= n[g][c] <= cap_c Y[g][c]      (S is exactly the set of chips holding g)
+      per size s:  Uy[g,cls_s,s][l] = sum_{|S| = s} unit_cls_s(S)[l] y[g][S] (Hy, MXy likewise)
+      load[p][l] += sum_s (sum_{c in p on g} units(class_coefficient(kind_c, V_c, s))) Uy[...][l]
+      cut:  M[p] >= sum_s cu_s MXy[g,cls_s,s]   (one set per group: its own size's term)
+  no route-aware set cuts, no pin, no "circuit" (two devices of one chip are joined by no arc of
+  the circuit: ``PlacementModelError``); of the lower bounds of ``placement_bounds`` only the
+  ring cut applies here.
 
 Pin (``pin=(ranks P, chips Q)``, |P| = |Q|): only the placements that put the ranks P on the
 chips Q (one class of the split, ``formulation.placement_split``): dom[r] = Q for r in P, else
@@ -93,7 +122,14 @@ Symmetry breaking (``formulation.symmetry``; pi: evidence automorphisms, cost(p 
      maps each candidate set's loads onto the image set's loads, rank 0 sits on an orbit
      representative of those sigma.
 Each is satisfied by an equal-cost relabelling of any placement (``canonical``), so no optimum
-is lost.
+is lost. Several devices per chip: 1 and 2 as stated with devices for chips (they relabel ranks
+only; minchip is the smallest device, by prefix booleans); 3 on chips (``_chip_symmetry``: sigma
+moves the i-th device of chip c to the i-th of sigma(c), ``_lift``): rank 0 on a device of a
+representative chip, OR_{c in reps} w[0][c]; and, where 1 is not used, the devices of a chip are
+interchangeable, so
+  4. on every chip but the one rank 0 is fixed on by 2: sum_r r x[r][d] < sum_r r x[r][d'] for
+     devices d < d' of the chip (``_device_order``; swapping a chip's devices keeps every load,
+     and keeps the chip of every rank, so 3 still holds after it).
 """
 
 from __future__ import annotations
@@ -109,7 +145,8 @@ from ortools.sat.python import cp_model
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.network import Network
 from aoizora.formulation import placement_bounds, symmetry
-from aoizora.formulation.traffic import (PermuteFlows, TrafficModel, collective_flows,
+from aoizora.formulation.traffic import (PermuteFlows, TrafficModel, class_coefficient,
+                                         collective_flows, flow_class, ring_set_sizes,
                                          unit_loads)
 
 SCOPE_SETS = "every placement"
@@ -128,7 +165,28 @@ _PREFIX = True
 
 
 class PlacementModelError(ValueError):
-    """The evidence / network cannot be modelled (e.g. two devices per chip)."""
+    """The evidence / network cannot be modelled (e.g. "circuit" with two devices per chip)."""
+
+
+def _check_multi(network: Network, formulation: str, pin) -> None:
+    """What the model supports with several devices per chip: the "sets" formulation, no pin.
+
+    Args:
+        network: the slice; one device per chip needs no check.
+        formulation: the formulation asked for ("auto", "sets" or "circuit").
+        pin: the pin asked for (None: none).
+
+    Raises:
+        PlacementModelError: "circuit" (two devices of one chip are joined by no arc of the
+            circuit) or a pin (``formulation.placement_split`` pins chips) on such a slice."""
+    if network.num_devices == network.num_chips:
+        return
+    why = (f"{network.name}: {network.num_devices} devices on {network.num_chips} chips: the "
+           "CP-SAT model places ranks on devices with the 'sets' formulation only")
+    if formulation == "circuit":
+        raise PlacementModelError(f"{why} (no circuit formulation)")
+    if pin is not None:
+        raise PlacementModelError(f"{why} (no pin)")
 
 
 class PlacementModel:
@@ -137,14 +195,16 @@ class PlacementModel:
     def __init__(self, evidence: Evidence, network: Network, formulation: str = "auto",
                  symmetry_breaking: bool = True, anchor_chip: int = 0,
                  pin: tuple[Sequence[int], Sequence[int]] | None = None):
-        if network.num_devices != network.num_chips:
-            raise PlacementModelError(
-                f"{network.name}: {network.num_devices} devices on {network.num_chips} chips; the "
-                "CP-SAT model needs one device per chip: use solvers.placement_heuristics here")
+        self.multi = network.num_devices != network.num_chips
+        _check_multi(network, formulation, pin)
         self.ev = evidence
         self.net = network
         self.traffic = TrafficModel(evidence, network)
-        self.R = self.C = network.num_chips
+        # places: chips (one device per chip, where chip c is device c) or devices (several)
+        self.R = self.C = network.num_devices if self.multi else network.num_chips
+        self.chip_of = (np.asarray(network.device_chip, dtype=np.int64) if self.multi
+                        else np.arange(self.C, dtype=np.int64))
+        self.chip_cap = np.bincount(self.chip_of, minlength=network.num_chips)
         self.model = cp_model.CpModel()
         self._pin(pin, symmetry_breaking)
         self._int_ub: dict[int, int] = {}
@@ -156,7 +216,8 @@ class PlacementModel:
             ring_groups = {g for its in self.items for cls, g, _ in its if cls == "ring"}
             n_sets = sum(self._n_sets(g) for g in ring_groups)
             # a switched fabric has no chip-to-chip cycles for the circuit formulation to use
-            formulation = "sets" if n_sets <= SETS_CAP or network.has_switches else "circuit"
+            formulation = ("sets" if n_sets <= SETS_CAP or network.has_switches or self.multi
+                           else "circuit")
         if formulation not in ("sets", "circuit"):
             raise PlacementModelError(f"formulation {formulation!r}: use 'auto', 'sets' or 'circuit'")
         self.formulation = formulation
@@ -176,14 +237,20 @@ class PlacementModel:
         self.pz: dict[int, dict] = {}
         self._punit: dict[int, tuple] = {}
         self._punit_terms: dict[int, tuple] = {}
-        self._route = [[network.route(a, b) for b in range(self.C)] for a in range(self.C)]
+        self._route = [[network.route(int(self.chip_of[a]), int(self.chip_of[b]))
+                        for b in range(self.C)] for a in range(self.C)]
+        nc = network.num_chips
+        self._chip_route = ([[network.route(a, b) for b in range(nc)] for a in range(nc)]
+                            if self.multi else self._route)
+        self._chip_pz: set[int] = set()       # pair groups with chip products (_chip_products)
         self.cuts: list[list] = [[] for _ in self.traffic.phases]
         if formulation == "sets":
             self._sets()
         else:
             self._circuits()
         self._permutes()
-        if formulation == "sets" and sum(len(v) for v in self.y.values()) <= SET_CUTS_CAP:
+        if (formulation == "sets" and not self.multi
+                and sum(len(v) for v in self.y.values()) <= SET_CUTS_CAP):
             self._set_cuts()
         self._objectives()
         self._lower_bounds()
@@ -199,9 +266,10 @@ class PlacementModel:
         gid: dict[frozenset, int] = {}
         self.items: list[list[tuple[str, int, Fraction]]] = []   # per phase: (class, g, coef)
         self.permutes: list[list[tuple[list, Fraction]]] = []
+        self.kinds: list[list[tuple[str, int]]] = []   # per phase, per item: (kind, V)
         fr: list[Fraction] = []
         for cs in tm.phase_collectives:
-            its, perms = [], []
+            its, perms, kinds = [], [], []
             for f in collective_flows(cs):
                 if isinstance(f, PermuteFlows):
                     perms.append((list(f.pairs), f.nbytes))
@@ -211,9 +279,14 @@ class PlacementModel:
                     gid[f.group] = len(self.groups)
                     self.groups.append(f.group)
                 its.append((f.cls, gid[f.group], f.coef))
+                kinds.append((f.kind, f.nbytes))
                 fr.append(f.coef)
+                if self.multi and f.cls == "ring":
+                    fr += [class_coefficient(f.kind, f.nbytes, s)
+                           for s in self._ring_sizes(f.group)]
             self.items.append(its)
             self.permutes.append(perms)
+            self.kinds.append(kinds)
         self._gid = gid
         den = 1
         for f in fr:
@@ -296,10 +369,31 @@ class PlacementModel:
             return n_in <= g_in and len(S) - n_in <= len(self.groups[g]) - g_in
         return n_in == g_in and len(S) - n_in == len(self.groups[g]) - g_in
 
+    def _ring_sizes(self, group) -> range:
+        """``ring_set_sizes`` of a group (its ranks)."""
+        return ring_set_sizes(len(group), self.net)
+
+    def _chip_sets(self, g: int) -> list[tuple[int, ...]]:
+        """The chip sets S a ring group g can take with several devices per chip: the sets of
+        ``_ring_sizes`` whose chips hold at least k_g devices.
+
+        Args:
+            g: the group's index.
+
+        Returns:
+            The chip sets, each sorted, by size then lexicographically."""
+        grp, cap = self.groups[g], self.chip_cap
+        return [S for s in self._ring_sizes(grp)
+                for S in itertools.combinations(range(self.net.num_chips), s)
+                if int(cap[list(S)].sum()) >= len(grp)]
+
     def _n_sets(self, g: int) -> int:
         """Chip sets group g can take: C(C, k_g), or under the pin C(n1, a) C(C - n1, k_g - a)
-        (n1 pinned chips, a = ranks of g among the pinned ranks)."""
+        (n1 pinned chips, a = ranks of g among the pinned ranks); with several devices per chip
+        sum_s C(chips, s) over ``_ring_sizes``."""
         k = len(self.groups[g])
+        if self.multi:
+            return sum(math.comb(self.net.num_chips, s) for s in self._ring_sizes(self.groups[g]))
         if self.pin is None:
             return math.comb(self.C, k)
         ranks, chips = self.pin
@@ -317,12 +411,21 @@ class PlacementModel:
                     m.Add(self.x[r][c] == 0)
         for c in range(C):
             m.AddExactlyOne([self.x[r][c] for r in range(R)])
+        self.w: list[list] = []
+        if self.multi:           # w[r][c]: rank r on chip c (a device of it)
+            for r in range(R):
+                self.w.append([m.NewBoolVar(f"w[{r}][{c}]") for c in range(self.net.num_chips)])
+                for c, v in enumerate(self.w[r]):
+                    m.Add(v == sum(self.x[r][int(d)] for d in np.nonzero(self.chip_of == c)[0]))
 
     # -- formulation "sets" -------------------------------------------------------------------
     def _sets(self) -> None:
         """Set variables for groups that run a ring (k >= 3); pair products for the others."""
         m, net, C = self.model, self.net, self.C
         self.set_units: dict[tuple[str, tuple], tuple[np.ndarray, int]] = {}
+        if self.multi:
+            self._chip_set_terms()
+            return
         classes_of_group: dict[int, set] = {}
         for its in self.items:
             for cls, g, _ in its:
@@ -364,14 +467,84 @@ class PlacementModel:
                         # some link carries cu x max_l unit(S)[l] (other classes only add)
                         self.cuts[p].append([(MX, cu)])
 
-    def _set_unit(self, g: int, cls: str):
-        key = (g, cls)
+    def _chip_set_vars(self, g: int) -> None:
+        """y[g][S] over the chip sets of ring group g (several devices per chip): exactly one,
+        and S is the set of chips holding a rank of g: with n_c = sum_{r in g, chip(d) = c}
+        x[r][d] and cap_c the devices of chip c,  Y_c <= n_c <= cap_c Y_c,
+        Y_c = sum_{S containing c} y[g][S].
+
+        Args:
+            g: the group's index.
+
+        Returns:
+            None; fills ``self.y[g]`` and ``self.set_units``."""
+        m, grp = self.model, self.groups[g]
+        sets = self._chip_sets(g)
+        ys = {S: m.NewBoolVar(f"y[{g}][{j}]") for j, S in enumerate(sets)}
+        m.AddExactlyOne(ys.values())
+        for c in range(self.net.num_chips):
+            n_c = sum(self.x[r][d] for r in grp for d in np.nonzero(self.chip_of == c)[0])
+            y_c = sum(v for S, v in ys.items() if c in S)
+            m.Add(y_c <= n_c)
+            m.Add(n_c <= int(self.chip_cap[c]) * y_c)
+        self.y[g] = ys
+        for S in sets:
+            cls = flow_class("all-gather", len(S))     # "pair" on 2 chips, "ring" on 3 or more
+            if (cls, S) not in self.set_units:
+                self.set_units[(cls, S)] = unit_loads(cls, S, self.net)
+
+    def _chip_set_terms(self) -> None:
+        """The "sets" formulation with several devices per chip: ring groups (k_g >= 3) through
+        y[g][S] over chip sets S (``_chip_set_vars``), one size s = |S| at a time since the
+        coefficient and class depend on s (``class_coefficient(kind, V, s)``); pair and
+        all-to-all groups through ``_pair_terms`` (chip products for 2 ranks, device products
+        for more).
+
+        Returns:
+            None; adds load, hop and cut terms per phase."""
+        for p, (its, kinds) in enumerate(zip(self.items, self.kinds)):
+            per_size: dict[tuple[int, int], list[int]] = {}
+            for (cls, g, coef), (kind, V) in zip(its, kinds):
+                if cls != "ring":
+                    self._pair_terms(p, g, cls, self.units(coef))
+                    continue
+                if g not in self.y:
+                    self._chip_set_vars(g)
+                for s in self._ring_sizes(self.groups[g]):
+                    d = per_size.setdefault((g, s), [0, 0])
+                    d[0] += self.units(class_coefficient(kind, V, s))
+                    d[1] += 1
+            mx_terms: dict[int, list] = {}
+            for (g, s), (cu, n_items) in per_size.items():
+                U, H, MX = self._set_unit(g, flow_class("all-gather", s), s)
+                for l, u in U.items():
+                    self._add(p, l, u, cu)
+                if H is not None:
+                    self._addh(p, H, n_items)
+                if MX is not None:
+                    mx_terms.setdefault(g, []).append((MX, cu))
+            # one set per group: M[p] >= sum_s cu_s MX[g,s] (the chosen size's term alone)
+            self.cuts[p] += list(mx_terms.values())
+
+    def _set_unit(self, g: int, cls: str, size: int | None = None):
+        """Uy[g,cls][l], Hy[g,cls], MXy[g,cls] (module docstring) over the sets of group g,
+        or over its sets of `size` chips only (several devices per chip).
+
+        Args:
+            g: the group's index. cls: the flow class of the sets' unit loads.
+            size: only the sets of this many chips (None: every set of g).
+
+        Returns:
+            (U: {link: integer variable}, H or None, MX or None), cached per (g, cls, size)."""
+        key = (g, cls) if size is None else (g, cls, size)
         if key in self.set_terms:
             return self.set_terms[key]
         m, L = self.model, self.net.num_links
         per: dict[int, tuple[list, list]] = {}
         hv, hc, mv, mc = [], [], [], []
         for S, v in self.y[g].items():
+            if size is not None and len(S) != size:
+                continue
             u, h = self.set_units[(cls, S)]
             for l in np.nonzero(u)[0]:
                 vs, cs = per.setdefault(int(l), ([], []))
@@ -387,16 +560,16 @@ class PlacementModel:
         U = {}
         for l, (vs, cs) in per.items():
             ub = max(cs)
-            var = m.NewIntVar(0, ub, f"Uy[{g},{cls}][{l}]")
+            var = m.NewIntVar(0, ub, f"Uy[{key}][{l}]")
             m.Add(var == cp_model.LinearExpr.WeightedSum(vs, cs))
             self._int_ub[var.Index()] = ub
             U[l] = var
         H = MX = None
         if hv:
-            H = m.NewIntVar(0, max(hc), f"Hy[{g},{cls}]")
+            H = m.NewIntVar(0, max(hc), f"Hy[{key}]")
             m.Add(H == cp_model.LinearExpr.WeightedSum(hv, hc))
         if mv:
-            MX = m.NewIntVar(0, max(mc), f"MXy[{g},{cls}]")
+            MX = m.NewIntVar(0, max(mc), f"MXy[{key}]")
             m.Add(MX == cp_model.LinearExpr.WeightedSum(mv, mc))
         self.set_terms[key] = (U, H, MX)
         self._set_defs[key] = (per, hv, hc, mv, mc)
@@ -410,14 +583,15 @@ class PlacementModel:
         for l, u in U.items():
             self._add(p, l, u, cu)
         self._addh(p, hop, 1)
-        if cls == "pair":
+        if cls == "pair" and not self.multi:       # two devices of one chip: no link crossed
             self.cuts[p].append([(None, cu * self.min_weight)])   # some link carries >= cu
 
     def _pair_unit(self, g: int):
         if g in self._punit:
             return self._punit[g]
-        m, route = self.model, self._route
+        m = self.model
         ps = self._pair_vars(g)
+        route = self._chip_route if g in self._chip_pz else self._route
         per: dict[int, tuple[list, list]] = {}
         hv, hc = [], []
         for (a, b), v in ps.items():
@@ -513,6 +687,11 @@ class PlacementModel:
     def _pair_vars(self, g: int) -> dict:
         if g in self.pz:
             return self.pz[g]
+        if self.multi and len(self.groups[g]) == 2:
+            r1, r2 = sorted(self.groups[g])
+            self.pz[g] = self._chip_products(r1, r2, f"pz[{g}]")
+            self._chip_pz.add(g)
+            return self.pz[g]
         m, C = self.model, self.C
         z = self._z(g)
         ps = {}
@@ -595,13 +774,36 @@ class PlacementModel:
                     self.cuts[p].append(terms)
 
     # -- permutes (both formulations) ---------------------------------------------------------
+    def _chip_products(self, s: int, t: int, name: str) -> dict:
+        """Several devices per chip: v[a,b] = w[s][a] AND w[t][b] for chips a != b (rank s on
+        chip a, rank t on chip b; both on one chip: no variable true, no link).
+
+        Args:
+            s, t: the ranks. name: the variables' name prefix.
+
+        Returns:
+            {(a, b): BoolVar} over ordered chip pairs."""
+        m, w, out = self.model, self.w, {}
+        for a in range(self.net.num_chips):
+            for b in range(self.net.num_chips):
+                if a != b:
+                    v = m.NewBoolVar(f"{name}[{a},{b}]")
+                    m.AddImplication(v, w[s][a])
+                    m.AddImplication(v, w[t][b])
+                    m.AddBoolOr([v, w[s][a].Not(), w[t][b].Not()])
+                    out[(a, b)] = v
+        return out
+
     def _permutes(self) -> None:
         m, net, C = self.model, self.net, self.C
         self.q: dict[tuple[int, int], dict] = {}
+        route = self._chip_route if self.multi else self._route
         for p, perms in enumerate(self.permutes):
             for pairs, V in perms:
                 cu = self.units(V)
                 for s, t in pairs:
+                    if (s, t) not in self.q and self.multi:
+                        self.q[(s, t)] = self._chip_products(s, t, f"q[{s},{t}]")
                     if (s, t) not in self.q:
                         qs = {}
                         for a in range(C):
@@ -614,7 +816,7 @@ class PlacementModel:
                                     qs[(a, b)] = v
                         self.q[(s, t)] = qs
                     for (a, b), v in self.q[(s, t)].items():
-                        r = net.route(a, b)
+                        r = route[a][b]
                         for l in r:
                             self._add(p, l, v, cu)
                         self._addh(p, v, len(r))
@@ -702,7 +904,7 @@ class PlacementModel:
         self._prefix: list = []
         for ax in sym:
             gl = self._slab_groups.get(ax, [])
-            if gl and all(g is not None and g in self.y for g in gl):
+            if not self.multi and gl and all(g is not None and g in self.y for g in gl):
                 # slabs are groups with set variables: minchip = sum_S min(S) y[g][S], linear
                 mins = [sum(min(S) * v for S, v in self.y[g].items()) for g in gl]
             else:
@@ -732,7 +934,7 @@ class PlacementModel:
         if sym:
             anchor_chip = 0
             self.notes.append(f"symmetry: logical axes {sym} have interchangeable coordinates: "
-                              "their slabs are ordered by smallest chip id")
+                              f"their slabs are ordered by smallest {self._place} id")
         shape = [int(v) for v in ev.mesh_axes.values()] or [1]
         gens = [pi for ax, _, pi in symmetry._logical_candidates(ev) if ax not in sym]
         orbit = symmetry.orbit_map(gens, self.R, 0)
@@ -743,10 +945,16 @@ class PlacementModel:
             m.Add(self.x[0][anchor_chip] == 1)
             self.fixed = {0: [anchor_chip]}
             self._orbit = orbit
-            self.notes.append(f"symmetry: rank 0 on chip {anchor_chip} (evidence automorphisms "
-                              "move rank 0 to any rank of its slab)")
+            self.notes.append(f"symmetry: rank 0 on {self._place} {anchor_chip} (evidence "
+                              "automorphisms move rank 0 to any rank of its slab)")
+            if self.multi and not sym:
+                self._device_order(skip_chip=int(self.chip_of[anchor_chip]))
             return
         if sym:
+            return
+        if self.multi:
+            self._chip_symmetry()
+            self._device_order(skip_chip=None)
             return
         pg = symmetry.physical_group(self.net)
         if pg is None or len(pg) <= 1:
@@ -762,6 +970,65 @@ class PlacementModel:
         self.notes.append(f"symmetry: rank 0 on one of chips {reps} (slice route automorphisms, "
                           f"{len(pg)} elements)")
         self._pg = pg
+
+    def _chip_symmetry(self) -> None:
+        """Rule 3 with several devices per chip: slice automorphisms sigma of the chips, each
+        moving every device of a chip to the device of the same rank in id order on its image
+        (``_lift``); if they map each candidate set's loads onto the image set's, rank 0 sits on
+        a device of an orbit representative chip, w[0][reps] (the device order of rule 4, which
+        keeps the chip of every rank, applies after it).
+
+        Returns:
+            None; adds the constraint, records ``_chip_pg`` and ``_chip_reps``."""
+        pg = symmetry.physical_group(self.net)
+        if pg is None or len(pg) <= 1 or not self._equivariant(pg):
+            self.notes.append("symmetry: no slice automorphism used (none, or they do not "
+                              "preserve the canonical rings' loads)")
+            return
+        reps = symmetry.orbit_representatives(pg, self.net.num_chips)
+        self.model.AddBoolOr([self.w[0][c] for c in reps])
+        self._chip_pg, self._chip_reps = pg, reps
+        self.notes.append(f"symmetry: rank 0 on a device of one of chips {reps} (slice route "
+                          f"automorphisms, {len(pg)} elements, moving both devices of a chip)")
+
+    def _lift(self, sigma: np.ndarray) -> np.ndarray:
+        """A chip automorphism `sigma` on devices: the i-th device (in id order) of chip c goes
+        to the i-th device of chip sigma[c]."""
+        devs = [np.nonzero(self.chip_of == c)[0] for c in range(self.net.num_chips)]
+        out = np.empty(self.C, dtype=np.int64)
+        for c, ds in enumerate(devs):
+            out[ds] = devs[int(sigma[c])]
+        return out
+
+    def _device_order(self, skip_chip: int | None) -> None:
+        """Devices of one chip are interchangeable (loads depend on the chip of each rank
+        only): on every chip but `skip_chip` (the anchor's, whose rank 0 is fixed) the ranks
+        increase with the device id, sum_r r x[r][d] < sum_r r x[r][d'] for d < d' on the chip.
+        Not combined with ordered slabs (a swap inside a chip can reorder two slabs' smallest
+        devices).
+
+        Args:
+            skip_chip: the chip left unordered (None: none).
+
+        Returns:
+            None; adds the constraints and records the chips in ``self._dev_chips``."""
+        m, R = self.model, self.R
+        self._dev_chips: list[list[int]] = []
+        for c in range(self.net.num_chips):
+            devs = [int(d) for d in np.nonzero(self.chip_of == c)[0]]
+            if c == skip_chip or len(devs) < 2:
+                continue
+            rank_on = [sum(r * self.x[r][d] for r in range(R)) for d in devs]
+            for a, b in zip(rank_on, rank_on[1:]):
+                m.Add(a < b)
+            self._dev_chips.append(devs)
+        self.notes.append("symmetry: the devices of a chip hold increasing ranks"
+                          + (f" (but on chip {skip_chip})" if skip_chip is not None else ""))
+
+    @property
+    def _place(self) -> str:
+        """What x places ranks on: "chip", or "device" with several devices per chip."""
+        return "device" if self.multi else "chip"
 
     def _equivariant(self, pg) -> bool:
         net = self.net
@@ -784,16 +1051,34 @@ class PlacementModel:
         p = np.asarray(chip_of_rank, dtype=np.int64)
         if getattr(self, "_sym_axes", None):
             p = symmetry.sort_slabs(self.ev, p, self._sym_axes)
+        if getattr(self, "_chip_pg", None) is not None:
+            c0 = int(self.chip_of[p[0]])
+            s = next(s for s in self._chip_pg if int(s[c0]) in self._chip_reps)
+            p = self._lift(s)[p]
         if not self.fixed:
-            return p
+            return self._order_devices(p)
         allowed = self.fixed[0]
         if hasattr(self, "_orbit"):
             for r, pi in self._orbit.items():
                 if int(p[r]) in allowed:
-                    return p[pi]
+                    return self._order_devices(p[pi])
         for s in getattr(self, "_pg", []):
             if int(s[p][0]) in allowed:
                 return s[p]
+        return p
+
+    def _order_devices(self, p: np.ndarray) -> np.ndarray:
+        """`p` (rank -> device) with the ranks of each chip of ``_device_order`` moved onto its
+        devices in increasing order (an equal-cost placement); `p` itself without it."""
+        chips = getattr(self, "_dev_chips", [])
+        if not chips:
+            return p
+        p = p.copy()
+        where = {int(d): r for r, d in enumerate(p)}
+        for devs in chips:
+            ranks = sorted(where[d] for d in devs)
+            for r, d in zip(ranks, devs):
+                p[r] = d
         return p
 
     def hint_values(self, chip_of_rank: Sequence[int]) -> dict:
@@ -808,7 +1093,7 @@ class PlacementModel:
                 val[self.x[r][c]] = int(p[r] == c)
         chips_of = {g: sorted(p[r] for r in grp) for g, grp in enumerate(self.groups)}
         for g, ys in self.y.items():
-            S = tuple(chips_of[g])
+            S = tuple(sorted({int(self.chip_of[d]) for d in chips_of[g]}))
             for T, v in ys.items():
                 val[v] = int(T == S)
         for key, (U, H, MX) in self.set_terms.items():
@@ -823,10 +1108,13 @@ class PlacementModel:
             for g, zs in self.z.items():
                 for c, v in enumerate(zs):
                     val[v] = int(c in chips_of[g])
+            ch = [int(self.chip_of[d]) for d in p]
             for g, ps in self.pz.items():
                 cs = set(chips_of[g])
+                r1, r2 = sorted(self.groups[g])[:2]
                 for (a, b), v in ps.items():
-                    val[v] = int(a in cs and b in cs)
+                    val[v] = (int(ch[r1] == a and ch[r2] == b) if g in self._chip_pz
+                              else int(a in cs and b in cs))
             for g, rv in self.ring.items():
                 ring = net.ring_through(chips_of[g])
                 if ring.kind not in ("ring", "line"):
@@ -852,9 +1140,13 @@ class PlacementModel:
             for l, (vs, cs) in per.items():
                 val[U[l]] = sum(c * val[v] for v, c in zip(vs, cs))
             val[hop] = sum(c * val[v] for v, c in zip(hv, hc))
+        at = [int(self.chip_of[d]) for d in p] if self.multi else p
+        for r, ws in enumerate(self.w):
+            for c, v in enumerate(ws):
+                val[v] = int(at[r] == c)
         for (s_, t), qs in self.q.items():
             for (a, b), v in qs.items():
-                val[v] = int(p[s_] == a and p[t] == b)
+                val[v] = int(at[s_] == a and at[t] == b)
         for mn, slab in getattr(self, "_minchip", []):
             val[mn] = min(p[r] for r in slab)
         for pre, slab in getattr(self, "_prefix", []):
@@ -899,8 +1191,12 @@ def estimated_variables(evidence: Evidence, network: Network,
                         formulation: str = "auto") -> tuple[str, int]:
     """(formulation "auto" resolves to, approximate number of CP-SAT variables) without building
     the model: x (C^2), per ring group its sets (C(C, k)) or its circuit (links + 4 C), per pair /
-    all-to-all group its pair products (C (C - 1) / 2 + links), per permute pair C (C - 1)."""
-    C, L = network.num_chips, network.num_links
+    all-to-all group its pair products (C (C - 1) / 2 + links), per permute pair C (C - 1). With
+    several devices per chip C is the device count, x comes with w (C x chips), a ring group's
+    sets are its chip sets (sum_s C(chips, s), ``ring_set_sizes``), permute pairs and 2-rank
+    groups take chip products (chips (chips - 1)) and the formulation is "sets"."""
+    multi = network.num_devices != network.num_chips
+    C, L, nc = network.num_devices, network.num_links, network.num_chips
     tm = TrafficModel(evidence, network)
     classes: dict[frozenset, set] = {}
     perm_pairs: set = set()
@@ -910,13 +1206,18 @@ def estimated_variables(evidence: Evidence, network: Network,
                 perm_pairs.update(f.pairs)
             else:
                 classes.setdefault(f.group, set()).add(f.cls)
-    if formulation == "auto":
-        n_sets = sum(math.comb(C, len(g)) for g, k in classes.items() if "ring" in k)
-        formulation = "sets" if n_sets <= SETS_CAP else "circuit"
-    n = C * C + len(perm_pairs) * C * (C - 1)
+
+    def n_sets(g) -> int:
+        return sum(math.comb(nc, s) for s in ring_set_sizes(len(g), network))
+
+    if formulation == "auto" or multi:
+        total = sum(n_sets(g) for g, k in classes.items() if "ring" in k)
+        formulation = "sets" if total <= SETS_CAP or multi else "circuit"
+    products = nc * (nc - 1) if multi else C * (C - 1)
+    n = C * C + (C * nc if multi else 0) + len(perm_pairs) * products
     for g, k in classes.items():
         if "ring" in k:
-            n += math.comb(C, len(g)) if formulation == "sets" else C + L + 4 * C
+            n += n_sets(g) if formulation == "sets" else C + L + 4 * C
         if k & {"pair", "a2a"}:
-            n += C + C * (C - 1) // 2 + L
+            n += (products if multi and len(g) == 2 else C + C * (C - 1) // 2) + L
     return formulation, n

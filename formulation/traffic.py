@@ -161,10 +161,14 @@ def class_coefficient(kind: str, nbytes: int, k: int) -> Fraction:
 class GroupFlows:
     """The flows of one collective on one replica group ``group`` (ranks, k = |group| >= 2):
     flow class ``cls`` ("pair", "ring" or "a2a", ``flow_class``) and ``coef`` bytes per unit of
-    ``unit_loads`` (``class_coefficient``, exact)."""
+    ``unit_loads`` (``class_coefficient``, exact), both for k distinct chips; ``kind`` (base
+    kind) and ``nbytes`` (V) give them for fewer chips (``class_coefficient(kind, nbytes, s)``:
+    a ring group on s < k chips when a chip holds several of its devices)."""
     cls: str
     group: frozenset
     coef: Fraction
+    kind: str = ""
+    nbytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +194,24 @@ def collective_flows(collectives: Sequence[Collective]) -> Iterator[GroupFlows |
             g = frozenset(int(r) for r in grp)
             cls = flow_class(kind, len(g))
             if cls != "none":
-                yield GroupFlows(cls, g, class_coefficient(kind, c.bytes, len(g)))
+                yield GroupFlows(cls, g, class_coefficient(kind, c.bytes, len(g)), kind,
+                                 int(c.bytes))
+
+
+def ring_set_sizes(k: int, network: Network) -> range:
+    """Sizes s of the chip sets a group of k ranks can sit on.
+
+    Args:
+        k: the group's ranks.
+        network: the slice (its ``device_chip``).
+
+    Returns:
+        k alone with one device per chip; with several, ceil(k / most devices of a chip) <= s
+        <= min(k, chips), increasing."""
+    if network.num_devices == network.num_chips:
+        return range(k, k + 1)
+    most = int(np.bincount(np.asarray(network.device_chip)).max())
+    return range(-(-k // most), min(k, network.num_chips) + 1)
 
 
 def unit_loads(cls: str, chips: Sequence[int], network: Network) -> tuple[np.ndarray, int]:

@@ -25,6 +25,31 @@ def factorizations(n: int) -> list[tuple[int, ...]]:
     return out
 
 
+def _device_grid(network: Network) -> np.ndarray:
+    """The devices by physical coordinates: shape ``network.shape``, plus an axis of n devices
+    per chip (in device id order) when every chip holds n > 1.
+
+    Args:
+        network: the slice.
+
+    Returns:
+        The device index at each position.
+
+    Raises:
+        ValueError: the chips hold different numbers of devices."""
+    per = np.bincount(np.asarray(network.device_chip), minlength=network.num_chips)
+    n = int(per.max())
+    if int(per.min()) != n:
+        raise ValueError("axis orders need the same number of devices on every chip")
+    devs: dict[int, list[int]] = {}
+    for d, c in enumerate(network.device_chip):
+        devs.setdefault(int(c), []).append(d)
+    grid = np.empty(tuple(network.shape) + ((n,) if n > 1 else ()), dtype=np.int64)
+    for c, co in enumerate(network.chips):
+        grid[co] = devs[c] if n > 1 else devs[c][0]
+    return grid
+
+
 def axis_order_placements(network: Network, mesh_shape: Sequence[int],
                           deadline: float | None = None) -> list[np.ndarray]:
     """Distinct placements from mapping logical axes onto physical axes / sub-axes in every order.
@@ -33,16 +58,13 @@ def axis_order_placements(network: Network, mesh_shape: Sequence[int],
     are ordered so that consecutive ones multiply to the logical axes (orders that cannot are
     pruned as they are built), and the grid is transposed accordingly. Splits with fewer factors
     come first. `deadline` (``time.perf_counter()`` value): stop enumerating there (large slices
-    have millions of orders) and return what was found."""
-    shape = network.shape
-    grid = np.empty(shape, dtype=np.int64)
-    first_dev = {}
-    for d, c in enumerate(network.device_chip):
-        first_dev.setdefault(int(c), d)
-    if network.num_devices != network.num_chips:
-        raise ValueError("axis orders need one device per chip")
-    for c, co in enumerate(network.chips):
-        grid[co] = first_dev[c]
+    have millions of orders) and return what was found. With n devices on every chip (v4, v7x)
+    the devices of a chip are one more physical axis of size n, after the slice's axes.
+
+    Raises:
+        ValueError: the chips hold different numbers of devices."""
+    grid = _device_grid(network)
+    shape = grid.shape
     mesh_shape = [int(v) for v in mesh_shape if int(v) > 1] or [1]
     out: dict[bytes, np.ndarray] = {}
     combos = sorted(itertools.product(*[factorizations(s) for s in shape]),

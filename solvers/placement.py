@@ -68,6 +68,12 @@ The certificate's bound is the largest of these valid over the model's scope (``
 that meets a proven bound is OPTIMAL (e.g. the incumbent meets the analytic bound: no CP-SAT
 model is built).
 
+Several devices per chip (v4, v7x): the model places ranks on devices ("sets" only; the
+incumbent, hints and solutions are then device per rank, ``placement_result.model_places``);
+the split proof does not run and the analytic bound is the ring cut alone
+(``placement_bounds``), so the bound is mostly the decomposition's or the joint model's; the
+"circuit" formulation asked for there takes the heuristic path.
+
 Incumbent: the hint and the axis orders (``axis_order_placements``), priced by Q2's cost; CP-SAT
 is hinted with it (or, when the circuit model cannot represent it, with the best candidate it
 can), and the answer is never worse than it. Models estimated above ``max_model_variables``
@@ -101,7 +107,7 @@ from aoizora.solvers.cpsat_params import (BUILD_S_PER_VARIABLE, MIN_SOLVE_S, STA
                                           set_search_params, solution_chips, solve)
 from aoizora.solvers.placement_decomposition import phase_decomposition
 from aoizora.solvers.placement_heuristics import annealing, evaluation_budget
-from aoizora.solvers.placement_result import PlacementResult, chips_to_devices
+from aoizora.solvers.placement_result import PlacementResult, chips_to_devices, model_places
 from aoizora.solvers.placement_split import SplitResult, split_proof
 from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 
@@ -241,12 +247,13 @@ class PlacementRun:
 class ModelPlan:
     """Whether the CP-SAT model is built: ``variables`` its estimated size; ``fallback`` over
     ``max_model_variables``; ``no_time`` its build and least solve do not fit in what the warm
-    start leaves of the limit. With several devices per chip (v4, v7x) the model does not
-    apply (``formulation.placement_cpsat``): the heuristic path."""
-    one_per_chip: bool
+    start leaves of the limit; ``unsupported`` why the model does not apply ("" when it does:
+    with several devices per chip (v4, v7x) it places ranks on devices with the "sets"
+    formulation only, ``formulation.placement_cpsat``)."""
     variables: int
     fallback: bool
     no_time: bool
+    unsupported: str = ""
 
     @property
     def build_s(self) -> float:
@@ -254,23 +261,32 @@ class ModelPlan:
 
     @property
     def heuristic(self) -> bool:
-        return self.fallback or self.no_time or not self.one_per_chip
+        return self.fallback or self.no_time or bool(self.unsupported)
 
 
 def model_plan(run: PlacementRun) -> ModelPlan:
-    """The model's estimated size (``estimated_variables``; 0 with several devices per chip),
-    fallback = size > max_model_variables, no_time = (1 - WARM_START_SHARE) time_limit_s <
-    size BUILD_S_PER_VARIABLE + MIN_SOLVE_S."""
-    one_per_chip = run.network.num_devices == run.network.num_chips
-    o = run.options
-    nvars = (estimated_variables(run.evidence, run.network, o.formulation)[1] if one_per_chip
-             else 0)
+    """The model's estimated size (``estimated_variables``), fallback = size >
+    max_model_variables, no_time = (1 - WARM_START_SHARE) time_limit_s < size
+    BUILD_S_PER_VARIABLE + MIN_SOLVE_S; unsupported: the "circuit" formulation asked for on a
+    slice with several devices per chip.
+
+    Args:
+        run: the call (network, evidence, options, limit); records ``estimated_variables``.
+
+    Returns:
+        The plan."""
+    net, o = run.network, run.options
+    if net.num_devices != net.num_chips and o.formulation == "circuit":
+        run.detail["estimated_variables"] = 0
+        return ModelPlan(0, False, False, "the circuit formulation has no arc between the "
+                         "devices of one chip")
+    nvars = estimated_variables(run.evidence, net, o.formulation)[1]
     run.detail["estimated_variables"] = nvars
-    fallback = one_per_chip and nvars > o.max_model_variables
+    fallback = nvars > o.max_model_variables
     # no time to build and solve the model after the warm start: the same heuristic path
-    no_time = (one_per_chip and not fallback and (1 - WARM_START_SHARE) * run.time_limit_s
+    no_time = (not fallback and (1 - WARM_START_SHARE) * run.time_limit_s
                < nvars * BUILD_S_PER_VARIABLE + MIN_SOLVE_S)
-    return ModelPlan(one_per_chip, nvars, fallback, no_time)
+    return ModelPlan(nvars, fallback, no_time)
 
 
 @dataclasses.dataclass
@@ -285,7 +301,9 @@ class Incumbent:
     pool_cost: list = dataclasses.field(default_factory=list)
 
     def chips(self, network: Network) -> np.ndarray | None:
-        return network.device_chip[self.placement] if self.placement is not None else None
+        """The incumbent as the CP-SAT model places it (``model_places``: chips, or devices
+        with several per chip); None without one."""
+        return model_places(network, self.placement) if self.placement is not None else None
 
     def kept(self) -> list[list[int]]:
         """The CANDIDATES_KEPT cheapest placements priced (ties: first priced)."""
@@ -315,7 +333,7 @@ def incumbent_stage(run: PlacementRun, hint: Sequence[int] | None, plan: ModelPl
         inc.placement, inc.source = np.asarray(hint, dtype=np.int64), "hint"
         inc.pool, inc.pool_cost = [inc.placement], [tm.cost(inc.placement)]
         trace.append((run.elapsed(), tm.cost(inc.placement)[0]))
-    if run.options.warm_start and plan.one_per_chip:
+    if run.options.warm_start:
         ax_deadline = run.t0 + (FALLBACK_WARM_START_SHARE if plan.heuristic
                                 else WARM_START_SHARE) * run.time_limit_s
         axs = axis_order_placements(run.network, list(run.evidence.mesh_axes.values()),
@@ -348,14 +366,14 @@ def incumbent_stage(run: PlacementRun, hint: Sequence[int] | None, plan: ModelPl
 
 def heuristic_stage(run: PlacementRun, inc: Incumbent, plan: ModelPlan,
                     analytic: StageBound) -> StageAnswer:
-    """Stage 3 (no CP-SAT model: too large, no time to build it, or several devices per chip):
-    annealing over swaps from the incumbent for the rest of the limit; the bound is the analytic
-    one."""
+    """Stage 3 (no CP-SAT model: too large, no time to build it, or the circuit formulation
+    asked for with several devices per chip): annealing over swaps from the incumbent for the
+    rest of the limit; the bound is the analytic one."""
     detail, o = run.detail, run.options
-    if not plan.one_per_chip:
-        detail["method"] = "axis orders + annealing (several devices per chip)"
-        why = (f"{run.network.num_devices} devices on {run.network.num_chips} chips: the CP-SAT "
-               f"model places one device per chip")
+    if plan.unsupported:
+        detail["method"] = "axis orders + annealing (circuit formulation, several devices per chip)"
+        why = (f"{run.network.num_devices} devices on {run.network.num_chips} chips: "
+               f"{plan.unsupported}")
     elif plan.fallback:
         detail["method"] = "axis orders + annealing (heuristic fallback)"
         why = (f"the CP-SAT model would have ~{plan.variables:,} variables "
@@ -449,7 +467,7 @@ def decomposition_stage(run: PlacementRun, pm: PlacementModel, inc: Incumbent,
     """Stage 5: the decomposition bound (``solvers.placement_decomposition``) within
     ``decomposition_share`` of the work budget; the analytic bound when it does not run."""
     hint_chips = inc.chips(run.network)
-    if hint_chips is None or run.network.num_devices != run.network.num_chips:
+    if hint_chips is None:
         return StageBound(analytic.seconds, "decomposition", SCOPE_SETS)
     o = run.options
     dec_s, dec_scope, rows = phase_decomposition(
@@ -467,10 +485,10 @@ def _hint_joint_model(run: PlacementRun, pm: PlacementModel, inc: Incumbent) -> 
         return
     cp_hint = hint_chips
     if not pm.in_scope(hint_chips):
-        ok = [q for q in inc.pool if pm.in_scope(run.network.device_chip[q])]
+        ok = [q for q in inc.pool if pm.in_scope(model_places(run.network, q))]
         if ok:
             q = min(ok, key=run.tm.cost)
-            cp_hint = run.network.device_chip[q]
+            cp_hint = model_places(run.network, q)
             run.detail["cpsat_hint"] = {"objective_s": run.tm.cost(q)[0],
                                         "why": "the incumbent is outside the model's scope"}
     pm.add_hint(cp_hint)

@@ -32,7 +32,7 @@ from aoizora.extract.network import Network
 from aoizora.formulation.placement_cpsat import SCOPE_SETS, PlacementModel, estimated_variables
 from aoizora.solvers.cpsat_params import (BUILD_S_PER_VARIABLE, MIN_SOLVE_S, STATUS_NAMES,
                                           set_search_params, solve)
-from aoizora.solvers.placement_result import chips_to_devices
+from aoizora.solvers.placement_result import chips_to_devices, model_places
 from aoizora.solvers.work_budget import WORK_PER_S, WorkBudget
 
 # The least work (CP-SAT deterministic seconds) worth starting a phase with.
@@ -49,7 +49,7 @@ def decomposition_bound(evidence: Evidence, network: Network, time_limit_s: floa
     budget = WorkBudget.for_limit(time_limit_s)
     pm = PlacementModel(evidence, network, formulation=formulation)
     p = np.arange(network.num_devices) if hint is None else np.asarray(hint, dtype=np.int64)
-    return phase_decomposition(pm, network.device_chip[p], seed, budget, True, False)
+    return phase_decomposition(pm, model_places(network, p), seed, budget, True, False)
 
 
 def _phases_to_solve(pm: PlacementModel, hint_chips) -> list[tuple[float, int]]:

@@ -217,8 +217,8 @@ def random_search(evidence: Evidence, network: Network, time_limit_s: float = 5.
 def annealing_starts(network: Network, mesh_shape: Sequence[int],
                      default: Sequence[int]) -> list[list[int]]:
     """The starts the annealing search takes as a heuristic: ``default`` (JAX's device order),
-    then every physical axis-order placement of the mesh (none where they do not apply: several
-    devices per chip)."""
+    then every physical axis-order placement of the mesh (with several devices per chip their
+    devices are one more axis; none where chips hold different numbers of devices)."""
     starts = [[int(v) for v in default]]
     try:
         starts += [[int(v) for v in p] for p in axis_order_placements(network, list(mesh_shape))]

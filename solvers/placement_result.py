@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+import numpy as np
+
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import Q2
 from aoizora.solvers.certificate import Certificate
@@ -29,7 +31,25 @@ class PlacementResult:
 
 def chips_to_devices(network: Network, chip_of_rank: Sequence[int]) -> list[int]:
     """The placement (device index per rank) that puts rank r on chip ``chip_of_rank[r]``: the
-    first device of that chip in ``network.device_chip`` (one device per chip: the device)."""
+    first device of that chip in ``network.device_chip`` (one device per chip: the device).
+    With several devices per chip the CP-SAT model places ranks on devices: `chip_of_rank` is
+    then a device per rank (``model_places``), returned as it is."""
+    if network.num_devices != network.num_chips:
+        return [int(d) for d in chip_of_rank]
     dev_of_chip = {int(c): d for d, c in enumerate(network.device_chip)}
     return [dev_of_chip[int(c)] for c in chip_of_rank]
 
+
+def model_places(network: Network, placement: Sequence[int]) -> np.ndarray:
+    """What the CP-SAT model (``formulation.placement_cpsat``) places rank r on, for a placement
+    (device per rank).
+
+    Args:
+        network: the slice.
+        placement: device index per rank.
+
+    Returns:
+        The chip of each rank with one device per chip; the device itself with several (the
+        model then places ranks on devices). ``chips_to_devices`` is the inverse."""
+    p = np.asarray(placement, dtype=np.int64)
+    return p if network.num_devices != network.num_chips else network.device_chip[p]

@@ -18,7 +18,9 @@ cut the descent).
 
 The certificate keeps the CP-SAT bound on ``communication_s`` (it is valid for every placement in
 its scope); its objective becomes comm(p*), and the status is OPTIMAL only when comm(p*) meets
-that bound. A placement chosen for a smaller S may carry more link load than the certified one:
+that bound, or the certified answer is OPTIMAL and comm(p*) does not exceed its objective (then
+p* is as good as a proven optimum: the bound sits below that optimum by the model's overlap
+rounding, ``placement_cpsat``'s ``rounding_units``). A placement chosen for a smaller S may carry more link load than the certified one:
 the certificate then says FEASIBLE with the gap, and ``detail["step_choice"]`` says why.
 """
 
@@ -104,11 +106,13 @@ def with_choice(evidence: Evidence, network: Network, result, chosen: Sequence[i
     if same:
         return dataclasses.replace(result, certificate=cert)
     q2 = predict_step(evidence, [int(v) for v in chosen], network, tm)
-    bound = cert.bound
+    bound, was = cert.bound, result.certificate
     cert.objective = q2.communication_s
     if bound is not None:
         meets = q2.communication_s <= bound * (1 + 1e-12) + 1e-15
-        cert.status = "OPTIMAL" if meets else "FEASIBLE"
+        as_good = (was.status == "OPTIMAL" and was.objective is not None
+                   and q2.communication_s <= was.objective * (1 + 1e-12) + 1e-15)
+        cert.status = "OPTIMAL" if meets or as_good else "FEASIBLE"
     delta = choice["chosen_step_key_s"] - choice["certified_step_key_s"]
     cert.detail["notes"] = list(cert.detail.get("notes", [])) + [
         f"the placement kept has Q2 step {delta * 1e6:+.3f} us against the "

@@ -173,7 +173,7 @@ def place(cand: Candidate, got: Compiled, program, budget: Budget, settings,
     res = choose(ev, network, res, cands, names=names,
                  time_limit_s=budget.share_s("step_choice", asked))
     c = res.certificate
-    how = "CP-SAT" if c.solver.startswith("CP-SAT") else c.solver   # e.g. annealing (v4, v7x)
+    how = "CP-SAT" if c.solver.startswith("CP-SAT") else c.solver   # e.g. annealing (too large)
     progress.solver(f"placement {how}", c.status, c.objective, c.bound)
     cand.q2_default = predict_step(ev, order, network)
     if res.placement is None:
