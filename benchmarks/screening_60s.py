@@ -203,10 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     out_dir = Path(a.out)
     if a.report_only:
-        out = json.loads((out_dir / "screening_60s.json").read_text())
+        out = json.loads((out_dir / f"{out_dir.name}.json").read_text())
         out.update(reference_note=a.reference_note, reference_load=a.reference_load)
-        atomic_write(out_dir / "screening_60s.json", json.dumps(out, indent=1))
-        atomic_write(out_dir.parent / "screening_60s.md", report(out))
+        atomic_write(out_dir / f"{out_dir.name}.json", json.dumps(out, indent=1))
+        atomic_write(out_dir.parent / f"{out_dir.name}.md", report(out))
         return 0
     out_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"machine": machine_info(), "git": git_state(), "plans": {},
@@ -222,8 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if run is not None:
             row["run"] = run
         out["plans"][name] = row
-    atomic_write(out_dir / "screening_60s.json", json.dumps(out, indent=1))
-    atomic_write(out_dir.parent / "screening_60s.md", report(out))
+    atomic_write(out_dir / f"{out_dir.name}.json", json.dumps(out, indent=1))
+    atomic_write(out_dir.parent / f"{out_dir.name}.md", report(out))
     print(report(out))
     return 0
 
