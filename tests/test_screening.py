@@ -177,3 +177,37 @@ def test_a_screen_that_raises_anything_costs_its_place_not_the_plan():
     assert [name for _, name in queue.submitted] == ["b", "a"]
     assert record[1]["error"] == "TypeError: cannot pickle the program"
     s.close()
+
+
+def test_a_warm_cache_screens_from_stored_early_evidence_and_gives_the_same_plan(tmp_path):
+    """A re-plan with the same cache finds every screen's early evidence there: no early compile
+    runs, the screen prices and so the full-compile order are the same, and so is the plan."""
+    import aoizora
+    from aoizora.models import registry as R
+    from aoizora.planning.candidate_pricing import early_layout_evidence
+    from aoizora.planning.seams import Seams
+
+    m = R.get_model("wan2.1-small")
+    wl = m.workloads[0]
+    fn = R.denoise_step(m, pad_multiple=128)
+    args = R.abstract_inputs(m, wl, dtype=jnp.float32)
+    calls = []
+
+    def counted(*a, **kw):
+        calls.append(a[3].name)
+        return early_layout_evidence(*a, **kw)
+
+    def plan():
+        return aoizora.plan(fn, *args, target="v5e-8", time_budget_s=600, top_k=2,
+                            meshes=[{"x": 2, "y": 4}], max_iterations=1, verify=False,
+                            seed_layouts=[], compiles=1, screen=True, cache=str(tmp_path),
+                            seams=Seams(early_evidence=counted))
+
+    cold = plan()
+    n_cold = len(calls)
+    warm = plan()
+    assert n_cold >= 2 and len(calls) == n_cold          # nothing screened by compiling again
+    assert [s["screen_step_s"] for s in warm.iterations[0]["screens"]] == \
+        [s["screen_step_s"] for s in cold.iterations[0]["screens"]]
+    assert warm.layout.to_json() == cold.layout.to_json()
+    assert warm.device_order == cold.device_order

@@ -126,6 +126,42 @@ class CompileJob:
                                **cache_kw(self.cache))
 
 
+def early_key(job: "CompileJob") -> str | None:
+    """The cache key of ``job``'s early evidence: its lowering memo key
+    (``lowering_memo.lowering_key``: the program, layout, mesh, order, options, versions and the
+    lowering code) under kind "early"; None without a cache or when the program does not trace."""
+    if job.cache is None:
+        return None
+    program = program_identity(job.fn, job.args, job.layout.remat)
+    if program is None:
+        return None
+    mesh = target_mesh(job.target, job.layout.mesh_axes, list(job.device_order))
+    alias = lowering_key(job.cache, program, job.layout, mesh, job.target,
+                         job.layout.compiler_options or None)
+    return job.cache.key({"kind": "early", "lowering": alias})
+
+
+def cached_early_evidence(job: "CompileJob") -> EarlyEvidence | None:
+    """``job``'s early evidence from its cache (``keep_early_evidence``), seconds 0; None on a
+    miss (a corrupt entry is reported in one line and removed by the cache)."""
+    key = early_key(job)
+    hit = None if key is None else job.cache.get(key)
+    if hit is None:
+        return None
+    ev = hit.evidence
+    ev.source, ev.cache_key = "cache", key
+    return EarlyEvidence(evidence=ev, seconds=0.0, module_s=0.0, lowered_s=None,
+                         dump_memory_bytes=None, child_finished=True)
+
+
+def keep_early_evidence(job: "CompileJob", early: EarlyEvidence) -> None:
+    """Store ``early``'s evidence in ``job``'s cache under ``early_key`` (nothing without one),
+    so that a re-plan screens the same layouts with the same prices without compiling."""
+    key = early_key(job)
+    if key is not None:
+        job.cache.put(key, early.evidence)
+
+
 def compile_job(fn, args, tgt: Target, layout: Layout, mesh_axes: dict[str, int] | None = None,
                 compile_fn: Callable[..., Evidence] = compile_layout,
                 cache: EvidenceCache | None = None) -> CompileJob:

@@ -32,6 +32,10 @@ per-op overheads the roofline does not see). screen_s came out 3-30% below Q2 th
 layouts within ~10% of each other (the plan is still chosen by Q2 on the full compiles, so a
 misrank costs a full compile's place in line, not a wrong price).
 
+With an evidence cache the early evidence is kept there under the layout's lowering memo key
+(``candidate_pricing.keep_early_evidence``): a re-plan screens from it without compiling, with
+the same prices, so the same full-compile order and the same plan.
+
 The order of the full compiles: ``screen_key(L) = (not fits_L, screen_s(L), rank_L)`` (least
 first; fits_L: the dump's memory report within HBM, ``EarlyEvidence.dump_memory_bytes``, which
 is at most ``memory_analysis()``'s total, so a layout it rejects would not fit either; a layout
@@ -67,7 +71,8 @@ from aoizora.extract.early_evidence import EarlyEvidence, EarlyEvidenceError
 from aoizora.extract.compiled_evidence import EvidenceError
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
-from aoizora.planning.candidate_pricing import CompileJob
+from aoizora.planning.candidate_pricing import (CompileJob, cached_early_evidence,
+                                                keep_early_evidence)
 from aoizora.planning.compile_queue import CompileQueue, Skipped, settle
 from aoizora.planning.pricing_order import PricingItem
 from aoizora.solvers.budget import MARGINS, Budget, clock
@@ -266,8 +271,12 @@ class Screener:
         j = s.job
         t = clock()
         try:
-            early = self.early_fn(j.fn, j.args, j.target, j.layout, j.device_order,
-                                  timeout_s=max(self.budget.left(), 1.0), cancel=self._cancel)
+            early = cached_early_evidence(j)
+            if early is None:
+                early = self.early_fn(j.fn, j.args, j.target, j.layout, j.device_order,
+                                      timeout_s=max(self.budget.left(), 1.0),
+                                      cancel=self._cancel)
+                keep_early_evidence(j, early)
             s.price = self.price(early, j.device_order, self.network)
         except Exception as e:  # noqa: BLE001 -- a failed screen costs its place, not the plan
             why = (str(e).strip().splitlines() or [""])[0][:300]
