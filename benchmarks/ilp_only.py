@@ -68,6 +68,11 @@ def _grid_reference(cell_name: str) -> dict[str, Any]:
             "grid_commit": g.get("machine_start", {}).get("git_commit", "")[:12]}
 
 
+# the reference until the experts priced in the same run replace it (``--experts``)
+_NO_REFERENCE = {"best_expert": None, "best_expert_sim_s": None, "best_expert_q2_s": None,
+                 "plan_sim_s": None, "plan_q2_s": None, "grid_commit": "", "source": "this run"}
+
+
 def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None,
              experts: bool = False) -> dict[str, Any]:
     """Plan one cell with no seeds and price the plan; never raises for a failing plan.
@@ -78,7 +83,8 @@ def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None,
                            "seed": seed,
                            "machine": machine_info(), "git": git_state(),
                            "labels": {"sim": SIM_LABEL, "q2": "predicted (Q2)"}, "unit": "seconds",
-                           "reference": _grid_reference(cell.name)}
+                           "reference": (_NO_REFERENCE if experts
+                                         else _grid_reference(cell.name))}
     cands: list[Candidate] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, keeping_hlo(tmp):
@@ -136,7 +142,8 @@ def _priced_plan(out: dict[str, Any], p, cands: list, job, t0: float) -> dict[st
     out["candidates"] = [dict(c.summary(), words=list(c.solution.words)) for c in cands]
     ref = out["reference"]
     out.update(q2_step_s=q.step_s, sim_step_s=s.step_s, sim_compute_s=s.compute_s,
-               speedup_over_best_expert=ref["best_expert_sim_s"] / s.step_s,
+               speedup_over_best_expert=(ref["best_expert_sim_s"] / s.step_s
+                                         if ref["best_expert_sim_s"] else None),
                speedup_over_plan=(ref["plan_sim_s"] / s.step_s) if ref["plan_sim_s"] else None)
     return out
 
@@ -159,9 +166,10 @@ def report(tags: Sequence[str]) -> str:
         for f in sorted((RESULTS / tag).glob("*.json")):
             d = json.loads(f.read_text())
             ref = d["reference"]
-            if "sim_step_s" not in d:
-                lines.append(f"| {d['cell']} | {tag} | - | {d.get('error', '?')} | | "
-                             f"{ref['best_expert']} | {ref['best_expert_sim_s'] * 1e3:.2f} | | | | "
+            if "sim_step_s" not in d or d.get("speedup_over_best_expert") is None:
+                lines.append(f"| {d['cell']} | {tag} | - | {d.get('error', 'no expert priced')} "
+                             f"| | {ref['best_expert'] or '-'} | "
+                             f"{(ref['best_expert_sim_s'] or 0) * 1e3:.2f} | | | | "
                              f"{d['budget_s']:g} |")
                 continue
             n += 1
