@@ -37,6 +37,7 @@ from aoizora.extract.aot_compile import keeping_hlo, read_hlo
 from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.extract.hlo import parse_hlo_module
 from aoizora.extract.network import Network, default_device_order
+from aoizora.kernels.recipes import MAXDIFFUSION_OPTIONS
 from aoizora.kernels.tiles import attention_shapes
 from aoizora.models.experts import expert_layouts
 from aoizora.planning.candidate_pricing import compile_layout
@@ -112,12 +113,7 @@ PR436 = "https://github.com/AI-Hypercomputer/maxdiffusion/pull/436"
 # maxdiffusion's v7x recipe flags (end_to_end/tpu/run_wan_fast_inference.sh) that matter to the
 # rebuilt program: its scoped VMEM limit (the kernel's blocks need it) and the async-collective
 # options maxdiffusion's configs share (aoizora.kernels.recipes.MAXDIFFUSION_OPTIONS)
-V7X_OPTIONS = (("xla_tpu_enable_async_collective_fusion", True),
-               ("xla_tpu_enable_async_collective_fusion_fuse_all_reduce", True),
-               ("xla_tpu_enable_async_collective_fusion_multiple_steps", True),
-               ("xla_tpu_overlap_compute_collective_tc", True),
-               ("xla_enable_async_all_reduce", True),
-               ("xla_tpu_scoped_vmem_limit_kib", 65536))
+V7X_OPTIONS = tuple({**MAXDIFFUSION_OPTIONS, "xla_tpu_scoped_vmem_limit_kib": 65536}.items())
 
 
 def _v7x_cases() -> tuple[Published, ...]:

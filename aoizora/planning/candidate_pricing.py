@@ -60,8 +60,7 @@ def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence
     (``lowering_memo``)."""
     mesh = target_mesh(tgt, layout.mesh_axes, list(device_order))
     options = compiler_options or layout.compiler_options or None
-    program = None if cache is None else program_identity(fn, args, layout.remat)
-    alias = None if program is None else lowering_key(cache, program, layout, mesh, tgt, options)
+    program, alias = _memo_key(cache, fn, args, tgt, layout, mesh, options)
     if alias is not None:
         ev = evidence_by_alias(cache, alias, tgt)
         if ev is not None:
@@ -74,6 +73,16 @@ def compile_layout(fn, args, tgt: Target, layout: Layout, device_order: Sequence
     if alias is not None:
         keep_alias(cache, alias, ev)
     return ev
+
+
+def _memo_key(cache: EvidenceCache | None, fn, args, tgt: Target, layout: Layout, mesh,
+              options: dict[str, Any] | None) -> tuple[Any, str | None]:
+    """(the program's identity, its lowering memo key: ``lowering_memo``) for compiling
+    ``layout`` on ``mesh`` with ``options``; (None, None) without a cache or when the program
+    does not trace."""
+    program = None if cache is None else program_identity(fn, args, layout.remat)
+    alias = None if program is None else lowering_key(cache, program, layout, mesh, tgt, options)
+    return program, alias
 
 
 def early_layout_evidence(fn, args, tgt: Target, layout: Layout, device_order: Sequence[int],
@@ -132,13 +141,10 @@ def early_key(job: "CompileJob") -> str | None:
     lowering code) under kind "early"; None without a cache or when the program does not trace."""
     if job.cache is None:
         return None
-    program = program_identity(job.fn, job.args, job.layout.remat)
-    if program is None:
-        return None
     mesh = target_mesh(job.target, job.layout.mesh_axes, list(job.device_order))
-    alias = lowering_key(job.cache, program, job.layout, mesh, job.target,
+    _, alias = _memo_key(job.cache, job.fn, job.args, job.target, job.layout, mesh,
                          job.layout.compiler_options or None)
-    return job.cache.key({"kind": "early", "lowering": alias})
+    return None if alias is None else job.cache.key({"kind": "early", "lowering": alias})
 
 
 def cached_early_evidence(job: "CompileJob") -> EarlyEvidence | None:
