@@ -15,8 +15,18 @@ the residual stream replicated: its Q2 is reported beside, ``repo_layout_*``). N
 GPU here.
 
 Every published figure below is a WHOLE RUN (text encoders, every denoising step, VAE decode,
-and for the eager PyTorch figures the launch overheads) of ``steps`` steps; ``measured / steps``
-is therefore an UPPER BOUND of one DiT step and is labelled so (``bound``).
+and for the eager PyTorch figures the launch overheads) of ``steps`` steps. The headline is the
+error of a predicted WHOLE RUN against it:
+
+    predicted run = steps x Q2(one DiT step) + VAE decode + text encoders
+
+with the VAE decode priced from its real graph by the same compute model as the DiT step, on
+one GPU of the row's box (``benchmarks.pipeline_parts``: diffusers' decoder at the publisher's
+latents, tiled / chunked as the publisher's code decodes; xDiT runs the VAE on one GPU's time
+unless ``--use_parallel_vae``, which no published table states), and the text encoders by an
+estimate that is under 1% of every run here (reported, ``encoders_estimate_s``, not added:
+``pipeline_parts.NEGLIGIBLE``). ``measured / steps`` is still shown, as an UPPER BOUND of one
+DiT step (``bound``), with the per-step error against it.
 
 Beside ``predicted``, two diagnostics on the same evidence (not fitted either): ``xdit_collectives``
 = Q2 less the all-gathers DTensor issues to slice / concatenate the joint [text, video] sequence
@@ -34,9 +44,10 @@ publisher's model config, ``benchmarks.torch_models`` for the configs):
   H100: the HGX H100 board of ``h100-8`` (the publisher says "H100"; SXM with NVSwitch is
   assumed), k < 8 GPUs = k GPUs of that board. H20: no target in the repo and no NVIDIA
   datasheet; built here from its reported numbers (``H20``), Hopper NVLink4 as the H100's board.
-- FLUX.1-dev (12B image DiT) with xDiT USP on 4 x H100, 1024 x 1024 (4,096 image + 512 text
-  tokens), 28 steps, batch 1 (guidance-distilled), both published columns (eager PyTorch and
-  torch.compile).
+- FLUX.1-dev (12B image DiT) with xDiT USP on 4 x H100, 1024 x 1024 (4,096 image + 256 text
+  tokens: xDiT's flux example passes ``max_sequence_length=256``), 28 steps, batch 1
+  (guidance-distilled), both published columns (eager PyTorch and torch.compile; Q2 prices
+  neither's launches nor fusion: one model for both columns).
 - ConsisID (identity-preserving text-to-video, a CogVideoX-5B transformer with face modules)
   with xDiT USP + CFG on 1-6 H100, 720 x 480, 49 frames, 50 steps: priced with CogVideoX-5B's
   transformer at its native shape (17,550 video + 226 text tokens), batch 2 (CFG). The model is
@@ -50,8 +61,8 @@ publisher's model config, ``benchmarks.torch_models`` for the configs):
   here), PipeFusion is ``torch_compare.pipefusion_evidence``'s steady-state model (pp patches).
 
 The headline median is over rows whose GPU and model are both the published ones (H100 rows of
-HunyuanVideo and FLUX); medians over the built-H20 rows and the approximate-model rows are
-given beside it.
+HunyuanVideo and FLUX, A100 rows of Sana); medians over the built-H20 rows and the
+approximate-model rows are given beside it, each for the whole run and for the per-step bound.
 """
 
 from __future__ import annotations
@@ -81,6 +92,8 @@ XDIT_SANA = "https://github.com/xdit-project/xDiT/blob/main/docs/performance/san
 SANA_4K_CONFIG = ("https://github.com/NVlabs/Sana/blob/main/configs/sana_config/4096ms/"
                   "Sana_1600M_img4096_bf16.yaml")
 H20_SPECS = "https://willitrunai.com/es/gpus/h20-96gb"
+FLUX_SCRIPT = ("https://github.com/xdit-project/xDiT/blob/8275240ce1f3bbeeb96bba6bb7115aaa879ff524/"
+               "examples/flux_example.py")
 
 # H20 (Hopper, sm_90): 148 TFLOP/s dense FP16/BF16, 96 GB HBM3 at 4.0 TB/s, NVLink4 900 GB/s
 # both ways (18 links, as the H100 SXM). NVIDIA publishes no H20 datasheet; these are the
@@ -186,7 +199,9 @@ def _flux():
     from diffusers import FluxTransformer2DModel
 
     model = FluxTransformer2DModel(**FLUX_DEV).to(torch.bfloat16)
-    img, txt = 64 * 64, 512            # 1024 px / VAE 8 / packed 2x2 = 64 x 64 tokens
+    # 1024 px / VAE 8 / packed 2x2 = 64 x 64 tokens; T5 text: xDiT's flux_example.py passes
+    # max_sequence_length=256 (FLUX_SCRIPT)
+    img, txt = 64 * 64, 256
     args = (torch.randn((1, img, 64), dtype=torch.bfloat16),
             torch.randn((1, txt, 4096), dtype=torch.bfloat16),
             torch.randn((1, 768), dtype=torch.bfloat16), torch.full((1,), 0.5),
@@ -221,7 +236,8 @@ MODELS = {
                           "118,800 video + 256 text tokens, batch 1", lambda: _hunyuan((90, 160))),
     "hunyuanvideo-960": ("HunyuanVideo 13B, 960x960 129 frames: latents 16x33x120x120, "
                          "118,800 video + 256 text tokens, batch 1", lambda: _hunyuan((120, 120))),
-    "flux-dev-1024": ("FLUX.1-dev 12B, 1024x1024: 4,096 image + 512 text tokens, batch 1", _flux),
+    "flux-dev-1024": ("FLUX.1-dev 12B, 1024x1024: 4,096 image + 256 text tokens (xDiT's "
+                      "flux_example.py: max_sequence_length=256), batch 1", _flux),
     "cogvideox-5b": ("CogVideoX-5B transformer, 720x480 49 frames: 17,550 video + 226 text "
                      "tokens, batch 2 (CFG)", _cogvideox),
     "sana-1600m-4k": ("Sana 1600M (SanaMS_1600M_P1_D20: 20 blocks, width 2240, 70 linear-"
@@ -269,7 +285,7 @@ def box_target(gpu: str, n: int):
 # ----------------------------------------------------------------------------- pricing
 
 STREAM = {"hunyuanvideo-720p": (1, (118_800, 119_056)), "hunyuanvideo-960": (1, (118_800, 119_056)),
-          "flux-dev-1024": (1, (4_096, 4_608)), "cogvideox-5b": (2, (17_550, 17_776)),
+          "flux-dev-1024": (1, (4_096, 4_352)), "cogvideox-5b": (2, (17_550, 17_776)),
           "sana-1600m-4k": (2, (16_384,))}
 
 
@@ -372,8 +388,30 @@ def price(ep, ir, row: Row) -> dict[str, Any]:
     return out
 
 
+def whole_run(r: dict) -> dict[str, Any]:
+    """The predicted whole run of a priced record (module docstring): steps x step + VAE decode
+    (+ the text encoders when they reach ``NEGLIGIBLE`` of it); {} for a record priced before the
+    VAE was (no ``vae_decode_s``)."""
+    from benchmarks.pipeline_parts import NEGLIGIBLE
+
+    if r.get("step_s") is None or r.get("vae_decode_s") is None:
+        return {}
+    dit = r["steps"] * r["step_s"]
+    run = dit + r["vae_decode_s"]
+    enc = r.get("encoders_estimate_s") or 0.0
+    added = enc >= NEGLIGIBLE * (run + enc)
+    run += enc if added else 0.0
+    return {"predicted_dit_s": dit, "predicted_run_s": run, "encoders_added": added,
+            "vae_share": r["vae_decode_s"] / run,
+            "run_error": (run - r["measured_s"]) / r["measured_s"]}
+
+
 def table(records: list[dict]) -> dict[str, Any]:
-    """Errors and medians of priced records (each a ``Row`` as a dict plus ``price``'s keys)."""
+    """Errors and medians of priced records (each a ``Row`` as a dict plus ``price``'s keys and
+    ``pipeline_parts``' VAE / encoder keys). ``median_abs_error`` is over the whole-run errors
+    (the headline; over the per-step bound errors for records priced before the VAE was:
+    ``median_abs_error_is``); ``median_abs_step_bound_error`` over the per-step errors against
+    measured / steps."""
     out = []
     for r in records:
         per = r["measured_s"] / r["steps"]
@@ -386,16 +424,21 @@ def table(records: list[dict]) -> dict[str, Any]:
         out.append({**r, "measured_step_bound_s": per, "error": err,
                     "repo_layout_error": (rep - per) / per if rep else None,
                     "xdit_collectives_error": (xc - per) / per if xc else None,
-                    "independent": independent, "group": group})
+                    "independent": independent, "group": group, **whole_run(r)})
 
+    # speedup over the series' 1-GPU row: of whole runs when they are priced (the measured
+    # speedups are of whole runs), else of DiT steps
     series = lambda x: (x["source"], x["model"], x["gpu"], x["note"].split(";")[0])
     ones = {series(x): x for x in out if x["gpus"] == 1 and x.get("step_s")}
     for x in out:
         b = ones.get(series(x))
         if b is None or x["gpus"] == 1 or not x.get("step_s"):
             continue
-        sm, sp = b["measured_s"] / x["measured_s"], b["step_s"] / x["step_s"]
-        x.update(speedup_measured=sm, speedup_predicted=sp, speedup_error=sp / sm - 1)
+        key = ("predicted_run_s" if x.get("predicted_run_s") and b.get("predicted_run_s")
+               else "step_s")
+        sm, sp = b["measured_s"] / x["measured_s"], b[key] / x[key]
+        x.update(speedup_measured=sm, speedup_predicted=sp, speedup_error=sp / sm - 1,
+                 speedup_of="whole run" if key == "predicted_run_s" else "DiT step")
 
     def med(g, key):
         e = [abs(x[key]) for x in out if x.get(key) is not None and x["independent"]
@@ -403,8 +446,12 @@ def table(records: list[dict]) -> dict[str, Any]:
         return (statistics.median(e), len(e)) if e else (None, 0)
 
     groups = ("headline", "built-gpu", "approximate-model", None)
+    has_run = any(x.get("run_error") is not None for x in out)
     return {"rows": out,
-            "median_abs_error": {g or "all": med(g, "error") for g in groups},
+            "median_abs_error": {g or "all": med(g, "run_error" if has_run else "error")
+                                 for g in groups},
+            "median_abs_error_is": "whole run" if has_run else "per-step bound",
+            "median_abs_step_bound_error": {g or "all": med(g, "error") for g in groups},
             "median_abs_error_xdit_collectives": {g or "all": med(g, "xdit_collectives_error")
                                                   for g in groups},
             "median_abs_speedup_error": {g or "all": med(g, "speedup_error") for g in groups}}
@@ -424,6 +471,7 @@ def _speedup(r: dict) -> str:
 def markdown(doc: dict) -> list[str]:
     t = doc["table"]
     commit = doc["git"]["git_commit"][:12]
+    run_is = t.get("median_abs_error_is", "per-step bound")
     lines = [
         "# GPU validation: published measured DiT latencies vs Q2 (issue 49)", "",
         "Measured = the publisher's figure (URL in each row); predicted = Q2 on DTensor "
@@ -431,43 +479,57 @@ def markdown(doc: dict) -> list[str]:
         "model), in xDiT's device order. Nothing ran on a GPU here. `benchmarks/"
         f"gpu_validation.py`, commit {commit}"
         + (" (modified files: " + ", ".join(doc["git"]["git_modified_files"]) + ")"
-           if doc["git"]["git_modified_files"] else "") + f", {doc['machine'].get('date', '')}.",
+           if doc["git"]["git_modified_files"] else "") + f", {doc['machine'].get('date', '')}"
+        + (f", {doc['wall_s'] / 60:.0f} min on this machine" if doc.get("wall_s") else "") + ".",
         "",
         "Every published figure is a whole run of `steps` denoising steps (text encoders and VAE "
-        "decode included), so measured / steps is an UPPER BOUND of one DiT step (column "
-        "'measured bound'); error = (predicted - bound) / bound. No constant was fitted: every "
-        "row is independent. Predicted = Q2 on `stream_layout` (xDiT's USP over the whole "
-        "token stream); the 'repo xdit_layout' column is Q2 on `aoizora.models.xdit.xdit_layout` "
-        "alone (what `compare_torch` prices), which leaves the video stream of dual-stream "
-        "blocks and the residual stream replicated. \"xDiT's collectives only\" is Q2 on the "
-        "same evidence less the all-gathers DTensor issues to slice / concatenate the joint "
-        "[text, video] sequence (`joint_gather`), which xDiT does locally. Scaling check: "
-        "speedup = the series' 1-GPU figure / the row's figure, measured (the publisher's "
-        "runs) against predicted (Q2's), error = predicted / measured - 1; the compute error "
-        "common to a series cancels in it (the measured speedups are of whole runs: the parts "
-        "outside the DiT are in both figures).", ""]
+        "decode included). Predicted whole run = steps x Q2(one DiT step) + the VAE decode "
+        "(priced from diffusers' decoder graph at the publisher's latents, tiled or chunked as "
+        "the publisher's code decodes, by the same compute model as the DiT step, on one GPU: "
+        "xDiT decodes on one GPU unless `--use_parallel_vae`, which no table states; "
+        "`benchmarks/pipeline_parts.py`) + the text encoders (an estimate, under 1% of every "
+        "run here: reported, not added); whole-run error = (predicted - measured) / measured. "
+        "The per-step columns are kept: measured / steps is an UPPER BOUND of one DiT step "
+        "(column 'measured bound'), step error = (predicted step - bound) / bound. No constant "
+        "was fitted: every row is independent. Predicted step = Q2 on `stream_layout` (xDiT's "
+        "USP over the whole token stream); the 'repo xdit_layout' column is Q2 on "
+        "`aoizora.models.xdit.xdit_layout` alone (what `compare_torch` prices), which leaves the "
+        "video stream of dual-stream blocks and the residual stream replicated. \"xDiT's "
+        "collectives only\" is Q2 on the same evidence less the all-gathers DTensor issues to "
+        "slice / concatenate the joint [text, video] sequence (`joint_gather`), which xDiT does "
+        "locally. Scaling check: speedup = the series' 1-GPU figure / the row's figure, "
+        "measured (the publisher's runs) against predicted (whole runs when priced), error = "
+        "predicted / measured - 1; the compute error common to a series cancels in it.", ""]
     for g, label in (("headline", "published GPU and model (headline)"),
                      ("built-gpu", "H20 target built here from reported specs"),
                      ("approximate-model", "approximate model (ConsisID as CogVideoX-5B)"),
                      ("all", "all rows")):
         m, n = t["median_abs_error"][g]
+        mb, _ = t.get("median_abs_step_bound_error", {}).get(g, (None, 0))
         mx, _ = t.get("median_abs_error_xdit_collectives", {}).get(g, (None, 0))
         ms, ns = t.get("median_abs_speedup_error", {}).get(g, (None, 0))
-        lines.append(f"- Median |error|, {label}: **{_pct(m).lstrip('+')}** over {n} rows "
-                     f"(Q2 with xDiT's collectives only: {_pct(mx).lstrip('+')}); scaling check, "
-                     f"median |speedup error| over the series' 1-GPU row: {_pct(ms).lstrip('+')} "
-                     f"over {ns} rows.")
-    lines += ["", "| # | source | box | model | config | measured (s/step, bound) | "
-                  "predicted (s/step) | error | compute / comm (s) | xDiT's collectives only: predicted "
-                  "(error) | repo xdit_layout: predicted (error) | speedup over 1 GPU: measured / "
+        lines.append(f"- Median |error| ({run_is}), {label}: **{_pct(m).lstrip('+')}** over {n} "
+                     f"rows; per DiT step against the bound measured / steps: "
+                     f"{_pct(mb).lstrip('+')} (Q2 with xDiT's collectives only: "
+                     f"{_pct(mx).lstrip('+')}); scaling check, median |speedup error| over the "
+                     f"series' 1-GPU row: {_pct(ms).lstrip('+')} over {ns} rows.")
+    lines += ["", "| # | source | box | model | config | measured whole run (s) | predicted "
+                  "whole run (s) = steps x step + VAE | whole-run error | VAE decode (s, one "
+                  "GPU) | measured (s/step, bound) | predicted (s/step) | step error | "
+                  "compute / comm (s/step) | xDiT's collectives only: predicted (step error) | "
+                  "repo xdit_layout: predicted (step error) | speedup over 1 GPU: measured / "
                   "predicted (error) | independent | note |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(t["rows"], 1):
+        run = (f"{r['predicted_run_s']:,.2f} ({r['steps']} x {r['step_s']:.3f} + "
+               f"{r['vae_decode_s']:.2f})" if r.get("predicted_run_s") else "n/a")
         lines.append(
             f"| {i} | [{r['source'].rsplit('/', 1)[-1]}]({r['source']}) | {r['gpus']} x "
             f"{r['gpu'].upper()} ({r.get('target', '?')}) | {r['model']} | "
-            f"{r.get('xdit_config', r['config'])} | {r['measured_step_bound_s']:.3f} "
-            f"({r['measured_s']:,.2f} s / {r['steps']}) | "
+            f"{r.get('xdit_config', r['config'])} | {r['measured_s']:,.2f} | {run} | "
+            f"{_pct(r.get('run_error'))} | "
+            f"{'n/a' if r.get('vae_decode_s') is None else format(r['vae_decode_s'], '.2f')} | "
+            f"{r['measured_step_bound_s']:.3f} | "
             f"{r['step_s']:.3f} | {_pct(r['error'])} | "
             f"{r['compute_s']:.3f} / {r['communication_s']:.3f} | "
             f"{r['xdit_collectives_step_s']:.3f} ({_pct(r['xdit_collectives_error'])}) | "
@@ -478,6 +540,22 @@ def markdown(doc: dict) -> list[str]:
             f"{''.join('; ' + w[:120] for w in r.get('fallbacks') or [])}"
             f"; publisher: {r['states']} |")
     lines += ["", "Where the error is (from the rows above):", ""] + where(t["rows"])
+    parts = {}
+    for r in t["rows"]:
+        if r.get("vae_decode_s") is not None:
+            parts.setdefault((r["model"], r["gpu"]), r)
+    if parts:
+        lines += ["", "The parts outside the DiT (one GPU, `benchmarks/pipeline_parts.py`):", "",
+                  "| model | GPU | VAE decode (s) | decoder calls | VAE TFLOP (of which conv / "
+                  "matmul) | VAE bytes (TB, each op reading and writing HBM) | how the "
+                  "publisher decodes | text encoders, estimate (s) | encoders |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for (model, gpu), r in parts.items():
+            lines.append(
+                f"| {model} | {gpu.upper()} | {r['vae_decode_s']:.3f} | {r['vae_calls']} | "
+                f"{r['vae_flops'] / 1e12:,.1f} ({r['vae_dot_flops'] / 1e12:,.1f}) | "
+                f"{r['vae_bytes'] / 1e12:.2f} | {r['vae_note']} ({r['vae_source']}) | "
+                f"{r.get('encoders_estimate_s', 0):.4f} | {r.get('encoders', '')} |")
     lines += ["", "Models:"] + [f"- `{k}`: {v}" for k, v in doc["models"].items()]
     return lines
 
@@ -485,7 +563,7 @@ def markdown(doc: dict) -> list[str]:
 def where(rows: list[dict]) -> list[str]:
     """Per (model, GPU, published column): the 1-GPU row's error (compute alone: no collective)
     against the multi-GPU rows' median error and communication share, and the joint-sequence
-    all-gathers (``joint_gather``) of the DTensor rendering."""
+    all-gathers (``joint_gather``) of the DTensor rendering; whole-run errors when priced."""
     out = []
     keys = dict.fromkeys((r["model"], r["gpu"], r["note"].split(";")[0]) for r in rows)
     for model, gpu, col in keys:
@@ -500,20 +578,42 @@ def where(rows: list[dict]) -> list[str]:
         jg = statistics.median(r.get("joint_gathers", 0) for r in many)
         xc = statistics.median(r["xdit_collectives_error"] for r in many
                                if r.get("xdit_collectives_error") is not None)
-        out.append(f"- {model} on {gpu.upper()} ({col}): 1 GPU (compute only) "
+        runs = [r["run_error"] for r in many if r.get("run_error") is not None]
+        run_txt = ""
+        if runs:
+            one_run = one[0].get("run_error") if one else None
+            vae = statistics.median(r["vae_share"] for r in many if r.get("vae_share"))
+            run_txt = (f" Whole run: 1 GPU {_pct(one_run)}, multi-GPU median "
+                       f"{_pct(statistics.median(runs))} (range {_pct(min(runs))} to "
+                       f"{_pct(max(runs))}); the VAE decode is {vae:.0%} of the predicted "
+                       "multi-GPU run (median).")
+        out.append(f"- {model} on {gpu.upper()} ({col}): per step, 1 GPU (compute only) "
                    f"{_pct(one[0]['error']) if one else 'n/a'}; {len(many)} multi-GPU rows: "
                    f"median error {_pct(med)}, communication {comm:.0%} of the predicted step "
                    f"(median), {jg:.0f} joint-sequence all-gathers per step (median), "
-                   f"without them {_pct(xc)}.")
+                   f"without them {_pct(xc)}.{run_txt}")
     return out
+
+
+def outside_dit(model: str, gpu: str) -> dict[str, Any]:
+    """The run's parts outside the DiT on one GPU of ``gpu`` (``benchmarks.pipeline_parts``):
+    the VAE decode from its graph, the text encoders' estimate."""
+    from benchmarks.pipeline_parts import encoder_estimate, vae_decode
+
+    one = box_target(gpu, 1)
+    return {**vae_decode(model, one),
+            **encoder_estimate(model, one.chip.device_peak_flops,
+                               one.chip.device_hbm_bandwidth_Bps)}
 
 
 def run(only: set[str] | None = None) -> dict[str, Any]:
     from aoizora.extract.frontends.torch.aten_ir import build_torch_ir
     from aoizora.extract.frontends.torch.capture import capture
 
+    start = time.perf_counter()
     rows = [r for r in published_rows() if not only or r.model in only]
     records = []
+    parts: dict[tuple, dict] = {}
     for name in dict.fromkeys(r.model for r in rows):
         t0 = time.perf_counter()
         model, args, kwargs = build(name)
@@ -523,6 +623,12 @@ def run(only: set[str] | None = None) -> dict[str, Any]:
         for r in (r for r in rows if r.model == name):
             t1 = time.perf_counter()
             rec = {**dataclasses.asdict(r), **price(ep, ir, r)}
+            if (r.model, r.gpu) not in parts:
+                t2 = time.perf_counter()
+                parts[r.model, r.gpu] = outside_dit(r.model, r.gpu)
+                print(f"  VAE decode on one {r.gpu}: {parts[r.model, r.gpu]['vae_decode_s']:.3f}"
+                      f" s ({time.perf_counter() - t2:.0f} s)", flush=True)
+            rec.update(parts[r.model, r.gpu])
             rec["wall_s"] = time.perf_counter() - t1
             records.append(rec)
             print(f"  {r.gpus} x {r.gpu} {rec['xdit_config']}: predicted "
@@ -530,7 +636,8 @@ def run(only: set[str] | None = None) -> dict[str, Any]:
                   f"{r.measured_s / r.steps:.3f} ({rec['wall_s']:.0f} s)", flush=True)
     return {"label": "measured = publisher's; predicted = Q2 on DTensor evidence (no GPU)",
             "git": git_state(), "machine": machine_info(),
-            "models": {k: v[0] for k, v in MODELS.items()}, "table": table(records)}
+            "models": {k: v[0] for k, v in MODELS.items()}, "table": table(records),
+            "wall_s": time.perf_counter() - start}
 
 
 def main(argv=None) -> int:
