@@ -90,3 +90,26 @@ def test_whole_run_adds_up():
     assert t["median_abs_step_bound_error"]["headline"][0] == pytest.approx(0.25)
     assert with_enc["speedup_of"] == "whole run"
     assert with_enc["speedup_predicted"] == pytest.approx(77.0 / 40.5)
+
+
+def test_execution_modes_views_free_pointwise_fused():
+    import dataclasses
+
+    from aoizora.extract.evidence import ComputeOp
+    from benchmarks.gpu_validation import execution_modes
+
+    @dataclasses.dataclass
+    class Ev:
+        compute: list
+
+    ops = [ComputeOp("linear_1", "dot", None, 1e12, 1e9), ComputeOp("view_3", "elementwise", None,
+                                                                   1e6, 4e8),
+           ComputeOp("add_2", "elementwise", None, 1e6, 6e8),
+           ComputeOp("layer_norm", "elementwise", None, 1e6, 4e8),
+           ComputeOp("sdpa", "attention", 5e5, 1e12, 1e8)]
+    m = execution_modes(Ev(ops))
+    assert m["kernels"] == 4                                  # the view launches nothing
+    unf = {o.name: o.bytes for o in m["unfused"].compute}
+    fus = {o.name: o.bytes for o in m["fused"].compute}
+    assert unf == {"linear_1": 1e9, "view_3": 0.0, "add_2": 6e8, "layer_norm": 4e8, "sdpa": 1e8}
+    assert fus == dict(unf, add_2=0.0)                       # pointwise folded, the norm kept
