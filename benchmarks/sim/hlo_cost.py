@@ -23,7 +23,15 @@ dots, copies and transposes, kernels), seconds on one chip (``benchmarks.sim.con
   ``kernel_model.splash_time_s`` with the shapes, block sizes (the kernel's ``xprof_metadata``)
   and mask density (visited kv blocks per q row in its grid) of the call; every other kernel by
   its grid, blocks and per-step work read from its Mosaic module (``benchmarks.sim.mosaic``,
-  ``kernel_model.kernel_time``).
+  ``kernel_model.kernel_time``). A splash backward kernel (``splash_mha_dkv``, ``splash_mha_dq``)
+  whose grid walks more blocks than its mask keeps (the fused dk/dv kernel of
+  ``use_fused_bwd_kernel``: every (kv block, q block) pair) runs its gated compute (the
+  ``scf.if`` holding its matmuls) on ``run = min(1, density x full / grid[-1])`` of its steps,
+  density the mask density of the splash forward kernel of the same q shape and block sizes
+  (its shrunk grid: visited kv blocks per q row over all), full the blocks along the grid's
+  last axis; a window whose index map reads the prefetched block table is copied at most once
+  per running step (``kernel_model.gated_kernel_time``). Without such a forward, every step
+  counts as running (noted).
 Units: seconds.
 """
 

@@ -18,6 +18,14 @@ independent rows of the chain); only the DMA of the next step overlaps it. So on
 and the kernel ``OP_LAUNCH_S + prologue + steps_per_core x t_step`` where the prologue is the
 first step's input copy (nothing to hide it behind) and ``steps_per_core = steps / cores`` when
 the kernel has a "parallel" grid dimension whose extent the cores divide, else ``steps``.
+
+A block-sparse kernel (splash attention over a mask) keeps its compute under a branch that only
+the steps on kept blocks take (``gated_kernel_time``): ``run_steps`` steps cost t_step of the
+whole body and their copies, the other ``steps - run_steps`` cost t_step of what is outside the
+branch and their own copies (often only an output block), so
+
+    kernel = OP_LAUNCH_S + prologue + (run_steps x t_step(run) + (steps - run_steps) x
+             t_step(skip)) / cores
 Constants: ``benchmarks.sim.constants``. Units: seconds, bytes, FLOPs.
 """
 
