@@ -138,6 +138,13 @@ class HloCoster:
         self.notes: list[str] = []
         self._fused: dict[str, tuple[float, float, float]] = {}
         self._fwd_splash: list[tuple[tuple, int, int, float]] | None = None
+        self._kernels: dict[int, Any] = {}
+
+    def _kernel(self, ins: Any) -> Any:
+        """``mosaic.parse_kernel`` of a tpu_custom_call, parsed once per instruction."""
+        if id(ins) not in self._kernels:
+            self._kernels[id(ins)] = parse_kernel(ins)
+        return self._kernels[id(ins)]
 
     def _fused_work(self, name: str) -> tuple[float, float, float]:
         """(padded MXU FLOPs, VPU element-ops, EUP elements) of a fused computation."""
@@ -222,7 +229,7 @@ class HloCoster:
         if ins.custom_call_target != "tpu_custom_call":
             return OP_LAUNCH_S + self._bytes(ins, comp) / self.chip.device_hbm_Bps
         try:
-            k = parse_kernel(ins)
+            k = self._kernel(ins)
         except MosaicError as e:
             self.notes.append(f"{e}: priced on its bytes")
             return OP_LAUNCH_S + self._bytes(ins, comp) / self.chip.device_hbm_Bps
@@ -269,12 +276,13 @@ class HloCoster:
             self._fwd_splash = []
             for c in self.m.computations.values():
                 for ins in c.instructions:
-                    if (ins.opcode != "custom-call" or ins.custom_call_target != "tpu_custom_call"
-                            or "splash_mha_fwd" not in ins.name):
+                    if ins.opcode != "custom-call" or ins.custom_call_target != "tpu_custom_call":
                         continue
                     try:
-                        k = parse_kernel(ins)
+                        k = self._kernel(ins)
                     except MosaicError:
+                        continue
+                    if "splash_mha_fwd" not in k.name:
                         continue
                     qkv = _qkv(ins, c)
                     md = _xprof(ins)
@@ -298,7 +306,7 @@ class HloCoster:
         shape and block sizes (``_forward_splash``), full the blocks of the last grid axis. 1
         (every step counted as if taken) for any other kernel or without a matching forward
         (noted)."""
-        name = ins.name
+        name = k.name
         if "splash_mha_dkv" in name:
             keys = ("block_q_dkv", "block_kv_dkv")
         elif "splash_mha_dq" in name:
