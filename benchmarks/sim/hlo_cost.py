@@ -322,11 +322,12 @@ class HloCoster:
             kv_len / min(bkv, kv_len))
         dens = [d for dims, fq, fkv, d in self._forward_splash()
                 if dims == tuple(qkv[0].dims) and fq == bq and fkv == bkv]
-        if not dens:
+        if not dens and k.grid[-1] >= full:          # un-shrunk grid, nothing to scale it by
             note = (f"{name}: no splash forward kernel of the same shape and blocks in the "
                     "program; its gated compute is counted on every grid step")
             if note not in self.notes:
                 self.notes.append(note)
+        if not dens:
             return 1.0
         return min(1.0, max(dens) * full / k.grid[-1])
 
