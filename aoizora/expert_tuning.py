@@ -9,7 +9,9 @@ options), one knob at a time.
   3. remat (training): each of maxdiffusion's named policies, then keep-what-fits, whose rungs
      (``KEEP_LADDER``) are tried in order until one fits in HBM (none tried when ``none``, which
      keeps everything, fits);
-  4. options: the other setting (maxdiffusion's published options, or libtpu's defaults).
+  4. options (TPU): the published ones without windowed einsums (what the planner compiles its
+     own layouts with), then the other setting (maxdiffusion's published options, or libtpu's
+     defaults).
 ``price(variant)`` compiles and prices one setting and returns a ``Priced``: step seconds, or
 None with the reason (does not compile, does not fit in HBM). ``max_compiles`` caps the settings
 priced (the published one included); what the cap left untried is listed.
@@ -129,8 +131,9 @@ def tune_expert(job, name: str, price: Callable[[Variant], Priced],
     search.try_(dataclasses.replace(search.base(), blocks="shard"))
     if getattr(job, "task", "denoise") == "train":
         _remat_step(search)
+    family = getattr(getattr(getattr(job, "target", None), "chip", None), "family", "tpu")
     for label in TE.option_labels(published.variant.layout.compiler_options
-                                  if published.variant else {})[1:]:
+                                  if published.variant else {}, family)[1:]:
         search.try_(dataclasses.replace(search.base(), options=label))
     return TunedExpert(name, published, search.best, list(search.trials.values()),
                        search.untried)

@@ -47,7 +47,9 @@ AXLEARN = ("apple/axlearn axlearn/common/flash_attention/tpu_attention_benchmark
            "causal sliding window 1024, head_dim 128, bf16")
 AXLEARN_BWD = ("apple/axlearn axlearn/common/flash_attention/tpu_attention_benchmark.py, 'Sample "
                "outputs: (v5p)' (commit c40b39a5, PR #908): flash_bwd = jit(grad(mean(flash))) "
-               "over q, k, v, same configuration as flash_fwd")
+               "over q, k, v, same configuration as flash_fwd; the backward is splash's fused "
+               "kernel (use_fused_bwd_kernel=True in axlearn/common/flash_attention/"
+               "tpu_attention.py at that commit)")
 BOOK = ("JAX scaling book, chapter 'sharding', Pop Quiz 2 "
         "(jax-ml.github.io/scaling-book/sharding): profiled AllGather on TPU v5e")
 
@@ -117,7 +119,10 @@ def pallas_matmul_program(n: int, bm: int, bk: int, bn: int):
 def _axlearn_splash(heads: int, backward: bool = False):
     """axlearn's flash benchmark on one v5p chip: the forward (``flash_fwd``) or, with
     ``backward``, ``jit(grad(mean(attention)))`` over q, k, v (``flash_bwd``: the forward saving
-    its residuals, then the splash dq and dk/dv kernels)."""
+    its residuals, then the fused splash backward kernel ``splash_mha_dkv`` computing dq, dk and
+    dv, as axlearn's ``tpu_flash_attention`` sets ``use_fused_bwd_kernel=True``: its grid walks
+    every (kv block, q block) pair, runs its compute on the blocks the mask keeps, writes a dq
+    block per step into ``dq_unreduced`` [kv blocks, heads, T, head_dim], which XLA sums)."""
     import jax
     import jax.numpy as jnp
     from jax.experimental.pallas.ops.tpu.splash_attention import (
@@ -129,9 +134,10 @@ def _axlearn_splash(heads: int, backward: bool = False):
         q = q * (H ** -0.5)
         q, k, v = (jnp.einsum("btnh->bnth", a) for a in (q, k, v))
         mask = sm.MultiHeadMask([sm.LocalMask((T, T), (W, 0), 0) for _ in range(heads)])
+        # axlearn's block sizes at that commit (tpu_attention.py): the backward is the fused
+        # dk/dv kernel, which also computes dq (no dq kernel, no dq block sizes)
         sizes = sk.BlockSizes(block_q=bs, block_kv=bs, block_kv_compute=bs, block_q_dkv=bs,
-                              block_kv_dkv=bs, block_kv_dkv_compute=bs, block_q_dq=bs,
-                              block_kv_dq=bs)
+                              block_kv_dkv=bs, block_kv_dkv_compute=bs, use_fused_bwd_kernel=True)
         kern = sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1)
         return jnp.einsum("bnth->btnh", jax.vmap(kern)(q, k, v))
     shape = ((B, T, heads, H), "bf16")
@@ -180,7 +186,8 @@ def cases() -> list[Case]:
                      (110, 37.3e-3)):
         out.append(Case(f"splash fwd+bwd, {heads} heads (axlearn)", "attention-bound", AXLEARN_BWD,
                         "v5p (one chip)", f"jit(grad(mean(splash))) over q, k, v: transposes, "
-                        f"splash_mha_fwd_residuals, splash_mha_dq, splash_mha_dkv; B=2 T=8192 "
+                        f"splash_mha_fwd_residuals, fused splash_mha_dkv (dq, dk, dv), the dq_unreduced "
+                        f"sum; B=2 T=8192 "
                         f"N={heads} H=128, LocalMask(1024, 0), all blocks 512", t,
                         functools.partial(_axlearn_splash, heads, True)))
     out.append(Case("AllGather over Y=4 of bf16[2048,8192] (book)", "communication-bound", BOOK,
@@ -280,20 +287,34 @@ def to_markdown(data: dict[str, Any]) -> str:
                      f"{r['error_pct']:+.1f}% | {note} |")
     lines += ["", "Reading: the rows come from three sources (seven matmul rows from one guide, "
               "twelve splash rows from one benchmark, two collectives from the book), so the "
-              "median is mostly theirs. The splash forward+backward rows (axlearn's flash_bwd: "
-              "the forward saving residuals, then the dq and dk/dv kernels, priced from their "
-              "compiled Mosaic grid, blocks and body) were added without changing any constant "
-              "and come out about 21-22% under the measured time: the backward kernels are "
-              "under-priced by a cause not isolated here (candidates: the transposed-operand "
-              "matmuls of the dk/dv body, which the model prices as plain MXU work). No row "
+              "median is mostly theirs. The splash forward+backward rows are axlearn's flash_bwd: "
+              "the forward saving residuals, then splash's fused backward kernel (axlearn sets "
+              "use_fused_bwd_kernel=True: one dk/dv kernel that also computes dq, walking every "
+              "(kv block, q block) pair, computing on the blocks the mask keeps and writing a dq "
+              "block per step into dq_unreduced, which XLA then sums), priced from its compiled "
+              "Mosaic grid, blocks and body. Built first with the separate dq and dk/dv kernels "
+              "(not the program measured), these rows were 21-26% under; with the fused program "
+              "and its skipped steps priced (the gated compute on the forward's mask density of "
+              "the steps, the other steps their copies and the step overhead) they are 11-16% "
+              "under, no constant changed. The rest is not isolated. Ruled out by the compiled "
+              "kernels' own schedules (libtpu's LLO dump): XLU transposes in the dk/dv matmuls "
+              "(the transposed operands are pushed into the MXU transposed; the fused kernel's "
+              "one 512x512 transpose of ds per step is counted). Candidates, not established: a "
+              "skipped step runs about 560 bundles of scalar pipeline work (12 windows, "
+              "block-table look-ups) against about 130 in the matmul kernel the constant step "
+              "overhead was fitted on; the HBM-bound parts (the dq_unreduced sum, 8% of the "
+              "simulated time, and the dq block written at every step) priced at peak HBM "
+              "bandwidth. No row "
               "measures host offload or an XLA matmul at a skinny shard shape: none was found "
               "published, so offload is priced from the scaling book's PCIe figure alone and "
               "XLA matmuls from their padding and one fitted efficiency. No whole-step row of a "
-              "public recipe is in the table yet. Two structural choices were made after seeing a first run and "
-              "are not blind tests: the host dispatch term (without it the 1024^3 rows are "
-              "-37% to -91%, the two small ones outside 2x) and the serial chain inside a Pallas "
+              "public recipe is in the table yet. Three structural choices were made after seeing a "
+              "run and are not blind tests: the host dispatch term (without it the 1024^3 rows are "
+              "-37% to -91%, the two small ones outside 2x), the serial chain inside a Pallas "
               "step (MXU + VPU + EUP added; with max() instead, the splash rows were -30% to -38% "
-              "before the dispatch term). No constant was fitted to any counted row. The "
+              "before the dispatch term), and the block-sparse steps of the fused backward "
+              "(added with the fused program, while the backward rows were known to be under). "
+              "No constant was fitted to any counted row. The "
               "collectives use the scaling book's link bandwidth and 1 us per hop: the large "
               "all-gather is -16% (the book: 'likely not getting 100% of the theoretical "
               "bandwidth'), the latency-bound one +40%.", "",

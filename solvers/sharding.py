@@ -38,6 +38,7 @@ from typing import Any
 
 import pulp
 
+from aoizora.formulation.compiler_settings import ilp_compiler_options
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.remat import remat_values, remat_words
 from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, add_kv_mode_cut,
@@ -610,6 +611,9 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], problem: ShardingProbl
     preference ``prefer`` -- the groups it moved are in the best's certificate's
     ``detail["tie_moves"]`` -- and a StrategyGraph already built). distinct: "any" (the K best
     differ in at least one op) or "kv" (first in attention kv modes; module doc).
+    Each layout returned carries the compiler options it is to be compiled with
+    (``formulation.compiler_settings.ilp_compiler_options``: on TPU, no windowed einsums, so the
+    compiled gathers are those Q1 priced).
 
     time_limit_s: the wall-clock budget, seconds, of the whole solve: the best layout
     (``solve_model``: a coordinate-descent incumbent, HiGHS's LP relaxation, then the MIP on the
@@ -641,6 +645,8 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], problem: ShardingProbl
     first, res = _settle_preferred(graph, model, res, problem.prefer, run.corrections)
     best = _solution(ir, graph, model, res, first, run, 0)
     alts = _next_best(ir, graph, model, run, [first], best, k_best, distinct, deadline)
+    for sol in (best, *alts):     # compiled with the settings under which Q1's collectives hold
+        sol.layout.compiler_options = ilp_compiler_options(target)
     return ShardingResult(best=best, alternatives=alts, size=size, build_s=build_s)
 
 

@@ -36,8 +36,15 @@ def test_inference_tunes_blocks_then_options_from_the_best(monkeypatch):
     price, seen = _price({Knobs(): 10.0, shard: 8.0, dataclasses.replace(shard, options=
                                                                           "maxdiffusion"): 9.0})
     t = X.tune_expert(type("J", (), {"task": "denoise"})(), "cfg2_context", price)
-    assert seen == [Knobs(), shard, Knobs(blocks="shard", options="maxdiffusion")]
+    assert seen == [Knobs(), shard, Knobs(blocks="shard", options="no_windowed_einsum"),
+                    Knobs(blocks="shard", options="maxdiffusion")]
     assert t.best.knobs == shard and t.published.knobs == Knobs() and t.gain == pytest.approx(1.25)
+    # on a GPU target the options knob has nothing to try (its names are XLA:TPU's)
+    gpu = type("J", (), {"task": "denoise",
+                         "target": type("T", (), {"chip": type("C", (), {"family": "gpu"})()})()})()
+    price, seen = _price({})
+    X.tune_expert(gpu, "cfg2_context", price)
+    assert [k.options for k in seen] == ["published", "published"]
 
 
 def test_training_tries_every_named_remat_and_climbs_keep_what_fits(monkeypatch):
@@ -78,6 +85,10 @@ def test_knob_settings_build_the_small_models_programs():
                                                  options="libtpu_default"))
     assert none.program["remat"] == "none" and none.layout.compiler_options == {}
     assert none.layout.mesh_axes == pub.layout.mesh_axes
+    nwe = TE.variant(job, "maxdiffusion", Knobs(options="no_windowed_einsum"))
+    assert nwe.layout.compiler_options == {**pub.layout.compiler_options,
+                                           "xla_tpu_enable_windowed_einsum_for_all_gather": False,
+                                           "xla_tpu_enable_windowed_einsum_for_reduce_scatter": False}
     assert none.layout.in_specs == pub.layout.in_specs            # the expert's own layout
     assert any(a.tiles != b.tiles for a, b in zip(none.layout.attention.values(),
                                                   pub.layout.attention.values()))

@@ -81,6 +81,12 @@ def test_k_best_distinct_and_ordered(mlp_ir, v5e4):
     assert len(set(choices)) == 3
     objs = [s.certificate.objective for s in sols]
     assert objs == sorted(objs)
+    # every layout is compiled with the settings under which Q1's gathers hold (TPU: no
+    # windowed einsums); a GPU target gets none
+    assert all(s.layout.compiler_options == {
+        "xla_tpu_enable_windowed_einsum_for_all_gather": False,
+        "xla_tpu_enable_windowed_einsum_for_reduce_scatter": False} for s in sols)
+    assert solve_sharding(mlp_ir, get_target("h100-8"), {"x": 8}).best.layout.compiler_options == {}
 
 
 @pytest.mark.skipif("highs" not in available_solvers(), reason="highspy not installed")

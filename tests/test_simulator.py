@@ -95,6 +95,20 @@ def test_kernel_time_bounds_and_megacore_split():
     assert tiny.bound == "overhead" and tiny.step_s == pytest.approx(GRID_STEP_OVERHEAD_S, rel=1e-3)
 
 
+def test_gated_kernel_time_prices_skipped_steps_apart():
+    from benchmarks.sim.constants import GRID_STEP_OVERHEAD_S, OP_LAUNCH_S, chip_model
+    from benchmarks.sim.kernel_model import StepWork, gated_kernel_time, kernel_time
+    v5p = chip_model("v5p")
+    run, skip = StepWork(mxu_flops=1e9, first_bytes=1e6), StepWork(dma_bytes=1e5)
+    assert gated_kernel_time(v5p, 100, 100, run, skip, True).seconds == pytest.approx(
+        kernel_time(v5p, 100, run, True).seconds)
+    none = gated_kernel_time(v5p, 100, 0, run, skip, False)
+    per_skip = 1e5 / v5p.core_hbm_Bps + GRID_STEP_OVERHEAD_S
+    assert none.seconds == pytest.approx(OP_LAUNCH_S + 1e6 / v5p.core_hbm_Bps + 100 * per_skip)
+    quarter = gated_kernel_time(v5p, 100, 25, run, skip, False).seconds
+    assert none.seconds < quarter < kernel_time(v5p, 100, run, False).seconds
+
+
 @pytest.mark.skipif(not libtpu_available(), reason="needs libtpu")
 def test_pallas_grid_read_from_the_compiled_kernel_prices_blocks():
     import functools as ft
@@ -126,6 +140,69 @@ def test_pallas_grid_read_from_the_compiled_kernel_prices_blocks():
         times[b] = compute_seconds_by_name(mod, chip_model("v5e"))[0][ins.name]
     assert times[128] > 3 * times[256]          # 8x the steps, each paying the step overhead
 
+
+
+def _tiny_splash_grad_module(fused: bool):
+    """jit(grad(sum(splash))) of a tiny local-window splash attention on one v5p chip (2 heads,
+    T=2048, head_dim 128, blocks 256, window 256: each q block row keeps 2 of 8 kv blocks)."""
+    import jax
+    import jax.numpy as jnp
+    from aoizora.extract.hlo import parse_hlo_module
+    from benchmarks.simulator_validation import single_device_mesh
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as sk, splash_attention_mask as sm)
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    heads, t, b = 2, 2048, 256
+    extra = dict(use_fused_bwd_kernel=True) if fused else dict(block_q_dq=b, block_kv_dq=b)
+    sizes = sk.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b,
+                          block_kv_dkv=b, block_kv_dkv_compute=b, **extra)
+    kern = sk.make_splash_mha(sm.MultiHeadMask([sm.LocalMask((t, t), (b, 0), 0)] * heads),
+                              block_sizes=sizes, head_shards=1, q_seq_shards=1)
+
+    def g(q, k, v):
+        return jax.grad(lambda *a: kern(*a).astype(jnp.float32).sum(), argnums=(0, 1, 2))(q, k, v)
+    mesh = single_device_mesh("v5p:2x2x1")
+    args = [jax.ShapeDtypeStruct((heads, t, 128), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+            for _ in range(3)]
+    with jax.set_mesh(mesh):
+        return parse_hlo_module(jax.jit(g).lower(*args).compile().as_text())
+
+
+def test_fused_splash_backward_runs_its_compute_only_on_the_blocks_the_mask_keeps():
+    """The fused dk/dv kernel walks every (kv block, q block) pair but computes on the 2 of 8 per
+    row the mask keeps: its gated compute is priced on that fraction of the steps (taken from the
+    forward kernel's shrunk grid), its skipped steps pay their copies and the step overhead. The
+    separate dq and dk/dv kernels (shrunk grids) and the forward are priced as before."""
+    from benchmarks.sim.constants import chip_model
+    from benchmarks.sim.hlo_cost import HloCoster
+    from benchmarks.sim.mosaic import parse_kernel
+
+    chip = chip_model("v5p")
+    priced = {}
+    for fused in (True, False):
+        mod = _tiny_splash_grad_module(fused)
+        c = HloCoster(mod, chip)
+        for comp in mod.computations.values():
+            for ins in comp.instructions:
+                if ins.opcode != "custom-call" or ins.custom_call_target != "tpu_custom_call":
+                    continue
+                k = parse_kernel(ins)
+                role = next(r for r in ("fwd", "dkv", "dq") if f"splash_mha_{r}" in k.name)
+                run = c._splash_bwd_run_fraction(ins, comp, k)
+                every = HloCoster(mod, chip)
+                every._splash_bwd_run_fraction = lambda *a: 1.0   # gated work on every step
+                priced[fused, role] = (k, run, c.seconds(ins, comp), every.seconds(ins, comp))
+    k, run, sec, every_step = priced[True, "dkv"]
+    assert k.grid[-1] == 8 and len(k.gated_matmuls) == 5          # s, dv, dp, dk and dq
+    assert k.gated_vpu_ops >= 256 * 256 and k.gated_eup_ops == 256 * 256
+    assert [w.data_dependent for w in k.windows][0]                # q follows the block table
+    assert run == pytest.approx(2 / 8)
+    assert sec < 0.7 * every_step                                  # 3 in 4 steps skip the body
+    for role in ("dkv", "dq"):
+        _, run, sec, every_step = priced[False, role]
+        assert run == 1.0 and sec == every_step                    # shrunk grids: every step runs
+    assert priced[True, "fwd"][2] == priced[False, "fwd"][2]       # the forward is not changed
 
 # --------------------------------------------------------------------------- behaviour
 def test_concurrent_collectives_sharing_links_take_longer():

@@ -24,7 +24,10 @@ attention layout) as published, under other settings of three knobs. What each s
 - ``options``: ``published`` (the recipe's libtpu options: maxdiffusion's ``LIBTPU_INIT_ARGS``,
   or libtpu's defaults for recipes that publish none) or ``maxdiffusion`` (maxdiffusion's
   published options on a recipe that has none: the only TPU recipe that publishes any) or
-  ``libtpu_default`` (no options, on a recipe that has some).
+  ``libtpu_default`` (no options, on a recipe that has some); on TPU also ``no_windowed_einsum``
+  (the published options and MaxText's two inference settings that keep XLA from turning a
+  gathered matmul into a windowed einsum, ``formulation.compiler_settings.TPU_OPTIONS``: what the
+  planner compiles its own layouts with).
 
 ``variant(job, expert_name, knobs)`` builds the program (train step or denoising step, padded
 as the expert pads) and the layout for one setting; ``None`` when the expert is not valid for
@@ -41,9 +44,11 @@ from typing import Any, Callable
 from aoizora.formulation.layout import Layout
 from aoizora.models import experts as E
 from aoizora.models import training_experts as T
+from aoizora.formulation.compiler_settings import TPU_OPTIONS
 from aoizora.kernels.recipes import MAXDIFFUSION_OPTIONS
 
 PUBLISHED = "published"
+NO_WINDOWED_EINSUM = "no_windowed_einsum"
 
 # maxdiffusion's named remat policies, in Wan's activation names (module docstring)
 _DOTS = ("qkv", "proj_out", "cross_q", "cross_kv", "ffn_hidden")
@@ -118,9 +123,12 @@ def remat_labels(task: str) -> list[str]:
     return [PUBLISHED, *REMAT_POLICIES]
 
 
-def option_labels(published: dict[str, Any]) -> list[str]:
-    """The options settings to try for a recipe whose published options are ``published``."""
-    return [PUBLISHED, "libtpu_default" if published else "maxdiffusion"]
+def option_labels(published: dict[str, Any], family: str = "tpu") -> list[str]:
+    """The options settings to try for a recipe whose published options are ``published``, on a
+    target of ``family`` (module docstring), published first."""
+    if family != "tpu":
+        return [PUBLISHED]
+    return [PUBLISHED, NO_WINDOWED_EINSUM, "libtpu_default" if published else "maxdiffusion"]
 
 
 def _options(knob: str, published: dict[str, Any], task: str) -> dict[str, Any]:
@@ -130,7 +138,10 @@ def _options(knob: str, published: dict[str, Any], task: str) -> dict[str, Any]:
         return {}
     if knob == "maxdiffusion":
         return dict(T.MAXDIFFUSION_TRAIN_OPTIONS if task == "train" else MAXDIFFUSION_OPTIONS)
-    raise ValueError(f"options {knob!r}: give {PUBLISHED}, libtpu_default or maxdiffusion")
+    if knob == NO_WINDOWED_EINSUM:
+        return {**published, **TPU_OPTIONS}
+    raise ValueError(f"options {knob!r}: give {PUBLISHED}, {NO_WINDOWED_EINSUM}, libtpu_default "
+                     f"or maxdiffusion")
 
 
 def _expert(job, name: str, remat: Any = None):

@@ -51,13 +51,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
-import itertools
 import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
 from aoizora.planning.compile_workers import InlineWorkers, WorkerLost
+from aoizora.planning.held_pool import HeldPool
 from aoizora.solvers.budget import Budget, clock
 
 
@@ -100,17 +99,11 @@ class CompileQueue:
         self.fitting = False         # some compiled layout fits in HBM
         self._contended_s = 0.0      # contended seconds up to _since (or up to now, if on)
         self._since: float | None = None
-        self._pending: list = []     # heap of (priority, seq, future, compile_fn, unless)
-        self._hold: float | None = None   # no compile above this priority starts (``hold``)
-        self._seq = itertools.count()
-        self._cv = threading.Condition()
-        self._closed = False
         self._running: dict[int, tuple[Future, float]] = {}   # per thread: a compile, since when
         self.abandoned: list[str] = []   # what ``abandon`` cut, in words
-        self._threads = [threading.Thread(target=self._work, name=f"aoizora-compile-{i}",
-                                          daemon=True) for i in range(self.workers.slots)]
-        for t in self._threads:
-            t.start()
+        # items: (future, job, unless); the pool's lock guards ``_running`` too
+        self._pool = HeldPool(self.workers.slots, self._work, "aoizora-compile")
+        self._cv = self._pool.lock
 
     @property
     def expected_compile_s(self) -> float:
@@ -158,56 +151,40 @@ class CompileQueue:
         a reason not to run it (then ``Skipped(reason, budget=False)``) or ""; ``slower``: the
         compile is expected to take that many times ``expected_compile_s`` (module docstring)."""
         f: Future = Future()
-        with self._cv:
-            if self._closed:
-                f.set_result(Skipped("the planner stopped"))
-                return f
-            job = functools.partial(self._run, compile_fn, slower)
-            heapq.heappush(self._pending, (priority, next(self._seq), f, job, unless))
-            self._cv.notify()
+        job = functools.partial(self._run, compile_fn, slower)
+        if not self._pool.put(priority, (f, job, unless)):
+            f.set_result(Skipped("the planner stopped"))
         return f
 
     def hold(self, priority: float) -> None:
         """No compile of a priority above ``priority`` starts until ``release()``: one at or
         below it is still to be submitted (the planner's ILP layouts, while the ILPs solve)."""
-        with self._cv:
-            self._hold = priority
-            self._cv.notify_all()     # a hold raised may let a pending compile start
+        self._pool.hold(priority)
 
     def release(self) -> None:
+        self._pool.release()
+
+    def _work(self, item: tuple[Future, Callable[[], Any], Callable[[], str] | None]) -> None:
+        """Run one compile the pool took (its Future settled, whatever happens)."""
+        f, job, unless = item
+        if not f.set_running_or_notify_cancel():
+            return
+        me = threading.get_ident()
         with self._cv:
-            self._hold = None
-            self._cv.notify_all()
-
-    def _startable(self) -> bool:
-        return bool(self._pending) and (self._hold is None or self._pending[0][0] <= self._hold)
-
-    def _work(self) -> None:
-        while True:
-            with self._cv:
-                while not self._startable() and not self._closed:
-                    self._cv.wait()
-                if not self._pending:
-                    return
-                _, _, f, job, unless = heapq.heappop(self._pending)
-            if not f.set_running_or_notify_cancel():
-                continue
-            me = threading.get_ident()
-            with self._cv:
-                self._running[me] = (f, clock())
-            try:
-                why = unless() if unless is not None else ""
-                out = Skipped(why, budget=False) if why else job()
-            except BaseException as e:  # noqa: BLE001 -- handed to the waiting planner
-                settle(f, error=e)
-            else:
-                settle(f, out)
-            with self._cv:
-                self._running.pop(me, None)
+            self._running[me] = (f, clock())
+        try:
+            why = unless() if unless is not None else ""
+            out = Skipped(why, budget=False) if why else job()
+        except BaseException as e:  # noqa: BLE001 -- handed to the waiting planner
+            settle(f, error=e)
+        else:
+            settle(f, out)
+        with self._cv:
+            self._running.pop(me, None)
 
     def _run(self, compile_fn: Callable[[], Any], slower: float = 1.0):
         left = self.budget.left()
-        if self._closed:
+        if self._pool.closed:
             return Skipped("the planner stopped")
         expected = self.expected_compile_s * slower
         if self.fitting and self.budget.compiles_left(len(self.done)) == 0:
@@ -240,11 +217,8 @@ class CompileQueue:
         running compile is native code and cannot be killed: it is abandoned, not awaited (its
         result is dropped; the thread is a daemon). ``abandoned`` says what was cut."""
         with self._cv:
-            self._closed = True
-            pending = [f for _, _, f, _, _ in self._pending]
-            self._pending.clear()
+            pending = [f for f, _, _ in self._pool.close()]
             running = list(self._running.values())
-            self._cv.notify_all()
         for f in pending:
             settle(f, Skipped(reason, budget=False))
         for f, since in running:
@@ -258,15 +232,10 @@ class CompileQueue:
     def close(self, wait: bool = True) -> None:
         """Skip what has not started and, with ``wait``, wait for the running compiles (they
         cannot be interrupted; after ``abandon`` nothing waits for them)."""
-        with self._cv:
-            self._closed = True
-            for _, _, f, _, _ in self._pending:
-                f.cancel()
-            self._pending.clear()
-            self._cv.notify_all()
+        for f, _, _ in self._pool.close():
+            f.cancel()
         if wait:
-            for t in self._threads:
-                t.join()
+            self._pool.join()
 
 
 def settle(f: Future, result: Any = None, error: BaseException | None = None) -> None:

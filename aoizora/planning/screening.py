@@ -60,8 +60,6 @@ Which layouts are screened:
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import itertools
 import math
 import threading
 from concurrent.futures import Future
@@ -74,6 +72,7 @@ from aoizora.formulation.latency import predict_step
 from aoizora.planning.candidate_pricing import (CompileJob, cached_early_evidence,
                                                 keep_early_evidence)
 from aoizora.planning.compile_queue import CompileQueue, Skipped, settle
+from aoizora.planning.held_pool import HeldPool
 from aoizora.planning.pricing_order import PricingItem
 from aoizora.solvers.budget import MARGINS, Budget, clock
 
@@ -197,17 +196,11 @@ class Screener:
         self.queue, self.budget, self.early_fn, self.network = queue, budget, early_fn, network
         self.price = price
         self.screens: dict[int, Screen] = {}    # by id of its ``full`` Future
-        self._pending: list = []                # heap of (priority, seq, Screen)
-        self._hold: float | None = None
-        self._seq = itertools.count()
-        self._cv = threading.Condition()
-        self._closed = False
         self._early_s: list[float] = []         # what each finished screen took
         self._cancel = threading.Event()        # set: running early compiles stop (``abandon``)
-        self._threads = [threading.Thread(target=self._work, name=f"aoizora-screen-{i}",
-                                          daemon=True) for i in range(max(1, slots))]
-        for t in self._threads:
-            t.start()
+        # items: (Screen, slot in _early_s or None); the pool's lock guards _early_s too
+        self._pool = HeldPool(slots, self._work, "aoizora-screen", on_take=self._taken)
+        self._cv = self._pool.lock
 
     # -- the queue's interface -------------------------------------------------------------------
     def submit(self, compile_fn: CompileJob, priority: float = 0.0,
@@ -217,24 +210,17 @@ class Screener:
         s = Screen(compile_fn, priority, Future(), unless, slower)
         with self._cv:
             self.screens[id(s.full)] = s
-            if self._closed:
+            if not self._pool.put(priority, [s, None]):
                 s.skipped, s.clock_limited = "the planner stopped", False
                 s.done.set()
-                return s.full
-            heapq.heappush(self._pending, (priority, next(self._seq), s))
-            self._cv.notify()
         return s.full
 
     def hold(self, priority: float) -> None:
         """No screen of a priority above ``priority`` starts until ``release()``."""
-        with self._cv:
-            self._hold = priority
-            self._cv.notify_all()
+        self._pool.hold(priority)
 
     def release(self) -> None:
-        with self._cv:
-            self._hold = None
-            self._cv.notify_all()
+        self._pool.release()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -245,26 +231,22 @@ class Screener:
                 "screen_skipped": sum(1 for s in done if s.skipped)}
 
     # -- the screens -----------------------------------------------------------------------------
-    def _startable(self) -> bool:
-        return bool(self._pending) and (self._hold is None or self._pending[0][0] <= self._hold)
+    def _taken(self, item: list) -> None:
+        """As the pool takes a screen (its lock held): skip it if the budget cannot hold it,
+        else count it as running, so the next check sees it."""
+        s = item[0]
+        s.skipped = self._why_not()
+        if not s.skipped:
+            self._early_s.append(0.0)
+            item[1] = len(self._early_s) - 1
 
-    def _work(self) -> None:
-        while True:
-            with self._cv:
-                while not self._startable() and not self._closed:
-                    self._cv.wait()
-                if self._closed:
-                    return
-                _, _, s = heapq.heappop(self._pending)
-                s.skipped = self._why_not()
-                if not s.skipped:
-                    self._early_s.append(0.0)    # a screen running: the next check counts it
-                    slot = len(self._early_s) - 1
-            try:
-                if not s.skipped:
-                    self._screen(s, slot)
-            finally:
-                s.done.set()
+    def _work(self, item: list) -> None:
+        s, slot = item
+        try:
+            if not s.skipped:
+                self._screen(s, slot)
+        finally:
+            s.done.set()
 
     def _screen(self, s: Screen, slot: int) -> None:
         """Run and price ``s``'s early evidence; its error in one line if it fails."""
@@ -370,16 +352,10 @@ class Screener:
         """Start no more screens (those not started are skipped) and wait up to ``wait_s`` for
         the screen threads to end: nothing is left running or behind after the plan."""
         self._stop_screens()
-        for t in self._threads:
-            t.join(wait_s)
+        self._pool.join(wait_s)
 
     def _stop_screens(self) -> None:
-        with self._cv:
-            self._closed = True
-            pending = [s for _, _, s in self._pending]
-            self._pending.clear()
-            self._cv.notify_all()
-        for s in pending:
+        for s, _ in self._pool.close():
             s.skipped, s.clock_limited = "the planner stopped", False
             s.done.set()
 

@@ -23,7 +23,15 @@ dots, copies and transposes, kernels), seconds on one chip (``benchmarks.sim.con
   ``kernel_model.splash_time_s`` with the shapes, block sizes (the kernel's ``xprof_metadata``)
   and mask density (visited kv blocks per q row in its grid) of the call; every other kernel by
   its grid, blocks and per-step work read from its Mosaic module (``benchmarks.sim.mosaic``,
-  ``kernel_model.kernel_time``).
+  ``kernel_model.kernel_time``). A splash backward kernel (``splash_mha_dkv``, ``splash_mha_dq``)
+  whose grid walks more blocks than its mask keeps (the fused dk/dv kernel of
+  ``use_fused_bwd_kernel``: every (kv block, q block) pair) runs its gated compute (the
+  ``scf.if`` holding its matmuls) on ``run = min(1, density x full / grid[-1])`` of its steps,
+  density the mask density of the splash forward kernel of the same q shape and block sizes
+  (its shrunk grid: visited kv blocks per q row over all), full the blocks along the grid's
+  last axis; a window whose index map reads the prefetched block table is copied at most once
+  per running step (``kernel_model.gated_kernel_time``). Without such a forward, every step
+  counts as running (noted).
 Units: seconds.
 """
 
@@ -35,7 +43,8 @@ import re
 from typing import Any
 
 from benchmarks.sim.constants import OP_LAUNCH_S, XLA_MXU_EFFICIENCY, ChipModel
-from benchmarks.sim.kernel_model import StepWork, kernel_time, matmul_flops, splash_time_s
+from benchmarks.sim.kernel_model import (StepWork, gated_kernel_time, kernel_time, matmul_flops,
+                                         splash_time_s)
 from benchmarks.sim.mosaic import MosaicError, parse_kernel
 
 _FREE = {"parameter", "constant", "bitcast", "reshape", "tuple", "get-tuple-element", "broadcast",
@@ -128,6 +137,14 @@ class HloCoster:
         self.chip = chip
         self.notes: list[str] = []
         self._fused: dict[str, tuple[float, float, float]] = {}
+        self._fwd_splash: list[tuple[tuple, int, int, float]] | None = None
+        self._kernels: dict[int, Any] = {}
+
+    def _kernel(self, ins: Any) -> Any:
+        """``mosaic.parse_kernel`` of a tpu_custom_call, parsed once per instruction."""
+        if id(ins) not in self._kernels:
+            self._kernels[id(ins)] = parse_kernel(ins)
+        return self._kernels[id(ins)]
 
     def _fused_work(self, name: str) -> tuple[float, float, float]:
         """(padded MXU FLOPs, VPU element-ops, EUP elements) of a fused computation."""
@@ -212,7 +229,7 @@ class HloCoster:
         if ins.custom_call_target != "tpu_custom_call":
             return OP_LAUNCH_S + self._bytes(ins, comp) / self.chip.device_hbm_Bps
         try:
-            k = parse_kernel(ins)
+            k = self._kernel(ins)
         except MosaicError as e:
             self.notes.append(f"{e}: priced on its bytes")
             return OP_LAUNCH_S + self._bytes(ins, comp) / self.chip.device_hbm_Bps
@@ -221,15 +238,98 @@ class HloCoster:
             got = self._splash(ins, comp, k)
             if got is not None:
                 return got
-        work = StepWork(
+        split = bool(k.parallel and k.parallel[0] and k.grid
+                     and k.grid[0] % self.chip.device_cores == 0)
+        blocks = [w for w in k.windows if w.memory_space == "vmem"]
+        first = sum(w.bytes for w in blocks)
+        run = self._splash_bwd_run_fraction(ins, comp, k) if k.gated_matmuls else 1.0
+        if run >= 1.0:
+            work = StepWork(
+                mxu_flops=sum(matmul_flops(m, kk, n, self.chip) for m, kk, n in k.matmuls),
+                vpu_ops=k.vpu_ops, eup_ops=k.eup_ops,
+                dma_bytes=sum(w.bytes * w.copies(k.grid) for w in blocks) / k.steps,
+                first_bytes=first)
+            return kernel_time(self.chip, k.steps, work, split).seconds
+        # A block-sparse grid (module docstring): the gated compute runs on run_steps steps; a
+        # window that follows the prefetched block table is copied only when a run step moves it.
+        run_steps = max(1.0, run * k.steps)
+        every = sum(w.bytes * w.copies(k.grid) for w in blocks if not w.data_dependent) / k.steps
+        data = sum(w.bytes * min(w.copies(k.grid), run_steps) for w in blocks if w.data_dependent)
+        run_work = StepWork(
             mxu_flops=sum(matmul_flops(m, kk, n, self.chip) for m, kk, n in k.matmuls),
-            vpu_ops=k.vpu_ops, eup_ops=k.eup_ops,
-            dma_bytes=sum(w.bytes * w.copies(k.grid) for w in k.windows
-                          if w.memory_space == "vmem") / k.steps,
-            first_bytes=sum(w.bytes for w in k.windows if w.memory_space == "vmem"))
-        split = (bool(k.parallel) and k.parallel[0] and k.grid
-                 and k.grid[0] % self.chip.device_cores == 0)
-        return kernel_time(self.chip, k.steps, work, bool(split)).seconds
+            vpu_ops=k.vpu_ops, eup_ops=k.eup_ops, dma_bytes=every + data / run_steps,
+            first_bytes=first)
+        ungated = [mm for mm in k.matmuls]
+        for mm in k.gated_matmuls:
+            ungated.remove(mm)
+        skip_work = StepWork(
+            mxu_flops=sum(matmul_flops(m, kk, n, self.chip) for m, kk, n in ungated),
+            vpu_ops=k.vpu_ops - k.gated_vpu_ops, eup_ops=k.eup_ops - k.gated_eup_ops,
+            dma_bytes=every)
+        return gated_kernel_time(self.chip, k.steps, run_steps, run_work, skip_work,
+                                 split).seconds
+
+    def _forward_splash(self) -> list[tuple[tuple, int, int, float]]:
+        """(q dims, block_q, block_kv, mask density) of every splash forward kernel of the
+        module: density = visited kv blocks per q row (its grid's last extent) over all."""
+        if self._fwd_splash is None:
+            self._fwd_splash = []
+            for c in self.m.computations.values():
+                for ins in c.instructions:
+                    if ins.opcode != "custom-call" or ins.custom_call_target != "tpu_custom_call":
+                        continue
+                    try:
+                        k = self._kernel(ins)
+                    except MosaicError:
+                        continue
+                    if "splash_mha_fwd" not in k.name:
+                        continue
+                    qkv = _qkv(ins, c)
+                    md = _xprof(ins)
+                    if qkv is None or not k.grid or "block_q" not in md or "block_kv" not in md:
+                        continue
+                    bkv = min(int(md["block_kv"]), qkv[1].dims[-2])
+                    full = math.ceil(qkv[1].dims[-2] / bkv)
+                    self._fwd_splash.append((tuple(qkv[0].dims), int(md["block_q"]),
+                                             int(md["block_kv"]), min(1.0, k.grid[-1] / full)))
+        return self._fwd_splash
+
+    def _splash_bwd_run_fraction(self, ins: Any, comp: Any, k: Any) -> float:
+        """Fraction of a splash backward kernel's grid steps that run its gated compute.
+
+        A splash backward grid walks kv blocks by q blocks (dk/dv) or q blocks by kv blocks
+        (dq); its last extent is the blocks visited per row: shrunk to the visited ones (the
+        separate dq and dk/dv kernels) or all of them (the fused dk/dv kernel,
+        ``use_fused_bwd_kernel``, which writes a dq block at every step). The mask is the
+        forward's, so the blocks it keeps are the forward's: the fraction of steps that run is
+        ``density x full / grid[-1]`` (at most 1), density the forward kernel's of the same q
+        shape and block sizes (``_forward_splash``), full the blocks of the last grid axis. 1
+        (every step counted as if taken) for any other kernel or without a matching forward
+        (noted)."""
+        name = k.name
+        if "splash_mha_dkv" in name:
+            keys = ("block_q_dkv", "block_kv_dkv")
+        elif "splash_mha_dq" in name:
+            keys = ("block_q_dq", "block_kv_dq")
+        else:
+            return 1.0
+        md, qkv = _xprof(ins), _qkv(ins, comp)
+        if qkv is None or not k.grid or any(x not in md for x in keys):
+            return 1.0
+        bq, bkv = int(md[keys[0]]), int(md[keys[1]])
+        q_len, kv_len = qkv[0].dims[-2], qkv[1].dims[-2]
+        full = math.ceil(q_len / min(bq, q_len)) if "dkv" in name else math.ceil(
+            kv_len / min(bkv, kv_len))
+        dens = [d for dims, fq, fkv, d in self._forward_splash()
+                if dims == tuple(qkv[0].dims) and fq == bq and fkv == bkv]
+        if not dens and k.grid[-1] >= full:          # un-shrunk grid, nothing to scale it by
+            note = (f"{name}: no splash forward kernel of the same shape and blocks in the "
+                    "program; its gated compute is counted on every grid step")
+            if note not in self.notes:
+                self.notes.append(note)
+        if not dens:
+            return 1.0
+        return min(1.0, max(dens) * full / k.grid[-1])
 
     def _splash(self, ins: Any, comp: Any, k: Any) -> float | None:
         """A splash forward call through ``splash_time_s``; None when its operands are unusual."""
@@ -249,6 +349,14 @@ class HloCoster:
         visited = k.grid[-1] if k.grid else full
         return splash_time_s(self.chip, q_len, kv_len, heads, d, batch, bq, bkv, bkc,
                              mask_density=min(1.0, visited / full))
+
+
+def _qkv(ins: Any, comp: Any) -> tuple | None:
+    """Shapes of a splash kernel's q, k, v operands: its first three bf16/f32 operands of rank
+    3 or more (the scalar-prefetched block tables before them are int8/int32)."""
+    big = [comp.by_name[o].shape for o in ins.operands if o in comp.by_name]
+    big = [s for s in big if not s.is_tuple and len(s.dims) >= 3 and s.dtype in ("bf16", "f32")]
+    return tuple(big[:3]) if len(big) >= 3 else None
 
 
 def _xprof(ins: Any) -> dict:

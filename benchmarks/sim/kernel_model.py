@@ -18,6 +18,14 @@ independent rows of the chain); only the DMA of the next step overlaps it. So on
 and the kernel ``OP_LAUNCH_S + prologue + steps_per_core x t_step`` where the prologue is the
 first step's input copy (nothing to hide it behind) and ``steps_per_core = steps / cores`` when
 the kernel has a "parallel" grid dimension whose extent the cores divide, else ``steps``.
+
+A block-sparse kernel (splash attention over a mask) keeps its compute under a branch that only
+the steps on kept blocks take (``gated_kernel_time``): ``run_steps`` steps cost t_step of the
+whole body and their copies, the other ``steps - run_steps`` cost t_step of what is outside the
+branch and their own copies (often only an output block), so
+
+    kernel = OP_LAUNCH_S + prologue + (run_steps x t_step(run) + (steps - run_steps) x
+             t_step(skip)) / cores
 Constants: ``benchmarks.sim.constants``. Units: seconds, bytes, FLOPs.
 """
 
@@ -65,10 +73,8 @@ def matmul_flops(m: int, k: int, n: int, chip: ChipModel) -> float:
     return 2.0 * padded(m, 8) * padded(k, chip.mxu_dim) * padded(n, chip.mxu_dim)
 
 
-def kernel_time(chip: ChipModel, steps: int, work: StepWork, parallel_split: bool) -> KernelTime:
-    """Seconds of a gridded kernel of ``steps`` steps of average ``work`` (module docstring)."""
-    if steps < 1:
-        raise ValueError(f"a kernel needs at least one grid step, got {steps}")
+def _step_s(chip: ChipModel, work: StepWork) -> tuple[float, str]:
+    """(seconds of one step of ``work``, what bounds it) (module docstring)."""
     parts = {
         "mxu": work.mxu_flops / chip.core_flops,
         "vpu": work.vpu_ops / (chip.vpu_f32_ops_per_cycle * chip.clock_hz),
@@ -79,11 +85,39 @@ def kernel_time(chip: ChipModel, steps: int, work: StepWork, parallel_split: boo
     bound = "dma" if parts["dma"] > body else max(("mxu", "vpu", "eup"), key=parts.get)
     if max(body, parts["dma"]) < GRID_STEP_OVERHEAD_S:
         bound = "overhead"
-    step_s = max(body, parts["dma"]) + GRID_STEP_OVERHEAD_S
+    return max(body, parts["dma"]) + GRID_STEP_OVERHEAD_S, bound
+
+
+def kernel_time(chip: ChipModel, steps: int, work: StepWork, parallel_split: bool) -> KernelTime:
+    """Seconds of a gridded kernel of ``steps`` steps of average ``work`` (module docstring)."""
+    if steps < 1:
+        raise ValueError(f"a kernel needs at least one grid step, got {steps}")
+    step_s, bound = _step_s(chip, work)
     cores = chip.device_cores
     per_core = steps / cores if parallel_split and cores > 1 else float(steps)
     total = OP_LAUNCH_S + work.first_bytes / chip.core_hbm_Bps + per_core * step_s
     return KernelTime(total, int(steps), per_core, step_s, bound)
+
+
+def gated_kernel_time(chip: ChipModel, steps: int, run_steps: float, run_work: StepWork,
+                      skip_work: StepWork, parallel_split: bool) -> KernelTime:
+    """Seconds of a gridded kernel whose compute sits under a branch that ``run_steps`` of its
+    ``steps`` take (a block-sparse kernel: splash attention skips the blocks its mask leaves
+    out). The other ``steps - run_steps`` steps cost ``skip_work`` (what is outside the branch,
+    and their copies) plus the step overhead: ``OP_LAUNCH_S + prologue + (run_steps x t_step(
+    run_work) + (steps - run_steps) x t_step(skip_work)) / cores`` (cores as in
+    ``kernel_time``). ``step_s`` is the average step."""
+    if steps < 1:
+        raise ValueError(f"a kernel needs at least one grid step, got {steps}")
+    run = min(float(steps), max(0.0, float(run_steps)))
+    t_run, bound = _step_s(chip, run_work)
+    t_skip, _ = _step_s(chip, skip_work)
+    cores = chip.device_cores
+    share = 1.0 / cores if parallel_split and cores > 1 else 1.0
+    per_core = steps * share
+    busy = (run * t_run + (steps - run) * t_skip) * share
+    total = OP_LAUNCH_S + run_work.first_bytes / chip.core_hbm_Bps + busy
+    return KernelTime(total, int(steps), per_core, busy / per_core, bound)
 
 
 def splash_vmem_bytes(head_dim: int, block_q: int, block_kv: int,

@@ -13,8 +13,19 @@ fact, so it is read here as the compiler wrote it: the kernel function (the one 
   depends on (once if it depends on none);
 - per step, from the body's vector ops: MXU matmuls (``tpu.matmul``: m, k, n from the vector
   types), transcendental elements (exp, log, tanh, rsqrt, sqrt, divf) and other f32 vector
-  element-operations (arith and reductions on vector types). Ops inside ``scf.if`` are counted
-  as if taken; an ``scf.for`` body is counted once (a note says so).
+  element-operations (arith and reductions on vector types; a ``tpu.transpose`` /
+  ``vector.transpose`` counts one element-operation per element: the compiled kernel moves the
+  tile through the cross-lane unit vreg by vreg). Ops inside ``scf.if`` are counted as if
+  taken; an ``scf.for`` body is counted once (a note says so).
+- the part of that work inside a *gated* region: an ``scf.if`` of the kernel function whose
+  region holds a ``tpu.matmul`` (``gated_matmuls``, ``gated_vpu_ops``, ``gated_eup_ops``).
+  A block-sparse kernel (splash attention) puts its whole compute under such a branch
+  (``pl.when(should_run)``) and skips it on grid steps whose block its mask leaves out; the
+  caller says how many steps take it (``hlo_cost``).
+- per window, whether its index map reads a scalar-prefetched (SMEM) operand
+  (``Window.data_dependent``): splash's q/k/v/do windows name the next block to visit through
+  its prefetched ``data_next`` table, so on a skipped step the block does not change and is
+  not copied.
 Units: elements, bytes.
 """
 
@@ -26,6 +37,7 @@ import math
 import re
 from typing import Any
 
+_TRANSPOSE_OPS = ("tpu.transpose", "vector.transpose")
 _EUP_OPS = ("math.exp", "math.exp2", "math.log", "math.tanh", "math.rsqrt", "math.sqrt",
             "arith.divf", "tpu.reciprocal")
 _FREE_OPS = ("arith.constant", "vector.shape_cast", "vector.load", "tpu.vector_store",
@@ -47,6 +59,7 @@ class Window:
     item_bytes: int
     deps: frozenset[int]          # grid dims its block index depends on
     memory_space: str             # "vmem" for a pipelined block
+    data_dependent: bool = False  # its index map reads a scalar-prefetched (SMEM) operand
 
     @property
     def bytes(self) -> int:
@@ -67,6 +80,9 @@ class MosaicKernel:
     vpu_ops: float                          # f32 element-ops per step
     eup_ops: float                          # transcendental elements per step
     notes: list[str]
+    gated_matmuls: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    gated_vpu_ops: float = 0.0              # the part of vpu_ops inside a gated scf.if
+    gated_eup_ops: float = 0.0              # the part of eup_ops inside a gated scf.if
 
     @property
     def steps(self) -> int:
@@ -142,32 +158,66 @@ def _deps(func: str, n_grid: int) -> frozenset[int]:
     return frozenset(ret)
 
 
-def _body_work(func: str, notes: list[str]) -> tuple[list, float, float]:
+def _op_work(ln: str) -> tuple[str, tuple | None, float, float]:
+    """(op name, matmul (m, k, n) or None, VPU element-ops, EUP elements) of one op line."""
+    m = re.search(r'"stable_mosaic\.([\w.]+)"|"(tpu\.[\w.]+|arith\.\w+|math\.\w+|vector\.\w+)"', ln)
+    if not m:
+        return "", None, 0.0, 0.0
+    op = m.group(1) or m.group(2)
+    if " : " not in ln:
+        return op, None, 0.0, 0.0
+    types = ln.rsplit(" : ", 1)[1]
+    vecs = [(_dims(a), b) for a, b in _VEC.findall(types)]
+    if not vecs:
+        return op, None, 0.0, 0.0
+    if op == "tpu.matmul" and len(vecs) >= 3:
+        (lhs, _), (rhs, _), (out, _) = vecs[0], vecs[1], vecs[-1]
+        el, er, eo = math.prod(lhs), math.prod(rhs), math.prod(out)
+        k = round(math.sqrt(el * er / eo)) if eo else 0
+        return op, (out[0] if len(out) > 1 else 1, k, out[-1]), 0.0, 0.0
+    if op in _EUP_OPS:
+        return op, None, 0.0, float(math.prod(vecs[-1][0]))
+    if op in _TRANSPOSE_OPS:
+        return op, None, float(math.prod(vecs[-1][0])), 0.0
+    if op.startswith(("arith.", "math.", "vector.multi_reduction")) and op not in _FREE_OPS:
+        return op, None, float(max(math.prod(v[0]) for v in vecs)), 0.0
+    return op, None, 0.0, 0.0
+
+
+def _body_work(func: str, notes: list[str]) -> tuple[list, float, float, list, float, float]:
+    """Per-step work of the kernel function: (matmuls, VPU ops, EUP elements) of the whole body
+    and of its gated part (module docstring). Regions are tracked from the generic form: a line
+    ending in ``({`` opens one, a line starting with ``})`` closes it."""
     mm, vpu, eup = [], 0.0, 0.0
-    for ln in func.splitlines():
-        m = re.search(r'"stable_mosaic\.([\w.]+)"|"(tpu\.[\w.]+|arith\.\w+|math\.\w+|vector\.\w+)"',
-                      ln)
-        if not m:
+    per_if: dict[int, list] = {}          # outermost scf.if (line number) -> [mm, vpu, eup]
+    stack: list[tuple[str, int]] = []     # open regions: (op, line of the op that opened it)
+    for no, ln in enumerate(func.splitlines()):
+        st = ln.strip()
+        if st.startswith("})"):
+            if stack:
+                stack.pop()
             continue
-        op = m.group(1) or m.group(2)
+        op, mat, v, e = _op_work(ln)
         if op == "scf.for":
             notes.append("an scf.for loop in the kernel body is counted once")
-        if " : " not in ln:
-            continue
-        types = ln.rsplit(" : ", 1)[1]
-        vecs = [(_dims(a), b) for a, b in _VEC.findall(types)]
-        if not vecs:
-            continue
-        if op == "tpu.matmul" and len(vecs) >= 3:
-            (lhs, _), (rhs, _), (out, _) = vecs[0], vecs[1], vecs[-1]
-            el, er, eo = math.prod(lhs), math.prod(rhs), math.prod(out)
-            k = round(math.sqrt(el * er / eo)) if eo else 0
-            mm.append((out[0] if len(out) > 1 else 1, k, out[-1]))
-        elif op in _EUP_OPS:
-            eup += math.prod(vecs[-1][0])
-        elif op.startswith(("arith.", "math.", "vector.multi_reduction")) and op not in _FREE_OPS:
-            vpu += max(math.prod(v[0]) for v in vecs)
-    return mm, vpu, eup
+        outer_if = next((n for o, n in stack if o == "scf.if"), None)
+        if mat is not None or v or e:
+            if mat is not None:
+                mm.append(mat)
+            vpu, eup = vpu + v, eup + e
+            if outer_if is not None:
+                w = per_if.setdefault(outer_if, [[], 0.0, 0.0])
+                if mat is not None:
+                    w[0].append(mat)
+                w[1] += v
+                w[2] += e
+        if st.endswith("({"):
+            stack.append((op, no))
+    gmm, gv, ge = [], 0.0, 0.0
+    for w in per_if.values():
+        if w[0]:
+            gmm, gv, ge = gmm + w[0], gv + w[1], ge + w[2]
+    return mm, vpu, eup, gmm, gv, ge
 
 
 def parse_kernel(ins: Any) -> MosaicKernel:
@@ -196,7 +246,9 @@ def parse_kernel(ins: Any) -> MosaicKernel:
     for (tname, wb), (_, dtype, space) in zip(wparams, blocked):
         shape = tuple(int(v) for v in wb.split(","))
         deps = _deps(by_name[tname], len(grid)) if tname in by_name else frozenset(range(len(grid)))
-        windows.append(Window(shape, _ITEM_BYTES.get(dtype, 4), deps, space or "vmem"))
-    mm, vpu, eup = _body_work(main, notes)
+        data = tname in by_name and bool(re.search(r'memref\.load"\([^)]*\) : \(memref<[^>]*'
+                                                   r'memory_space<smem>', by_name[tname]))
+        windows.append(Window(shape, _ITEM_BYTES.get(dtype, 4), deps, space or "vmem", data))
+    mm, vpu, eup, gmm, gvpu, geup = _body_work(main, notes)
     return MosaicKernel(sym.group(1) if sym else ins.name, grid, parallel, windows, mm, vpu, eup,
-                        sorted(set(notes)))
+                        sorted(set(notes)), gmm, gvpu, geup)
