@@ -32,7 +32,8 @@ distinct tile shape is captured once and multiplied by its count):
   (the first chunk takes the odd one: 3 + 5 x 2), each chunk's causal convolutions padded from
   the previous chunk's cache (the same shapes as the first chunk's replicate padding, so each
   chunk is captured without a cache).
-- Sana 1600M 4K: ``AutoencoderDC`` (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers config), 128 x
+- Sana 1600M 4K: ``AutoencoderDC`` (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers, the config
+  diffusers' ``scripts/convert_dcae_to_diffusers.py`` ``convert_ae`` builds), 128 x
   128 latents tiled as xDiT's ``examples/sana_example.py`` asks at the commit that published the
   table (21dcdcf: ``enable_tiling(tile_sample_min_width=1024, tile_sample_min_height=1024)``,
   the stride left at diffusers' 448 px): 32 x 32-latent tiles every 14 latents, 10 x 10 tiles.
@@ -92,8 +93,11 @@ VAE_SOURCES = {
                     "tiling: https://github.com/Tencent-Hunyuan/HunyuanVideo/blob/main/hyvideo/vae/autoencoder_kl_causal_3d.py",
     "flux": "https://huggingface.co/black-forest-labs/FLUX.1-dev/blob/main/vae/config.json",
     "cogvideox": "https://huggingface.co/THUDM/CogVideoX-5b/blob/main/vae/config.json",
-    "sana": "https://huggingface.co/mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers/blob/main/config.json; "
-            "tiling: https://github.com/xdit-project/xDiT/blob/main/examples/sana_example.py",
+    "sana": "https://huggingface.co/mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers (config as "
+            "diffusers' scripts/convert_dcae_to_diffusers.py convert_ae builds it); tiling: "
+            "https://github.com/xdit-project/xDiT/blob/21dcdcf1fbf427d2b8a39f37110efadc38ef9ed1/"
+            "examples/sana_example.py, diffusers' DC-AE tiling (PR #10510: 512 / 448 px "
+            "defaults)",
 }
 
 
