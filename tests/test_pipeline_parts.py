@@ -77,7 +77,9 @@ def test_whole_run_adds_up():
            "same_gpu": True, "exact_model": True, "note": "", "xdit_config": "xdit:single",
            "target": "t", "step_s": 1.5, "compute_s": 1.5, "communication_s": 0.0,
            "repo_layout_step_s": 1.5, "fits_hbm": True, "xdit_collectives_step_s": 1.5,
-           "fallbacks": [], "vae_decode_s": 2.0, "encoders_estimate_s": 0.1}
+           "fallbacks": [], "vae_decode_s": 2.0, "encoders_estimate_s": 0.1, "vae_calls": 1,
+           "vae_flops": 1e13, "vae_dot_flops": 9e12, "vae_bytes": 4e10, "vae_note": "whole",
+           "vae_source": "https://example.org/vae", "encoders": "T5"}
     big = dict(rec, encoders_estimate_s=1.0, gpus=2, measured_s=50.0, step_s=0.75)
     t = table([rec, big])
     small_enc, with_enc = t["rows"]
@@ -90,6 +92,14 @@ def test_whole_run_adds_up():
     assert t["median_abs_step_bound_error"]["headline"][0] == pytest.approx(0.25)
     assert with_enc["speedup_of"] == "whole run"
     assert with_enc["speedup_predicted"] == pytest.approx(77.0 / 40.5)
+    from benchmarks.gpu_validation import markdown
+
+    md = markdown({"table": t, "git": {"git_commit": "abc", "git_modified_files": []},
+                   "machine": {"date": "d"}, "models": {}})
+    head = next(line for line in md if "(headline)" in line)
+    assert head.startswith("- Median |error| (whole run)") and "**21.0%** over 2 rows" in head
+    assert any("| 77.00 (50 x 1.500 + 2.00) | -23.0% | 2.00 |" in line for line in md)
+    assert any(line.startswith("| flux-dev-1024 | H100 | 2.000 | 1 |") for line in md)
 
 
 def test_execution_modes_views_free_pointwise_fused():
