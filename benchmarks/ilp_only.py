@@ -4,6 +4,8 @@
     python -m benchmarks.ilp_only --report        # the table, from the JSON written so far
     python -m benchmarks.ilp_only --cells NAME,... --compiles 3 --experts --tag T
                                                   # experts priced in the same run
+    python -m benchmarks.ilp_only --cells NAME,... --compiles 4 --reference-dir DIR --tag T
+                                                  # against a grid run (its tuned experts)
 
 For each cell of ``benchmarks.grid.grid_cells()``: ``aoizora.plan`` with ``seed_layouts=[]`` (as
 ``aoizora plan --no-seeds``), so every layout it compiles is one of the ILP's; its plan priced like
@@ -52,20 +54,30 @@ REPORT = Path(__file__).resolve().parent / "results" / "ilp_only.md"
 TIE = 0.99          # within 1% of the best expert counts as a tie
 
 
-def _grid_reference(cell_name: str) -> dict[str, Any]:
-    """The committed grid cell's best expert and plan, simulated and Q2 steps (seconds): from
-    the independent grid (``grid_independent/``: the simulator's own compute on the HLO) when it
+def _grid_reference(cell_name: str, directory: Path | None = None) -> dict[str, Any]:
+    """The grid cell's best expert (as published) and plan, simulated and Q2 steps (seconds),
+    and, where the cell was run with tuned experts, its best tuned expert: from ``directory``
+    (``--reference-dir``: a grid run, e.g. ``grid_tuned/``) when given, else from the
+    independent grid (``grid_independent/``: the simulator's own compute on the HLO) when it
     has the cell, else the grid."""
-    ind = GRID_RESULTS.parent / "grid_independent" / f"{cell_name}.json"
-    g = json.loads((ind if ind.exists() else GRID_RESULTS / f"{cell_name}.json").read_text())
+    if directory is not None:
+        path = directory / f"{cell_name}.json"
+    else:
+        ind = GRID_RESULTS.parent / "grid_independent" / f"{cell_name}.json"
+        path = ind if ind.exists() else GRID_RESULTS / f"{cell_name}.json"
+    g = json.loads(path.read_text())
     rows = {r["name"]: r for r in g["rows"]}
     experts = [r for r in g["rows"] if r["name"].startswith("expert:") and r.get("sim_step_s")]
     best = min(experts, key=lambda r: r["sim_step_s"])
     plan = rows.get("aoizora", {})
+    tuned = rows.get("best-tuned-expert", {})
     return {"best_expert": best["name"][len("expert:"):], "best_expert_sim_s": best["sim_step_s"],
             "best_expert_q2_s": best["q2_step_s"], "plan_sim_s": plan.get("sim_step_s"),
             "plan_q2_s": plan.get("q2_step_s"),
-            "grid_commit": g.get("machine_start", {}).get("git_commit", "")[:12]}
+            "best_tuned_expert": g.get("best_tuned_expert"),
+            "best_tuned_expert_sim_s": tuned.get("sim_step_s"),
+            "grid_commit": g.get("machine_start", {}).get("git_commit", "")[:12],
+            "source": str(path.relative_to(GRID_RESULTS.parent))}
 
 
 # the reference until the experts priced in the same run replace it (``--experts``)
@@ -74,17 +86,18 @@ _NO_REFERENCE = {"best_expert": None, "best_expert_sim_s": None, "best_expert_q2
 
 
 def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None,
-             experts: bool = False) -> dict[str, Any]:
+             experts: bool = False, reference_dir: Path | None = None) -> dict[str, Any]:
     """Plan one cell with no seeds and price the plan; never raises for a failing plan.
     ``compiles``: the planner's budget in candidate compiles (``budget_s`` then its guard);
-    ``experts``: price every expert configuration in this run too (the module docstring)."""
+    ``experts``: price every expert configuration in this run too (the module docstring);
+    ``reference_dir``: the grid run whose cell is the reference (``_grid_reference``)."""
     job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
     out: dict[str, Any] = {"cell": cell.name, "budget_s": budget_s, "compiles": compiles,
                            "seed": seed,
                            "machine": machine_info(), "git": git_state(),
                            "labels": {"sim": SIM_LABEL, "q2": "predicted (Q2)"}, "unit": "seconds",
                            "reference": (_NO_REFERENCE if experts
-                                         else _grid_reference(cell.name))}
+                                         else _grid_reference(cell.name, reference_dir))}
     cands: list[Candidate] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, keeping_hlo(tmp):
@@ -144,7 +157,9 @@ def _priced_plan(out: dict[str, Any], p, cands: list, job, t0: float) -> dict[st
     out.update(q2_step_s=q.step_s, sim_step_s=s.step_s, sim_compute_s=s.compute_s,
                speedup_over_best_expert=(ref["best_expert_sim_s"] / s.step_s
                                          if ref["best_expert_sim_s"] else None),
-               speedup_over_plan=(ref["plan_sim_s"] / s.step_s) if ref["plan_sim_s"] else None)
+               speedup_over_plan=(ref["plan_sim_s"] / s.step_s) if ref["plan_sim_s"] else None,
+               speedup_over_best_tuned_expert=(ref["best_tuned_expert_sim_s"] / s.step_s
+                                               if ref.get("best_tuned_expert_sim_s") else None))
     return out
 
 
@@ -156,10 +171,13 @@ def report(tags: Sequence[str]) -> str:
              f"device order: **{SIM_LABEL}** (sim) and Q2. Best expert and plan: the committed grid "
              "cell (`benchmarks/results/grid/`), simulated, unless marked (this run): every "
              "expert compiled and simulated in the same run, at the same commit "
-             "(`--experts`). Nothing ran on a TPU.", "",
+             "(`--experts`); x best tuned expert: against the best tuned expert of a grid run "
+             "with tuned experts (`--reference-dir`, e.g. `grid_tuned/`; the tag says its "
+             "commit). Nothing ran on a TPU.", "",
              "| cell | code | ILP-only mesh | ILP-only sim (ms) | Q2 (ms) | best expert | its sim (ms) "
-             "| x best expert | plan sim (ms) | x plan | budget (s) | compiled | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| x best expert | x best tuned expert | plan sim (ms) | x plan | budget (s) | compiled "
+             "| load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     summary = []
     for tag in tags:
         n = wins = 0
@@ -169,18 +187,20 @@ def report(tags: Sequence[str]) -> str:
             if "sim_step_s" not in d or d.get("speedup_over_best_expert") is None:
                 lines.append(f"| {d['cell']} | {tag} | - | {d.get('error', 'no expert priced')} "
                              f"| | {ref['best_expert'] or '-'} | "
-                             f"{(ref['best_expert_sim_s'] or 0) * 1e3:.2f} | | | | "
+                             f"{(ref['best_expert_sim_s'] or 0) * 1e3:.2f} | | | | | "
                              f"{d['budget_s']:g} |")
                 continue
             n += 1
             wins += d["speedup_over_best_expert"] >= TIE
             mesh = "x".join(str(v) for v in d["plan"]["mesh"].values())
             xp = f"{d['speedup_over_plan']:.3f}" if d["speedup_over_plan"] else "-"
+            xt = d.get("speedup_over_best_tuned_expert")
+            xt = f"{xt:.3f}" if xt else "-"
             lines.append(f"| {d['cell']} | {tag} | {mesh} | {d['sim_step_s'] * 1e3:.2f} | "
                          f"{d['q2_step_s'] * 1e3:.2f} | {ref['best_expert']}"
                          f"{' (this run)' if ref.get('source') == 'this run' else ''} | "
                          f"{ref['best_expert_sim_s'] * 1e3:.2f} | "
-                         f"{d['speedup_over_best_expert']:.3f} | "
+                         f"{d['speedup_over_best_expert']:.3f} | {xt} | "
                          f"{(ref['plan_sim_s'] or 0) * 1e3:.2f} | {xp} | {d['budget_s']:g} | "
                          f"{d['plan']['candidates']} | {_load(d)} |")
         summary.append(f"- `{tag}`: {n} cells priced; the ILP's own layout is within 1% of the "
@@ -261,7 +281,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--experts", action="store_true",
                     help="compile and price every expert in the same run (the reference)")
+    ap.add_argument("--reference-dir", default=None, metavar="DIR",
+                    help="a grid run's results directory (e.g. benchmarks/results/grid_tuned) "
+                         "whose cells are the reference, with their best tuned experts")
     a = ap.parse_args(argv)
+    ref_dir = Path(a.reference_dir).resolve() if a.reference_dir else None
     if not a.report:
         want = set(filter(None, a.cells.split(",")))
         d = RESULTS / a.tag
@@ -270,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (want and cell.name not in want) or ((d / f"{cell.name}.json").exists() and not a.force):
                 continue
             print(f"[{cell.name}] planning with no seeds, budget {a.budget:g} s", flush=True)
-            out = run_cell(cell, a.budget, a.seed, a.compiles, a.experts)
+            out = run_cell(cell, a.budget, a.seed, a.compiles, a.experts, ref_dir)
             atomic_write(d / f"{cell.name}.json", json.dumps(out, indent=1, default=str) + "\n")
             print(f"[{cell.name}] {out.get('sim_step_s', out.get('error'))}", flush=True)
     tags = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.exists() else []

@@ -43,3 +43,21 @@ def test_no_section_without_runs_priced_with_experts(tmp_path, monkeypatch):
     d["reference"]["source"] = "grid"
     (tmp_path / "t" / "cell.json").write_text(json.dumps(d))
     assert ilp_only.differences(["t"]) == []
+
+
+def test_a_grid_run_with_tuned_experts_is_a_reference(tmp_path, monkeypatch):
+    """``--reference-dir``: the cell's best expert as published and its best tuned expert."""
+    monkeypatch.setattr(ilp_only, "GRID_RESULTS", tmp_path / "grid")
+    run = tmp_path / "grid_tuned"
+    run.mkdir()
+    rows = [{"name": "aoizora", "sim_step_s": 0.090, "q2_step_s": 0.100},
+            {"name": "expert:context", "sim_step_s": 0.120, "q2_step_s": 0.12},
+            {"name": "expert:cfg2_context", "sim_step_s": 0.102, "q2_step_s": 0.11},
+            {"name": "best-tuned-expert", "sim_step_s": 0.095, "q2_step_s": 0.105}]
+    (run / "c.json").write_text(json.dumps({
+        "rows": rows, "best_tuned_expert": "cfg2_context [blocks shard]",
+        "machine_start": {"git_commit": "abcdef1234567890"}}))
+    ref = ilp_only._grid_reference("c", run)
+    assert ref["best_expert"] == "cfg2_context" and ref["best_expert_sim_s"] == 0.102
+    assert ref["best_tuned_expert_sim_s"] == 0.095 and ref["grid_commit"] == "abcdef123456"
+    assert ref["source"] == "grid_tuned/c.json"
