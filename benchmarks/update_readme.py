@@ -464,9 +464,10 @@ def _measured_step_text(c: dict[str, Any]) -> str:
 
 def gpu_validation_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[CellFigures] = (),
                         path: Path = RES / "gpu_validation.json") -> str:
-    """Q2's median error against published xDiT runs (same GPU and model)."""
+    """Q2's median error against published xDiT runs (same GPU and model), whole runs (the
+    denoising steps and the VAE decode priced, against the publisher's run time)."""
     err, n = json.loads(path.read_text())["table"]["median_abs_error"]["headline"]
-    return f"Against {n} published xDiT runs Q2 is {err * 100:.0f}% off (median"
+    return f"Against {n} published xDiT whole runs Q2 is {err * 100:.0f}% off (median"
 
 
 REGIONS: dict[str, Callable[[Sequence[CellFigures], Sequence[CellFigures]], str]] = {
