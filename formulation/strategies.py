@@ -47,8 +47,9 @@ partial reductions) fold into the group's per-strategy cost. Strategies of a gro
 coincide on everything the rest of the program sees are merged (the cheaper one kept).
 
 Costs, seconds per call: compute of one shard ``max(flops_shard / peak_flops,
-bytes_shard / hbm_bandwidth)`` (unfused: every op reads its operands and writes its results)
-plus own communication, times the node's ``repeat``. Resharding a tensor from spec P to spec Q
+bytes_shard / hbm_bandwidth)`` (unfused: every op reads its operands and writes its results;
+on a TPU a dot's ``flops_shard`` padded to the MXU at its shard shape and over the MXU's
+measured efficiency, ``formulation.matmul_time``) plus own communication, times the node's ``repeat``. Resharding a tensor from spec P to spec Q
 (``reshard_cost``): per mesh axis, kept -> nothing; split in P, not in Q -> all-gather; split on
 another dim in Q -> all-to-all; not in P, split in Q -> slicing (free); via ``AxisCosts``.
 
@@ -75,6 +76,7 @@ from typing import Any
 
 from aoizora.formulation.attention_tiles import AttentionShape, best_tiles, chip_of
 from aoizora.formulation.collective_cost import AxisCosts
+from aoizora.formulation.matmul_time import MXU_EFFICIENCY, padding_factor
 from aoizora.formulation.prefetch import PREFETCH_ROOM, prefetch_room
 
 Spec = tuple[tuple[str, ...], ...]
@@ -411,8 +413,17 @@ class _Builder:
         self.groups[gid] = Group(gid, kind, tid, [], [Strategy("replicated", {tid: s}, {})])
         self.origin[tid] = (gid, tid, ())
 
-    def compute_time(self, n, flops_frac: float, bytes_dev: float) -> float:
-        t = max(n.flops * flops_frac / self.hw.peak_flops, bytes_dev / self.hw.hbm_bandwidth_Bps)
+    def compute_time(self, n, flops_frac: float, bytes_dev: float,
+                     assign: dict[str, tuple[str, ...]] | None = None) -> float:
+        """Seconds of node ``n`` on one device: max(flops, bytes) over the device's peak and HBM
+        bandwidth; a dot split as ``assign`` at its MXU-padded flops over the MXU's measured
+        efficiency (``formulation.matmul_time``), on a TPU with a kernel chip."""
+        flops = n.flops * flops_frac
+        if n.kind == "dot" and assign is not None and self._chip is not None:
+            shard = {lab: -(-s // math.prod(self.sizes[a] for a in assign.get(lab, ())))
+                     for lab, s in self.label_sizes(n).items()}
+            flops *= padding_factor(shard, n.roles, self.hw.generation) / MXU_EFFICIENCY
+        t = max(flops / self.hw.peak_flops, bytes_dev / self.hw.hbm_bandwidth_Bps)
         return t if n.kind in ATTENTION_KINDS else t * self.opts.compute_scale
 
     def attention_kernel(self, n, assign, ring: bool):
@@ -518,7 +529,7 @@ class _Builder:
         partial = [a for lab, axes in assign.items() if n.roles.get(lab) == "contracting" for a in axes]
         bytes_dev = sum(shard_bytes(self.T[n.operands[k]], s, self.sizes) for k, s in req.items()) \
             + shard_bytes(out_t, out_spec, self.sizes)
-        comp = self.compute_time(n, frac, bytes_dev)
+        comp = self.compute_time(n, frac, bytes_dev, assign)
         tiles = None
         if n.kind == "attention":
             kern = self.attention_kernel(n, assign, ring=False)
