@@ -77,7 +77,7 @@ def _grid_reference(cell_name: str, directory: Path | None = None) -> dict[str, 
             "best_tuned_expert": g.get("best_tuned_expert"),
             "best_tuned_expert_sim_s": tuned.get("sim_step_s"),
             "grid_commit": g.get("machine_start", {}).get("git_commit", "")[:12],
-            "source": str(path.relative_to(GRID_RESULTS.parent))}
+            "source": f"{path.parent.name}/{path.name}"}
 
 
 # the reference until the experts priced in the same run replace it (``--experts``)
