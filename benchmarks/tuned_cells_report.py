@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -71,6 +73,51 @@ def tuning_lines(c: dict[str, Any]) -> list[str]:
     return out
 
 
+def _commit(c: dict[str, Any]) -> str:
+    return ((c.get("machine_start") or {}).get("git_commit")
+            or (c.get("git") or {}).get("git_commit") or "?")[:7]
+
+
+def _ratio(c: dict[str, Any], name: str) -> float | None:
+    rows = _rows(c)
+    plan, r = rows.get("aoizora"), rows.get(name)
+    if name == "published":
+        experts = [x for n, x in rows.items() if n.startswith("expert:") and x.get("sim_step_s")]
+        r = min(experts, key=lambda x: x["sim_step_s"]) if experts else None
+    if not (plan and r and plan.get("sim_step_s") and r.get("sim_step_s")):
+        return None
+    return r["sim_step_s"] / plan["sim_step_s"]
+
+
+def commit_summaries(cells: Sequence[dict[str, Any]]) -> list[str]:
+    """Per commit with at least two cells of the real models: the plan against the best tuned
+    expert, the best expert as published and Alpa-style (geometric mean, median, range), and in
+    how many cells the plan is never slower than the best tuned expert (0.01% ties)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in cells:
+        if not c.get("error") and not c["cell"].startswith("wan2.1-small"):
+            groups.setdefault(_commit(c), []).append(c)
+    out = []
+    for commit, cs in sorted(groups.items(), key=lambda g: -len(g[1])):
+        if len(cs) < 2:
+            continue
+        parts = []
+        for label, name in (("best tuned expert", "best-tuned-expert"),
+                            ("best expert as published", "published"),
+                            ("Alpa-style", "alpa-logical")):
+            xs = [x for x in (_ratio(c, name) for c in cs) if x]
+            if xs:
+                gm = math.exp(sum(math.log(x) for x in xs) / len(xs))
+                parts.append(f"over the {label} {gm:.3f}x / {statistics.median(xs):.3f}x "
+                             f"({min(xs):.3f}-{max(xs):.3f}x, {len(xs)} cells)")
+        tuned = [x for x in (_ratio(c, "best-tuned-expert") for c in cs) if x]
+        never = sum(x >= 0.9999 for x in tuned)
+        out.append(f"- At {commit}, {len(cs)} cells ({', '.join(c['cell'] for c in cs)}): the "
+                   f"plan {'; '.join(parts)} (geometric mean / median (range)); never slower "
+                   f"than the best tuned expert in {never} of {len(tuned)}.")
+    return out
+
+
 def report(dirs: Sequence[Path]) -> str:
     cells = [json.loads(p.read_text()) for d in dirs if Path(d).is_dir()
              for p in sorted(Path(d).glob("*.json"))]
@@ -90,6 +137,9 @@ def report(dirs: Sequence[Path]) -> str:
              "as published ms | plan x it | tuned + solved placement ms | plan x it | plan x "
              "Alpa-style |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [cell_line(c) for c in cells if not c.get("error")]
+    summary = commit_summaries(cells)
+    if summary:
+        lines += ["", "Cells run at one commit (simulated):", ""] + summary
     for c in cells:
         lines += ["", f"## {c['cell']}", ""]
         if c.get("error"):

@@ -407,24 +407,39 @@ def limits(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
 
 
 def tuned_cells_text(dirs: Sequence[Path] = (RES / "grid_tuned", RES / "training_tuned")) -> str:
-    """The cells re-run with tuned experts (``benchmarks.tuned_cells_report``): per cell, the
-    plan against the best tuned expert and the best expert as published (simulated)."""
-    parts = []
+    """The cells re-run with tuned experts (``benchmarks.tuned_cells_report``): the plan against
+    the best tuned expert and the best expert as published (simulated), summed up per commit
+    where one commit ran several cells, else per cell."""
+    from benchmarks.tuned_cells_report import _commit, _ratio
+
+    cells = []
     for d in dirs:
         for p in sorted(Path(d).glob("*.json")):
             c = json.loads(p.read_text())
-            rows = _rows(c)
-            plan, bt = rows.get("aoizora") or {}, rows.get("best-tuned-expert") or {}
-            pub = [r for n, r in rows.items() if n.startswith("expert:") and r.get("sim_step_s")]
-            if not (plan.get("sim_step_s") and bt.get("sim_step_s") and pub):
-                continue
-            best_pub = min(r["sim_step_s"] for r in pub)
-            parts.append(f"{c['cell']}: the plan {bt['sim_step_s'] / plan['sim_step_s']:.3f}x "
-                         f"over the best tuned expert, {best_pub / plan['sim_step_s']:.3f}x over "
-                         f"the best as published")
-    if not parts:
+            if _ratio(c, "best-tuned-expert") and _ratio(c, "published"):
+                cells.append(c)
+    if not cells:
         return "No cell has been re-run with them."
-    return (f"Re-run with them and a compile budget, {len(parts)} cell(s) only "
+    groups: dict[str, list[dict]] = {}
+    for c in cells:
+        groups.setdefault(_commit(c), []).append(c)
+    parts = []
+    for commit, cs in sorted(groups.items(), key=lambda g: (-len(g[1]), g[0])):
+        if len(cs) == 1:
+            c = cs[0]
+            parts.append(f"{c['cell']}: the plan {_ratio(c, 'best-tuned-expert'):.3f}x over the "
+                         f"best tuned expert, {_ratio(c, 'published'):.3f}x over the best as "
+                         f"published")
+            continue
+        t = [_ratio(c, "best-tuned-expert") for c in cs]
+        pub = [_ratio(c, "published") for c in cs]
+        gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
+        parts.append(f"{len(cs)} cells at one commit ({', '.join(c['cell'] for c in cs)}): the "
+                     f"plan {gm(t):.3f}x / {statistics.median(t):.3f}x ({min(t):.3f}-"
+                     f"{max(t):.3f}x) over the best tuned expert (geometric mean / median "
+                     f"(range)), never slower than it in {sum(x >= 0.9999 for x in t)} of "
+                     f"{len(t)}; {gm(pub):.3f}x over the best as published")
+    return (f"Re-run with them and a compile budget, {len(cells)} cell(s) only "
             f"(`tuned_cells.md`, simulated): " + "; ".join(parts) + ".")
 
 
