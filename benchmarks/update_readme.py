@@ -340,7 +340,15 @@ def ilp_only_text(directory: Path = RES / "ilp_only") -> str:
             continue
         same_run = all(c.get("reference", {}).get("source") == "this run" for c in cs
                        if c.get("speedup_over_best_expert"))
-        if same_run:
+        tuned = [c["speedup_over_best_tuned_expert"] for c in cs
+                 if c.get("speedup_over_best_tuned_expert")]
+        if tuned:
+            parts.append(
+                f"{ratio_text(tuned)} (geometric mean / median, range) of the best tuned expert "
+                f"of a grid run with tuned experts, in {len(tuned)} cell(s), at least 0.98x in "
+                f"{sum(x >= 0.98 for x in tuned)}, below 0.90x in {sum(x < 0.90 for x in tuned)} "
+                f"(`{d.name}`)")
+        elif same_run:
             compiles = sorted({c.get("compiles") for c in cs})
             commits = sorted({c.get("git", {}).get("git_commit", "")[:7] for c in cs})
             parts.append(
