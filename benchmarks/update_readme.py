@@ -493,9 +493,19 @@ def gpu_validation_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[CellFigu
     return f"Against {n} published xDiT whole runs Q2 is {err * 100:.0f}% off (median"
 
 
+def simulator_validation_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[CellFigures] = (),
+                              path: Path = RES / "simulator_validation.json") -> str:
+    """The simulator's median and worst error on the measured public TPU rows it was not fitted
+    to (``benchmarks.simulator_validation``)."""
+    s = json.loads(path.read_text())["summary"]
+    return (f"its median error is {s['median_abs_error_pct']:.1f}% on {s['independent_rows']} "
+            f"measured public TPU figures it was not fitted to, worst {s['worst_error_pct']:+.1f}%")
+
+
 REGIONS: dict[str, Callable[[Sequence[CellFigures], Sequence[CellFigures]], str]] = {
     "intro": intro, "results": results, "paper": paper, "limits": limits,
-    "published": published_steps_text, "gpuval": gpu_validation_text}
+    "published": published_steps_text, "gpuval": gpu_validation_text,
+    "simval": simulator_validation_text}
 
 
 def regions(grid: Path = GRID, training: Path = TRAINING) -> dict[str, str]:
