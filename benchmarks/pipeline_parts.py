@@ -171,39 +171,27 @@ def decoder_module(family: str, small: bool = False):
     from diffusers import (AutoencoderDC, AutoencoderKL, AutoencoderKLCogVideoX,
                            AutoencoderKLHunyuanVideo)
 
-    def narrow(cfg, **kw):
-        return {**cfg, **kw} if small else cfg
-
-    if family == "hunyuanvideo":
-        vae = AutoencoderKLHunyuanVideo(**narrow(HY_VAE, block_out_channels=(8, 16),
-                                                 down_block_types=("HunyuanVideoDownBlock3D",) * 2,
-                                                 up_block_types=("HunyuanVideoUpBlock3D",) * 2,
-                                                 layers_per_block=1, norm_num_groups=4,
-                                                 latent_channels=4))
-        dtype = torch.float16
-    elif family == "flux":
-        vae = AutoencoderKL(**narrow(FLUX_VAE, block_out_channels=(8, 16),
-                                     down_block_types=("DownEncoderBlock2D",) * 2,
-                                     up_block_types=("UpDecoderBlock2D",) * 2,
-                                     layers_per_block=1, norm_num_groups=4, latent_channels=4))
-        dtype = torch.bfloat16
-    elif family == "cogvideox":
-        vae = AutoencoderKLCogVideoX(**narrow(COGVIDEOX_VAE, block_out_channels=(8, 16),
-                                              down_block_types=("CogVideoXDownBlock3D",) * 2,
-                                              up_block_types=("CogVideoXUpBlock3D",) * 2,
-                                              layers_per_block=1, norm_num_groups=4,
-                                              latent_channels=4))
-        dtype = torch.bfloat16
+    # the UNet-style VAEs at tiny widths: two blocks of the family's own kinds
+    unet = {"hunyuanvideo": (AutoencoderKLHunyuanVideo, HY_VAE, "HunyuanVideo", torch.float16),
+            "flux": (AutoencoderKL, FLUX_VAE, "", torch.bfloat16),
+            "cogvideox": (AutoencoderKLCogVideoX, COGVIDEOX_VAE, "CogVideoX", torch.bfloat16)}
+    if family in unet:
+        cls, cfg, prefix, dtype = unet[family]
+        down, up = ((f"{prefix}DownBlock3D", f"{prefix}UpBlock3D") if prefix
+                    else ("DownEncoderBlock2D", "UpDecoderBlock2D"))
+        tiny = dict(block_out_channels=(8, 16), down_block_types=(down,) * 2,
+                    up_block_types=(up,) * 2, layers_per_block=1, norm_num_groups=4,
+                    latent_channels=4)
+        vae = cls(**({**cfg, **tiny} if small else cfg))
     elif family == "sana":
-        vae = AutoencoderDC(**narrow(DC_AE_VAE, attention_head_dim=8,
-                                     encoder_block_types=("ResBlock", "EfficientViTBlock"),
-                                     decoder_block_types=("ResBlock", "EfficientViTBlock"),
-                                     encoder_block_out_channels=(8, 16),
-                                     decoder_block_out_channels=(8, 16),
-                                     encoder_layers_per_block=(1, 1),
-                                     decoder_layers_per_block=(1, 1),
-                                     encoder_qkv_multiscales=((), (5,)),
-                                     decoder_qkv_multiscales=((), (5,)), latent_channels=4))
+        tiny = dict(attention_head_dim=8,
+                    encoder_block_types=("ResBlock", "EfficientViTBlock"),
+                    decoder_block_types=("ResBlock", "EfficientViTBlock"),
+                    encoder_block_out_channels=(8, 16), decoder_block_out_channels=(8, 16),
+                    encoder_layers_per_block=(1, 1), decoder_layers_per_block=(1, 1),
+                    encoder_qkv_multiscales=((), (5,)), decoder_qkv_multiscales=((), (5,)),
+                    latent_channels=4)
+        vae = AutoencoderDC(**({**DC_AE_VAE, **tiny} if small else DC_AE_VAE))
         dtype = torch.bfloat16
     else:
         raise ValueError(family)
