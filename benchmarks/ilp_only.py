@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -209,10 +209,10 @@ def report(tags: Sequence[str]) -> str:
                          f"{d['plan']['candidates']} | {_load(d)} |")
         vs_tuned = ""
         if tuned:
-            gm = math.exp(sum(math.log(x) for x in tuned) / len(tuned))
             vs_tuned = (f" Against the best tuned expert: at least 0.98x in "
                         f"**{sum(x >= 0.98 for x in tuned)} of {len(tuned)}**, below 0.90x in "
-                        f"{sum(x < 0.90 for x in tuned)}, geometric mean {gm:.3f}x.")
+                        f"{sum(x < 0.90 for x in tuned)}, geometric mean "
+                        f"{statistics.geometric_mean(tuned):.3f}x.")
         summary.append(f"- `{tag}`: {n} cells priced; the ILP's own layout is within 1% of the "
                        f"best expert or faster in **{wins} of {n}** (simulated).{vs_tuned}")
     note = ["", "compiled: candidate layouts the planner compiled within the budget; load: the "

@@ -262,18 +262,12 @@ def intro(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
 
 def _tuned_intro(dirs: Sequence[Path] = (RES / "grid_tuned",)) -> str:
     """A sentence on the largest set of cells re-run at one commit with tuned experts, or ""."""
-    from benchmarks.tuned_cells_report import _commit, _ratio
+    from benchmarks.tuned_cells_report import by_commit, load, ratio
 
-    groups: dict[str, list[float]] = {}
-    for d in dirs:
-        for p in sorted(Path(d).glob("*.json")):
-            c = json.loads(p.read_text())
-            x = _ratio(c, "best-tuned-expert")
-            if x:
-                groups.setdefault(_commit(c), []).append(x)
-    xs = max(groups.values(), key=len, default=[])
-    if len(xs) < 2:
+    cs = max(by_commit(load(dirs)).values(), key=len, default=[])
+    if len(cs) < 2:
         return ""
+    xs = [ratio(c, "best-tuned-expert") for c in cs]
     return (f" {len(xs)} inference cells re-run at one commit with experts tuned the way their "
             f"users tune them and a compile budget: {ratio_text(xs)} over the best tuned expert, "
             f"never slower than it in {sum(x >= 0.9999 for x in xs)} of {len(xs)} "
@@ -438,36 +432,28 @@ def tuned_cells_text(dirs: Sequence[Path] = (RES / "grid_tuned", RES / "training
     """The cells re-run with tuned experts (``benchmarks.tuned_cells_report``): the plan against
     the best tuned expert and the best expert as published (simulated), summed up per commit
     where one commit ran several cells, else per cell."""
-    from benchmarks.tuned_cells_report import _commit, _ratio
+    from benchmarks.tuned_cells_report import by_commit, load, ratio
 
-    cells = []
-    for d in dirs:
-        for p in sorted(Path(d).glob("*.json")):
-            c = json.loads(p.read_text())
-            if _ratio(c, "best-tuned-expert") and _ratio(c, "published"):
-                cells.append(c)
-    if not cells:
+    groups = {k: [c for c in cs if ratio(c, "published")]
+              for k, cs in by_commit(load(dirs)).items()}
+    groups = {k: cs for k, cs in groups.items() if cs}
+    if not groups:
         return "No cell has been re-run with them."
-    groups: dict[str, list[dict]] = {}
-    for c in cells:
-        groups.setdefault(_commit(c), []).append(c)
     parts = []
-    for commit, cs in sorted(groups.items(), key=lambda g: (-len(g[1]), g[0])):
+    for _commit, cs in sorted(groups.items(), key=lambda g: (-len(g[1]), g[0])):
+        t = [ratio(c, "best-tuned-expert") for c in cs]
+        pub = [ratio(c, "published") for c in cs]
         if len(cs) == 1:
-            c = cs[0]
-            parts.append(f"{c['cell']}: the plan {_ratio(c, 'best-tuned-expert'):.3f}x over the "
-                         f"best tuned expert, {_ratio(c, 'published'):.3f}x over the best as "
-                         f"published")
+            parts.append(f"{cs[0]['cell']}: the plan {t[0]:.3f}x over the best tuned expert, "
+                         f"{pub[0]:.3f}x over the best as published")
             continue
-        t = [_ratio(c, "best-tuned-expert") for c in cs]
-        pub = [_ratio(c, "published") for c in cs]
-        gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
         parts.append(f"{len(cs)} cells at one commit ({', '.join(c['cell'] for c in cs)}): the "
-                     f"plan {gm(t):.3f}x / {statistics.median(t):.3f}x ({min(t):.3f}-"
+                     f"plan {geomean(t):.3f}x / {statistics.median(t):.3f}x ({min(t):.3f}-"
                      f"{max(t):.3f}x) over the best tuned expert (geometric mean / median "
                      f"(range)), never slower than it in {sum(x >= 0.9999 for x in t)} of "
-                     f"{len(t)}; {gm(pub):.3f}x over the best as published")
-    return (f"Re-run with them and a compile budget, {len(cells)} cell(s) only "
+                     f"{len(t)}; {geomean(pub):.3f}x over the best as published")
+    n = sum(len(cs) for cs in groups.values())
+    return (f"Re-run with them and a compile budget, {n} cell(s) only "
             f"(`tuned_cells.md`, simulated): " + "; ".join(parts) + ".")
 
 
