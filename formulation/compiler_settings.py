@@ -11,12 +11,13 @@ reduce-scatters, so the compiled program gathers as Q1 priced it. MaxText publis
 two settings for inference on TPU (AI-Hypercomputer/maxtext,
 ``src/MaxText/inference_mlperf/trillium/select_xla_flags.py``, its manually selected flags).
 
-Measured here (libtpu 0.0.42.1 ahead of time, the reference simulator; nothing ran on a TPU),
-Wan 2.1 14B 480p-21f on v5e-8, the ILP's x8 layout with its weights' columns on x
-(``benchmarks/results/q1_fidelity/.../ilppf_8``): libtpu's defaults 22.2 GB of
-collective-permutes per device per step and 1,040 ms simulated; with ``TPU_OPTIONS`` 0.02 GB
-of collective-permutes, 12.6 GB of all-gathers (21 ms of them exposed) and 771 ms; compiled in
-60 s against 161 s.
+Measured here (libtpu 0.0.42.1 ahead of time, simulated by the reference simulator; nothing ran
+on a TPU), Wan 2.1 14B 480p-21f on v5e-8, the ILP's x8 layouts of
+``benchmarks/results/q1_fidelity/wan2.1-14b_480p-21f_v5e-8/``: ``ilppf_8`` (libtpu's defaults)
+moves 22.2 GB of collective-permutes per device per step, simulated 1,040 ms; ``ilpnwe_8``
+(solved again, compiled with ``TPU_OPTIONS``) 0.02 GB of them, 12.2 GB of all-gathers, simulated
+779 ms, compiled in 37 s. ``ilppf_8`` itself compiled again with ``TPU_OPTIONS`` simulated at
+771 ms (a scratch run, ``lab_notes.md``).
 
 Other targets (XLA:GPU) get no options: these names are XLA:TPU's.
 """
