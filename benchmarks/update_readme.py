@@ -61,6 +61,8 @@ OTHER_RESULTS = (
      "python -m benchmarks.compile_budget_repeat"),
     ("tuned_cells.md", "cells re-run with tuned experts and a compile budget",
      "python -m benchmarks.tuned_cells_report"),
+    ("kernel_model_check.md", "Q2's splash forward model against axlearn's measured v5p forward",
+     "python -m benchmarks.kernel_model_check"),
     ("plan_wan2.1-1.3b_480p-81f_v5e-8.md", "the default `aoizora plan`",
      "python -m benchmarks.plan_default"),
     ("ilp_only.md", "cells planned with no seed layouts", "python -m benchmarks.ilp_only"),

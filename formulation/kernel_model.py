@@ -21,7 +21,13 @@ the vector unit are taken to overlap too (the most optimistic schedule):
     dma_step  = (2 * bkv * D * e + 2 * bq * D * e / n_kv) / hbm_Bps   (k, v blocks; q in, o out
                 amortized over the query block's steps)
     t_step    = max(mxu_step, vpu_step, dma_step) + STEP_OVERHEAD_S
-    t_call    = lead * n_q * n_kv * t_step + dma_step                    (first copy exposed)
+    t_call    = ceil(lead / C) * n_q * n_kv * t_step + dma_step          (first copy exposed)
+
+``C`` = the TensorCores of one device (``CORES_PER_DEVICE``: a v5p device is a megacore of two).
+The forward's grid marks its leading (heads) dimension "parallel", so Mosaic splits it over the
+C cores; each core runs its steps on its own MXUs and vector unit and the cores share the
+device's HBM, so in the step above ``peak_flops`` and ``hbm_Bps`` are the device's divided by C.
+With C = 1 (every other generation) this is the device's step.
 
 ``e`` = bytes per element of q, k, v. Approximation: no mask sparsity (the kernel skips no block).
 
@@ -73,6 +79,11 @@ MXU_SIDE = {"v4": 128, "v5e": 128, "v5p": 128, "v6e": 256, "v7x": 256}
 # compiler's verdict decides in any case.
 SCOPED_VMEM_BYTES = {"v4": 16 << 20, "v5e": 16 << 20, "v5p": 16 << 20, "v6e": 32 << 20,
                      "v7x": 32 << 20}
+
+# TensorCores one device drives: a v5p chip is one device of two TensorCores (megacore; Cloud TPU
+# docs, "TPU v5p": 2 TensorCores per chip; libtpu 0.0.42.1 shows v5p-8 as 4 devices); libtpu shows
+# each v4 and v7x TensorCore as a device of its own, and v5e / v6e chips have one.
+CORES_PER_DEVICE = {"v4": 1, "v5e": 1, "v5p": 2, "v6e": 1, "v7x": 1}
 
 # Fixed cost of one Pallas TPU grid step (seconds): about 0.35 us, the figure the JAX Pallas TPU
 # documentation gives for the per-iteration overhead of a pipelined pallas_call.
@@ -138,6 +149,7 @@ class KernelChip:
     scoped_vmem_bytes: int
     clock_hz: float
     step_overhead_s: float = STEP_OVERHEAD_S
+    cores: int = 1
 
 
 def kernel_chip(generation: str, peak_flops: float, hbm_Bps: float,
@@ -152,7 +164,8 @@ def kernel_chip(generation: str, peak_flops: float, hbm_Bps: float,
         raise KernelModelError(f"kernel model needs a positive peak ({peak_flops}), HBM "
                                f"bandwidth ({hbm_Bps}) and clock ({clock_hz})")
     return KernelChip(generation, float(peak_flops), float(hbm_Bps), MXU_SIDE[generation],
-                      SCOPED_VMEM_BYTES[generation], float(clock_hz))
+                      SCOPED_VMEM_BYTES[generation], float(clock_hz),
+                      cores=CORES_PER_DEVICE[generation])
 
 
 def round_up(n: int, m: int) -> int:
@@ -197,14 +210,14 @@ def splash_seconds(shape: SplashShape, bq: int, bkv: int, bkvc: int, chip: Kerne
     lq, lkv = round_up(shape.lq, bq), round_up(shape.lkv, bkv)
     n_q, n_kv = lq // bq, lkv // bkv
     d, e = shape.head_dim, shape.dtype_bytes
-    inner = bkv // bkvc
+    inner, c = bkv // bkvc, chip.cores
     mxu = 4.0 * bq * round_up(bkvc, chip.mxu_side) * round_up(d, chip.mxu_side) * inner \
-        / chip.peak_flops
+        / (chip.peak_flops / c)
     vpu = inner * (SCORE_OPS * bq * bkvc + ACC_OPS * bq * d) \
         / (VREG_ELEMS * VPU_OPS_PER_CYCLE * chip.clock_hz)
-    dma = (2.0 * bkv * d * e + 2.0 * bq * d * e / n_kv) / chip.hbm_Bps
+    dma = (2.0 * bkv * d * e + 2.0 * bq * d * e / n_kv) / (chip.hbm_Bps / c)
     t_step = max(mxu, vpu, dma) + chip.step_overhead_s
-    return shape.lead * n_q * n_kv * t_step + dma
+    return -(-shape.lead // c) * n_q * n_kv * t_step + dma
 
 
 def splash_flops(shape: SplashShape) -> float:

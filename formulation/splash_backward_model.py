@@ -31,6 +31,10 @@ compiler prices itself):
 
     t_step = max(mxu, vpu, dma) + STEP_OVERHEAD_S;   t_call = lead * n_q * n_kv * t_step + dma
 
+Both kernels' grids mark every dimension "arbitrary" (jax 0.10.2), so Mosaic runs them on one
+TensorCore: on a device of C cores (``kernel_model.CORES_PER_DEVICE``: a v5p megacore) ``peak_flops``
+above is one core's, the device's divided by C; that core streams at the device's HBM bandwidth.
+
 Scoped VMEM (bytes), the pre-filter the tile chooser applies (the compiler decides):
 
     vmem_dq  = 2 * (3 * bq * D * e + 2 * bkv * D * e + 2 * ROW_BLOCK * bq * 4) + bq * D * 4
@@ -67,8 +71,9 @@ def _check(shape: SplashShape, *blocks: int) -> None:
 
 def _call(shape: SplashShape, n_q: int, n_kv: int, parts: tuple[float, float, float],
           chip: KernelChip) -> float:
-    t_step = max(parts) + chip.step_overhead_s
-    return shape.lead * n_q * n_kv * t_step + parts[2]
+    mxu, vpu, dma = parts
+    t_step = max(mxu * chip.cores, vpu, dma) + chip.step_overhead_s   # one core's MXUs
+    return shape.lead * n_q * n_kv * t_step + dma
 
 
 def dq_seconds(shape: SplashShape, bq: int, bkv: int, chip: KernelChip) -> float:
