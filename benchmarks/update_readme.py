@@ -262,18 +262,24 @@ def intro(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
             f"has been re-run with tuned experts or at one commit (Limits).{_tuned_intro()}")
 
 
-def _tuned_intro(dirs: Sequence[Path] = (RES / "grid_tuned",)) -> str:
-    """A sentence on the largest set of cells re-run at one commit with tuned experts, or ""."""
+def _tuned_intro(dirs: Sequence[tuple[Path, str]] = ((RES / "grid_tuned", "inference"),
+                                                      (RES / "training_tuned", "training"))
+                 ) -> str:
+    """Per grid, a sentence on the largest set of its cells re-run at one commit with tuned
+    experts (at least 2 cells, else none)."""
     from benchmarks.tuned_cells_report import by_commit, load, ratio
 
-    cs = max(by_commit(load(dirs)).values(), key=len, default=[])
-    if len(cs) < 2:
-        return ""
-    xs = [ratio(c, "best-tuned-expert") for c in cs]
-    return (f" {len(xs)} inference cells re-run at one commit with experts tuned the way their "
-            f"users tune them and a compile budget: {ratio_text(xs)} over the best tuned expert, "
-            f"never slower than it in {sum(x >= 0.9999 for x in xs)} of {len(xs)} "
-            f"(`tuned_cells.md`, simulated).")
+    out = ""
+    for d, what in dirs:
+        cs = max(by_commit(load([d])).values(), key=len, default=[])
+        xs = [x for x in (ratio(c, "best-tuned-expert") for c in cs) if x]
+        if len(xs) < 2:
+            continue
+        out += (f" {len(xs)} {what} cells re-run at one commit with experts tuned the way their "
+                f"users tune them and a compile budget: {ratio_text(xs)} over the best tuned "
+                f"expert, never slower than it in {sum(x >= 0.9999 for x in xs)} of {len(xs)} "
+                f"(`tuned_cells.md`, simulated).")
+    return out
 
 
 def _table(cells: Sequence[CellFigures], by_model: bool, top1: bool) -> list[str]:
