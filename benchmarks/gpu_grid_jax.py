@@ -26,6 +26,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")     # XLA:GPU compiles need no bac
 
 from aoizora.builtin import builtin_job  # noqa: E402
 from aoizora.compare import compare  # noqa: E402
+from benchmarks.machine import git_state  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "gpu_grid_jax"
 CELLS = [f"{m}/480p-81f/{t}" for m in ("wan2.1-1.3b", "wan2.1-14b")
@@ -48,27 +49,36 @@ def run_cell(cell: str, budget_s: float, seed: int) -> dict:
                                if dflt.get("step_s") and mine.get("step_s") else None),
                plan_status=plan.status, plan_notes=plan.notes, plan_mesh=plan.mesh,
                plan_device_order=plan.device_order, source="predicted by Q2 on XLA:GPU evidence",
-               machine={"nproc": os.cpu_count(), "cpu": platform.processor(),
+               git=git_state(), machine={"nproc": os.cpu_count(), "cpu": platform.processor(),
                         "load": os.getloadavg()})
     return out
 
 
 def markdown(cells: list[dict]) -> str:
+    commits = sorted({_commit(c) for c in cells})
     lines = ["# GPU grid, JAX cells: plan vs experts and default order (predicted by Q2)", "",
              "Q2 on XLA:GPU ahead-of-time evidence (`benchmarks/gpu_grid_jax.py`); nothing ran "
-             "on a GPU. Step latency of one CFG denoising step, ms.", "",
-             "| cell | plan mesh | plan ms | default order ms | placement gain | best expert "
-             "| expert ms | speedup over best expert | status |", "|---|---|---|---|---|---|---|---|---|"]
+             "on a GPU. Step latency of one CFG denoising step, ms. Produced by commit "
+             f"{', '.join(commits)} (`unrecorded`: a cell run before cells recorded their "
+             "commit).", "",
+             "| cell | commit | plan mesh | plan ms | default order ms | placement gain | best "
+             "expert | expert ms | speedup over best expert | status |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         r = {x["name"]: x for x in c["rows"]}
         me, d = r["aoizora"], r.get("aoizora-layout/default-order", {})
         be = r.get(c["best_expert"] or "", {})
         ms = lambda v: f"{v * 1e3:.2f}" if v else "n/a"
-        lines.append(f"| {c['cell']} | {c['plan_mesh']} | {ms(me.get('step_s'))} | "
+        lines.append(f"| {c['cell']} | {_commit(c)} | {c['plan_mesh']} | {ms(me.get('step_s'))} | "
                      f"{ms(d.get('step_s'))} | {c['placement_gain'] or 0:.3f}x | "
                      f"{c['best_expert']} | {ms(be.get('step_s'))} | "
                      f"{c['speedup_over_best_expert'] or 0:.3f}x | {c['plan_status']} |")
     return "\n".join(lines) + "\n"
+
+
+def _commit(cell: dict) -> str:
+    """The commit a cell ran at, or "unrecorded"."""
+    return str((cell.get("git") or {}).get("git_commit") or "unrecorded")[:12]
 
 
 def main() -> None:
@@ -76,11 +86,13 @@ def main() -> None:
     ap.add_argument("--cells", default=",".join(CELLS))
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--force", action="store_true", help="run cells not done at this commit")
     a = ap.parse_args()
+    commit = git_state()["git_commit"][:12]
     OUT.mkdir(parents=True, exist_ok=True)
     for cell in a.cells.split(","):
         path = OUT / (cell.replace("/", "_") + ".json")
-        if path.exists():
+        if path.exists() and (not a.force or _commit(json.loads(path.read_text())) == commit):
             continue
         path.write_text(json.dumps(run_cell(cell, a.budget, a.seed), indent=2, default=str) + "\n")
     done = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
