@@ -316,9 +316,14 @@ def markdown(cells: dict[str, Any], tag: str) -> str:
                  f"{f(s['spearman_q2_sim'], '{:.2f}')} | {f(s['median_abs_q1_over_q2_minus_1'])} | "
                  f"{f(s['spearman_q1_q2'], '{:.2f}')} |")
     if meds:
+        pooled = [abs(r["q1"]["step_s"] / r["sim"]["step_s"] - 1) for c in cells.values()
+                  for r in c["rows"] if "step_s" in r["q1"] and r["fits_hbm"]
+                  and not r.get("teacher")]
         L += ["", f"Over cells: median of the cells' median abs(Q1/sim - 1) "
                   f"{statistics.median(meds):.1%}; median cell's Spearman rho "
-                  f"{statistics.median(rhos) if rhos else float('nan'):.2f}.", ""]
+                  f"{statistics.median(rhos) if rhos else float('nan'):.2f}. Over all "
+                  f"{len(pooled)} layouts of these cells: median abs(Q1/sim - 1) "
+                  f"{statistics.median(pooled):.1%}.", ""]
     for name, c in cells.items():
         t = c.get("teacher")
         L += [f"## {name}", ""] + ([
