@@ -63,6 +63,8 @@ OTHER_RESULTS = (
      "python -m benchmarks.tuned_cells_report"),
     ("kernel_model_check.md", "Q2's splash forward model against axlearn's measured v5p forward",
      "python -m benchmarks.kernel_model_check"),
+    ("plan_60s.md", "`aoizora plan --time-budget 60` against the grid's plan, cell by cell",
+     "python -m benchmarks.plan_60s"),
     ("plan_wan2.1-1.3b_480p-81f_v5e-8.md", "the default `aoizora plan`",
      "python -m benchmarks.plan_default"),
     ("ilp_only.md", "cells planned with no seed layouts", "python -m benchmarks.ilp_only"),
