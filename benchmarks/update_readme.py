@@ -518,10 +518,26 @@ def simulator_validation_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[Ce
             f"measured public TPU figures it was not fitted to, worst {s['worst_error_pct']:+.1f}%")
 
 
+def plan_60s_text(_inf: Sequence[CellFigures] = (), _tr: Sequence[CellFigures] = (),
+                  directory: Path = RES / "plan_60s") -> str:
+    """The 60 s plans against the grid's plans (``benchmarks.plan_60s``): in how many cells the
+    60 s plan is within 1% (simulated) of the grid's."""
+    cells = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))
+             if not p.name.endswith(".plan.json")]
+    ok = [c for c in cells if c.get("compare")]
+    if not ok:
+        return "no cell has been checked yet"
+    within = sum(c["compare"]["within_1pct"] for c in ok)
+    worst = max(c["compare"]["sim_over_reference"] for c in ok)
+    budgets = sorted({c["reference"]["budget"] for c in ok})
+    return (f"on {len(ok)} grid cells the 60 s plan is within 1% (simulated) of the grid's "
+            f"{' / '.join(budgets)} plan in {within}, worst {worst:.3f}x (`plan_60s.md`)")
+
+
 REGIONS: dict[str, Callable[[Sequence[CellFigures], Sequence[CellFigures]], str]] = {
     "intro": intro, "results": results, "paper": paper, "limits": limits,
     "published": published_steps_text, "gpuval": gpu_validation_text,
-    "simval": simulator_validation_text}
+    "simval": simulator_validation_text, "plan60": plan_60s_text}
 
 
 def regions(grid: Path = GRID, training: Path = TRAINING) -> dict[str, str]:
