@@ -83,6 +83,8 @@ OTHER_RESULTS = (
      "python -m benchmarks.simulator_validation"),
     ("published_steps.md", "Q2 and the simulator against whole steps measured by their "
      "publishers", "python -m benchmarks.published_steps"),
+    ("gpu_grid_torch.md", "diffusers' DiTs planned for GPU boxes against xDiT's configurations "
+     "(Q2), one commit", "python -m benchmarks.gpu_grid_torch --report"),
     ("gpu_validation.md", "Q2 against published xDiT runs on GPUs",
      "python -m benchmarks.gpu_validation"),
     ("expert_compile.md", "the expert configurations compiled for v5e-8",
