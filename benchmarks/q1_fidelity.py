@@ -292,6 +292,32 @@ def _ms(x) -> str:
     return "-" if x is None else f"{x * 1e3:.1f}"
 
 
+def first_choices(cells: dict[str, Any]) -> list[str]:
+    """Per cell of at least two layouts: the simulator's fastest layout and the layout Q1 and Q2
+    each rank first (with its simulated step); how often each model's first is the simulator's,
+    and how often the simulator's fastest is one of the ILP's own layouts (named ``ilp...``)."""
+    lines, n, own, hit = [], 0, 0, {"q1": 0, "q2": 0}
+    for name, c in cells.items():
+        rows = [r for r in c["rows"] if "step_s" in r["q1"] and r["fits_hbm"]
+                and not r.get("teacher")]
+        if len(rows) < 2:
+            continue
+        n += 1
+        best = {k: min(rows, key=lambda r, k=k: r[k]["step_s"]) for k in ("sim", "q1", "q2")}
+        own += best["sim"]["name"].startswith("ilp")
+        for k in hit:
+            hit[k] += best[k] is best["sim"]
+        lines.append(f"- {name}: fastest simulated {best['sim']['name']} "
+                     f"({_ms(best['sim']['sim']['step_s'])} ms); Q1's first {best['q1']['name']} "
+                     f"({_ms(best['q1']['sim']['step_s'])}); Q2's first {best['q2']['name']} "
+                     f"({_ms(best['q2']['sim']['step_s'])})")
+    if not n:
+        return []
+    return ([f"Which layout each ranks first (simulated ms): over {n} cells the simulator's "
+             f"fastest is one of the ILP's own layouts in {own}; Q1's first is the "
+             f"simulator's fastest in {hit['q1']}, Q2's in {hit['q2']}.", ""] + lines + [""])
+
+
 def markdown(cells: dict[str, Any], tag: str) -> str:
     L = [f"# Q1 fidelity ({tag})", "",
          "Q1 (the sharding ILP's objective, predicted, placement-oblivious) of every compiled "
@@ -324,6 +350,7 @@ def markdown(cells: dict[str, Any], tag: str) -> str:
                   f"{statistics.median(rhos) if rhos else float('nan'):.2f}. Over all "
                   f"{len(pooled)} layouts of these cells: median abs(Q1/sim - 1) "
                   f"{statistics.median(pooled):.1%}.", ""]
+    L += first_choices(cells)
     for name, c in cells.items():
         t = c.get("teacher")
         L += [f"## {name}", ""] + ([
@@ -368,7 +395,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--all-settings", action="store_true",
                     help="also layouts compiled under other compiler options than the planner "
                          "gives them today")
+    ap.add_argument("--report-only", action="store_true",
+                    help="write the markdown again from q1_fidelity.json, computing nothing")
     a = ap.parse_args(argv)
+    if a.report_only:
+        hist = json.loads(REPORT_JSON.read_text())
+        REPORT_MD.write_text("\n".join(markdown(c, t) for t, c in hist.items()))
+        print(f"wrote {REPORT_MD}")
+        return 0
     want = {c for c in a.cells.split(",") if c}
     dirs = [d for d in sorted(RESULTS.iterdir()) if d.is_dir() and (not want or d.name in want)]
     if not dirs:
