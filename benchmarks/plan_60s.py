@@ -36,15 +36,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from aoizora.builtin import builtin_job
-from aoizora.extract.aot_compile import keeping_hlo, read_hlo
 from aoizora.extract.atomic_io import atomic_write
-from aoizora.extract.hlo import parse_hlo_module
-from aoizora.extract.network import Network
-from aoizora.formulation.latency import predict_step
-from aoizora.planning.candidate_pricing import compile_layout
 from aoizora.plans import load_plan
 from benchmarks.machine import git_state, machine_info
-from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
+from benchmarks.screening_60s import plan_steps
+from benchmarks.simulator import LABEL as SIM_LABEL
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "plan_60s"
@@ -94,15 +90,10 @@ def priced(path: Path, ref: dict[str, Any]) -> dict[str, Any]:
     p = load_plan(str(path))
     job = builtin_job(ref["model"], ref["resolution"], int(ref["frames"]), ref["target_arg"],
                       pad_multiple=(p.program or {}).get("pad_multiple"))
-    net = Network.from_target(job.target)
-    with tempfile.TemporaryDirectory() as tmp, keeping_hlo(tmp):
-        ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
-        text = read_hlo(ev)
-        sim = Simulator(job.target, net).run(ev, p.device_order,
-                                             hlo=parse_hlo_module(text) if text else None)
+    q2_s, sim_s = plan_steps(job, p)
     return {"mesh": dict(p.mesh), "layout": p.layout.name, "device_order": list(p.device_order),
             "layout_in_words": list(p.layout_in_words), "planner_q2_step_s": p.predicted["step_s"],
-            "q2_step_s": predict_step(ev, p.device_order, net).step_s, "sim_step_s": sim.step_s,
+            "q2_step_s": q2_s, "sim_step_s": sim_s,
             "planning_time_s": p.planning_time_s, "compiles": dict(p.compiles),
             "notes": [n for n in p.notes if "stopped" in n or "screen" in n]}
 

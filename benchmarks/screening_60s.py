@@ -74,6 +74,22 @@ def layout_key(layout) -> str:
     return json.dumps(d, sort_keys=True)
 
 
+def plan_steps(job, plan) -> tuple[float, float]:
+    """(Q2's step, the simulator's step), seconds, of ``plan`` compiled again for ``job`` in the
+    plan's own device order, no cache.
+
+    Raises:
+      aoizora.extract.aot_compile.CompileError: the plan does not compile.
+    """
+    net = Network.from_target(job.target)
+    with tempfile.TemporaryDirectory() as tmp, keeping_hlo(tmp):
+        ev = compile_layout(job.fn, job.args, job.target, plan.layout, plan.device_order)
+        text = read_hlo(ev)
+        sim = Simulator(job.target, net).run(ev, plan.device_order,
+                                             hlo=parse_hlo_module(text) if text else None)
+    return predict_step(ev, plan.device_order, net).step_s, sim.step_s
+
+
 def priced(path: Path) -> dict[str, Any]:
     """A plan compiled again in its own device order, priced by Q2 and the simulator (seconds).
 
@@ -83,17 +99,11 @@ def priced(path: Path) -> dict[str, Any]:
     p = load_plan(str(path))
     prog = p.program or {}
     job = builtin_job(*CELL, pad_multiple=prog.get("pad_multiple"))
-    net = Network.from_target(job.target)
-    with tempfile.TemporaryDirectory() as tmp, keeping_hlo(tmp):
-        ev = compile_layout(job.fn, job.args, job.target, p.layout, p.device_order)
-        text = read_hlo(ev)
-        sim = Simulator(job.target, net).run(ev, p.device_order,
-                                             hlo=parse_hlo_module(text) if text else None)
-    q = predict_step(ev, p.device_order, net)
+    q2_s, sim_s = plan_steps(job, p)
     return {"file": os.path.relpath(path), "mesh": p.mesh, "layout": p.layout.name,
             "layout_key": layout_key(p.layout), "device_order": list(p.device_order),
-            "planner_q2_step_s": p.predicted["step_s"], "q2_step_s": q.step_s,
-            "sim_step_s": sim.step_s, "planning_time_s": p.planning_time_s,
+            "planner_q2_step_s": p.predicted["step_s"], "q2_step_s": q2_s,
+            "sim_step_s": sim_s, "planning_time_s": p.planning_time_s,
             "compiles": dict(p.compiles), "status": p.status,
             "screens": [s for it in p.iterations for s in it.get("screens") or []],
             "q2_of_compiled": {_key(c): c["q2_step_s"] for it in p.iterations
