@@ -1,12 +1,12 @@
 """Attention compute calibrated on compiled programs: the second thing the planner's loop feeds
 back into the sharding ILP, besides the effective bandwidth per axis.
 
-Q1 prices an attention shard as ``max(flops / peak, bytes / HBM bandwidth)`` whether its keys
-and values are gathered or travel in a ring (``formulation.strategies``). The compiled kernels
-differ: a ring runs one kernel call per step plus the online-softmax combination of the partial
-results (float32 rescaling, log-sum-exp) and the loop's copies of the chunk it forwards, so
-the compiled times differ from Q1's and from each other (an example: benchmarks/results/
-lab_notes.md).
+Q1 prices an attention shard by the splash kernel model at its shard shape
+(``formulation.strategies``), and a ring also by the bytes of its online-softmax combine, the
+loop's copies of the chunk it forwards and the log-sum-exp slice
+(``formulation.ring_overhead``). The compiled programs still differ from Q1 (the compiler's
+fusions and its own estimates of those passes), and from each other (an example:
+benchmarks/results/lab_notes.md).
 
 ``aoizora.runtime.realize`` runs every attention node under the name scope
 ``extract.evidence.attention_scope(key)``, so the compiler's ops carry the node's key in their

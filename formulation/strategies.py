@@ -10,7 +10,8 @@ dim labels (``ProgramIR`` einsum labels) or to none (replicated along that axis)
 - ``attention``: batch, heads and query sequence (keys/values are required gathered along the
   kv sequence, so a split query sequence is context parallel with kv gathered on the edge); with
   the query sequence split, also the ring variant (``kv="ring"``): keys/values split like the
-  queries and passed around the sequence axes, overlapped with compute. A key mask (labels
+  queries and passed around the sequence axes, overlapped with compute (its compute: the
+  kernels plus the ring's own memory passes, ``formulation.ring_overhead``). A key mask (labels
   ``b``, ``t``: the marker's fourth operand, or a found attention's) is split like the keys:
   on the batch axes, gathered along the key sequence, or split on it in a ring;
   A differentiated forward's second result, the log-sum-exp [B,H,S], is laid out like the
@@ -78,6 +79,7 @@ from aoizora.formulation.attention_tiles import AttentionShape, best_tiles, chip
 from aoizora.formulation.collective_cost import AxisCosts
 from aoizora.formulation.matmul_time import MXU_EFFICIENCY, padding_factor
 from aoizora.formulation.prefetch import PREFETCH_ROOM, prefetch_room
+from aoizora.formulation.ring_overhead import ring_overhead_seconds
 
 Spec = tuple[tuple[str, ...], ...]
 
@@ -433,14 +435,10 @@ class _Builder:
         kernel chip, no feasible tile, a split that does not divide)."""
         if self._chip is None:
             return None
-        q, k = self.T[n.operands[0]], self.T[n.operands[1]]
-        e = max(q.bytes // max(math.prod(q.shape), 1), 1)
-        if "shape" in n.params:
-            b, h, sq, skv, d = (int(v) for v in n.params["shape"])
-        elif len(q.shape) == 4 and len(k.shape) == 4:
-            b, h, sq, d, skv = q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2]
-        else:
+        dims = self.attention_dims(n)
+        if dims is None:
             return None
+        b, h, sq, skv, d, e = dims
         n_b, n_h, n_s = (math.prod(self.sizes[a] for a in assign.get(lab, ()))
                          for lab in ("b", "h", "s"))
         if b % n_b or h % n_h:
@@ -450,6 +448,31 @@ class _Builder:
             return None
         return c.seconds, {"block_q": c.block_q, "block_kv": c.block_kv,
                            "block_kv_compute": c.block_kv_compute}
+
+    def attention_dims(self, n) -> tuple[int, int, int, int, int, int] | None:
+        """(batch, heads, q_len, kv_len, head_dim, bytes per element) of attention node ``n``;
+        None when its shapes do not say."""
+        q, k = self.T[n.operands[0]], self.T[n.operands[1]]
+        e = max(q.bytes // max(math.prod(q.shape), 1), 1)
+        if "shape" in n.params:
+            b, h, sq, skv, d = (int(v) for v in n.params["shape"])
+        elif len(q.shape) == 4 and len(k.shape) == 4:
+            b, h, sq, d, skv = q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[2]
+        else:
+            return None
+        return b, h, sq, skv, d, e
+
+    def ring_overhead(self, n, assign, p: int) -> float:
+        """Seconds per call a ring of ``p`` devices adds around node ``n``'s kernels split as
+        ``assign`` (``formulation.ring_overhead``); 0 when the shapes do not say."""
+        dims = self.attention_dims(n)
+        if dims is None:
+            return 0.0
+        b, h, sq, skv, d, e = dims
+        n_b, n_h = (math.prod(self.sizes[a] for a in assign.get(lab, ())) for lab in ("b", "h"))
+        lead = -(-b // n_b) * -(-h // n_h)
+        return ring_overhead_seconds(p, lead, -(-sq // p), -(-skv // p), d, e,
+                                     self.hw.hbm_bandwidth_Bps)
 
     def label_sizes(self, n) -> dict[str, int]:
         out = {}
@@ -579,8 +602,9 @@ class _Builder:
     def _ring_variant(self, n, assign, req, frac, out_t, out_spec):
         """Attention with keys/values split like the queries and passed around a ring over the
         sequence axes: each device receives what an all-gather would bring, one shard per step,
-        overlapped with the attention of the shard it holds (cost = max(compute, ring traffic)).
-        Offered only when every kv shard is a whole number of 128-token splash blocks."""
+        overlapped with the attention of the shard it holds (cost = max(compute, ring traffic),
+        compute = the kernels plus the ring's combine, carry copies and log-sum-exp slice:
+        ``formulation.ring_overhead``). Offered only when every kv shard is a whole number of 128-token splash blocks."""
         axes = assign["s"]
         p = math.prod(self.sizes[a] for a in axes)
         # keys, values (and a key mask) split on their key-sequence dim (label "t"): dim 2 of
@@ -606,6 +630,7 @@ class _Builder:
         kern = self.attention_kernel(n, assign, ring=True)
         if kern is not None:
             comp, tiles = kern
+        comp += self.ring_overhead(n, assign, p)
         name = " ".join(f"{lab}:{'+'.join(ax)}" for lab, ax in sorted(assign.items())) + " kv:ring"
         words = _words(n, assign, (), []) + ", keys/values in a ring"
         scaled = comp * self._scale(n.key, "ring")
