@@ -3,7 +3,8 @@
 A choice gives every strategy group of the StrategyGraph one strategy (group id -> index). The
 tensors a group lays out take the PartitionSpec entries of its strategy (``tensor_spec``; a
 tensor no group lays out is replicated); ``to_layout`` collects the input leaves, outputs,
-dot/conv/attention outputs, hints and each attention's (batch, heads, sequence, kv mode);
+dot/conv/attention outputs, the operands a dot reshards (pinned to what the dot requires), hints
+and each attention's (batch, heads, sequence, kv mode);
 ``layout_words`` says the choice of every dot, conv, attention and input in words.
 """
 
@@ -38,7 +39,8 @@ def tensor_spec(ir, graph: StrategyGraph, choice: dict[str, int], tid: str) -> t
 
 
 def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp") -> Layout:
-    """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs. No rules: the
+    """The Layout of a choice: input leaves, outputs, dot/conv/attention outputs, and the
+    operands a dot reshards on its edge (``operand_pins``). No rules: the
     program's ``hint`` annotations constrain nothing in an ILP layout (they only name dims).
     An attention backward gets an attention layout (its keys/values gathered) and no node spec:
     its ``shard_map`` lays out dq, dk and dv itself. A state output (``ir.state_aliases``) gets
@@ -57,12 +59,41 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
                                                seq=st.labels.get("s", ()), kv=st.kv)
             if st.tiles:   # the tiles Q1 priced it with: the candidate runs what was compared
                 attention[n.key] = attention[n.key].with_tiles(**st.tiles)
+    for key, sp in operand_pins(ir, graph, choice).items():
+        node_specs.setdefault(key, sp)
     out_specs = [spec(t) for t in ir.outputs]
     for o, i in getattr(ir, "state_aliases", ()):   # new state in its input's layout
         out_specs[o] = spec(ir.inputs[i])
     return Layout(mesh_axes=dict(graph.mesh_axes), in_specs=[spec(t) for t in ir.inputs],
                   out_specs=out_specs, node_specs=node_specs,
                   attention=attention, name=name)
+
+
+def operand_pins(ir, graph: StrategyGraph, choice: dict[str, int]) -> dict[str, tuple]:
+    """Producer node key -> spec, for each dot or conv operand the ILP reshards on its edge: the
+    operand comes from another group in another spec than the one the dot's strategy requires
+    (``Strategy.req``), and the dot is its only reader. Pinning the producer's output to the
+    required spec makes the partitioner reshard there, as the ILP priced it (an all-to-all from
+    heads to sequence, say), rather than choose its own way around the mismatch (an all-reduce
+    of partial sums over a contracting dim it found split, 8x the bytes on a Ulysses output)."""
+    readers = ir.consumers()
+    pins: dict[str, tuple] = {}
+    for n in ir.nodes:
+        if n.kind not in ("dot", "conv") or n.key not in graph.group_of_node:
+            continue
+        gid = graph.group_of_node[n.key]
+        st = graph.groups[gid].strategies[choice[gid]]
+        for (key, k), need in st.req.items():
+            if key != n.key or k >= len(n.operands):
+                continue
+            tid = n.operands[k]
+            t = ir.tensors[tid]
+            if t.kind != "node" or t.producer is None or readers.get(tid, []) != [n.key]:
+                continue
+            want = _layout_spec(need)
+            if tensor_spec(ir, graph, choice, tid) != want:
+                pins[t.producer] = want
+    return pins
 
 
 def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:

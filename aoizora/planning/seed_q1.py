@@ -66,12 +66,15 @@ def _norm(spec) -> tuple:
 
 
 def _seed_specs(ir, layout: Layout) -> dict[str, tuple]:
-    """Tensor id -> the seed's spec, for the tensors the seed lays out."""
+    """Tensor id -> the seed's spec, for the tensors the seed lays out: its inputs and its dot,
+    conv and attention outputs. A spec on another op (an ILP layout's pin of an operand a dot
+    reshards, ``solvers.sharding_layout.operand_pins``) is an edge's requirement, not a group's
+    choice."""
     out = {}
     for tid, spec in zip(ir.inputs, layout.in_specs):
         out[tid] = _norm(spec)
     for n in ir.nodes:
-        if n.key in layout.node_specs and n.results:
+        if n.key in layout.node_specs and n.results and n.kind in ("dot", "conv", "attention"):
             out[n.results[0]] = _norm(layout.node_specs[n.key])
     return out
 
