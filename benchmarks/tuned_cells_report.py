@@ -5,7 +5,8 @@ the experts as published, and the best tuned expert under a solved placement.
 
 Reads the cell JSON files of each directory (inference cells of ``benchmarks.grid``, training
 cells of ``benchmarks.training_grid``, both run with ``--tuned-experts --compiles N``) and
-writes one table: per cell, the commit it ran at, its budget, and every step **simulated by the
+writes one table: per cell, the commit it ran at, its budget, where the plan's layout came
+from (``plan_origin``), and every step **simulated by the
 independent simulator** (``benchmarks/sim/``) on the program libtpu compiled for the target
 (ms; no TPU ran); speedup = that row's step / the plan's (> 1: the plan is faster). Then, per
 cell, each expert's published and tuned settings.
@@ -50,10 +51,31 @@ def cell_line(c: dict[str, Any]) -> str:
               or (c.get("git") or {}).get("git_commit") or "?")[:7]
     budget = f"{c.get('compiles')} compiles, guard {c.get('budget_s', 0):g} s"
     tuned = f"{bt.get('expert')} ({bt.get('knobs')})" if bt else "-"
-    return (f"| {c['cell']} | {commit} | {budget} | {_ms(plan)} | {tuned} {_ms(bt)} | "
+    return (f"| {c['cell']} | {commit} | {budget} | {plan_origin(c) or '-'} | {_ms(plan)} | "
+            f"{tuned} {_ms(bt)} | "
             f"{_x(bt, plan)} | {pub['name'].removeprefix('expert:') if pub else '-'} {_ms(pub)} "
             f"| {_x(pub, plan)} | {_ms(solved)} | {_x(solved, plan)} | "
             f"{_x(rows.get('alpa-logical'), plan)} |")
+
+
+def plan_origin(c: dict[str, Any]) -> str | None:
+    """Where the plan's layout came from, by the candidate the planner chose (the least Q2 of
+    the compiled candidates): "ILP" (a layout of the sharding ILP's own), "refined NAME" (an
+    expert's attention with the ILP's layout around it) or "expert NAME"; with " = ILP" when an
+    ILP candidate ties it (Q2 within 0.01%: the ILP found the same program). None when the cell
+    kept no candidates (the training cells)."""
+    cands = [x for x in c.get("candidates") or [] if x.get("q2_step_s")]
+    if not cands:
+        return None
+    best = min(cands, key=lambda x: x["q2_step_s"])
+    label = str(best.get("layout") or "")
+    if label.startswith("ilp"):
+        return "ILP"
+    kind, _, name = label.partition(":")
+    name = name.removeprefix("expert:")
+    tie = any(str(x.get("layout", "")).startswith("ilp")
+              and abs(x["q2_step_s"] / best["q2_step_s"] - 1) < 1e-4 for x in cands)
+    return f"{'refined' if kind == 'refined' else 'expert'} {name}" + (" = ILP" if tie else "")
 
 
 def tuning_lines(c: dict[str, Any]) -> list[str]:
@@ -121,9 +143,13 @@ def commit_summaries(cells: Sequence[dict[str, Any]]) -> list[str]:
                              f"{len(xs)} cells)")
         tuned = [ratio(c, "best-tuned-expert") for c in cs]
         never = sum(x >= 0.9999 for x in tuned)
+        origins = [o for o in (plan_origin(c) for c in cs) if o]
+        own = (f"; the plan's layout is the ILP's own in {sum(o == 'ILP' for o in origins)} of "
+               f"{len(origins)}, a seed's that an ILP candidate ties in "
+               f"{sum(o.endswith('= ILP') for o in origins)}" if origins else "")
         out.append(f"- At {commit}, {len(cs)} cells ({', '.join(c['cell'] for c in cs)}): the "
                    f"plan {'; '.join(parts)} (geometric mean / median (range)); never slower "
-                   f"than the best tuned expert in {never} of {len(tuned)}.")
+                   f"than the best tuned expert in {never} of {len(tuned)}{own}.")
     return out
 
 
@@ -147,9 +173,9 @@ def report(dirs: Sequence[Path]) -> str:
              "grid-wide figure follows from them. `tuned_small/` holds cells of the small test "
              "model (`wan2.1-small`, a few MB of weights), run to check the machinery end to "
              "end: they say nothing about the real models.", "",
-             "| cell | commit | budget | plan ms | best tuned expert ms | plan x it | best expert "
-             "as published ms | plan x it | tuned + solved placement ms | plan x it | plan x "
-             "Alpa-style |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| cell | commit | budget | plan's layout | plan ms | best tuned expert ms | plan x "
+             "it | best expert as published ms | plan x it | tuned + solved placement ms | plan "
+             "x it | plan x Alpa-style |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [cell_line(c) for c in cells if not c.get("error")]
     summary = commit_summaries(cells)
     if summary:
