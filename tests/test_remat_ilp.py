@@ -76,7 +76,8 @@ def test_small_budget_trades_layout_against_remat(program):
 
     def solve(budget):
         return solve_sharding(ir, target, MESH, ShardingProblem(
-            remat="decide", hbm_bytes=budget, graph=graph), time_limit_s=45).best
+            remat="decide", hbm_bytes=budget, graph=graph), time_limit_s=120).best
+    # a guard, not a speed claim: HiGHS stops at optimality, well inside it on a quiet machine
 
     big = solve(1e9)                                       # 1 GB: everything fits
     assert big.layout.remat is None and big.predicted["recompute_s"] == 0
