@@ -1,0 +1,205 @@
+"""The seeded planner at this commit against a grid's recorded plan and best tuned expert, cell by
+cell, with the grid's own compile budget (issue #52: does a change to Q1 or to the ILP's layouts
+make the plan a layout of the ILP's own, and is it still never slower?).
+
+    python -m benchmarks.replan --reference-dir benchmarks/results/grid_tuned [--cells A,B]
+        [--out benchmarks/results/replan] [--report-only]
+
+For each cell JSON of ``--reference-dir`` (``benchmarks.grid --tuned-experts --compiles N``):
+``aoizora plan MODEL ... --compiles N`` (the cell's budget) with an empty evidence cache, the
+plan compiled again in its device order and priced by Q2 and by the reference simulator
+(``benchmarks.plan_60s.priced``). Compared with the grid's plan and with its best tuned expert,
+both as the cell recorded them: the experts are not compiled again, so the comparison holds only
+where the simulator's code (``sim code same``, by git tree id) and the code that builds and
+compiles the experts' programs (``expert code same``) are the same at both commits; the report
+marks a pair where either differs.
+
+Writes ``<out>/<cell>.json`` and ``<out>.md``. Every latency is a prediction (Q2) or a
+simulation of the compiled XLA:TPU program; nothing runs on a TPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from aoizora.extract.atomic_io import atomic_write
+from benchmarks.machine import git_state, machine_info
+from benchmarks.plan_60s import ROOT, priced, reference_plan, sim_code_at
+from benchmarks.simulator import LABEL as SIM_LABEL
+
+RESULTS = ROOT / "results" / "replan"
+# what builds, lays out and compiles an expert's program, and prices it in Q2 (not the planner)
+EXPERT_CODE = ("aoizora/models", "aoizora/kernels", "aoizora/runtime", "aoizora/expert_tuning.py",
+               "extract", "formulation/kernel_model.py", "formulation/op_time.py")
+
+
+def tree_ids(commit: str, paths: Sequence[str]) -> str:
+    """The git tree (or blob) ids of ``paths`` at ``commit``, one string."""
+    ids = []
+    for p in paths:
+        done = subprocess.run(["git", "rev-parse", f"{commit}:{p}"], capture_output=True,
+                              text=True, cwd=ROOT.parent, check=False)
+        ids.append(done.stdout.strip() or f"{p}: unknown at {commit}")
+    return " ".join(ids)
+
+
+def origin(layout_name: str) -> str:
+    """"ILP" (the sharding ILP's own layout), "refined NAME" or "expert NAME"."""
+    if layout_name.startswith("ilp"):
+        return "ILP"
+    kind, _, name = layout_name.partition(":")
+    return f"{'refined' if kind == 'refined' else 'expert'} {name.removeprefix('expert:')}"
+
+
+def run_plan(ref: dict[str, Any], out_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """``aoizora plan`` of the reference's cell with its compile budget and an empty cache."""
+    path = out_dir / f"{ref['cell']}.plan.json"
+    with tempfile.TemporaryDirectory() as cache:
+        cmd = [sys.executable, "-m", "aoizora", "plan", "--model", ref["model"],
+               "--resolution", ref["resolution"], "--frames", str(ref["frames"]),
+               "--target", ref["target_arg"], "--compiles", str(ref["compiles"]),
+               "--cache-dir", cache, "--out", str(path), "--quiet"]
+        load0 = os.getloadavg()
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - t0
+    return path, {"command": " ".join(["aoizora", *cmd[3:-6], "--cache-dir EMPTY", "--out",
+                                       path.name]),
+                  "returncode": done.returncode, "wall_s": round(wall, 1),
+                  "loadavg_before": list(load0), "loadavg_after": list(os.getloadavg()),
+                  "stderr_tail": done.stderr.strip().splitlines()[-4:]}
+
+
+def best_tuned(ref: dict[str, Any]) -> dict[str, Any] | None:
+    """The cell's best tuned expert row as recorded (name, knobs, simulated step)."""
+    row = next((r for r in ref["rows"] if r["name"] == "best-tuned-expert"), None)
+    if not row or not row.get("sim_step_s"):
+        return None
+    return {"expert": row.get("expert"), "knobs": row.get("knobs"),
+            "sim_step_s": row["sim_step_s"], "q2_step_s": row.get("q2_step_s")}
+
+
+def run_cell(ref_path: Path, out_dir: Path, log) -> dict[str, Any]:
+    """One cell (module docstring)."""
+    ref = json.loads(ref_path.read_text())
+    rp = reference_plan(ref)
+    out: dict[str, Any] = {"cell": ref["cell"], "reference_file": os.path.relpath(ref_path),
+                           "reference": rp, "best_tuned_expert": best_tuned(ref),
+                           "compiles": ref["compiles"], "machine": machine_info(),
+                           "git": git_state(), "labels": {"sim": SIM_LABEL,
+                                                          "q2": "predicted (Q2)"},
+                           "unit": "seconds"}
+    at = rp["commit"] or "HEAD"
+    out["sim_code_same"] = sim_code_at(at) == sim_code_at("HEAD")
+    out["expert_code_same"] = tree_ids(at, EXPERT_CODE) == tree_ids("HEAD", EXPERT_CODE)
+    log(f"cell {ref['cell']}: aoizora plan --compiles {ref['compiles']}")
+    path, out["run"] = run_plan(ref, out_dir)
+    if out["run"]["returncode"] != 0:
+        out["error"] = " / ".join(out["run"]["stderr_tail"])[-400:]
+        return out
+    log(f"  planned in {out['run']['wall_s']} s; compiling the plan again to simulate it")
+    out["plan"] = priced(path, ref)
+    out["plan"]["origin"] = origin(out["plan"]["layout"])
+    return out
+
+
+def _x(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def report(cells: list[dict[str, Any]]) -> str:
+    """The markdown table of every cell, and the counts the issue asks for."""
+    commits = sorted({c["git"].get("git_commit", "")[:12] for c in cells})
+    lines = [
+        "# The seeded planner at this commit against the grid's plan and best tuned expert", "",
+        f"Generated by `python -m benchmarks.replan` at commit {', '.join(commits)} on "
+        f"{cells[0]['machine'].get('nproc')} CPUs with no TPU. Each plan ran with the grid "
+        "cell's compile budget and an empty evidence cache, then was compiled again in its "
+        f"device order and priced by Q2 (predicted) and **{SIM_LABEL}**. The grid's plan and "
+        "best tuned expert are the cell's recorded ones, not compiled again: comparable where "
+        "the simulator's code and the code that builds and compiles the experts' programs are "
+        "the same at both commits (the last two columns). ms per step; x = the row's step over "
+        "the new plan's (> 1: the new plan is faster).", "",
+        "| cell | grid commit | new plan's layout | mesh | sim (ms) | Q2 (ms) | grid plan sim (ms) "
+        "| x grid plan | best tuned expert | its sim (ms) | x it | wall s | sim code same | "
+        "expert code same |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    xs, own, never, comparable = [], 0, 0, 0
+    for c in cells:
+        r, bt = c["reference"], c.get("best_tuned_expert") or {}
+        head = f"| {c['cell']} | {r['commit'][:7]} | "
+        if "plan" not in c:
+            lines.append(head + f"error: {c.get('error', '')[:120]} |" + " - |" * 11)
+            continue
+        p = c["plan"]
+        x_bt = _x(bt.get("sim_step_s"), p["sim_step_s"])
+        ok = c["sim_code_same"] and c["expert_code_same"]
+        if ok and x_bt:
+            comparable += 1
+            xs.append(x_bt)
+            never += x_bt >= 0.9999
+        own += p["origin"] == "ILP"
+        mesh = "x".join(f"{k}{v}" for k, v in p["mesh"].items())
+        lines.append(
+            head + f"{p['origin']} | {mesh} | {p['sim_step_s'] * 1e3:.2f} | "
+            f"{p['q2_step_s'] * 1e3:.2f} | {r['sim_step_s'] * 1e3:.2f} | "
+            f"{_x(r['sim_step_s'], p['sim_step_s']):.3f} | {bt.get('expert', '-')} | "
+            f"{(bt.get('sim_step_s') or 0) * 1e3:.2f} | "
+            f"{'-' if x_bt is None else f'{x_bt:.3f}'} | {c['run']['wall_s']:.0f} | "
+            f"{'yes' if c['sim_code_same'] else 'NO'} | "
+            f"{'yes' if c['expert_code_same'] else 'NO'} |")
+    planned = sum("plan" in c for c in cells)
+    lines += ["", f"Over {planned} cells: the plan is a layout of the ILP's own in **{own}**."]
+    if xs:
+        lines.append(f"Over the {comparable} comparable cells: the new plan over the best tuned "
+                     f"expert {statistics.geometric_mean(xs):.3f}x geometric mean, "
+                     f"{statistics.median(xs):.3f}x median, worst {min(xs):.3f}x; never slower "
+                     f"in **{never} of {comparable}**.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.replan",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--reference-dir", default=str(ROOT / "results" / "grid_tuned"))
+    ap.add_argument("--cells", default="", help="comma-separated cell names (default: every "
+                    "cell of the reference directory with a compile budget)")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--report-only", action="store_true")
+    a = ap.parse_args(argv)
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    want = [x for x in a.cells.split(",") if x]
+    refs = ([Path(a.reference_dir) / f"{n}.json" for n in want] if want
+            else sorted(Path(a.reference_dir).glob("*.json")))
+    missing = [str(r) for r in refs if not r.is_file()]
+    if missing:
+        print(f"no grid cell {', '.join(missing)}: give cells of --reference-dir", file=sys.stderr)
+        return 2
+    if not a.report_only:
+        for ref_path in refs:
+            if (out_dir / f"{ref_path.stem}.json").exists():
+                continue
+            if not json.loads(ref_path.read_text()).get("compiles"):
+                continue
+            cell = run_cell(ref_path, out_dir, lambda s: print(s, file=sys.stderr, flush=True))
+            atomic_write(out_dir / f"{ref_path.stem}.json",
+                         json.dumps(cell, indent=1, default=str) + "\n")
+    cells = [json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))
+             if not p.name.endswith(".plan.json")]
+    if cells:
+        atomic_write(Path(f"{out_dir}.md"), report(cells))
+        print(f"wrote {out_dir}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
