@@ -42,14 +42,26 @@ EXPERT_CODE = ("aoizora/models", "aoizora/kernels", "aoizora/runtime", "aoizora/
                "extract", "formulation/kernel_model.py", "formulation/op_time.py")
 
 
-def tree_ids(commit: str, paths: Sequence[str]) -> str:
-    """The git tree (or blob) ids of ``paths`` at ``commit``, one string."""
-    ids = []
-    for p in paths:
-        done = subprocess.run(["git", "rev-parse", f"{commit}:{p}"], capture_output=True,
+def changed_paths(commit: str, paths: Sequence[str], head: str = "HEAD") -> list[str]:
+    """The ``paths`` whose git tree (or blob) id differs between ``commit`` and ``head``."""
+    def tree_id(at, p):
+        done = subprocess.run(["git", "rev-parse", f"{at}:{p}"], capture_output=True,
                               text=True, cwd=ROOT.parent, check=False)
-        ids.append(done.stdout.strip() or f"{p}: unknown at {commit}")
-    return " ".join(ids)
+        return done.stdout.strip() or f"unknown at {at}"
+    return [p for p in paths if tree_id(commit, p) != tree_id(head, p)]
+
+
+def expert_code_same(changed: Sequence[str], target: str) -> bool:
+    """Whether the experts' programs and prices are the same at both commits for ``target``: no
+    path of ``EXPERT_CODE`` changed, or only the kernel model did and the target's devices are
+    single TensorCores (the kernel model's one change in this period, v5p's megacore split,
+    reduces to the former model with one core per device)."""
+    if not changed:
+        return True
+    if list(changed) != ["formulation/kernel_model.py"]:
+        return False
+    from aoizora.formulation.kernel_model import CORES_PER_DEVICE
+    return CORES_PER_DEVICE.get(target.split("-")[0], 0) == 1
 
 
 def origin(layout_name: str) -> str:
@@ -100,7 +112,8 @@ def run_cell(ref_path: Path, out_dir: Path, log) -> dict[str, Any]:
                            "unit": "seconds"}
     at = rp["commit"] or "HEAD"
     out["sim_code_same"] = sim_code_at(at) == sim_code_at("HEAD")
-    out["expert_code_same"] = tree_ids(at, EXPERT_CODE) == tree_ids("HEAD", EXPERT_CODE)
+    out["expert_code_changed"] = changed_paths(at, EXPERT_CODE)
+    out["expert_code_same"] = expert_code_same(out["expert_code_changed"], ref["target_arg"])
     log(f"cell {ref['cell']}: aoizora plan --compiles {ref['compiles']}")
     path, out["run"] = run_plan(ref, out_dir)
     if out["run"]["returncode"] != 0:
@@ -127,8 +140,9 @@ def report(cells: list[dict[str, Any]]) -> str:
         f"device order and priced by Q2 (predicted) and **{SIM_LABEL}**. The grid's plan and "
         "best tuned expert are the cell's recorded ones, not compiled again: comparable where "
         "the simulator's code and the code that builds and compiles the experts' programs are "
-        "the same at both commits (the last two columns). ms per step; x = the row's step over "
-        "the new plan's (> 1: the new plan is faster).", "",
+        "the same at both commits (the last two columns; `benchmarks/replan.py`'s "
+        "`expert_code_same` says when a changed kernel model still prices them the same). ms per "
+        "step; x = the row's step over the new plan's (> 1: the new plan is faster).", "",
         "| cell | grid commit | new plan's layout | mesh | sim (ms) | Q2 (ms) | grid plan sim (ms) "
         "| x grid plan | best tuned expert | its sim (ms) | x it | wall s | sim code same | "
         "expert code same |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -140,6 +154,10 @@ def report(cells: list[dict[str, Any]]) -> str:
             lines.append(head + f"error: {c.get('error', '')[:120]} |" + " - |" * 11)
             continue
         p = c["plan"]
+        # from the two recorded commits, so a report made later says the same
+        run_at = c["git"].get("git_commit") or "HEAD"
+        c["expert_code_same"] = expert_code_same(
+            changed_paths(r["commit"] or run_at, EXPERT_CODE, run_at), c["cell"].rsplit("_", 1)[1])
         x_bt = _x(bt.get("sim_step_s"), p["sim_step_s"])
         ok = c["sim_code_same"] and c["expert_code_same"]
         if ok and x_bt:
