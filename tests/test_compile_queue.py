@@ -318,3 +318,18 @@ def test_compiles_left_counts_finished_compiles_only():
     q.close()
     with pytest.raises(ValueError, match="whole number of compiles"):
         Budget(60.0, compiles=0)
+
+
+def test_compiles_kept_for_later_are_not_started_until_released():
+    """With a count of 3 and one kept, the third compile comes back skipped by the submitter's
+    reason (the planner goes on); released, the next one runs."""
+    q = CompileQueue(Budget(600.0, compiles=3), (Boom,))
+    q.reserve_compiles = 1
+    got = [q.submit(lambda: _ev()).result() for _ in range(3)]
+    assert all(isinstance(g, Compiled) for g in got[:2])
+    assert isinstance(got[2], Skipped) and not got[2].budget and "kept" in got[2].reason
+    q.reserve_compiles = 0
+    assert isinstance(q.submit(lambda: _ev()).result(), Compiled)
+    last = q.submit(lambda: _ev()).result()
+    q.close()
+    assert isinstance(last, Skipped) and last.budget and not last.clock

@@ -95,3 +95,18 @@ def test_the_other_ops_scale_moves_only_past_one_percent():
     feedback.compute_scale(s, 1, [], rec)
     assert s.scales.compute == pytest.approx(3.0)
     assert rec.changes[0].endswith("the ILP scales it by 3.000 (was 1.000)")
+
+
+def test_the_first_seeded_iteration_keeps_one_compile_for_the_feedback():
+    from types import SimpleNamespace as NS
+
+    from aoizora.planning.loop import feedback_reserve
+
+    def state(n, iters=4):
+        return NS(budget=NS(compiles=n), settings=NS(max_iterations=iters))
+    assert feedback_reserve(state(4), seeded=True) == 1
+    assert feedback_reserve(state(3), seeded=True) == 1
+    assert feedback_reserve(state(2), seeded=True) == 0      # a seed and the ILP's first
+    assert feedback_reserve(state(4), seeded=False) == 0     # no seeds, or a later iteration
+    assert feedback_reserve(state(None), seeded=True) == 0   # a time budget: the clock decides
+    assert feedback_reserve(state(4, iters=1), seeded=True) == 0

@@ -42,6 +42,11 @@ ILPs solve (the first seed alone: the planner waits for it to know what a compil
   *finished*, never of one running, so ``compiles_left`` asked from another thread while a
   compile runs gives the same answer whenever it is asked. A compile the count did not start
   comes back as ``Skipped(..., clock=False)``: the count, not the machine, decided it.
+- ``reserve_compiles`` (default 0) of a compile count are kept for later: a compile starts only
+  while more than that many are left, and one that does not comes back as
+  ``Skipped(..., budget=False)`` (the planner goes on). The loop keeps one in its first iteration
+  with seeds, for the ILP's layout after the first feedback (``loop.feedback_reserve``), and
+  releases it after.
 - A compile of a program unlike the ones compiled so far can say so: ``submit(..., slower=f)``
   expects it to take ``f`` x ``expected_compile_s`` (a training seed's own step, with its
   authors' remat and host offload: ``seeds.SEED_PROGRAM_SLOWER``).
@@ -97,6 +102,7 @@ class CompileQueue:
         self.workers = workers if workers is not None else InlineWorkers()
         self.done: list[Compiled] = []  # every compile that ran, in order
         self.fitting = False         # some compiled layout fits in HBM
+        self.reserve_compiles = 0    # of a compile count, kept for later (module docstring)
         self._contended_s = 0.0      # contended seconds up to _since (or up to now, if on)
         self._since: float | None = None
         self._running: dict[int, tuple[Future, float]] = {}   # per thread: a compile, since when
@@ -187,8 +193,12 @@ class CompileQueue:
         if self._pool.closed:
             return Skipped("the planner stopped")
         expected = self.expected_compile_s * slower
-        if self.fitting and self.budget.compiles_left(len(self.done)) == 0:
+        counted = self.budget.compiles_left(len(self.done))
+        if self.fitting and counted == 0:
             return Skipped(f"compile budget: {self.budget.compiles} compile(s) done", clock=False)
+        if self.fitting and counted is not None and counted <= self.reserve_compiles:
+            return Skipped(f"compile budget: {counted} compile(s) kept for the ILP's layouts "
+                           f"after feedback", budget=False)
         if self.fitting and self.compiles_left(slower) < 1:
             kept = f" ({self.reserve_s:.1f} s of it kept for after)" if self.reserve_s else ""
             return Skipped(f"time budget: {left:.1f} s left{kept}, a compile takes about "

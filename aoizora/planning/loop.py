@@ -38,6 +38,7 @@ def iterate(state: LoopState) -> None:
         rec = new_record(it)
         state.iterations.append(rec)   # kept as it is if an interrupt ends the iteration
         seeded = it == 1 and bool(state.seeds)   # the first iteration's seed cases: ``seeds``
+        state.queue.reserve_compiles = feedback_reserve(state, seeded)
         ranked, refined = solve_ilps(state, it, rec, seeded)
         if not ranked and not seeded:
             _nothing_ranked(state, it)
@@ -56,6 +57,15 @@ def iterate(state: LoopState) -> None:
             break
     else:
         state.stop_reason = f"{state.settings.max_iterations} iterations"
+
+
+def feedback_reserve(state: LoopState, seeded: bool) -> int:
+    """Compiles of a count budget the first iteration leaves for the ILP's layout after the
+    first feedback: 1 with seeds and at least 3 compiles (and a second iteration allowed), else
+    0. Seeds and their refinements would otherwise take every compile of a small count, so the
+    ILP's corrected layout, what the feedback is for, was never priced."""
+    n = state.budget.compiles
+    return int(seeded and n is not None and n >= 3 and state.settings.max_iterations > 1)
 
 
 def _nothing_ranked(state: LoopState, it: int) -> None:
