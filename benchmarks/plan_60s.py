@@ -60,14 +60,16 @@ def sim_code_at(commit: str) -> str:
     return " ".join(ids)
 
 
-def run_plan(ref: dict[str, Any], out_dir: Path) -> tuple[Path, dict[str, Any]]:
-    """``aoizora plan`` of the reference's cell at ``BUDGET_S`` with an empty cache; (the plan
-    file, the run's record)."""
+def run_plan(ref: dict[str, Any], out_dir: Path,
+             budget: Sequence[str] = ("--time-budget", f"{BUDGET_S:g}")
+             ) -> tuple[Path, dict[str, Any]]:
+    """``aoizora plan`` of the reference's cell with the ``budget`` arguments (default
+    ``BUDGET_S`` seconds) and an empty cache; (the plan file, the run's record)."""
     path = out_dir / f"{ref['cell']}.plan.json"
     with tempfile.TemporaryDirectory() as cache:
         cmd = [sys.executable, "-m", "aoizora", "plan", "--model", ref["model"],
                "--resolution", ref["resolution"], "--frames", str(ref["frames"]),
-               "--target", ref["target_arg"], "--time-budget", f"{BUDGET_S:g}",
+               "--target", ref["target_arg"], *budget,
                "--cache-dir", cache, "--out", str(path), "--quiet"]
         load0 = os.getloadavg()
         t0 = time.perf_counter()
@@ -198,6 +200,26 @@ def report(cells: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_and_report(refs: Sequence[Path], out_dir: Path, run_one, report_fn,
+                   report_only: bool = False, wanted=lambda ref: True) -> None:
+    """Run ``run_one(ref_path, out_dir, log)`` for each reference cell not written yet (and
+    ``wanted``), write ``<out_dir>/<cell>.json`` each, then ``<out_dir>.md`` from every cell
+    written by ``report_fn``. Shared by this benchmark and ``benchmarks.replan``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not report_only:
+        for ref_path in refs:
+            name = ref_path.stem
+            if (out_dir / f"{name}.json").exists() or not wanted(ref_path):
+                continue
+            cell = run_one(ref_path, out_dir, lambda s: print(s, file=sys.stderr, flush=True))
+            atomic_write(out_dir / f"{name}.json", json.dumps(cell, indent=1, default=str) + "\n")
+    cells = [json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))
+             if not p.name.endswith(".plan.json")]
+    if cells:
+        atomic_write(Path(f"{out_dir}.md"), report_fn(cells))
+        print(f"wrote {out_dir}.md")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.plan_60s",
                                  description=__doc__.split("\n")[0])
@@ -207,22 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--report-only", action="store_true")
     a = ap.parse_args(argv)
-    out_dir = Path(a.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    refs = sorted(Path(a.reference_dir).glob("*.json"))
     want = {x for x in a.cells.split(",") if x}
-    if not a.report_only:
-        for ref_path in refs:
-            name = ref_path.stem
-            if (want and name not in want) or (out_dir / f"{name}.json").exists():
-                continue
-            cell = run_cell(ref_path, out_dir, lambda s: print(s, file=sys.stderr, flush=True))
-            atomic_write(out_dir / f"{name}.json", json.dumps(cell, indent=1, default=str) + "\n")
-    cells = [json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))
-             if not p.name.endswith(".plan.json")]
-    if cells:
-        atomic_write(Path(f"{out_dir}.md"), report(cells))
-        print(f"wrote {out_dir}.md")
+    run_and_report(sorted(Path(a.reference_dir).glob("*.json")), Path(a.out), run_cell, report,
+                   a.report_only, lambda ref: not want or ref.stem in want)
     return 0
 
 

@@ -26,14 +26,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from aoizora.extract.atomic_io import atomic_write
 from benchmarks.machine import git_state, machine_info
-from benchmarks.plan_60s import ROOT, priced, reference_plan, sim_code_at
+from benchmarks.plan_60s import (ROOT, priced, reference_plan, run_and_report, run_plan,
+                                 sim_code_at)
 from benchmarks.simulator import LABEL as SIM_LABEL
 
 RESULTS = ROOT / "results" / "replan"
@@ -72,25 +70,6 @@ def origin(layout_name: str) -> str:
     return f"{'refined' if kind == 'refined' else 'expert'} {name.removeprefix('expert:')}"
 
 
-def run_plan(ref: dict[str, Any], out_dir: Path) -> tuple[Path, dict[str, Any]]:
-    """``aoizora plan`` of the reference's cell with its compile budget and an empty cache."""
-    path = out_dir / f"{ref['cell']}.plan.json"
-    with tempfile.TemporaryDirectory() as cache:
-        cmd = [sys.executable, "-m", "aoizora", "plan", "--model", ref["model"],
-               "--resolution", ref["resolution"], "--frames", str(ref["frames"]),
-               "--target", ref["target_arg"], "--compiles", str(ref["compiles"]),
-               "--cache-dir", cache, "--out", str(path), "--quiet"]
-        load0 = os.getloadavg()
-        t0 = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        wall = time.perf_counter() - t0
-    return path, {"command": " ".join(["aoizora", *cmd[3:-6], "--cache-dir EMPTY", "--out",
-                                       path.name]),
-                  "returncode": done.returncode, "wall_s": round(wall, 1),
-                  "loadavg_before": list(load0), "loadavg_after": list(os.getloadavg()),
-                  "stderr_tail": done.stderr.strip().splitlines()[-4:]}
-
-
 def best_tuned(ref: dict[str, Any]) -> dict[str, Any] | None:
     """The cell's best tuned expert row as recorded (name, knobs, simulated step)."""
     row = next((r for r in ref["rows"] if r["name"] == "best-tuned-expert"), None)
@@ -115,7 +94,7 @@ def run_cell(ref_path: Path, out_dir: Path, log) -> dict[str, Any]:
     out["expert_code_changed"] = changed_paths(at, EXPERT_CODE)
     out["expert_code_same"] = expert_code_same(out["expert_code_changed"], ref["target_arg"])
     log(f"cell {ref['cell']}: aoizora plan --compiles {ref['compiles']}")
-    path, out["run"] = run_plan(ref, out_dir)
+    path, out["run"] = run_plan(ref, out_dir, ("--compiles", str(ref["compiles"])))
     if out["run"]["returncode"] != 0:
         out["error"] = " / ".join(out["run"]["stderr_tail"])[-400:]
         return out
@@ -194,7 +173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true")
     a = ap.parse_args(argv)
     out_dir = Path(a.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     want = [x for x in a.cells.split(",") if x]
     refs = ([Path(a.reference_dir) / f"{n}.json" for n in want] if want
             else sorted(Path(a.reference_dir).glob("*.json")))
@@ -202,20 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"no grid cell {', '.join(missing)}: give cells of --reference-dir", file=sys.stderr)
         return 2
-    if not a.report_only:
-        for ref_path in refs:
-            if (out_dir / f"{ref_path.stem}.json").exists():
-                continue
-            if not json.loads(ref_path.read_text()).get("compiles"):
-                continue
-            cell = run_cell(ref_path, out_dir, lambda s: print(s, file=sys.stderr, flush=True))
-            atomic_write(out_dir / f"{ref_path.stem}.json",
-                         json.dumps(cell, indent=1, default=str) + "\n")
-    cells = [json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))
-             if not p.name.endswith(".plan.json")]
-    if cells:
-        atomic_write(Path(f"{out_dir}.md"), report(cells))
-        print(f"wrote {out_dir}.md")
+    run_and_report(refs, out_dir, run_cell, report, a.report_only,
+                   lambda ref: bool(json.loads(ref.read_text()).get("compiles")))
     return 0
 
 
