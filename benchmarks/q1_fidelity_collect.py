@@ -2,6 +2,7 @@
 Q2 and by the reference simulator, cached as JSON.
 
     python -m benchmarks.q1_fidelity_collect --cell wan2.1-1.3b,480p,21,v5e-8 [--ilp-limit S]
+    python -m benchmarks.q1_fidelity_collect --reprice-q2     # every cell: Q2 again, no compile
 
 The layouts of a cell: every valid expert configuration (``models.experts.expert_layouts``, on its
 own padded program) and the sharding ILP's best layout on every candidate mesh
@@ -175,15 +176,46 @@ def collect_cell(model: str, resolution: str, frames: int, target: str, ilp_limi
     return d
 
 
+def reprice_q2(cell_dir: Path, commit: str) -> int:
+    """Q2 of every record of `cell_dir` again from its kept evidence, in its recorded device
+    order (Q2's code changed; the evidence and the simulator's figures did not); returns the
+    number of records repriced. Each records the commit that priced it (``q2_commit``)."""
+    from aoizora.extract.targets import get_target
+
+    net = Network.from_target(get_target(cell_dir.name.rsplit("_", 1)[1]))
+    n = 0
+    for path in sorted(cell_dir.glob("*.json")):
+        ev_path = path.with_name(path.name[:-len(".json")] + ".evidence.json.gz")
+        if not ev_path.exists():
+            continue
+        rec = json.loads(path.read_text())
+        with gzip.open(ev_path, "rt") as f:
+            ev = Evidence.loads(f.read())
+        rec["q2"] = q2_terms(ev, rec["device_order"], net)
+        rec["q2_commit"] = commit
+        path.write_text(json.dumps(rec, indent=1, default=str))
+        n += 1
+    return n
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cell", required=True, help="model,resolution,frames,target")
+    ap.add_argument("--cell", help="model,resolution,frames,target")
+    ap.add_argument("--reprice-q2", action="store_true",
+                    help="price every collected layout by Q2 again from its kept evidence")
     ap.add_argument("--ilp-limit", type=float, default=60.0, help="seconds per mesh's ILP")
     ap.add_argument("--only", default="", help="comma-separated layout names")
     ap.add_argument("--ilp-prefix", default="ilp", help="name prefix of the ILP's layouts")
     a = ap.parse_args(argv)
+    if a.reprice_q2:
+        from benchmarks.machine import git_state
+        g = git_state()
+        commit = g["git_commit"][:12] + ("+modified" if g["git_modified_files"] else "")
+        for d in sorted(p for p in RESULTS.iterdir() if p.is_dir()):
+            print(f"{d.name}: {reprice_q2(d, commit)} layouts repriced at {commit}")
+        return 0
     try:
-        model, res, frames, target = a.cell.split(",")
+        model, res, frames, target = (a.cell or "").split(",")
         frames_i = int(frames)
     except ValueError:
         print("--cell: give model,resolution,frames,target (e.g. wan2.1-1.3b,480p,21,v5e-8)",

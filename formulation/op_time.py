@@ -87,21 +87,42 @@ def compute_seconds(evidence: Evidence, network: Network) -> tuple[float, list[s
     return total, warns
 
 
-def window_seconds(evidence: Evidence, network: Network) -> dict[str, float]:
+class ScheduleSpans:
+    """Compute scheduled strictly inside a span of the schedule, seconds per run.
+
+        span(s, d, n) = sum over compute ops o with s < index_o < d of (count_o / n) * t_o
+
+    (``t_o`` as ``compute_s`` prices it). ``empty`` when the evidence carries no schedule
+    positions (every span is then 0)."""
+
+    def __init__(self, evidence: Evidence, network: Network):
+        ops = sorted(evidence.compute, key=lambda o: o.index)
+        self.empty = not ops or not any(o.index for o in ops)
+        self._idx = [int(o.index) for o in ops]
+        self._pre = np.concatenate([[0.0], np.cumsum(
+            [o.count * (op_seconds(o, evidence, network) or 0.0) for o in ops])])
+
+    def seconds(self, start: int, done: int, count: int) -> float | None:
+        """span(start, done, count); None when no compute op lies strictly inside."""
+        lo = bisect.bisect_right(self._idx, int(start))
+        hi = bisect.bisect_left(self._idx, int(done))
+        if hi <= lo:
+            return None
+        return float(self._pre[hi] - self._pre[lo]) / max(int(count), 1)
+
+
+def window_seconds(evidence: Evidence, network: Network,
+                   spans: ScheduleSpans | None = None) -> dict[str, float]:
     """``W_c`` (seconds per run) of every async collective whose window holds compute, by name.
     Empty when the evidence carries no schedule positions."""
-    ops = sorted(evidence.compute, key=lambda o: o.index)
-    if not ops or not any(o.index for o in ops):
+    spans = spans or ScheduleSpans(evidence, network)
+    if spans.empty:
         return {}
-    idx = [int(o.index) for o in ops]
-    pre = np.concatenate([[0.0], np.cumsum([o.count * (op_seconds(o, evidence, network) or 0.0)
-                                            for o in ops])])
     out = {}
     for c in evidence.collectives:
         if not c.is_async or c.done_index <= c.start_index + 1:
             continue
-        lo = bisect.bisect_right(idx, int(c.start_index))
-        hi = bisect.bisect_left(idx, int(c.done_index))
-        if hi > lo:
-            out[c.name] = float(pre[hi] - pre[lo]) / max(int(c.count), 1)
+        w = spans.seconds(c.start_index, c.done_index, c.count)
+        if w is not None:
+            out[c.name] = w
     return out

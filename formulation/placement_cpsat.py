@@ -5,7 +5,10 @@ Data (``formulation.traffic`` defines the flows; the names below are the code's)
   devices per chip the x index is a device instead, below), directed links l, undirected links u;
   phases p = ``TrafficModel.phases``: the phase classes (``traffic.phase_classes``: per evidence
   (phase, count), its sync collectives and its async ones in parts in flight together), with
-  count_p and overlap O_p (0 for a sync class; ``traffic.TrafficModel.overlap_s``); groups g = the
+  count_p and overlap O_p (0 for a sync class; ``traffic.TrafficModel.overlap_s``), and after
+  them the sub-demand classes q of each async part p (``traffic.TrafficModel.demands``,
+  ``formulation.async_demand``: a subset of p's collectives that must fit O_q < O_p of compute;
+  their loads and cuts are built as a phase's, they enter only through E[p]); groups g = the
   distinct rank sets of the replica groups, k_g = |g|. Every collective c on a group g moves
   ``coef_c x unit_c(S)[l]`` bytes over link l when g sits on the chip set S
   (``traffic.class_coefficient`` x ``traffic.unit_loads``: rings / lines / scattered tours,
@@ -17,6 +20,7 @@ Data (``formulation.traffic`` defines the flows; the names below are the code's)
 Common variables and constraints
   x[r][c] in {0,1}   rank r on chip c;   sum_c x[r][c] = 1,   sum_r x[r][c] = 1
   M[p] >= load[p][l] for every l;  E[p] >= M[p] - floor(O_p);  E[p] >= 0
+  E[p] >= M[q] - floor(O_q) for every sub-demand class q of p (``exposed_units``)
   permutes: q[(s,t)][a,b] = x[s][a] AND x[t][b]; flow V_c over route(a, b)
 
 Pair / all-to-all groups (both formulations; exact for any placement):
@@ -229,8 +233,8 @@ class PlacementModel:
                                      for sl in symmetry.axis_slabs(evidence, ax)]
         self._assignment()
         self.load_terms = [{l: ([], []) for l in range(network.num_links)}
-                           for _ in self.traffic.phases]
-        self.hop_terms = [([], []) for _ in self.traffic.phases]
+                           for _ in self.items]
+        self.hop_terms = [([], []) for _ in self.items]
         self.y: dict[int, dict[tuple, object]] = {}
         self.z: dict[int, list] = {}
         self.ring: dict[int, dict] = {}
@@ -243,7 +247,7 @@ class PlacementModel:
         self._chip_route = ([[network.route(a, b) for b in range(nc)] for a in range(nc)]
                             if self.multi else self._route)
         self._chip_pz: set[int] = set()       # pair groups with chip products (_chip_products)
-        self.cuts: list[list] = [[] for _ in self.traffic.phases]
+        self.cuts: list[list] = [[] for _ in self.items]
         if formulation == "sets":
             self._sets()
         else:
@@ -268,7 +272,16 @@ class PlacementModel:
         self.permutes: list[list[tuple[list, Fraction]]] = []
         self.kinds: list[list[tuple[str, int]]] = []   # per phase, per item: (kind, V)
         fr: list[Fraction] = []
-        for cs in tm.phase_collectives:
+        # classes: the phase classes, then their sub-demand sets (``async_demand``), which only
+        # bound their part's exposed time: demand_of[q - n_main] = (part p, O_q seconds)
+        self.n_main = len(tm.phases)
+        self.demand_of: list[tuple[int, float]] = []
+        classes = list(tm.phase_collectives)
+        for p, (cs, subs) in enumerate(zip(tm.phase_collectives, tm.demands)):
+            for d in subs:
+                classes.append([cs[i] for i in d.members])
+                self.demand_of.append((p, d.overlap_s))
+        for cs in classes:
             its, perms, kinds = [], [], []
             for f in collective_flows(cs):
                 if isinstance(f, PermuteFlows):
@@ -826,7 +839,8 @@ class PlacementModel:
         m = self.model
         tm = self.traffic
         self.M, self.E, self.O_units, self.frac = [], [], [], []
-        for p in range(len(tm.phases)):
+        self.O_demand: list[int] = []      # floor(O_q) of each sub-demand class q
+        for p in range(len(self.items)):
             terms = self.load_terms[p]
             # integer terms (U[g][l] flows) reach their domain's top, not 1
             wt = self.link_weight
@@ -838,12 +852,19 @@ class PlacementModel:
                     m.Add(M >= cp_model.LinearExpr.WeightedSum(vs, [int(wt[l]) * c for c in cs]))
             for cut in self.cuts[p]:
                 m.Add(M >= sum(cf if v is None else cf * v for v, cf in cut))
-            O_exact = tm.overlap_s[p] * self.bandwidth / self.unit_bytes
+            self.M.append(M)
+            O_exact = (tm.overlap_s[p] if p < self.n_main
+                       else self.demand_of[p - self.n_main][1]) * self.bandwidth / self.unit_bytes
             O = int(math.floor(O_exact))
+            if p >= self.n_main:
+                part = self.demand_of[p - self.n_main][0]
+                m.Add(self.E[part] >= M - O)          # E_p >= M_q - O_q (a sub-demand set)
+                self.O_demand.append(O)
+                self.frac[part] = max(self.frac[part], O_exact - O)
+                continue
             E = m.NewIntVar(0, max(ub, 0), f"E[{p}]")
             m.Add(E >= M - O)
             self.frac.append(O_exact - O)
-            self.M.append(M)
             self.E.append(E)
             self.O_units.append(O)
         counts = [k.count for k in tm.phases]
@@ -851,7 +872,8 @@ class PlacementModel:
         # floor(O_p) over-states the exposed time by frac(O_p) < 1 unit per run of phase p
         self.rounding_units = sum(n * f for n, f in zip(counts, self.frac))
         bv, bc, hv, hc = [], [], [], []
-        for n, terms, (vs, cs) in zip(counts, self.load_terms, self.hop_terms):
+        for n, terms, (vs, cs) in zip(counts, self.load_terms[:self.n_main],
+                                      self.hop_terms[:self.n_main]):
             for tv, tc in terms.values():
                 bv += tv
                 bc += [n * c for c in tc]
@@ -1154,7 +1176,8 @@ class PlacementModel:
             for c, b in enumerate(pre):
                 val[b] = int(c >= lo)
         complete = True
-        for pi, terms in enumerate(self.load_terms):
+        maxima = []
+        for terms in self.load_terms:
             mx = 0
             for l, (vs, cs) in terms.items():
                 tot = 0
@@ -1164,10 +1187,21 @@ class PlacementModel:
                         break
                     tot += cf * val[v]
                 mx = max(mx, int(self.link_weight[l]) * tot)
-            if complete:
-                val[self.M[pi]] = mx
-                val[self.E[pi]] = max(0, mx - self.O_units[pi])
+            maxima.append(mx)
+        if complete:
+            for q, mx in enumerate(maxima):
+                val[self.M[q]] = mx
+            for p, e in enumerate(self.exposed_units(maxima)):
+                val[self.E[p]] = e
         return val
+
+    def exposed_units(self, maxima: Sequence[int]) -> list[int]:
+        """E_p per phase class (units) from every class's M (phase classes, then sub-demand
+        sets): max(0, M_p - floor(O_p), max over its sub-demand sets q of M_q - floor(O_q))."""
+        out = [max(0, int(maxima[p]) - self.O_units[p]) for p in range(self.n_main)]
+        for q, (part, _) in enumerate(self.demand_of):
+            out[part] = max(out[part], int(maxima[self.n_main + q]) - self.O_demand[q])
+        return out
 
     def in_scope(self, chip_of_rank: Sequence[int]) -> bool:
         """Whether the model can represent the placement (rank -> chip): always for "sets"; for

@@ -7,7 +7,8 @@ cu = ``pm.units(coef)``, permutes, and the analytic bound lbM[p] = ceil(lb[p] / 
 here, not read from ``pm.lbM``, which a decomposition may raise with bounds of a narrower scope).
 The level-1 objective in model units is, for a placement P (rank -> chip),
 
-    MC(P) = sum_p count_p max(0, M_p(P) - floor(O_p)),   M_p(P) = max_l load_p(P)[l],
+    MC(P) = sum_p count_p max(0, M_p(P) - floor(O_p), max_q M_q(P) - floor(O_q)),
+    M_p(P) = max_l load_p(P)[l]   (q: p's sub-demand classes, ``placement_cpsat``),
     load_p(P)[l] = sum_{(cls, g, coef) in p} cu unit_cls(P(g))[l]
                  + sum_{permute pairs (s, t) in p} cu [l in route(P(s), P(t))]
 
@@ -214,8 +215,8 @@ def set_lower_bounds(pm, g: int) -> SplitBound:
 def model_cost_units(pm, chip_of_rank: Sequence[int]) -> int:
     """MC(P): the level-1 objective of ``pm``'s CP-SAT model at placement P (rank -> chip), in
     units, computed from the loads directly (exact integers)."""
-    return sum(key.count * max(0, M - int(O)) for key, M, O in
-               zip(pm.traffic.phases, phase_maxima(pm, chip_of_rank), pm.O_units))
+    return sum(key.count * e for key, e in
+               zip(pm.traffic.phases, pm.exposed_units(phase_maxima(pm, chip_of_rank))))
 
 
 def phase_maxima(pm, chip_of_rank: Sequence[int]) -> list[int]:

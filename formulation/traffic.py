@@ -34,10 +34,13 @@ part the async collective whose done comes first plus every other one started be
 (all in flight at that moment), repeated on the rest (a chain of windows, e.g. a windowed
 einsum's permutes, is not priced as one transfer hidden behind its shortest window). A phase
 class's time is its most loaded link's bytes over that link's one-way bandwidth. Overlap: an
-async part hides behind ``O = min_c W_c`` seconds of compute, ``W_c`` the compute scheduled
-inside c's window (``formulation.op_time.window_seconds``: every op priced as Q2's compute
-prices it, opaque kernels included; without schedule positions, ``overlap_cycles_c /
-clock_hz``); a sync class hides behind nothing (O = 0); exposed time = ``max(0, T - O)``.
+async part hides behind ``O`` seconds of compute, the compute scheduled between its first start
+and its last done (``formulation.op_time.ScheduleSpans``: every op priced as Q2's compute prices
+it, opaque kernels included; without schedule positions, ``min_c overlap_cycles_c /
+clock_hz``); its members whose windows lie in a shorter span must also fit that span's compute
+(``formulation.async_demand``: the sub-demand sets s, ``D = max_s T_s - O_s``, kept where they
+can bind); a sync class hides behind nothing (O = 0, no D); exposed time
+``max(0, T - O, D)``.
 (A sync collective inside an async window thus costs its own transfer, not the window's
 overlap; classes' bytes are not added, which under-states a link they share.)
 
@@ -66,7 +69,8 @@ import numpy as np
 
 from aoizora.extract.evidence import Collective, Evidence
 from aoizora.extract.network import Network
-from aoizora.formulation.op_time import window_seconds
+from aoizora.formulation.async_demand import DemandSet, demand_sets
+from aoizora.formulation.op_time import ScheduleSpans
 
 RING_KINDS = ("all-gather", "reduce-scatter", "all-reduce")
 
@@ -329,16 +333,18 @@ class PhaseLoad:
     overlap_s: float                   # O: compute it can hide behind (seconds)
     hops: int                          # flow hops, one run
     latency_s: float = 0.0             # L: hop latency x the class's critical path (seconds)
+    demand_s: float = 0.0              # D: max over sub-demand sets of T_s - O_s (async_demand)
 
     @property
     def exposed_s(self) -> float:
-        """Exposed link time: max(0, T - O) (the placement solvers' objective, per run)."""
-        return max(0.0, self.link_s - self.overlap_s)
+        """Exposed link time: max(0, T - O, D) (the placement solvers' objective, per run)."""
+        return max(0.0, self.link_s - self.overlap_s, self.demand_s)
 
     @property
     def exposed_latency_s(self) -> float:
-        """What the hop latency adds to the exposed time: max(0, T + L - O) - max(0, T - O)."""
-        return max(0.0, self.link_s + self.latency_s - self.overlap_s) - self.exposed_s
+        """What the hop latency adds to the exposed time: max(0, T + L - O, D) - max(0, T - O, D)."""
+        return (max(0.0, self.link_s + self.latency_s - self.overlap_s, self.demand_s)
+                - self.exposed_s)
 
 
 SCORE_MEMO = 4096   # placements whose scores a TrafficModel keeps (4 floats each)
@@ -365,14 +371,19 @@ class TrafficModel:
                                                                     k.part))
         self.phase_collectives = [groups[k] for k in self.phases]
         clock = float(evidence.clock_hz or 0.0)
-        window = window_seconds(evidence, network) if clock > 0 else {}
+        spans = ScheduleSpans(evidence, network) if clock > 0 else None
+        bmin = float(np.min(network.link_bandwidth)) if network.num_links else 1.0
         self.overlap_s: list[float] = []               # O per phase class, seconds
+        self.demands: list[list[DemandSet]] = []       # its sub-demand sets (async_demand)
         for key, cs in zip(self.phases, self.phase_collectives):
             if clock > 0 and not key.sync:
-                self.overlap_s.append(min(window.get(c.name, float(c.overlap_cycles) / clock)
-                                          for c in cs))
+                O, subs = demand_sets(
+                    cs, lambda a, b, n=key.count: None if spans.empty else spans.seconds(a, b, n),
+                    lambda c: float(c.overlap_cycles) / clock, bmin)
             else:
-                self.overlap_s.append(0.0)
+                O, subs = 0.0, []
+            self.overlap_s.append(O)
+            self.demands.append(subs)
         self.bandwidth = network.link_bandwidth
         self._units: dict[tuple, tuple[np.ndarray, int]] = {}
         self._scores: dict[bytes, tuple[float, float, int, float]] = {}
@@ -415,12 +426,14 @@ class TrafficModel:
     def phase_loads(self, placement: Sequence[int]) -> list[PhaseLoad]:
         chip = self.chip_of_rank(placement)
         out = []
-        for key, cs, gs, kinds, ov in zip(self.phases, self.phase_collectives, self._groups,
-                                          self._kinds, self.overlap_s):
+        for key, cs, gs, kinds, ov, subs in zip(self.phases, self.phase_collectives, self._groups,
+                                                self._kinds, self.overlap_s, self.demands):
             tot = np.zeros(self.network.num_links)
+            own_bytes = [] if subs else None     # per collective, for the sub-demand sets
             hops = 0
             crit = 0
             for c, groups, kind in zip(cs, gs, kinds):
+                before = tot.copy() if subs else None
                 own = 0          # this collective's critical path, hops
                 if kind == "collective-permute":
                     f, h = collective_link_bytes(c, chip, self.network)
@@ -436,12 +449,16 @@ class TrafficModel:
                         hops += h
                         if lat > own:
                             own = lat
+                if subs:
+                    own_bytes.append(tot - before)
                 # blocking collectives run one after another: their latencies add up; the
                 # collectives of an async part are in flight together: the longest counts
                 crit = crit + own if key.sync else max(crit, own)
             t = float((tot / self.bandwidth).max()) if len(tot) else 0.0
+            demand = max((float((sum(own_bytes[i] for i in d.members) / self.bandwidth).max())
+                          - d.overlap_s for d in subs), default=0.0)
             out.append(PhaseLoad(key, [c.name for c in cs], tot, t, ov, hops,
-                                 crit * self.network.hop_latency_s))
+                                 crit * self.network.hop_latency_s, demand))
         return out
 
     def cost(self, placement: Sequence[int]) -> tuple[float, float, int]:
