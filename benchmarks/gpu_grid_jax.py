@@ -71,8 +71,9 @@ def markdown(cells: list[dict]) -> str:
         ms = lambda v: f"{v * 1e3:.2f}" if v else "n/a"
         lines.append(f"| {c['cell']} | {_commit(c)} | {c['plan_mesh']} | {ms(me.get('step_s'))} | "
                      f"{ms(d.get('step_s'))} | {c['placement_gain'] or 0:.3f}x | "
-                     f"{c['best_expert']} | {ms(be.get('step_s'))} | "
-                     f"{c['speedup_over_best_expert'] or 0:.3f}x | {c['plan_status']} |")
+                     f"{c['best_expert'] or 'none fits in HBM'} | {ms(be.get('step_s'))} | "
+                     + (f"{c['speedup_over_best_expert']:.3f}x" if c['speedup_over_best_expert']
+                        else "n/a") + f" | {c['plan_status']} |")
     return "\n".join(lines) + "\n"
 
 
