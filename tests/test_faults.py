@@ -568,17 +568,28 @@ def _finish(p, lines, cwd, within_s: float = 5.0):
 
 def _nothing_left(pid: int, run) -> None:
     """No child process of ``pid``, no solver process, no temporary file or directory."""
-    _no_children(pid)
+    _no_children(pid, run.parent / "tmp")
     left = sorted(x.name for x in (run.parent / "tmp").iterdir())
     assert left == [], f"temporary files left behind: {left}"
 
 
-def _no_children(pid: int) -> None:
+def _no_children(pid: int, tmp) -> None:
+    """No child of ``pid`` and no solver process of this run: one whose environment carries the
+    run's ``TMPDIR`` (``_plan_until``; other tests' planners may run solvers meanwhile)."""
     left = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     assert left.strip() == "", f"processes left behind: {left}"
     solvers = subprocess.run(["pgrep", "-f", "highs_worker.py"], capture_output=True,
-                             text=True).stdout
-    assert solvers.strip() == ""
+                             text=True).stdout.split()
+    mark = f"TMPDIR={tmp}".encode()
+    ours = []
+    for s in solvers:
+        try:
+            with open(f"/proc/{s}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    ours.append(s)
+        except OSError:          # it ended meanwhile
+            pass
+    assert ours == [], f"solver processes left behind: {ours}"
 
 
 @pytest.mark.tpu_compiler
