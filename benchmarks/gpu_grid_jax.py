@@ -63,8 +63,11 @@ def markdown(cells: list[dict]) -> str:
     lines = ["# GPU grid, JAX cells: plan vs experts and default order (predicted by Q2)", "",
              "Q2 on XLA:GPU ahead-of-time evidence (`benchmarks/gpu_grid_jax.py`); nothing ran "
              "on a GPU. Step latency of one CFG denoising step, ms. Produced by commit "
-             f"{', '.join(commits)} (`unrecorded`: a cell run before cells recorded their "
-             "commit).", "",
+             f"{', '.join(commits)}"
+             + (" (`unrecorded`: a cell run before cells recorded their commit)."
+                if "unrecorded" in commits else ".")
+             + " Status: OPTIMAL when both solvers (the sharding ILP and the placement "
+               "CP-SAT) proved the plan's answers optimal.", "",
              "| cell | commit | budget | plan mesh | plan ms | default order ms | placement gain "
              "| best expert | expert ms | speedup over best expert | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
