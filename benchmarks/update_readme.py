@@ -89,6 +89,8 @@ OTHER_RESULTS = (
      "publishers", "python -m benchmarks.published_steps"),
     ("gpu_grid_torch.md", "diffusers' DiTs planned for GPU boxes against xDiT's configurations "
      "(Q2), one commit", "python -m benchmarks.gpu_grid_torch --report"),
+    ("gpu_grid_jax.md", "the built-in Wan DiTs planned for GPU boxes from XLA:GPU evidence, 4 "
+     "compiles a cell (Q2), one commit", "python -m benchmarks.gpu_grid_jax"),
     ("gpu_validation.md", "Q2 against published xDiT runs on GPUs",
      "python -m benchmarks.gpu_validation"),
     ("expert_compile.md", "the expert configurations compiled for v5e-8",
