@@ -110,7 +110,7 @@ def _x(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def report(cells: list[dict[str, Any]]) -> str:
+def report(cells: list[dict[str, Any]], out_dir: Path = RESULTS) -> str:
     """The markdown table of every cell, and the counts the issue asks for."""
     commits = sorted({c["git"].get("git_commit", "")[:12] for c in cells})
     lines = [
@@ -162,7 +162,43 @@ def report(cells: list[dict[str, Any]]) -> str:
                      f"expert {statistics.geometric_mean(xs):.3f}x geometric mean, "
                      f"{statistics.median(xs):.3f}x median, worst {min(xs):.3f}x; never slower "
                      f"in **{never} of {comparable}**.")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ilp_runner_up(cells, out_dir)) + "\n"
+
+
+def ilp_best(plan_path: Path) -> dict[str, Any] | None:
+    """The planner's cheapest compiled layout of the ILP's own (by Q2, as the planner ranked it)
+    in the plan file's iterations; None when it compiled none."""
+    if not plan_path.is_file():
+        return None
+    its = json.loads(plan_path.read_text()).get("iterations") or []
+    cands = [(c["q2_step_s"], it["iteration"], c) for it in its for c in it["candidates"]
+             if str(c.get("layout", "")).startswith("ilp") and c.get("q2_step_s")]
+    if not cands:
+        return None
+    q2, it, c = min(cands, key=lambda t: (t[0], t[1]))
+    return {"q2_step_s": q2, "iteration": it, "mesh": c["mesh"], "layout": c["layout"]}
+
+
+def ilp_runner_up(cells: list[dict[str, Any]], out_dir: Path) -> list[str]:
+    """Lines: per cell, the ILP's cheapest compiled layout against the plan, both by the
+    planner's Q2 (what decided the plan; from ``<out_dir>/<cell>.plan.json``)."""
+    lines = ["", "The ILP's cheapest compiled layout in each run, by the planner's Q2 (what "
+             "ranked the candidates); behind: its Q2 over the plan's, - 1.", "",
+             "| cell | plan's layout | plan Q2 (ms) | ILP's layout (iteration, mesh) | its Q2 (ms) "
+             "| behind |", "|---|---|---|---|---|---|"]
+    for c in cells:
+        if "plan" not in c:
+            continue
+        b = ilp_best(out_dir / f"{c['cell']}.plan.json")
+        pq = c["plan"].get("planner_q2_step_s") or c["plan"]["q2_step_s"]
+        if b is None:
+            lines.append(f"| {c['cell']} | {c['plan']['origin']} | {pq * 1e3:.2f} | none | - | - |")
+            continue
+        mesh = "x".join(f"{k}{v}" for k, v in b["mesh"].items())
+        lines.append(f"| {c['cell']} | {c['plan']['origin']} | {pq * 1e3:.2f} | "
+                     f"{b['layout']} ({b['iteration']}, {mesh}) | {b['q2_step_s'] * 1e3:.2f} | "
+                     f"{100 * (b['q2_step_s'] / pq - 1):+.2f}% |")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"no grid cell {', '.join(missing)}: give cells of --reference-dir", file=sys.stderr)
         return 2
-    run_and_report(refs, out_dir, run_cell, report, a.report_only,
+    run_and_report(refs, out_dir, run_cell, lambda cells: report(cells, out_dir), a.report_only,
                    lambda ref: bool(json.loads(ref.read_text()).get("compiles")))
     return 0
 
