@@ -21,12 +21,10 @@ any span that holds them all (``overlap_s``; the part's O_p). The others are *su
 (``DemandSet``), kept only when they can bind for some placement:
 
     UB(S) / b_min > O(s, d),   UB(S) = sum_{c in S} ub_c,
-    ub_c >= the bytes of c on any one link under any placement (each flow crosses a link at most
-    once): a permute n_pairs V; an all-to-all (n - 1) V per group of n; a ring kind
-    m (k - 1) V per group of k (m = 2 for all-reduce, else 1),
+    ub_c >= the bytes of c on any one link under any placement (``traffic.link_bytes_bound``),
 
-and not dominated (the full set, or a kept set S' with S ⊆ S' and O' <= O). Without schedule positions the part
-keeps today's single window, ``O_P = min_c W_c`` (``overlap_cycles_c / clock_hz``), and no
+and not dominated (the full set, or a kept set S' with S ⊆ S' and O' <= O). Without schedule
+positions the part keeps one window, ``O_P = min_c overlap_cycles_c / clock_hz``, and no
 sub-demand sets. This module has no jax import (formulation layer).
 """
 
@@ -37,6 +35,7 @@ from typing import Callable, Sequence
 
 from aoizora.extract.evidence import Collective
 
+
 @dataclasses.dataclass(frozen=True)
 class DemandSet:
     """Members (indices into the part's collectives) that must move their bytes within
@@ -45,20 +44,8 @@ class DemandSet:
     overlap_s: float
 
 
-def link_bytes_bound(c: Collective) -> float:
-    """ub_c (module docstring): no link carries more of c's bytes under any placement."""
-    kind = c.kind.removesuffix("-start").removesuffix("-done")
-    if kind == "collective-permute":
-        return float(c.bytes) * len(c.source_target_pairs or [])
-    groups = c.replica_groups or [[]]
-    if kind == "all-to-all":
-        return float(c.bytes) * sum(max(len(g) - 1, 0) for g in groups)
-    m = 2 if kind == "all-reduce" else 1
-    return float(c.bytes) * m * sum(max(len(g) - 1, 0) for g in groups)
-
-
 def demand_sets(members: Sequence[Collective], span: Callable[[int, int], float | None],
-                fallback_s: Callable[[Collective], float],
+                fallback_s: Callable[[Collective], float], ub: Sequence[float],
                 slowest_bandwidth: float) -> tuple[float, list[DemandSet]]:
     """(O of the full set, the sub-demand sets that can bind), see the module docstring.
 
@@ -68,6 +55,7 @@ def demand_sets(members: Sequence[Collective], span: Callable[[int, int], float 
         inside or the evidence has no schedule positions.
       fallback_s: a collective's own window when ``span`` has none for it (its
         ``overlap_cycles / clock_hz``).
+      ub: ub_c per member, bytes (the pruning bound).
       slowest_bandwidth: the slowest link's one-way bandwidth, bytes/s (for the pruning bound).
 
     Returns:
@@ -83,7 +71,6 @@ def demand_sets(members: Sequence[Collective], span: Callable[[int, int], float 
     full = span(lo, hi)
     if full is None:
         full = min(fallback_s(c) for c in cs)
-    ub = [link_bytes_bound(c) for c in cs]
     found: dict[tuple[int, ...], float] = {}
     starts = sorted({int(c.start_index) for c in cs})
     dones = sorted({int(c.done_index) for c in cs})

@@ -7,16 +7,19 @@ A PREDICTION of AoiZora's link-load model, not a measurement.
                       gave cycles; for a splash attention kernel the kernel model
                       (``formulation.kernel_model``: its tiles at its per-shard shapes); else
                       max(flops_o / peak_flops, bytes_o / hbm_bandwidth)
-    communication_s = sum_p count_p * max(0, T_p - O_p)                (exposed)
+    communication_s = sum_p count_p * max(0, T_p - O_p, D_p)           (exposed)
     T_p             = max_l load_{p,l} / bandwidth_l                   (seconds)
     load_{p,l}      = bytes on directed link l of the collectives of phase p, one run
                       (flows as ``formulation.traffic`` builds them under the placement)
-    O_p             = min_{c in p} W_c if p is an async part (below), else 0;
-                      W_c = the compute scheduled inside c's start/done window, priced as
-                      compute_s prices it (``formulation.op_time.window_seconds``; without
-                      schedule positions, overlap_cycles_c / clock_hz)
+    O_p             = for an async part (below): the compute scheduled between its first start
+                      and its last done, priced as compute_s prices it
+                      (``formulation.op_time.ScheduleSpans``; without schedule positions,
+                      min_c overlap_cycles_c / clock_hz); else 0
+    D_p             = max over the part's sub-demand sets s of T_s - O_s: members whose windows
+                      lie in a shorter span must fit that span's compute
+                      (``formulation.async_demand``); 0 for a sync class
 
-    latency_s       = sum_p count_p * (max(0, T_p + L_p - O_p) - max(0, T_p - O_p))
+    latency_s       = sum_p count_p * (max(0, T_p + L_p - O_p, D_p) - max(0, T_p - O_p, D_p))
     L_p             = hop_latency * the critical path of p in hops: for an async part the
                       longest of its collectives' (in flight together), for a sync class the
                       sum of its collectives' (they block one after another); a collective's:

@@ -1,4 +1,4 @@
-"""Seconds of compiled compute: one op, the whole program, and the window of each async collective.
+"""Seconds of compiled compute: one op, the whole program, and any span of the schedule.
 
     t_o   = estimated_cycles_o / clock_hz                  when the compiler gave cycles
           = splash_seconds(shape_o, tiles_o, chip)          for a splash attention forward kernel
@@ -10,11 +10,12 @@
             custom call)
     compute_s = sum_o count_o * t_o
 
-    W_c   = sum over compute ops o scheduled strictly inside collective c's window
-            (start_index_c < index_o < done_index_c) of (count_o / count_c) * t_o
-            (seconds per run of c: the compute an async collective can hide behind)
+    span(s, d, n) = sum over compute ops o scheduled strictly inside (s < index_o < d) of
+                    (count_o / n) * t_o
+            (seconds per run of a phase of count n: the compute async collectives started at s
+            and done by d can hide behind; ``ScheduleSpans``)
 
-``W_c`` prices the window's ops exactly as ``compute_s`` prices them. The evidence's own
+A span prices its ops exactly as ``compute_s`` prices them. The evidence's own
 ``overlap_cycles_c`` counts only the ops the compiler gave cycles for, so a window around an
 opaque kernel (a ring attention's permutes around the splash kernel) is short by the kernel.
 This module has no jax import (formulation layer).
@@ -110,19 +111,3 @@ class ScheduleSpans:
             return None
         return float(self._pre[hi] - self._pre[lo]) / max(int(count), 1)
 
-
-def window_seconds(evidence: Evidence, network: Network,
-                   spans: ScheduleSpans | None = None) -> dict[str, float]:
-    """``W_c`` (seconds per run) of every async collective whose window holds compute, by name.
-    Empty when the evidence carries no schedule positions."""
-    spans = spans or ScheduleSpans(evidence, network)
-    if spans.empty:
-        return {}
-    out = {}
-    for c in evidence.collectives:
-        if not c.is_async or c.done_index <= c.start_index + 1:
-            continue
-        w = spans.seconds(c.start_index, c.done_index, c.count)
-        if w is not None:
-            out[c.name] = w
-    return out

@@ -135,6 +135,18 @@ def ring_multiplier(kind: str) -> int:
     return 2 if kind == "all-reduce" else 1
 
 
+def link_bytes_bound(c: Collective) -> float:
+    """Bytes of ``c`` no link carries more of, under any placement (each flow crosses a link at
+    most once): a permute n_pairs V; an all-to-all (n - 1) V per group of n; a ring kind
+    m (k - 1) V per group of k (``ring_multiplier``)."""
+    kind = base_kind(c.kind)
+    if kind == "collective-permute":
+        return float(c.bytes) * len(c.source_target_pairs or [])
+    per_group = sum(max(len(g) - 1, 0) for g in c.replica_groups or [])
+    m = 1 if kind == "all-to-all" else ring_multiplier(kind)
+    return float(c.bytes) * m * per_group
+
+
 def flow_class(kind: str, k: int) -> str:
     """How a group of k chips runs a collective: "none", "pair", "ring" (ring/line/scattered), "a2a"."""
     kind = base_kind(kind)
@@ -378,8 +390,9 @@ class TrafficModel:
         for key, cs in zip(self.phases, self.phase_collectives):
             if clock > 0 and not key.sync:
                 O, subs = demand_sets(
-                    cs, lambda a, b, n=key.count: None if spans.empty else spans.seconds(a, b, n),
-                    lambda c: float(c.overlap_cycles) / clock, bmin)
+                    cs, lambda a, b, n=key.count: spans.seconds(a, b, n),
+                    lambda c: float(c.overlap_cycles) / clock,
+                    [link_bytes_bound(c) for c in cs], bmin)
             else:
                 O, subs = 0.0, []
             self.overlap_s.append(O)

@@ -7,9 +7,9 @@ import pytest
 from aoizora.extract.evidence import Collective, ComputeOp, Evidence
 from aoizora.extract.network import Network
 from aoizora.extract.targets import get_target
-from aoizora.formulation.async_demand import demand_sets, link_bytes_bound
+from aoizora.formulation.async_demand import demand_sets
 from aoizora.formulation.latency import predict_step
-from aoizora.formulation.traffic import TrafficModel
+from aoizora.formulation.traffic import TrafficModel, link_bytes_bound
 from aoizora.solvers.placement import solve_placement
 from benchmarks.simulator import Simulator
 
@@ -87,7 +87,8 @@ def test_demand_sets_without_schedule_positions_keep_the_shortest_window():
                    overlap_cycles=_ms(0.3))
     b = Collective("b", "all-gather", "bf16", BIG, [list(range(8))], is_async=True,
                    overlap_cycles=_ms(0.1))
-    full, subs = demand_sets([a, b], lambda s, d: None, lambda c: c.overlap_cycles / CLOCK, 45e9)
+    full, subs = demand_sets([a, b], lambda s, d: None, lambda c: c.overlap_cycles / CLOCK,
+                             [BIG, BIG], 45e9)
     assert full == pytest.approx(0.1e-3) and subs == []
 
 

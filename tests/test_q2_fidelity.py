@@ -128,11 +128,11 @@ def _window_ev(extra=(), kernel=True):
 def test_overlap_window_counts_an_opaque_kernel():
     """W_c prices every op in the window as compute_s does: the kernel without cycles counts
     (extraction's overlap_cycles alone would leave 0.8 ms of it out), and Q2 meets the simulator."""
-    from aoizora.formulation.op_time import window_seconds
+    from aoizora.formulation.op_time import ScheduleSpans
     from aoizora.formulation.traffic import TrafficModel
 
     ev, net = _window_ev()
-    assert window_seconds(ev, net)["ag"] == pytest.approx(1.0e-3, rel=1e-9)
+    assert ScheduleSpans(ev, net).seconds(1, 10, 1) == pytest.approx(1.0e-3, rel=1e-9)
     tm = TrafficModel(ev, net)
     assert tm.overlap_s == [pytest.approx(1.0e-3, rel=1e-9)]
     order = list(range(8))
