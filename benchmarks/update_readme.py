@@ -261,7 +261,8 @@ def _by_target(cells: Sequence[CellFigures]) -> str:
 def intro(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
     """The intro's figures: the inference grid and the training grid, one sentence each."""
     lose = losing_cells(inf)
-    return (f"Its inference grid ({len(inf)} cells; simulated by the independent simulator, not "
+    return (f"{_tuned_intro()} The older grids compared with the experts as published. "
+            f"The inference grid ({len(inf)} cells; simulated by the independent simulator, not "
             f"measured) gives {ratio_text([c.vs_expert for c in inf])} over the best expert "
             f"configuration as published per cell (geometric mean / median (worst-best cell)), "
             f"slower than it in {len(lose)} of {len(inf)} cells; "
@@ -269,7 +270,7 @@ def intro(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
             f"{max(c.placement or 0 for c in inf) * 100:.1f}% from placement alone over "
             f"`jax.make_mesh`'s order. Training steps (Wan 2.1 on v5p, {len(tr)} cells, "
             f"simulated) over the best expert as published: {_by_target(tr)}. Neither grid "
-            f"has been re-run with tuned experts or at one commit (Limits).{_tuned_intro()}")
+            f"has been re-run whole with tuned experts or at one commit (Limits).")
 
 
 def _tuned_ratios(d: Path) -> list[float]:
@@ -282,20 +283,68 @@ def _tuned_ratios(d: Path) -> list[float]:
     return xs if len(xs) >= 2 else []
 
 
-def _tuned_intro(dirs: Sequence[tuple[Path, str]] = ((RES / "grid_tuned", "inference"),
-                                                      (RES / "training_tuned", "training"))
+def _tuned_set(d: Path) -> tuple[str, list[dict]]:
+    """The largest set of ``d``'s cells run at one commit (``benchmarks.tuned_cells_report``):
+    (its short commit, its cells); ("", []) when that set has fewer than two cells."""
+    from benchmarks.tuned_cells_report import by_commit, load
+
+    groups = by_commit(load([d]))
+    if not groups:
+        return "", []
+    commit, cs = max(groups.items(), key=lambda g: (len(g[1]), g[0]))
+    return (commit, cs) if len(cs) >= 2 else ("", [])
+
+
+def _tuned_headline(d: Path, what: str) -> str:
+    """One sentence: the plan over the best tuned expert per target in the largest one-commit
+    set of ``d``'s cells, then over all of them (worst cell, never slower), and what our solved
+    placement adds to the best tuned expert; "" when there is no such set."""
+    from benchmarks.tuned_cells_report import ratio
+
+    _, cs = _tuned_set(d)
+    if not cs:
+        return ""
+    per: dict[str, list[float]] = collections.defaultdict(list)
+    for c in cs:
+        per[c["cell"].rsplit("_", 1)[1]].append(ratio(c, "best-tuned-expert"))
+    xs = [x for v in per.values() for x in v]
+    solved = [ratio(c, "best-tuned-expert") / x for c in cs
+              if (x := ratio(c, "best-tuned-expert/solved-placement"))]
+    targets = "; ".join(f"{t} {ratio_text(v)}" + (f" ({len(v)} cells)" if len(v) > 1 else "")
+                        for t, v in sorted(per.items(), key=lambda kv: _target_key(kv[0])))
+    place = (f"; our solved placement moves the best tuned expert by at most "
+             f"{max(abs(x - 1) for x in solved) * 100:.1f}%" if solved else "")
+    return (f"{what}, {len(cs)} cells at one commit: per target {targets}; over all "
+            f"{ratio_text(xs)}, never slower than it in {sum(x >= 0.9999 for x in xs)} of "
+            f"{len(xs)}{place}")
+
+
+def _target_key(t: str) -> tuple[str, int]:
+    gen, _, n = t.partition("-")
+    return gen, int(n) if n.isdigit() else 0
+
+
+def _tuned_ratios(d: Path) -> list[float]:
+    """The plan over the best tuned expert in the largest set of ``d``'s cells run at one
+    commit, or [] when that set has fewer than two cells."""
+    from benchmarks.tuned_cells_report import ratio
+
+    return [x for x in (ratio(c, "best-tuned-expert") for c in _tuned_set(d)[1]) if x]
+
+
+def _tuned_intro(dirs: Sequence[tuple[Path, str]] = ((RES / "grid_tuned", "Inference"),
+                                                      (RES / "training_tuned", "Training"))
                  ) -> str:
-    """Per grid, a sentence on the largest set of its cells re-run at one commit with tuned
-    experts (at least 2 cells, else none)."""
-    out = ""
-    for d, what in dirs:
-        xs = _tuned_ratios(d)
-        if xs:
-            out += (f" {len(xs)} {what} cells re-run at one commit with experts tuned the way "
-                    f"their users tune them and a compile budget: {ratio_text(xs)} over the best "
-                    f"tuned expert, never slower than it in {sum(x >= 0.9999 for x in xs)} of "
-                    f"{len(xs)} (`tuned_cells.md`, simulated).")
-    return out
+    """The README's headline: per grid, the plan over the best tuned expert (experts tuned the
+    way their users tune them, a compile budget; ``tuned_cells.md``), simulated."""
+    parts = [h for d, what in dirs if (h := _tuned_headline(d, what))]
+    if not parts:
+        return ""
+    return ("**Against experts tuned the way their users tune them** (remat, attention blocks "
+            "sized to the shard, compiler options; a compile-count budget; geometric mean / "
+            "median (worst-best cell) of the best tuned expert's step over the plan's, "
+            "simulated by the independent simulator, `tuned_cells.md`): "
+            + ". ".join(parts) + ".")
 
 
 def _tuned_cell(d: Path) -> str:
