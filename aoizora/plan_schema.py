@@ -14,7 +14,7 @@ except on v4, which shows two devices per chip):
   entry, inside the slice's shape, each chip ``devices_per_chip`` times, and ``device_coords[i]``
   is the chip of device ``device_order[i]`` (libtpu's topology);
 - ``layout.mesh_axes``: prod over axes of size = n; ``mesh``, when present, equals it;
-- every axis in ``layout.in_specs``, ``out_specs``, ``node_specs``, ``attention`` (batch, heads,
+- every axis in ``layout.in_specs``, ``out_specs``, ``node_specs``, ``reshard_from``, ``attention`` (batch, heads,
   seq) and ``rules`` is a mesh axis, at most once per spec; ``in_specs`` has one spec per entry
   of ``key.input_shapes``, of that input's rank (or null);
 - ``layout.attention`` tiles (``block_q``, ``block_kv``, ``block_kv_compute``, and the
@@ -128,6 +128,7 @@ class LayoutModel(_Strict):
     compiler_options: dict[Annotated[str, Field(pattern=r"^xla_\w+$")], OptionValue] = {}
     remat: dict[Annotated[str, Field(pattern=r"^\w+$")],
                 Literal["keep", "recompute", "offload"]] | None = None
+    reshard_from: dict[str, Spec] = {}
 
 
 class LinkModel(_Strict):
@@ -363,6 +364,8 @@ def _specs(layout: LayoutModel):
         yield f"layout.out_specs[{i}]", s or []
     for k, s in layout.node_specs.items():
         yield field_path(("layout", "node_specs", k)), s
+    for k, s in layout.reshard_from.items():
+        yield field_path(("layout", "reshard_from", k)), s
     for k, a in layout.attention.items():
         for part in ("batch", "heads", "seq"):
             yield field_path(("layout", "attention", k, part)), [getattr(a, part)]

@@ -153,6 +153,11 @@ class Layout:
     # as traced; else {activation name: "keep" | "recompute" | "offload"} for the step's
     # ``with_remat`` (``aoizora.runtime.realize``); in the JSON only when set
     remat: dict[str, str] | None = None
+    # node key -> the spec its output leaves in before ``node_specs`` reshards it: the
+    # realizer constrains the output to this spec, then to ``node_specs[key]``, so the
+    # reshard happens on that tensor, where the sharding ILP priced it (its switch points,
+    # ``formulation.strategies``); in the JSON only when set
+    reshard_from: dict[str, Spec] = dataclasses.field(default_factory=dict)
 
     def attention_for(self, key: str) -> AttentionLayout:
         return self.attention.get(key) or self.attention.get("*") or AttentionLayout()
@@ -170,6 +175,8 @@ class Layout:
             d["compiler_options"] = dict(self.compiler_options)
         if self.remat is not None:
             d["remat"] = dict(self.remat)
+        if self.reshard_from:
+            d["reshard_from"] = {k: spec_to_json(v) for k, v in self.reshard_from.items()}
         return d
 
     @classmethod
@@ -184,4 +191,5 @@ class Layout:
             name=d.get("name", ""),
             compiler_options=dict(d.get("compiler_options", {})),
             remat=None if d.get("remat") is None else dict(d["remat"]),
+            reshard_from={k: spec_from_json(v) for k, v in d.get("reshard_from", {}).items()},
         )

@@ -47,6 +47,16 @@ inside a group (reshards to other operands, gathers a reshape or slice cannot av
 partial reductions) fold into the group's per-strategy cost. Strategies of a group whose specs
 coincide on everything the rest of the program sees are merged (the cheaper one kept).
 
+*Switch points*: a join -- an elementwise op whose output (rank >= 2, at least
+``Options.switch_min_bytes``) combines full-size, not broadcast, tensors of two or more groups (a residual
+add: the stream and a block's output) -- computes in the group it follows, and its output gets a
+group of its own (kind ``"switch"``, id ``sw:<node>``) offering every spec P_sw; the edge from the
+join (operand ``SWITCH_EDGE``) costs ``reshard_cost(have -> P_sw)``, and later readers follow the
+switch group. A residual stream may so change spec between blocks for one reshard (DSP's switch
+from frames to space between an STDiT3 spatial and temporal block), where one spec for the whole
+stream makes every block reshard in and out of it. The layout realizes a changed spec with two
+constraints on the join's output (``Layout.reshard_from``), so the reshard is where it was priced.
+
 Costs, seconds per call: compute of one shard ``max(flops_shard / peak_flops,
 bytes_shard / hbm_bandwidth)`` (unfused: every op reads its operands and writes its results;
 on a TPU a dot's ``flops_shard`` padded to the MXU at its shard shape and over the MXU's
@@ -88,6 +98,7 @@ ATTENTION_KINDS = frozenset({"attention", "attention_bwd"})   # compute scaled a
 REPLICATED_KINDS = frozenset({"unknown", "opaque", "gather", "scatter"})
 FOLLOW_KINDS = frozenset({"elementwise", "reduce", "reshape", "transpose", "broadcast", "slice",
                           "pad", "concat", "cumulative", "sort", "squeeze", "stack"})
+SWITCH_EDGE = -4             # Edge.operand of the edge into a switch point from its join
 RING_BLOCK = 128   # splash attention's key block: a ring shard must hold whole blocks
 SHARDABLE_ROLES = {"dot": ("batch", "lhs_free", "rhs_free", "contracting"),
                    "conv": ("batch", "rhs_free", "contracting"),
@@ -345,6 +356,8 @@ class Options:
     dtensor: bool = False                 # reshards as DTensor's redistribute does them (torch)
     prefetch_room: float = PREFETCH_ROOM  # rho of the prefetch overlap (``formulation.prefetch``;
                                           # 0 when the axis costs hold a measured exposure)
+    switch_points: bool = True            # a join's output may change spec (module docstring)
+    switch_min_bytes: int = 1 << 20       # joins with a smaller output get no switch point
 
 
 class _Builder:
@@ -358,6 +371,7 @@ class _Builder:
         self.group_of_node: dict[str, str] = {}
         self.origin: dict[str, tuple[str, str, tuple[str, ...]]] = {}
         self.pending: list[tuple[str, str, str, int, int]] = []  # (tensor, consumer grp, node, op idx, repeat)
+        self.switches: list[tuple[str, str, tuple, int]] = []  # (tensor, switch grp, its origin, repeat)
         self.notes: list[str] = []
         self.scan_xs_outers = {t.outer for t in self.T.values() if t.kind == "scan_xs"}
         self._sb: dict[tuple[str, Spec], float] = {}
@@ -391,10 +405,12 @@ class _Builder:
         return r
 
     def spec_of(self, tid: str, k: int) -> Spec:
-        t = self.T[tid]
-        o = self.resolve(tid)
+        return self._spec_at(self.resolve(tid), tid, k)
+
+    def _spec_at(self, o, tid: str, k: int) -> Spec:
+        """Tensor ``tid``'s spec under strategy k of the group of origin ``o``."""
         if o is None:
-            return replicated(len(t.shape))
+            return replicated(len(self.T[tid].shape))
         gid, base, tr = o
         spec = self.groups[gid].strategies[k].specs[base]
         for x in tr:
@@ -856,7 +872,10 @@ class _Builder:
                 self.source_node(n)
             elif n.kind in FOLLOW_KINDS:
                 f = max(tens, key=lambda k: (T[n.operands[k]].bytes, not self._expanded(n.operands[k]), -k))
+                joined = self._joined_groups(n, tens)
                 self.follow(n, f)
+                if self.opts.switch_points and len(joined) > 1:
+                    self.switch_point(n)
             else:
                 self.replicated_node(n)
         for tid in ir.outputs:
@@ -866,6 +885,30 @@ class _Builder:
         edges = self._edges(carries)
         return StrategyGraph(dict(self.sizes), self.groups, edges, self.group_of_node, self.origin,
                              self.notes, prefetch_room(self.ir, self.ac, self.opts.prefetch_room))
+
+    def _joined_groups(self, n, tens) -> set[str]:
+        """The groups whose full-size, real (not broadcast) tensors elementwise op ``n`` joins
+        (a residual add joins the stream and a block's output); empty for other ops and for
+        outputs under ``Options.switch_min_bytes``."""
+        res = self.T[n.results[0]] if n.results else None
+        if n.kind != "elementwise" or len(n.results) != 1 or res is None or len(res.shape) < 2 \
+                or res.bytes < self.opts.switch_min_bytes:
+            return set()
+        return {self.resolve(n.operands[k])[0] for k in tens
+                if list(self.T[n.operands[k]].shape) == list(res.shape)
+                and not self._expanded(n.operands[k])}
+
+    def switch_point(self, n):
+        """A group of its own for the output of join ``n``: any spec, reached from the spec the
+        join computes in by one reshard (an edge, ``_edges``); later readers follow it."""
+        tid = n.results[0]
+        gid = f"sw:{n.key}"
+        specs = all_specs(self.T[tid].shape, self.sizes, self.opts.allow_padding)
+        self.switches.append((tid, gid, self.origin[tid], n.repeat))
+        self.groups[gid] = Group(gid, "switch", n.key, [], [
+            Strategy(spec_str(sp), {tid: sp}, {}, words=f"reshard point: {spec_str(sp)}")
+            for sp in specs])
+        self.origin[tid] = (gid, tid, ())
 
     def _expanded(self, tid: str) -> bool:
         """A tensor made by broadcasting (or a source op): follow real data before it."""
@@ -934,6 +977,9 @@ class _Builder:
                 edges.append(self._edge(t.outer, gid, "", -1, outer_rep, mine))
             if t.loop_back and self.resolve(t.loop_back) is not None:
                 edges.append(self._edge(t.loop_back, gid, "", -2, t.repeat, mine))
+        for tid, gid, src, rep in self.switches:
+            mine = [st.specs[tid] for st in self.groups[gid].strategies]
+            edges.append(self._edge(tid, gid, "", SWITCH_EDGE, rep, mine, origin=src))
         # state fed back (ProgramIR.state_aliases): the output in the layout of its input
         for o, i in getattr(self.ir, "state_aliases", ()):
             out_t, gid = self.ir.outputs[o], f"in:{self.ir.inputs[i]}"
@@ -942,11 +988,11 @@ class _Builder:
                 edges.append(self._edge(out_t, gid, "", -3, 1, mine))
         return [e for e in edges if e is not None]
 
-    def _edge(self, tid, cg, node, k, rep, q_list):
-        o = self.resolve(tid)
+    def _edge(self, tid, cg, node, k, rep, q_list, origin=None):
+        o = origin or self.resolve(tid)
         pg = o[0]
         P = self.groups[pg]
-        p_list = [self.spec_of(tid, kk) for kk in range(len(P.strategies))]
+        p_list = [self._spec_at(o, tid, kk) for kk in range(len(P.strategies))]
         p_specs = sorted(set(p_list))
         q_specs = sorted(set(q_list))
         pi = {s: i for i, s in enumerate(p_specs)}

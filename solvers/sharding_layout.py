@@ -11,7 +11,7 @@ and each attention's (batch, heads, sequence, kv mode);
 from __future__ import annotations
 
 from aoizora.formulation.layout import AttentionLayout, Layout
-from aoizora.formulation.strategies import StrategyGraph, spec_str
+from aoizora.formulation.strategies import SWITCH_EDGE, StrategyGraph, spec_str
 
 
 
@@ -61,12 +61,16 @@ def to_layout(ir, graph: StrategyGraph, choice: dict[str, int], name: str = "ilp
                 attention[n.key] = attention[n.key].with_tiles(**st.tiles)
     for key, sp in operand_pins(ir, graph, choice).items():
         node_specs.setdefault(key, sp)
+    reshard_from = switch_reshards(ir, graph, choice)
+    for key, (_, to) in reshard_from.items():
+        node_specs[key] = _layout_spec(to)
     out_specs = [spec(t) for t in ir.outputs]
     for o, i in getattr(ir, "state_aliases", ()):   # new state in its input's layout
         out_specs[o] = spec(ir.inputs[i])
     return Layout(mesh_axes=dict(graph.mesh_axes), in_specs=[spec(t) for t in ir.inputs],
                   out_specs=out_specs, node_specs=node_specs,
-                  attention=attention, name=name)
+                  attention=attention, name=name,
+                  reshard_from={k: _layout_spec(frm) for k, (frm, _) in reshard_from.items()})
 
 
 def operand_pins(ir, graph: StrategyGraph, choice: dict[str, int]) -> dict[str, tuple]:
@@ -96,6 +100,23 @@ def operand_pins(ir, graph: StrategyGraph, choice: dict[str, int]) -> dict[str, 
     return pins
 
 
+def switch_reshards(ir, graph: StrategyGraph, choice: dict[str, int]) -> dict[str, tuple]:
+    """Join node key -> (spec it computes in, spec its switch point gives its output; the
+    strategies' specs), for each
+    switch point (``formulation.strategies``) whose two specs differ: the layout constrains the
+    join's output to the first, then the second, so the reshard is on that tensor."""
+    out = {}
+    for e in graph.edges:
+        G = graph.groups[e.consumer]
+        if G.kind != "switch" or e.operand != SWITCH_EDGE:
+            continue
+        frm = e.p_specs[e.p_of[choice[e.producer]]]
+        to = e.q_specs[e.q_of[choice[e.consumer]]]
+        if frm != to:
+            out[G.anchor] = (frm, to)
+    return out
+
+
 def _weight_path(ir, nodes, tid: str, depth: int = 4) -> str:
     """The input path a tensor comes from (through scan slices and converts), or ""."""
     t = ir.tensors[tid]
@@ -119,6 +140,7 @@ def layout_words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
     out = []
     nodes = {n.key: n for n in ir.nodes}
     anchors = ("attention", "attention_bwd", "dot", "conv")
+    switches = switch_reshards(ir, graph, choice)
     for gid in sorted(graph.order(), key=lambda g: graph.groups[g].kind not in anchors):
         G = graph.groups[gid]
         st = G.strategies[choice[gid]]
@@ -129,6 +151,11 @@ def layout_words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
             guessed = n.params.get("guesses") if n.kind == "attention" else None
             out.append(f"{text} [{gid}{' ' + n.source if n.source else ''}]"
                        + (f" (dims guessed: {'; '.join(guessed)})" if guessed else ""))
+        elif G.kind == "switch" and G.anchor in switches:
+            frm, to = switches[G.anchor]
+            n = nodes[G.anchor]
+            out.append(f"reshard {spec_str(frm)} -> {spec_str(to)} after "
+                       f"[{G.anchor}{' ' + n.source if n.source else ''}]")
         elif G.kind == "input":
             t = ir.tensors[G.anchor]
             out.append(f"input {t.path or G.anchor} {list(t.shape)}: {spec_str(st.specs[G.anchor])}")

@@ -73,16 +73,16 @@ def test_refinement_keeps_attention_and_rules_and_changes_only_parameters(cfg2):
 
 def test_tied_optima_keep_the_seeds_parameter_layout():
     """Wan 2.1 1.3B 480p-81f on v5e-8 (real shapes, abstract: nothing is allocated): around
-    fsdp_sp's attention Q1 ties a parameter's split over ``sp`` (the seed's) with the ILP's own
-    answer; the refinement takes the seed's, at the same proven Q1. (Which parameter ties
-    depends on Q1's pricing: the patch embedding's weight under cfg2_context before Q1 priced
-    fused follower chains, a patch embedding leaf under fsdp_sp since.)"""
+    cfg2_context's attention Q1 ties a parameter's split (the seed's) with the ILP's own
+    answer; the refinement takes the seed's, at the same proven Q1. (Which expert's parameter
+    ties depends on Q1's pricing: cfg2_context's before Q1 priced fused follower chains,
+    fsdp_sp's until the ILP had switch points, cfg2_context's again since.)"""
     import aoizora.solvers.sharding as S
     from aoizora.planning.seed_refinement import seed_strategies
 
     tgt = get_target("v5e-8")
     ex = next(e for e in expert_layouts(R.get_model("wan2.1-1.3b"), "480p-81f", tgt)
-              if e.name == "fsdp_sp")
+              if e.name == "cfg2_context")
     ir = build_ir(ex.fn, *ex.args)
     n = len(jax.tree_util.tree_leaves(ex.args[0]))
     ref = refine_seed(ir, tgt, ex.layout, range(n), time_limit_s=30, seed=0)

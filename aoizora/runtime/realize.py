@@ -15,6 +15,8 @@ chose on the IR names the same op here:
   ``lax.while_loop``), so constraints inside a scanned layer apply at every iteration;
 - after an eqn whose key is in ``layout.node_specs`` its output is constrained with
   ``with_sharding_constraint`` (an eqn with several outputs: every output of the spec's rank);
+  one also in ``layout.reshard_from`` (a switch point) is constrained to that spec first, so the
+  reshard between the two is on this output;
 - at an ``aoizora_hint`` eqn the layout's ``rules`` give the spec: a dim whose logical name has a
   rule is split over the rule's axes (an empty rule: replicated); a dim with no rule (or no name)
   is ``P.UNCONSTRAINED`` (the partitioner propagates); a mesh axis already used by an earlier dim
@@ -343,6 +345,10 @@ def _eval(jaxpr, consts, args, prefix: str, ctx: _Ctx) -> list:
                 ans = eqn.primitive.bind(*invals, **params)
             outs = list(ans) if eqn.primitive.multiple_results else [ans]
         spec = ctx.layout.node_specs.get(key)
+        first = ctx.layout.reshard_from.get(key)
+        if spec is not None and first is not None and len(outs) == 1:
+            # a switch point (Layout.reshard_from): the reshard happens on this output
+            outs = [_constrain(outs[0], first, ctx, f"node {key} ({name}) before its reshard")]
         if spec is not None:
             if key in pat.matches:
                 j = pat.matches[key].out_index
@@ -421,6 +427,10 @@ def _check_keys(closed, layout: Layout, mesh: Mesh, patterns: Patterns) -> None:
                 check_layout(q, k, layout.attention_for(w.key), mesh)
             except AttentionLayoutError as e:
                 raise RealizeError(f"attention node {w.key}: {e}") from None
+    for k in layout.reshard_from:
+        if k not in layout.node_specs:
+            raise RealizeError(f"layout {layout.name or ''} reshards node {k!r} from a spec "
+                               f"(reshard_from) but gives it no spec to reshard to (node_specs)")
     for k in layout.node_specs:
         if k not in prims:
             raise RealizeError(f"layout {layout.name or ''} constrains node {k!r}, which this program "
