@@ -5,7 +5,9 @@ options), one knob at a time.
 ``tune_expert(job, name, price)``, in this order, each step from the best setting so far
 (coordinate descent; deterministic: the order is fixed and ties keep the earlier):
   1. the expert as published (every knob ``published``);
-  2. blocks: ``shard`` (sized to the shard by the kernel model, fused backward included);
+  2. blocks: ``shard`` (sized to the shard by the kernel model, fused backward included; when
+     the compile overflows VMEM or SMEM, chosen again within a smaller VMEM fraction, as the
+     planner's own tiles are: ``kernels.tiles.choose_tiles``; one setting, one trial);
   3. remat (training): each of maxdiffusion's named policies, then keep-what-fits, whose rungs
      (``KEEP_LADDER``) are tried in order until one fits in HBM (none tried when ``none``, which
      keeps everything, fits);
@@ -25,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from aoizora.kernels.tiles import VMEM_BACKOFF, VMEM_RETRIES, overflows_on_chip
 from aoizora.models import tuned_experts as TE
 from aoizora.models.tuned_experts import Knobs, Variant
 
@@ -45,10 +48,14 @@ class Trial:
     knobs: Knobs
     priced: Priced
     variant: Variant | None = None
+    vmem_fraction: float = 1.0      # blocks ``shard``: the VMEM fraction its tiles were chosen in
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self.knobs), "step_s": self.priced.step_s,
-                "fits": self.priced.fits, "reason": self.priced.reason}
+        out = {**dataclasses.asdict(self.knobs), "step_s": self.priced.step_s,
+               "fits": self.priced.fits, "reason": self.priced.reason}
+        if self.vmem_fraction != 1.0:
+            out["vmem_fraction"] = self.vmem_fraction
+        return out
 
 
 @dataclasses.dataclass
@@ -85,6 +92,7 @@ class _Search:
         self.trials: dict[Knobs, Trial] = {}
         self.untried: list[Knobs] = []
         self.best: Trial | None = None
+        self.shard_fraction = 1.0
 
     def try_(self, knobs: Knobs) -> Trial | None:
         if knobs in self.trials:
@@ -92,10 +100,20 @@ class _Search:
         if self.cap is not None and len(self.trials) >= self.cap:
             self.untried.append(knobs)
             return None
-        v = TE.variant(self.job, self.name, knobs)
+        shard = knobs.blocks == "shard"
+        fraction = self.shard_fraction if shard else 1.0
+        v = TE.variant(self.job, self.name, knobs, fraction)
         if v is None:
             return None
-        t = Trial(knobs, self.price(v), v)
+        t = Trial(knobs, self.price(v), v, fraction)
+        for _ in range(VMEM_RETRIES if shard else 0):
+            if t.priced.step_s is not None or not overflows_on_chip(t.priced.reason):
+                break
+            fraction *= VMEM_BACKOFF
+            v = TE.variant(self.job, self.name, knobs, fraction)
+            t = Trial(knobs, self.price(v), v, fraction)
+        if shard and t.priced.step_s is not None:
+            self.shard_fraction = fraction      # later settings start from the tiles that fit
         self.trials[knobs] = t
         s = t.priced.step_s
         if s is not None and (self.best is None or s < self.best.priced.step_s):

@@ -13,8 +13,9 @@ from aoizora.models.tuned_experts import Knobs
 
 
 def _fake_variants(monkeypatch, options=None):
-    def variant(job, name, knobs):
-        layout = type("L", (), {"compiler_options": dict(options or {}), "name": knobs.label()})
+    def variant(job, name, knobs, vmem_fraction=1.0):
+        layout = type("L", (), {"compiler_options": dict(options or {}), "name": knobs.label(),
+                                "vmem_fraction": vmem_fraction})
         return TE.Variant(name, knobs, None, (), layout, {})
     monkeypatch.setattr(TE, "variant", variant)
 
@@ -45,6 +46,29 @@ def test_inference_tunes_blocks_then_options_from_the_best(monkeypatch):
     price, seen = _price({})
     X.tune_expert(gpu, "cfg2_context", price)
     assert [k.options for k in seen] == ["published", "published"]
+
+
+def test_blocks_that_overflow_vmem_are_chosen_again_within_less_of_it(monkeypatch):
+    """Blocks sized to the shard that overflow VMEM are chosen again within 0.75 of it, as the
+    planner's own tiles are; the retry is the same setting: one trial, no cap spent."""
+    _fake_variants(monkeypatch)
+    fractions = []
+
+    def price(v):
+        fractions.append((v.knobs.blocks, v.layout.vmem_fraction))
+        if v.knobs.blocks == "shard" and v.layout.vmem_fraction > 0.8:
+            return X.Priced(None, None, "RESOURCE_EXHAUSTED: CompileTimeScopedVmemOom: VMEM")
+        return X.Priced(8.0 if v.knobs.blocks == "shard" else 10.0, True)
+    t = X.tune_expert(type("J", (), {"task": "denoise"})(), "dsp", price, max_compiles=3)
+    assert fractions == [("published", 1.0), ("shard", 1.0), ("shard", 0.75), ("shard", 0.75)]
+    shard = [x for x in t.trials if x.knobs == Knobs(blocks="shard")]
+    assert len(shard) == 1 and shard[0].vmem_fraction == 0.75 and t.best is shard[0]
+    assert shard[0].to_json()["vmem_fraction"] == 0.75 and len(t.trials) == 3 and t.untried
+    # another compile error is not retried
+    fractions.clear()
+    t = X.tune_expert(type("J", (), {"task": "denoise"})(), "dsp",
+                      lambda v: X.Priced(None, None, "does not fit in HBM"), max_compiles=3)
+    assert [x.vmem_fraction for x in t.trials] == [1.0, 1.0, 1.0]
 
 
 def test_training_tries_every_named_remat_and_climbs_keep_what_fits(monkeypatch):

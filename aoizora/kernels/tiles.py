@@ -140,16 +140,26 @@ def untiled(layout: Layout) -> Layout:
         k: AttentionLayout(a.batch, a.heads, a.seq, a.kv) for k, a in layout.attention.items()})
 
 
-def kernel_tiled(layout: Layout, ir, target: Target) -> Layout:
+def kernel_tiled(layout: Layout, ir, target: Target, vmem_fraction: float = 1.0) -> Layout:
     """``layout`` with the kernel model's tiles, not its own (a seed's: its authors'), on every
-    attention and attention backward node of ``ir`` it lays out; no compile (the caller's
-    compile is the verdict)."""
+    attention and attention backward node of ``ir`` it lays out, within ``vmem_fraction`` of the
+    scoped VMEM; no compile (the caller's compile is the verdict: on a VMEM or SMEM overflow,
+    ask again with the fraction times ``VMEM_BACKOFF``, as ``choose_tiles`` does)."""
     shapes, backward = laid_out_shapes(layout, ir)
-    return tiled_layout(untiled(layout), shapes, target, backward=backward)[0]
+    return tiled_layout(untiled(layout), shapes, target, vmem_fraction, backward=backward)[0]
+
+
+def overflows_on_chip(reason: str) -> bool:
+    """Whether a compile error says a kernel overflowed VMEM or SMEM (retry with smaller tiles)."""
+    return "VMEM" in reason or "SMEM" in reason
+
+
+VMEM_RETRIES = 3       # a tile choice that overflows on chip is made again this many times,
+VMEM_BACKOFF = 0.75    # each time within this factor of the previous VMEM fraction
 
 
 def choose_tiles(layout: Layout, ir_or_shapes: Any, target: Target, *,
-                 check: Callable[[Layout], Any] | None = None, retries: int = 3,
+                 check: Callable[[Layout], Any] | None = None, retries: int = VMEM_RETRIES,
                  backward: dict[str, AttentionShape] | None = None) -> Layout:
     """``layout`` with kernel-model tiles on every attention node (module docstring).
 
@@ -170,9 +180,9 @@ def choose_tiles(layout: Layout, ir_or_shapes: Any, target: Target, *,
             check(tiled)
             return tiled
         except CompileError as e:
-            if "VMEM" not in str(e) and "SMEM" not in str(e):
+            if not overflows_on_chip(str(e)):
                 raise
-        fraction *= 0.75
+        fraction *= VMEM_BACKOFF
     return layout
 
 

@@ -153,10 +153,11 @@ def _expert(job, name: str, remat: Any = None):
     return next((e for e in exs if e.name == name), None)
 
 
-def variant(job, name: str, knobs: Knobs) -> Variant | None:
+def variant(job, name: str, knobs: Knobs, vmem_fraction: float = 1.0) -> Variant | None:
     """Expert ``name`` of ``job`` (``builtin.Job``) under ``knobs``; None when the expert is not
-    valid for the job or remat is asked of an inference job. Raises ValueError for an unknown
-    knob setting."""
+    valid for the job or remat is asked of an inference job. ``vmem_fraction``: blocks ``shard``
+    within that fraction of the scoped VMEM (``kernels.tiles.kernel_tiled``). Raises ValueError
+    for an unknown knob setting."""
     task = getattr(job, "task", "denoise")
     if task != "train" and knobs.remat != PUBLISHED:
         return None
@@ -172,7 +173,7 @@ def variant(job, name: str, knobs: Knobs) -> Variant | None:
         with warnings.catch_warnings():     # ops kept replicated: the IR's warning, not ours
             warnings.simplefilter("ignore")
             ir = build_ir(ex.fn, *ex.args)
-        layout = kernel_tiled(layout, ir, job.target)
+        layout = kernel_tiled(layout, ir, job.target, vmem_fraction)
     elif knobs.blocks != PUBLISHED:
         raise ValueError(f"blocks {knobs.blocks!r}: give one of {list(BLOCKS)}")
     layout = dataclasses.replace(
