@@ -48,6 +48,7 @@ from aoizora.builtin import builtin_job
 from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.sharding_ilp import evaluate, peak_memory
+from aoizora.formulation.strategies import SWITCH_EDGE
 from aoizora.formulation.kernel_model import SplashShape, splash_seconds
 from aoizora.formulation.compiler_settings import ilp_compiler_options
 from aoizora.formulation.strategies import Hardware, Options
@@ -172,6 +173,14 @@ def variant_problem(variant: str, target, mesh: dict[str, int] | None = None,
     return ShardingProblem(remat="stacks", **kw)
 
 
+def _no_switch(graph, gid: str, choice: dict[str, int]) -> int:
+    """The strategy of switch group ``gid`` that keeps the spec its join computes in (no
+    reshard): a choice the ILP made before it had switch points, completed."""
+    e = next(e for e in graph.edges if e.consumer == gid and e.operand == SWITCH_EDGE)
+    have = e.p_specs[e.p_of[choice[e.producer]]]
+    return next(k for k, q in enumerate(e.q_of) if e.q_specs[q] == have)
+
+
 def q1_of(rec: dict[str, Any], ir, target, variant: str = "current",
           teacher: Teacher | None = None) -> dict[str, Any]:
     """Q1 terms of one record's layout (module docstring) under Q1 ``variant``."""
@@ -183,6 +192,9 @@ def q1_of(rec: dict[str, Any], ir, target, variant: str = "current",
         names = rec["choice"]
         choice = {}
         for gid, G in graph.groups.items():
+            if G.kind == "switch" and gid not in names:
+                choice[gid] = _no_switch(graph, gid, choice)   # chosen before switch points
+                continue
             want = names.get(gid)
             idx = [k for k, st in enumerate(G.strategies) if st.name == want]
             if not idx:
