@@ -186,6 +186,7 @@ def canonical(layout: Layout) -> Layout:
         layout, mesh_axes={names[a]: n for a, n in layout.mesh_axes.items()},
         in_specs=[spec(sp) for sp in layout.in_specs], out_specs=None,
         node_specs={k: spec(v) for k, v in layout.node_specs.items()},
+        reshard_from={k: spec(v) for k, v in layout.reshard_from.items()},
         attention={k: att(a) for k, a in layout.attention.items()}, rules={})
 
 

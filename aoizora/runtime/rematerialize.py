@@ -14,7 +14,7 @@ A user's step may carry the same two attributes (its blocks tagged with
 program as traced and decides nothing, and ``realize`` refuses a layout with a remat.
 
 ``apply_remat(fn, args, layout)`` -> (fn', layout'): fn' = ``fn.with_remat(layout.remat)``, and
-the layout's node keys (``node_specs``, ``attention``) moved to fn''s keys by aligning the two
+the layout's node keys (``node_specs``, ``reshard_from``, ``attention``) moved to fn''s keys by aligning the two
 programs' walks (the shared walk of ``extract.frontends.jax.jaxpr_walk``): eqns matched in order by primitive
 and result shapes (``difflib``); the backward's recomputed ops match nothing and are left to the
 partitioner, except recomputed attentions, which take the layout of the forward attention of the
@@ -90,6 +90,7 @@ def apply_remat(fn: Callable, args: Sequence[Any], layout: Layout) -> RematAppli
     new_fn = fn.with_remat(dict(layout.remat))
     km = key_map(jax.make_jaxpr(fn)(*args), jax.make_jaxpr(new_fn)(*args))
     node_specs = {km[k]: v for k, v in layout.node_specs.items() if k in km}
+    reshard_from = {km[k]: v for k, v in layout.reshard_from.items() if k in km}
     attention = {km[k]: v for k, v in layout.attention.items() if k in km}
     if "*" in layout.attention:
         attention["*"] = layout.attention["*"]
@@ -99,5 +100,5 @@ def apply_remat(fn: Callable, args: Sequence[Any], layout: Layout) -> RematAppli
     dropped = sorted({k for k in [*layout.node_specs, *layout.attention]
                       if k != "*" and k not in km})
     new_layout = dataclasses.replace(layout, node_specs=node_specs, attention=attention,
-                                     remat=None)
+                                     reshard_from=reshard_from, remat=None)
     return RematApplied(new_fn, new_layout, dropped)
