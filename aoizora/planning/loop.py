@@ -28,6 +28,7 @@ from aoizora.planning.loop_state import IterationRecord, LoopState, new_record
 from aoizora.planning_errors import BudgetError, PlanningError
 from aoizora.planning.pricing_order import PricingItem, diverse, pricing_rank, with_unproven_near
 from aoizora.planning.seeds import seed_pricing_items
+from aoizora.planning.tile_retry import retile_overflowing
 from aoizora.formulation.remat import REMAT_KEY, remat_key
 
 
@@ -139,6 +140,8 @@ def price_candidates(state: LoopState, it: int, todo: list[PricingItem], rec: It
         if isinstance(got, Skipped):
             _skipped(state, m, sol, got, rec)
             continue
+        state.seen.add(layout_id(m, sol.layout))
+        got, sol = retile_overflowing(state, item, got, sol)
         state.seen.add(layout_id(m, sol.layout))
         cand = place(Candidate(it, dict(m), sol, seed=item.seed), got, state.program, state.budget,
                      state.settings, state.progress, state.seams.solve_placement,
