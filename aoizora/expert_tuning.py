@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from aoizora.kernels.tiles import VMEM_BACKOFF, VMEM_RETRIES, overflows_on_chip
+from aoizora.kernels.tiles import overflows_on_chip, smaller_tile_choices
 from aoizora.models import tuned_experts as TE
 from aoizora.models.tuned_experts import Knobs, Variant
 
@@ -106,14 +106,15 @@ class _Search:
         if v is None:
             return None
         t = Trial(knobs, self.price(v), v, fraction)
-        for _ in range(VMEM_RETRIES if shard else 0):
-            if t.priced.step_s is not None or not overflows_on_chip(t.priced.reason):
-                break
-            fraction *= VMEM_BACKOFF
-            v = TE.variant(self.job, self.name, knobs, fraction)
-            t = Trial(knobs, self.price(v), v, fraction)
+        if shard and t.priced.step_s is None and overflows_on_chip(t.priced.reason):
+            for f, w in smaller_tile_choices(lambda f: TE.variant(self.job, self.name, knobs, f),
+                                             v, start=fraction,
+                                             attention=lambda x: x.layout.attention):
+                t = Trial(knobs, self.price(w), w, f)
+                if t.priced.step_s is not None or not overflows_on_chip(t.priced.reason):
+                    break
         if shard and t.priced.step_s is not None:
-            self.shard_fraction = fraction      # later settings start from the tiles that fit
+            self.shard_fraction = t.vmem_fraction     # later settings start from tiles that fit
         self.trials[knobs] = t
         s = t.priced.step_s
         if s is not None and (self.best is None or s < self.best.priced.step_s):

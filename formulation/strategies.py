@@ -903,12 +903,8 @@ class _Builder:
         join computes in by one reshard (an edge, ``_edges``); later readers follow it."""
         tid = n.results[0]
         gid = f"sw:{n.key}"
-        specs = all_specs(self.T[tid].shape, self.sizes, self.opts.allow_padding)
         self.switches.append((tid, gid, self.origin[tid], n.repeat))
-        self.groups[gid] = Group(gid, "switch", n.key, [], [
-            Strategy(spec_str(sp), {tid: sp}, {}, words=f"reshard point: {spec_str(sp)}")
-            for sp in specs])
-        self.origin[tid] = (gid, tid, ())
+        self.source_group(gid, "switch", tid, allow_padding=self.opts.allow_padding)
 
     def _expanded(self, tid: str) -> bool:
         """A tensor made by broadcasting (or a source op): follow real data before it."""

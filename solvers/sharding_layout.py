@@ -113,7 +113,7 @@ def switch_reshards(ir, graph: StrategyGraph, choice: dict[str, int]) -> dict[st
         frm = e.p_specs[e.p_of[choice[e.producer]]]
         to = e.q_specs[e.q_of[choice[e.consumer]]]
         if frm != to:
-            out[G.anchor] = (frm, to)
+            out[ir.tensors[G.anchor].producer] = (frm, to)
     return out
 
 
@@ -151,11 +151,11 @@ def layout_words(ir, graph: StrategyGraph, choice: dict[str, int]) -> list[str]:
             guessed = n.params.get("guesses") if n.kind == "attention" else None
             out.append(f"{text} [{gid}{' ' + n.source if n.source else ''}]"
                        + (f" (dims guessed: {'; '.join(guessed)})" if guessed else ""))
-        elif G.kind == "switch" and G.anchor in switches:
-            frm, to = switches[G.anchor]
-            n = nodes[G.anchor]
+        elif G.kind == "switch" and ir.tensors[G.anchor].producer in switches:
+            n = nodes[ir.tensors[G.anchor].producer]
+            frm, to = switches[n.key]
             out.append(f"reshard {spec_str(frm)} -> {spec_str(to)} after "
-                       f"[{G.anchor}{' ' + n.source if n.source else ''}]")
+                       f"[{n.key}{' ' + n.source if n.source else ''}]")
         elif G.kind == "input":
             t = ir.tensors[G.anchor]
             out.append(f"input {t.path or G.anchor} {list(t.shape)}: {spec_str(st.specs[G.anchor])}")

@@ -15,7 +15,8 @@ from aoizora.models.tuned_experts import Knobs
 def _fake_variants(monkeypatch, options=None):
     def variant(job, name, knobs, vmem_fraction=1.0):
         layout = type("L", (), {"compiler_options": dict(options or {}), "name": knobs.label(),
-                                "vmem_fraction": vmem_fraction})
+                                "vmem_fraction": vmem_fraction,
+                                "attention": {"node": vmem_fraction}})
         return TE.Variant(name, knobs, None, (), layout, {})
     monkeypatch.setattr(TE, "variant", variant)
 

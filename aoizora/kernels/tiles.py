@@ -158,6 +158,23 @@ VMEM_RETRIES = 3       # a tile choice that overflows on chip is made again this
 VMEM_BACKOFF = 0.75    # each time within this factor of the previous VMEM fraction
 
 
+def smaller_tile_choices(make: Callable[[float], Any], first: Any, *, start: float = 1.0,
+                         retries: int = VMEM_RETRIES,
+                         attention: Callable[[Any], Any] = lambda x: x.attention):
+    """After ``first`` overflowed on chip: ``(fraction, make(fraction))`` for fraction =
+    ``start * VMEM_BACKOFF**k``, k = 1 .. ``retries``, skipping a choice whose tiles
+    (``attention(choice)``) are those of the choice before it (its compile would overflow
+    again). ``make``: fraction -> a tiled layout (or anything ``attention`` reads one from).
+    The one retry rule of ``choose_tiles``, the tuned experts and the planner's candidates."""
+    fraction, last = start, attention(first)
+    for _ in range(retries):
+        fraction *= VMEM_BACKOFF
+        choice = make(fraction)
+        if attention(choice) != last:
+            last = attention(choice)
+            yield fraction, choice
+
+
 def choose_tiles(layout: Layout, ir_or_shapes: Any, target: Target, *,
                  check: Callable[[Layout], Any] | None = None, retries: int = VMEM_RETRIES,
                  backward: dict[str, AttentionShape] | None = None) -> Layout:
@@ -171,18 +188,19 @@ def choose_tiles(layout: Layout, ir_or_shapes: Any, target: Target, *,
     else:
         shapes = attention_shapes(ir_or_shapes)
         backward = attention_shapes(ir_or_shapes, "attention_bwd")
-    fraction = 1.0
-    for _ in range(retries + 1):
-        tiled, _chosen = tiled_layout(layout, shapes, target, fraction, backward)
-        if check is None:
-            return tiled
+    def make(fraction: float) -> Layout:
+        return tiled_layout(layout, shapes, target, fraction, backward)[0]
+
+    first = make(1.0)
+    if check is None:
+        return first
+    for _, tiled in [(1.0, first), *smaller_tile_choices(make, first, retries=retries)]:
         try:
             check(tiled)
             return tiled
         except CompileError as e:
             if not overflows_on_chip(str(e)):
                 raise
-        fraction *= VMEM_BACKOFF
     return layout
 
 

@@ -3,7 +3,8 @@ compiled again with the tiles chosen within less of the VMEM, as the planner's f
 (``kernels.tiles.choose_tiles``) and as the tuned experts' are (``expert_tuning``).
 
     fraction_k = VMEM_BACKOFF^k,   k = 1 .. VMEM_RETRIES
-    layout_k   = kernel_tiled(layout, ir, target, fraction_k)
+    layout_k   = kernel_tiled(layout, ir, target, fraction_k)   (``smaller_tile_choices``: a
+                 choice with the tiles of the one before is skipped, not compiled)
 
 Each retry is one more compile of the budget (the compile queue decides, as for any compile);
 the first that compiles replaces the candidate's layout (its tiles), and the retries stop at the
@@ -15,9 +16,9 @@ keeps its authors' blocks, and its failure stands.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
-from aoizora.kernels.tiles import VMEM_BACKOFF, VMEM_RETRIES, kernel_tiled, overflows_on_chip
+from aoizora.extract.frontends.jax.ir_builder import build_ir
+from aoizora.kernels.tiles import kernel_tiled, overflows_on_chip, smaller_tile_choices
 from aoizora.planning.candidate_pricing import compile_job
 from aoizora.planning.compile_queue import Skipped
 
@@ -33,13 +34,11 @@ def retile_overflowing(state, item, got, sol):
         return got, sol
     prog = state.program
     seed = item.seed
-    fn = seed.fn if seed is not None and seed.fn is not None else prog.fn
-    args = seed.args if seed is not None and seed.args is not None else prog.args
-    ir = prog.ir if seed is None else _ir(fn, args)
-    fraction = 1.0
-    for _ in range(VMEM_RETRIES):
-        fraction *= VMEM_BACKOFF
-        layout = kernel_tiled(sol.layout, ir, prog.target, fraction)
+    own = seed is None or seed.fn is None
+    fn, args = (prog.fn, prog.args) if own else (seed.fn, seed.args)
+    ir = prog.ir if own else build_ir(fn, *args)
+    for fraction, layout in smaller_tile_choices(
+            lambda f: kernel_tiled(sol.layout, ir, prog.target, f), sol.layout):
         state.progress.note(f"{got.error[:100]}: tiles chosen again within {fraction:.2f} of "
                             f"the VMEM, compiling again")
         again = state.compiles_to().submit(
@@ -52,11 +51,3 @@ def retile_overflowing(state, item, got, sol):
         if not overflows_on_chip(got.error or ""):
             break
     return got, sol
-
-
-def _ir(fn, args):
-    from aoizora.extract.frontends.jax.ir_builder import build_ir
-
-    with warnings.catch_warnings():     # ops kept replicated: the IR's warning, not ours
-        warnings.simplefilter("ignore")
-        return build_ir(fn, *args)
