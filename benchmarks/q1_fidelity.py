@@ -49,6 +49,7 @@ from aoizora.extract.frontends.jax.ir_builder import build_ir
 from aoizora.formulation.layout import Layout
 from aoizora.formulation.sharding_ilp import evaluate, peak_memory
 from aoizora.formulation.strategies import SWITCH_EDGE
+from aoizora.formulation.attention_tiles import wrapper_seconds
 from aoizora.formulation.kernel_model import SplashShape, splash_seconds
 from aoizora.formulation.compiler_settings import ilp_compiler_options
 from aoizora.formulation.strategies import Hardware, Options
@@ -100,9 +101,10 @@ def input_pins(ir, graph, layout: Layout) -> list[dict[str, str]]:
 
 def layout_attention_seconds(G, st, layout: Layout, ir, chip) -> float | None:
     """Seconds per step of attention group ``G`` under strategy ``st`` by Q1's kernel model at
-    the tiles ``layout`` runs it with: its own tiles, else the automatic ones
-    (``models.attention_kernels.padded_lengths``); None when not a forward attention or no
-    kernel chip."""
+    the tiles ``layout`` runs it with (its own tiles, else the automatic ones:
+    ``models.attention_kernels.padded_lengths``), with the pads and relayouts around the kernel
+    at those tiles (``formulation.attention_tiles.wrapper_seconds``), as the ILP prices a
+    strategy; None when not a forward attention or no kernel chip."""
     if G.kind != "attention" or chip is None:
         return None
     n = ir.node(G.anchor)
@@ -120,7 +122,8 @@ def layout_attention_seconds(G, st, layout: Layout, ir, chip) -> float | None:
     lead = sh.batch // n_b * (sh.heads // n_h)
     one = splash_seconds(SplashShape(lead, sq // n_s, skv // r, sh.head_dim, sh.dtype_bytes),
                          bq, bkv, bkvc if bkv % bkvc == 0 else bkv, chip)
-    return r * one * n.repeat
+    around = wrapper_seconds(sh, n_b, n_h, n_s, st.kv == "ring", bq, bkv, chip)
+    return (r * one + around) * n.repeat
 
 
 def q1_terms(graph, model, choice: dict[str, int], attention_s: dict[str, float] | None = None

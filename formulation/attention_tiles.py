@@ -9,9 +9,16 @@ tiles), so candidates are compared at the tiles they run, not at automatic ones.
         Lq(bq)  = roundup(S, n_s * bq) / n_s          (the wrapper pads S to n_s * bq)
         Lkv(bkv) = roundup(T, r * bkv) / r
     cost(bq, bkv, bkvc) = r * splash_seconds(lead, Lq(bq), Lkv(bkv), D; bq, bkv, bkvc)
-                          + pad_s(bq, bkv)
+                          + pad_s(bq, bkv) + relayout_s
     pad_s = 2 e lead D (Lq [S % (n_s bq) != 0] + 2 Lkv [T % (r bkv) != 0]) / hbm_Bps
-    (a tile that makes the wrapper pad a tensor the program did not pad pays the copy), over
+    (a tile that makes the wrapper pad a tensor the program did not pad pays the copy)
+    relayout_s = 2 e lead D (2 ceil(S / n_s) + 2 ceil(T / r)) / hbm_Bps   if D % LANES != 0
+               = 0                                                      otherwise
+    (the kernel reads q, k, v and writes its output [.., S, D] with D in the vector lanes; a
+    projection writes [.., S, H * D], and that is the same bytes in HBM only when D fills whole
+    128-lane tiles. Otherwise each of q, k, v and the output crosses one relayout copy, read and
+    written once: on STDiT3 (D = 72) the compiled program has them, on Wan 2.1 (D = 128) not,
+    ``benchmarks/results/lab_notes.md``), over
 
         bq   in {128 * 2^i <= Lq} u {roundup(ceil(S / n_s) / m, 8) : m = 1..8}
         bkv  in {128 * 2^i <= Lkv} u {roundup(ceil(T / r) / m, 128) : m = 1..16}
@@ -66,8 +73,36 @@ def chip_of(generation: str, peak_flops: float, hbm_Bps: float, clock_hz: float
         return None
 
 
+LANES = 128    # a TPU vector register's lanes: the minor dim of an array in HBM is tiled by them
+
+
 def _pad_seconds(shape: AttentionShape, lead: int, lq: int, lkv: int, chip: KernelChip) -> float:
     return 2.0 * shape.dtype_bytes * lead * shape.head_dim * (lq + 2 * lkv) / chip.hbm_Bps
+
+
+def relayout_seconds(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
+                     chip: KernelChip) -> float:
+    """``relayout_s`` (module docstring): seconds per call of the copies that bring q, k, v into
+    the kernel's [.., S, D] layout and its output back, on one shard; 0 when D fills whole lanes."""
+    if shape.head_dim % LANES == 0:
+        return 0.0
+    r = n_s if ring else 1
+    lead = shape.batch // n_b * (shape.heads // n_h)
+    lq, lkv = -(-shape.q_len // n_s), -(-shape.kv_len // r)
+    return 2.0 * shape.dtype_bytes * lead * shape.head_dim * (2 * lq + 2 * lkv) / chip.hbm_Bps
+
+
+def wrapper_seconds(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
+                    block_q: int, block_kv: int, chip: KernelChip) -> float:
+    """``pad_s(block_q, block_kv) + relayout_s`` (module docstring): seconds per call the
+    program spends around the kernels of one shard at these tiles."""
+    r = n_s if ring else 1
+    lead = shape.batch // n_b * (shape.heads // n_h)
+    lq = round_up(shape.q_len, n_s * block_q) // n_s
+    lkv = round_up(shape.kv_len, r * block_kv) // r
+    pad = _pad_seconds(shape, lead, lq if shape.q_len % (n_s * block_q) else 0,
+                       lkv if shape.kv_len % (r * block_kv) else 0, chip)
+    return pad + relayout_seconds(shape, n_b, n_h, n_s, ring, chip)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -81,6 +116,7 @@ def best_tiles(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
     r = n_s if ring else 1
     lead = shape.batch // n_b * (shape.heads // n_h)
     lq0, lkv0 = -(-shape.q_len // n_s), -(-shape.kv_len // r)
+    relayout = relayout_seconds(shape, n_b, n_h, n_s, ring, chip)
     best = None
     for bq in block_candidates(lq0, 8, 8):
         lq = round_up(shape.q_len, n_s * bq) // n_s
@@ -97,7 +133,7 @@ def best_tiles(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
                 vmem = splash_vmem_bytes(sh, bq, bkv, bkvc, residuals=ring or residuals)
                 if vmem > chip.scoped_vmem_bytes * vmem_fraction:
                     continue
-                t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + pad
+                t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + pad + relayout
                 key = (t, vmem, bq, bkv, bkvc)
                 if best is None or key < best[0]:
                     best = (key, TileChoice(bq, bkv, bkvc, t, vmem))

@@ -86,6 +86,27 @@ def test_ring_tiles_fit_the_scoped_vmem_with_the_log_sum_exp():
     assert (ring.block_q, ring.block_kv, ring.block_kv_compute) != (2736, 2048, 2048)
 
 
+def test_a_head_dim_off_the_lanes_pays_one_relayout_of_q_k_v_and_the_output():
+    from aoizora.formulation.attention_tiles import best_tiles, relayout_seconds, wrapper_seconds
+    # STDiT3's spatial self-attention (16 heads of 72) and the same with heads of 128
+    d72, d128 = AttentionShape(2, 16, 6528, 6528, 72), AttentionShape(2, 16, 6528, 6528, 128)
+    assert relayout_seconds(d128, 1, 1, 8, False, V5E) == 0.0
+    got = relayout_seconds(d72, 1, 1, 8, False, V5E)
+    # q and the output one shard of 816 rows each, k and v gathered (6528 rows), read + written
+    want = 2 * 2 * 32 * 72 * (2 * 816 + 2 * 6528) / V5E.hbm_Bps
+    assert got == pytest.approx(want)
+    assert relayout_seconds(d72, 1, 1, 8, True, V5E) == pytest.approx(
+        2 * 2 * 32 * 72 * 4 * 816 / V5E.hbm_Bps)        # a ring keeps only its kv shard
+    c = best_tiles(d72, 1, 1, 8, False, V5E)
+    kernel = splash_seconds(SplashShape(32, 6528 // 8 if 6528 % (8 * c.block_q) == 0 else
+                                        -(-6528 // (8 * c.block_q)) * c.block_q,
+                                        -(-6528 // c.block_kv) * c.block_kv, 72),
+                            c.block_q, c.block_kv, c.block_kv_compute, V5E)
+    assert c.seconds == pytest.approx(kernel + wrapper_seconds(d72, 1, 1, 8, False, c.block_q,
+                                                               c.block_kv, V5E))
+    assert wrapper_seconds(d72, 1, 1, 8, False, c.block_q, c.block_kv, V5E) >= got
+
+
 # -- tile choice -------------------------------------------------------------------------------
 LAYOUT = Layout({"data": 2, "context": 4}, [],
                 attention={"*": AttentionLayout(batch=("data",), seq=("context",))})
