@@ -47,6 +47,15 @@ A cell written before an expert configuration joined ``EXPERTS`` gets its row wi
 ``--add-experts``: compiled and priced like the others, in the default order, and stamped
 ``added`` (commit, date, machine), since the cell's plan was made without it as a seed.
 
+Evidence cache (``--cache-dir DIR``; default none, every compile runs): every compile of a
+cell -- the planner's candidates, the baselines, the tuned experts' settings -- is looked up in
+``aoizora.extract.evidence_cache`` first and stored there with its HLO text. A cell re-run at a
+later commit then compiles only the programs that commit lowers differently; the evidence, and
+so every price, is the one a compile would give (the key is the lowered program, target, device
+order, options, compiler versions and the evidence reader's source). A cache hit counts as a
+compile in the planner's ``--compiles`` budget, so a warm cache gives the same plan. The cell
+records how many of its compiles came from the cache (``evidence_cache``).
+
 Results: one JSON per cell in ``benchmarks/results/grid_independent/`` (``--out`` for another
 directory; a cell whose JSON exists is skipped
 unless ``--force``), with the machine (nproc, CPU model, load average), versions, budget and seed.
@@ -75,6 +84,7 @@ from aoizora.builtin import Job, builtin_job
 from aoizora.extract.atomic_io import atomic_write
 from aoizora.compare import alpa_logical, price_default_order
 from aoizora.extract.aot_compile import keeping_hlo, read_hlo
+from aoizora.extract.evidence_cache import CacheError, EvidenceCache, open_cache
 from aoizora.extract.evidence import Evidence
 from aoizora.extract.hlo import parse_hlo_module
 from aoizora.extract.network import Network, default_device_order
@@ -295,7 +305,9 @@ def _priced_row(name: str, pricer: _Pricer, ev: Evidence, placement, layout_id: 
                 q2_step_s=p["q2_step_s"], q2_compute_s=p["q2_compute_s"],
                 q2_communication_s=p["q2_communication_s"], sim_step_s=p["sim_step_s"],
                 sim_compute_s=p["sim_compute_s"], sim_communication_s=p["sim_communication_s"],
-                evidence=evidence_summary(ev), **kw)
+                evidence=evidence_summary(ev),
+                evidence_source="cache" if getattr(ev, "source", "") == "cache" else "compile",
+                **kw)
 
 
 def _layout_key(mesh_axes, layout) -> str:
@@ -315,10 +327,25 @@ def run_cell(cell: Cell, **kw) -> dict[str, Any]:
     done, so that the simulator prices each program with its own model."""
     with tempfile.TemporaryDirectory(prefix="aoizora-grid-hlo-") as d, keeping_hlo(d):
         out = _run_cell(cell, **kw)
+        cache = kw.get("cache")
+        if cache is not None:
+            out["evidence_cache"] = {"dir": cache.directory, "hits": _cache_hits(out),
+                                     "notes": list(cache.notes)[-5:]}
         out["hlo_kept"] = {"files": len(os.listdir(d)),
                            "gzip_bytes": sum(os.path.getsize(os.path.join(d, f))
                                              for f in os.listdir(d))}
     return out
+
+
+def _cache_hits(out: dict[str, Any]) -> dict[str, int]:
+    """How many of the cell's compiles the evidence cache gave: the planner's (its plan's
+    ``compiles``) and the baselines' (rows marked ``evidence_source: "cache"``)."""
+    planner = (out.get("plan") or {}).get("compiles") or {}
+    rows = [r for r in out.get("rows", []) if r.get("evidence_source")]
+    return {"planner_compiled": int(planner.get("compiled", 0) or 0),
+            "planner_from_cache": int(planner.get("cached", 0) or 0),
+            "baselines_compiled": sum(r["evidence_source"] != "cache" for r in rows),
+            "baselines_from_cache": sum(r["evidence_source"] == "cache" for r in rows)}
 
 
 def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
@@ -327,8 +354,10 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
               alpa: bool = True, planner_workers: int = 2,
               calibration_from: str | None = None,
               compiles: int | None = None, tuned_experts: bool = False,
-              tune_compiles: int | None = None, screen: bool = True) -> dict[str, Any]:
-    """``run_cell``'s work, inside its ``keeping_hlo``.
+              tune_compiles: int | None = None, screen: bool = True,
+              cache: EvidenceCache | None = None) -> dict[str, Any]:
+    """``run_cell``'s work, inside its ``keeping_hlo``. ``cache``: the evidence cache every
+    compile of the cell looks up first (module docstring; None: every compile runs).
     ``calibration_from``: a cell JSON whose plan's calibration the planner starts from (a warm
     start, ``plan(..., calibration=...)``); recorded in the cell. ``compiles``: the planner's
     budget in candidate compiles (``plan(..., compiles=N)``; ``budget_s`` is then its guard).
@@ -374,7 +403,7 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
         plan = make_plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s, seed=seed,
                          progress=progress, on_candidate=cands.append,
                          seed_layouts=expert_seed_layouts(job), workers=planner_workers,
-                         calibration=calibration, compiles=compiles, screen=screen)
+                         calibration=calibration, compiles=compiles, screen=screen, cache=cache)
     except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on with the baselines
         out["errors"].append({"row": "aoizora", "error": _err(e),
                               "traceback": traceback.format_exc(limit=4)})
@@ -394,7 +423,7 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                        "certificates": {k: (v.to_json() if v is not None else None)
                                         for k, v in plan.certificates.items()},
                        "iterations": plan.iterations, "notes": plan.notes,
-                       "time_limited": plan.time_limited,
+                       "time_limited": plan.time_limited, "compiles": plan.compiles,
                        "layout_in_words": plan.layout_in_words, "fits_hbm": plan.fits_hbm,
                        "calibration": (plan.calibration.to_json()
                                        if plan.calibration is not None else None)}
@@ -504,7 +533,7 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                 rows.append(_row("alpa-logical", valid=False, reason="no layout fits on any mesh"))
             else:
                 rows.append(_baseline_row("alpa-logical", job.fn, job.args, job, alpa_best[1].layout,
-                                          network, pricer, planning_time_s=alpa_t,
+                                          network, pricer, cache=cache, planning_time_s=alpa_t,
                                           q1_s=alpa_best[0]))
         except Exception as e:  # noqa: BLE001
             out["errors"].append({"row": "alpa-logical", "error": _err(e),
@@ -516,7 +545,7 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
         log(f"[{cell.name}] tuned experts")
         try:
             tuned, out["tuning"] = tuned_expert_rows(
-                job, _tuned_price(job, network, pricer, seeds_compiled),
+                job, _tuned_price(job, network, pricer, seeds_compiled, cache),
                 _tuned_solved(job, network, pricer, seeds_compiled, seed), log, tune_compiles)
             rows += tuned
         except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
@@ -533,7 +562,8 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
                                   "traceback": traceback.format_exc(limit=4)})
         for ex in exs:
             log(f"[{cell.name}] expert:{ex.name}")
-            rows.append(_expert_row(ex, job, network, pricer, out["errors"], seeds_compiled))
+            rows.append(_expert_row(ex, job, network, pricer, out["errors"], seeds_compiled,
+                                    cache))
 
     out["_pairs"] = pricer.pairs
     _finish_cell(out, plan_key)
@@ -542,8 +572,9 @@ def _run_cell(cell: Cell, *, budget_s: float = 120.0, seed: int = 0,
     return out
 
 
-def _baseline_row(name, fn, args, job: Job, layout, network, pricer: _Pricer, **kw):
-    d = price_default_order(fn, args, job, layout, network)
+def _baseline_row(name, fn, args, job: Job, layout, network, pricer: _Pricer,
+                  cache: EvidenceCache | None = None, **kw):
+    d = price_default_order(fn, args, job, layout, network, cache=cache)
     ev = d.pop("evidence", None)
     if ev is None:
         return _row(name, valid=False, reason=d.get("reason", ""), mesh=d.get("mesh"),
@@ -554,7 +585,8 @@ def _baseline_row(name, fn, args, job: Job, layout, network, pricer: _Pricer, **
 
 
 def _expert_row(ex, job: Job, network, pricer: _Pricer, errors: list,
-                seeds_compiled: PlannerCompiles | None = None) -> dict[str, Any]:
+                seeds_compiled: PlannerCompiles | None = None,
+                cache: EvidenceCache | None = None) -> dict[str, Any]:
     """The row of one expert configuration: invalid with its reason, or compiled in the default
     order and priced; a failure is recorded in ``errors`` and the row says so.
     ``seeds_compiled``: the planner's compiles of the seeds; the expert's, where there is one, is
@@ -573,20 +605,21 @@ def _expert_row(ex, job: Job, network, pricer: _Pricer, errors: list,
                            compile="the planner's compile of this seed")
     try:
         return _baseline_row(name, ex.fn, ex.args, job, ex.layout, network, pricer,
-                             description=ex.reason)
+                             cache=cache, description=ex.reason)
     except Exception as e:  # noqa: BLE001 -- recorded, the cell goes on
         errors.append({"row": name, "error": _err(e), "traceback": traceback.format_exc(limit=4)})
         return _row(name, valid=False, error=_err(e))
 
 
-def _tuned_price(job: Job, network: Network, pricer: _Pricer, compiled: PlannerCompiles):
+def _tuned_price(job: Job, network: Network, pricer: _Pricer, compiled: PlannerCompiles,
+                 cache: EvidenceCache | None = None):
     """``expert_tuning``'s price: a tuned setting compiled in the default order (or the
     planner's compile of it) and priced by the simulator; its evidence joins ``compiled``."""
     def price(v) -> Priced:
         ev = compiled.evidence(v.layout, v.program)
         order = default_device_order(job.target, v.layout.mesh_axes)
         if ev is None:
-            d = price_default_order(v.fn, v.args, job, v.layout, network)
+            d = price_default_order(v.fn, v.args, job, v.layout, network, cache=cache)
             ev = d.pop("evidence", None)
             if ev is None:
                 return Priced(None, d.get("fits_hbm"), d.get("reason", ""))
@@ -792,6 +825,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "benchmarks/results/grid_independent; benchmarks/results/grid holds the cells "
                     "priced before the simulator was given the HLO)")
     ap.add_argument("--list", action="store_true", help="list the cells and exit")
+    ap.add_argument("--cache-dir", default=None, metavar="DIR",
+                    help="evidence cache every compile looks up first and is stored in (default: "
+                         "none, every compile runs); a hit counts in --compiles")
+    ap.add_argument("--cache-limit-gb", type=float, default=20.0,
+                    help="with --cache-dir: the cache's size limit, GB (least recently used "
+                         "entries go first)")
     ap.add_argument("--planner-workers", type=int, default=2,
                     help="CP-SAT workers of the planner's placement solve (default 2, the "
                          "planner's default; 1 runs without OR-Tools' interleaved search)")
@@ -848,6 +887,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         cells = [by[w] for w in want]
     d = Path(a.out) if a.out else INDEPENDENT
+    try:
+        cache = open_cache(a.cache_dir, int(a.cache_limit_gb * 1e9)) if a.cache_dir else None
+    except CacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for c in cells:
         path = d / f"{c.name}.json"
         if path.exists() and not a.force:
@@ -863,7 +907,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                log=log, planner_workers=a.planner_workers,
                                calibration_from=a.calibration_from, compiles=a.compiles,
                                tuned_experts=a.tuned_experts, tune_compiles=a.tune_compiles,
-                               screen=a.screen)
+                               screen=a.screen, cache=cache)
             except Exception as e:  # noqa: BLE001 -- e.g. an unknown workload; record, go on
                 out = {"cell": c.name, "error": _err(e), "traceback": traceback.format_exc(limit=6),
                        "budget_s": a.budget, "seed": a.seed, "machine_start": machine(),
@@ -893,6 +937,9 @@ def _run_isolated(c: Cell, a, d: Path, log) -> dict[str, Any] | None:
     cmd += ["--screen" if a.screen else "--no-screen"]
     if a.calibration_from:
         cmd += ["--calibration-from", str(Path(a.calibration_from).resolve())]
+    if a.cache_dir:
+        cmd += ["--cache-dir", str(Path(a.cache_dir).expanduser().resolve()),
+                "--cache-limit-gb", str(a.cache_limit_gb)]
     t0 = time.perf_counter()
     start = machine()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace",
@@ -915,12 +962,13 @@ def _run_isolated(c: Cell, a, d: Path, log) -> dict[str, Any] | None:
 
 
 def run_smoke(seed: int = 0, log: Callable[[str], None] = lambda s: None,
-              budget_s: float = 90.0, compiles: int = 3) -> dict[str, Any]:
+              budget_s: float = 90.0, compiles: int = 3,
+              cache: EvidenceCache | None = None) -> dict[str, Any]:
     """The CI smoke cell: the small Wan DiT at its 128p workload on v5e-8, a budget of
     ``compiles`` candidate compiles (``budget_s`` its guard), no screen (what it checks is the
-    rows; the screen has its own tests)."""
+    rows; the screen has its own tests); ``cache``: the evidence cache (``run_cell``)."""
     return run_cell(SMOKE_CELL, budget_s=budget_s, seed=seed, log=log, random_placements=4,
-                    screen=False, compiles=compiles)
+                    screen=False, compiles=compiles, cache=cache)
 
 
 def _print_cell(out: dict[str, Any]) -> None:

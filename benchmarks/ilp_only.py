@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +42,7 @@ from typing import Any, Sequence
 import aoizora
 from aoizora.builtin import builtin_job
 from aoizora.extract.aot_compile import keeping_hlo, read_hlo
+from aoizora.extract.evidence_cache import CacheError, EvidenceCache, open_cache
 from aoizora.extract.hlo import parse_hlo_module
 from aoizora.extract.network import Network
 from aoizora.formulation.latency import predict_step
@@ -91,9 +93,11 @@ _NO_REFERENCE = {"best_expert": None, "best_expert_sim_s": None, "best_expert_q2
 
 
 def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None,
-             experts: bool = False, reference_dir: Path | None = None) -> dict[str, Any]:
+             experts: bool = False, reference_dir: Path | None = None,
+             cache: EvidenceCache | None = None) -> dict[str, Any]:
     """Plan one cell with no seeds and price the plan; never raises for a failing plan.
-    ``compiles``: the planner's budget in candidate compiles (``budget_s`` then its guard);
+    ``compiles``: the planner's budget in candidate compiles (``budget_s`` then its guard; a
+    compile ``cache`` gives counts as one);
     ``experts``: price every expert configuration in this run too (the module docstring);
     ``reference_dir``: the grid run whose cell is the reference (``_grid_reference``)."""
     job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
@@ -109,7 +113,7 @@ def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None,
         try:
             p = aoizora.plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s,
                              seed=seed, seed_layouts=[], on_candidate=cands.append,
-                             compiles=compiles)
+                             compiles=compiles, cache=cache)
         except Exception as e:  # noqa: BLE001 -- recorded
             out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             return out
@@ -295,11 +299,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--experts", action="store_true",
                     help="compile and price every expert in the same run (the reference)")
+    ap.add_argument("--cache-dir", default=None, metavar="DIR",
+                    help="evidence cache every compile looks up first (benchmarks.grid's "
+                         "--cache-dir; default: none, every compile runs)")
+    ap.add_argument("--cache-limit-gb", type=float, default=20.0)
     ap.add_argument("--reference-dir", default=None, metavar="DIR",
                     help="a grid run's results directory (e.g. benchmarks/results/grid_tuned) "
                          "whose cells are the reference, with their best tuned experts")
     a = ap.parse_args(argv)
     ref_dir = Path(a.reference_dir).resolve() if a.reference_dir else None
+    try:
+        cache = open_cache(a.cache_dir, int(a.cache_limit_gb * 1e9)) if a.cache_dir else None
+    except CacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not a.report:
         want = set(filter(None, a.cells.split(",")))
         d = RESULTS / a.tag
@@ -308,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (want and cell.name not in want) or ((d / f"{cell.name}.json").exists() and not a.force):
                 continue
             print(f"[{cell.name}] planning with no seeds, budget {a.budget:g} s", flush=True)
-            out = run_cell(cell, a.budget, a.seed, a.compiles, a.experts, ref_dir)
+            out = run_cell(cell, a.budget, a.seed, a.compiles, a.experts, ref_dir, cache)
             atomic_write(d / f"{cell.name}.json", json.dumps(out, indent=1, default=str) + "\n")
             print(f"[{cell.name}] {out.get('sim_step_s', out.get('error'))}", flush=True)
     tags = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.exists() else []

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from aoizora.extract.evidence_cache import open_cache
 from benchmarks.grid import SIM_LABEL, Q2_LABEL, add_expert_rows, run_smoke, spearman
 from benchmarks.grid_report import summarize, table
 
@@ -23,10 +24,36 @@ def test_spearman_average_ranks():
 
 
 @pytest.fixture(scope="module")
-def cell():
-    c = run_smoke(seed=0)
+def cache(tmp_path_factory):
+    return open_cache(tmp_path_factory.mktemp("evidence-cache"))
+
+
+@pytest.fixture(scope="module")
+def cell(cache):
+    c = run_smoke(seed=0, cache=cache)
     assert not c["errors"], c["errors"]
     return c
+
+
+def test_a_warm_cache_serves_the_cells_compiles(cell, cache):
+    hits = cell["evidence_cache"]["hits"]
+    assert hits["planner_from_cache"] == 0 and hits["planner_compiled"] >= 1
+    assert hits["baselines_compiled"] >= 3
+    again = run_smoke(seed=0, cache=cache)
+    assert not again["errors"], again["errors"]
+    warm = again["evidence_cache"]["hits"]
+    # every baseline (experts, Alpa-style) from the cache, priced to the same figures
+    assert warm["baselines_compiled"] == 0
+    assert warm["baselines_from_cache"] == hits["baselines_compiled"]
+    base = {r["name"]: r.get("sim_step_s") for r in cell["rows"] if r.get("evidence_source")}
+    assert {r["name"]: r.get("sim_step_s") for r in again["rows"] if r.get("evidence_source")
+            and not r["name"].startswith("aoizora")} == {
+        k: v for k, v in base.items() if not k.startswith("aoizora")}
+    # the planner's first candidate is the same program: found, not compiled
+    assert warm["planner_from_cache"] >= 1
+    if not cell["plan"]["time_limited"] and not again["plan"]["time_limited"]:
+        assert warm["planner_compiled"] == 0           # no clock decided anything: same plan
+        assert again["plan"]["layout_in_words"] == cell["plan"]["layout_in_words"]
 
 
 def test_smoke_cell_rows(cell):
