@@ -16,12 +16,15 @@ For a compiled candidate of logical mesh m, under its chosen placement, with Q2 
 - exposed cost per collective kind k measured on axis a:
       beta[a][k] = max(EXPOSURE_FLOOR, X[a][k]) x sum_{c of kind k} count_c t_c / sum count_c f_c V_c
       X[a][k]    = sum_{c of kind k} count_c t_c x_c / sum count_c t_c
-  goes into ``AxisCosts.beta_by_kind`` (other kinds keep beta_eff). The floor keeps no
-  collective free: overlap has finite room;
+  goes into ``AxisCosts.beta_by_kind`` (other kinds keep beta_eff; an all-to-all not measured
+  keeps its own routed default scaled as the axis's beta was, beta0[a][a2a] x beta_eff[a] /
+  beta0[a]: its pairs load the links differently from a ring, ``default_axis_costs``). The
+  floor keeps no collective free: overlap has finite room;
 - meshes with no compiled ILP layout yet (``pool_kind_ratios``, ``transferred_axis_costs``):
-      beta_by_kind[a][k] = beta0[a] x R[k],   R[k] = sum w r / sum w
-  over every (mesh, axis) measured so far, with r = beta[a][k] / beta0[a] (beta0:
-  ``default_axis_costs``) and w its link seconds. The schedule's overlap and how the network
+      beta_by_kind[a][k] = beta0[a][k] x R[k],   R[k] = sum w r / sum w
+  over every (mesh, axis) measured so far, with r = beta[a][k] / beta0[a][k] (beta0:
+  ``default_axis_costs``, its own default for a kind it routes on its own, else the axis's
+  beta) and w its link seconds. The schedule's overlap and how the network
   carries a kind belong to the program and the slice, not to one mesh.
 
 Approximation: a factor measured on one layout is applied to every layout of that mesh (or
@@ -42,6 +45,7 @@ from aoizora.formulation.latency import Q2
 from aoizora.formulation.traffic import base_kind, collective_link_bytes, mesh_axis_groups
 
 EXPOSURE_FLOOR = 0.1   # the least share of a collective kind's link time the ILP charges it
+ROUTED_KINDS = ("all-to-all",)   # kinds ``default_axis_costs`` routes on their own
 MIN_POOLED_LINK_S = 1e-3   # seconds of link time per step a kind needs to transfer to meshes
 
 
@@ -87,6 +91,10 @@ def effective_axis_costs(ev: Evidence, placement: Sequence[int], network: Networ
         if den[a] > 0 and num[a] > 0:
             detail[a] = {"beta_before_s_per_B": beta[a], "beta_after_s_per_B": num[a] / den[a],
                          "effective_bandwidth_Bps": den[a] / num[a]}
+            if beta[a] > 0 and a in by_kind:
+                for k in ROUTED_KINDS:
+                    if k in by_kind[a]:
+                        by_kind[a][k] *= num[a] / den[a] / beta[a]
             beta[a] = num[a] / den[a]
     for (a, kind), (t_sum, tx_sum, fv_sum) in sorted(kt.items()):
         x = max(EXPOSURE_FLOOR, tx_sum / t_sum)
@@ -120,8 +128,10 @@ def pool_kind_ratios(pool: dict[str, list[float]], detail: dict[str, dict[str, A
 def transferred_axis_costs(default: AxisCosts, ratios: dict[str, float]) -> AxisCosts:
     """``default`` with every axis's beta for collective kind k multiplied by ``ratios[k]``
     (what the kind cost, over the default, on the meshes measured so far; module docstring)."""
+    kinds = default.beta_by_kind
     return dataclasses.replace(
-        default, beta_by_kind={a: {**default.beta_by_kind.get(a, {}),
-                                   **{k: b * r for k, r in ratios.items()}}
+        default, beta_by_kind={a: {**kinds.get(a, {}),
+                                   **{k: kinds.get(a, {}).get(k, b) * r
+                                      for k, r in ratios.items()}}
                                for a, b in default.beta_s_per_byte.items()},
         note=f"{default.note}; collective kinds scaled as measured on other meshes")

@@ -114,10 +114,15 @@ def default_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
         load_l   = the bytes on directed link l when every group of axis a runs its all-gather of
                    V bytes at once (``nccl_collectives.ring_link_bytes``: the ring or line Q2
                    builds through the group's chips; groups that share a link add up)
+        beta_by_kind[a]["all-to-all"] = max_l a2a_l / bandwidth_l / ((n-1)/n^2 V)
+        a2a_l    = the same for every group's all-to-all of V / n bytes a rank (each ordered pair
+                   a flow of V / n^2 on its routes, as Q2 routes the compiled all-to-all)
         alpha[a] = (n-1) x the group's longest route in hops x the hop latency
 
     So an axis whose groups close a ring on the torus gets two links, one laid along a line or
-    whose pairs sit far apart under that order gets what Q2 would charge it there. On a TPU
+    whose pairs sit far apart under that order gets what Q2 would charge it there. An
+    all-to-all is routed on its own: its pairs at distance 2 and more load the links a ring's
+    neighbour sends do not (on a ring of 4, 4/3 of the all-gather's beta; of 8, 16/7). On a TPU
     slice, ``collective-permute`` (ring attention's neighbour sends) keeps one link in one
     direction (``ChipSpec.link_bandwidth_Bps`` is per link and direction).
 
@@ -132,6 +137,7 @@ def default_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
     chips = net.device_chip[order].reshape(sizes or [1])
     V = 1 << 20
     alpha, beta = {}, {}
+    by_kind: dict[str, dict[str, float]] = {}
     for i, (name, n) in enumerate(mesh_axes.items()):
         n = int(n)
         if n < 2:
@@ -140,15 +146,18 @@ def default_axis_costs(target, mesh_axes: dict[str, int]) -> AxisCosts:
         groups = np.moveaxis(chips, i, -1).reshape(-1, n)
         loads = sum(ring_link_bytes(net, [int(c) for c in g], "all-gather", V) for g in groups)
         beta[name] = float(net.link_time_s(loads).max()) / ((n - 1) / n * V)
+        a2a = sum(ring_link_bytes(net, [int(c) for c in g], "all-to-all", V // n) for g in groups)
+        by_kind[name] = {"all-to-all": float(net.link_time_s(a2a).max()) / ((n - 1) / n ** 2 * V)}
         # an axis over the two devices of one chip (v4, v7x) crosses no link: 0 hops
         hops = max((int(net.hops[a, b]) for g in groups for a in g for b in g if a != b),
                    default=0)
         alpha[name] = (n - 1) * hops * float(net.hop_latency_s)
-    permute = ({} if getattr(target, "fabric", None) is not None else
-               {name: {"collective-permute": 1.0 / float(target.chip.link_bandwidth_Bps)}
-                for name in mesh_axes})
+    if getattr(target, "fabric", None) is None:
+        for name in mesh_axes:
+            by_kind.setdefault(name, {})["collective-permute"] = \
+                1.0 / float(target.chip.link_bandwidth_Bps)
     return AxisCosts(sizes={k: int(v) for k, v in mesh_axes.items()}, alpha_s=alpha,
-                     beta_s_per_byte=beta, beta_by_kind=permute,
+                     beta_s_per_byte=beta, beta_by_kind=by_kind,
                      note=f"default for {target.name}: every group of an axis routed at once "
                           f"on the network, default device order")
 

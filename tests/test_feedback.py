@@ -196,9 +196,13 @@ def test_exposed_cost_per_kind_from_q2():
         assert new.beta_by_kind["x"]["all-gather"] == pytest.approx(share * t_ag / (3 / 4 * 24 * MiB))
         assert new.beta_by_kind["x"]["all-reduce"] == pytest.approx(t_ar / (2 * 3 / 4 * 8 * MiB))
         assert new.all_gather("x", 24 * MiB) - new.alpha_s["x"] == pytest.approx(share * t_ag)
-        # kinds not measured keep the pooled effective beta
-        assert "all-to-all" not in new.beta_by_kind["x"]
+        # kinds not measured keep the pooled effective beta; the all-to-all, routed on its own
+        # by default, its default scaled as the axis's beta was
+        assert "reduce-scatter" not in new.beta_by_kind["x"]
         assert new.beta_s_per_byte["x"] == pytest.approx(detail["x"]["beta_after_s_per_B"])
+        scale = detail["x"]["beta_after_s_per_B"] / costs.beta_s_per_byte["x"]
+        assert new.beta_by_kind["x"]["all-to-all"] == pytest.approx(
+            costs.beta_by_kind["x"]["all-to-all"] * scale)
     # without Q2 only the pooled effective bandwidth is measured
     new, detail = effective_axis_costs(evidence(0.0), placement, net, costs)
     assert "by_kind" not in detail["x"] and new.beta_by_kind == costs.beta_by_kind   # defaults

@@ -179,6 +179,13 @@ def test_default_axis_costs_price_an_all_gather_as_q2_does(target, mesh):
         c = Collective("ag", "all-gather", "bf16", V, mesh_axis_groups(list(mesh.values()), [i]))
         t = float(net.link_time_s(collective_link_bytes(c, chips, net)[0]).max())
         assert ac.beta_s_per_byte[a] * (n - 1) / n * V == pytest.approx(t, rel=1e-9)
+        # an all-to-all of the same V (V / n a rank), routed pair by pair as Q2 routes it
+        c = Collective("a2a", "all-to-all", "bf16", V // n,
+                       mesh_axis_groups(list(mesh.values()), [i]))
+        t = float(net.link_time_s(collective_link_bytes(c, chips, net)[0]).max())
+        assert ac.all_to_all(a, V) - ac.alpha_s[a] == pytest.approx(t, rel=1e-9)
+        if n >= 4:          # pairs two or more hops apart: dearer than a ring's neighbour sends
+            assert ac.all_to_all(a, V) - ac.alpha_s[a] > ac.beta_s_per_byte[a] * (n - 1) / n**2 * V
     # v5e-8 2x4 in make_mesh's order: y's groups close rings on 2x2 squares, x's pairs sit
     # apart and share the middle links
     if target == "v5e-8" and len(mesh) == 2:
