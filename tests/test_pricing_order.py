@@ -81,3 +81,21 @@ def test_the_pricing_order_is_an_ordered_list_of_named_slots():
         ("ilp best", 0), ("ilp rest", 0)]
     assert pricing_slots(0) == [("ilp best", 0), ("ilp rest", 0)]
     assert pricing_rank("seed", 3, 3) == pricing_slots(3).index(("seed", 3))
+
+
+def test_two_ilp_answers_with_one_layout_compile_once():
+    """The k-best's second answer can differ from the first only in choices the realized layout
+    does not show (no other kv way to take): the loop lists that program once, and never one it
+    compiled before."""
+    from aoizora.planning.candidate import layout_id
+    from aoizora.planning.loop import distinct_untried
+    m = {"x": 8}
+
+    def sol(name, seq):
+        return NS(layout=Layout(m, [("x",)], name=name,
+                                attention={"7": AttentionLayout(seq=("x",) if seq else ())}))
+    first, twin, other, old = sol("ilp", True), sol("ilp#2", True), sol("ilp#3", False), \
+        sol("ilp", False)
+    ranked = [(1.0, m, first), (1.0, m, twin), (1.1, m, other)]
+    assert [s for _q, _m, s in distinct_untried(ranked, set())] == [first, other]
+    assert distinct_untried(ranked, {layout_id(m, old.layout)}) == [(1.0, m, first)]

@@ -82,6 +82,20 @@ def _nothing_ranked(state: LoopState, it: int) -> None:
     state.stop_reason = "no layout left to try on any mesh"
 
 
+def distinct_untried(ranked: list, seen: set[str]) -> list:
+    """The (Q1, mesh, solution) of ``ranked``, in its order, whose layout was not compiled yet
+    (``seen``: ``layout_id``s) and not already listed: two ILP answers that differ only in
+    choices the realized layout does not show (the k-best's second answer where no other kv
+    way exists) are one program, compiled once."""
+    out, ids = [], set(seen)
+    for q1, m, sol in ranked:
+        lid = layout_id(m, sol.layout)
+        if lid not in ids:
+            ids.add(lid)
+            out.append((q1, m, sol))
+    return out
+
+
 def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | None
                    ) -> list[PricingItem] | None:
     """The iteration's layouts in the pricing order: the fresh ILP layouts (``diverse``,
@@ -92,7 +106,7 @@ def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | 
     converged)."""
     prog, queue = state.program, state.compiles_to()
     ranked.sort(key=lambda r: (r[0], mesh_str(r[1])))
-    untried = [(q1, m, s) for q1, m, s in ranked if layout_id(m, s.layout) not in state.seen]
+    untried = distinct_untried(ranked, state.seen)
     picked = diverse(untried, state.settings.top_k)
     fresh = with_unproven_near(picked, untried)
     lead = 1 + len(fresh) - len(picked)   # the best and its unproven near-ties
