@@ -413,7 +413,8 @@ def results(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
               "Every cell, every row, each cell's commit: `benchmarks/results/grid_independent.md`, "
               "`benchmarks/results/training_grid.md`. Reproduce: `python -m benchmarks.grid --out "
               "benchmarks/results/grid_independent --compiles N`, `python -m "
-              "benchmarks.training_grid --compiles N`, then `python -m benchmarks.update_readme`.",
+              "benchmarks.training_grid --compiles N`, then `python -m benchmarks.update_readme`; "
+              "with the grid's `--cache-dir DIR` a re-run compiles only what changed.",
               "", ilp_only_text(), "",
               "Other results in `benchmarks/results/` (each file states its machine, commit and "
               "how it ran): " + "; ".join(f"`{f}`: {what} (`{cmd}`)"
