@@ -116,7 +116,6 @@ def best_tiles(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
     r = n_s if ring else 1
     lead = shape.batch // n_b * (shape.heads // n_h)
     lq0, lkv0 = -(-shape.q_len // n_s), -(-shape.kv_len // r)
-    relayout = relayout_seconds(shape, n_b, n_h, n_s, ring, chip)
     best = None
     for bq in block_candidates(lq0, 8, 8):
         lq = round_up(shape.q_len, n_s * bq) // n_s
@@ -125,15 +124,14 @@ def best_tiles(shape: AttentionShape, n_b: int, n_h: int, n_s: int, ring: bool,
             if splash_metadata_bytes(lq, lkv, bq, bkv) > SPLASH_SMEM_BUDGET:
                 continue
             sh = SplashShape(lead, lq, lkv, shape.head_dim, shape.dtype_bytes)
-            pad = _pad_seconds(shape, lead, lq if shape.q_len % (n_s * bq) else 0,
-                               lkv if shape.kv_len % (r * bkv) else 0, chip)
+            around = wrapper_seconds(shape, n_b, n_h, n_s, ring, bq, bkv, chip)
             for bkvc in range(128, min(bkv, MAX_BKV_COMPUTE) + 1, 128):
                 if bkv % bkvc:
                     continue
                 vmem = splash_vmem_bytes(sh, bq, bkv, bkvc, residuals=ring or residuals)
                 if vmem > chip.scoped_vmem_bytes * vmem_fraction:
                     continue
-                t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + pad + relayout
+                t = r * splash_seconds(sh, bq, bkv, bkvc, chip) + around
                 key = (t, vmem, bq, bkv, bkvc)
                 if best is None or key < best[0]:
                     best = (key, TileChoice(bq, bkv, bkvc, t, vmem))
