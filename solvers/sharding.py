@@ -47,6 +47,7 @@ from aoizora.formulation.sharding_ilp import (TIME_SCALE, MEM_SCALE, ILPModel, a
 from aoizora.formulation.strategies import StrategyGraph
 from aoizora.solvers.budget import SHARES, clock
 from aoizora.solvers.certificate import Certificate
+from aoizora.solvers.stop import checkpoint
 # the solver runs (re-exported: they were defined here); solve_model reads CBC_MIN_S_PER_NONZERO,
 # HIGHS_LP_MIN_S_PER_NONZERO, run_cbc and run_highs through this module's names, so patching
 # them here steers solve_model, while run_solver and run_cbc/run_highs read mip_run's own
@@ -259,11 +260,13 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
     if solver not in ("cbc", "highs"):
         raise ShardingSolveError(f"unknown solver {solver!r}; use 'cbc' or 'highs'")
     t0 = clock()
+    checkpoint()
     run = _ModelSolve(graph, model, solver, seed, threads, corrections, deadline=t0 + time_limit_s)
     # remat decisions: the incumbent and the LP rounding see strategies only; the solver decides
     run.remat = model.remat is not None and model.remat.problem.decide
     if incumbent and not run.remat:
         _incumbent_stage(run, INCUMBENT_SHARE * time_limit_s)
+        checkpoint()
     nnz = _nonzeros(model.prob)
     cbc_need = CBC_MIN_S_PER_NONZERO * nnz
     left = run.deadline - clock()
@@ -275,10 +278,12 @@ def solve_model(graph: StrategyGraph, model: ILPModel, *, solver: str = "highs",
         _remat_fixed_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, REMAT_TRIALS[:1])
         left = run.deadline - clock()
     _lp_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, left)
+    checkpoint()
     if run.remat and run.proven is None:
         _remat_fixed_stage(run, HIGHS_LP_MIN_S_PER_NONZERO * nnz, REMAT_TRIALS[1:])
     if run.remat and not run.cands and not run.infeasible and solver == "highs":
         _feasibility_stage(run, cbc_need)
+    checkpoint()
     mip = _mip_stage(run, cbc_need)
     return _answer(run, mip, clock() - t0)
 
@@ -631,6 +636,7 @@ def solve_sharding(ir, target, mesh_axes: dict[str, int], problem: ShardingProbl
         raise ValueError(f"distinct={distinct!r}: use 'any' or 'kv'")
     problem = problem or ShardingProblem()
     run = _Run(solver, time_limit_s, seed, threads, problem.corrections)
+    checkpoint()
     t0 = clock()
     _, budget, graph, model = build_problem(ir, target, mesh_axes, problem)
     build_s = clock() - t0
@@ -711,6 +717,7 @@ def _next_best(ir, graph, model: ILPModel, run: _Run, prev: list[dict[str, int]]
     budget_note = (lambda r: f"{r} of the {k_best} best layouts asked: the budget of "
                              f"{run.time_limit_s} s ran out")
     for r in range(1, max(1, k_best)):
+        checkpoint()
         cut = {g: graph.groups[g].strategies[k].name for g, k in prev[-1].items()
                if len(graph.groups[g].strategies) > 1}
         if not cut:

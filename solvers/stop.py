@@ -24,7 +24,8 @@ from typing import Callable, Iterator
 
 from aoizora.solvers.budget import clock
 
-__all__ = ["Interrupted", "Stop", "cancel_on_stop", "clean_on_quit", "current", "running"]
+__all__ = ["Interrupted", "Stop", "cancel_on_stop", "checkpoint", "clean_on_quit", "current",
+           "running"]
 
 
 class Interrupted(BaseException):
@@ -133,6 +134,14 @@ class Stop:
         if self.is_set():
             raise Interrupted(self.reason)
 
+    def checkpoint(self) -> None:
+        """Raise ``Interrupted`` if a stop was requested while ``raises`` is on: the signal
+        handler's raise again, at a point where nothing swallows it. The handler's own raise
+        can be lost: Python runs it at the main thread's next bytecode, which may be inside a
+        gc callback or a ``__del__``, whose exceptions are printed and dropped."""
+        if self.raises and self.is_set():
+            raise Interrupted(self.reason)
+
 
 _CURRENT: contextvars.ContextVar["Stop | None"] = contextvars.ContextVar("aoizora_stop",
                                                                          default=None)
@@ -151,6 +160,14 @@ def running(stop: Stop) -> Iterator[Stop]:
         yield stop
     finally:
         _CURRENT.reset(token)
+
+
+def checkpoint() -> None:
+    """``Stop.checkpoint`` on the current Stop; nothing when there is none. Long Python steps
+    (a sharding ILP's stages, each mesh's ILP, each seed refinement) call it between parts."""
+    stop = current()
+    if stop is not None:
+        stop.checkpoint()
 
 
 @contextlib.contextmanager

@@ -679,3 +679,43 @@ def test_a_second_sigint_quits_at_once(tmp_path):
     assert (run / "p.json").read_text() == "kept\n"
     _nothing_left(p.pid, run)
     assert sorted(x.name for x in run.iterdir()) == ["p.json"]
+
+
+@pytest.mark.tpu_compiler
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")   # the dropped raise
+def test_an_interrupt_whose_raise_was_swallowed_still_stops_before_the_next_ilp():
+    """Python runs the SIGINT handler at the main thread's next bytecode, which may be inside a
+    ``__del__`` or a gc callback (jax registers one): the handler's ``Interrupted`` is then
+    printed and dropped. The run stops all the same at its next checkpoint: the second mesh's
+    sharding ILP is never solved, and the run ends interrupted before any compile."""
+    import jax
+    import jax.numpy as jnp
+
+    import aoizora
+    from aoizora.planning.seams import Seams
+    from aoizora.solvers.sharding import solve_sharding
+
+    class SignalsInDel:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):        # the handler runs here, and its raise is dropped
+                pass
+
+    solved = []
+
+    def solve_then_signal(*a, **k):
+        solved.append(a[2])
+        res = solve_sharding(*a, **k)
+        SignalsInDel()                   # collected at once: __del__ runs, the raise is lost
+        return res
+
+    def mlp(x, w):
+        return jnp.tanh(x @ w) @ w.T
+
+    args = (jax.ShapeDtypeStruct((256, 512), jnp.float32),
+            jax.ShapeDtypeStruct((512, 512), jnp.float32))
+    with pytest.raises(aoizora.PlanningError, match="SIGINT"):
+        aoizora.plan(mlp, *args, target="v5e-8", time_budget_s=60, top_k=1,
+                     meshes=[{"x": 8}, {"x": 2, "y": 4}], max_iterations=1,
+                     seams=Seams(solve_sharding=solve_then_signal))
+    assert solved == [{"x": 8}], solved

@@ -53,6 +53,7 @@ def _solve_mesh(state: LoopState, m: dict[str, int], ilp: Budget, rec: Iteration
                 something_ranked: bool) -> list:
     """Mesh ``m``'s ILP layouts as (Q1, mesh, solution); [] when skipped (the budget, once
     ``something_ranked``) or when no layout fits or the solver found none (noted)."""
+    state.stop.checkpoint()
     progress, key = state.progress, mesh_key(m)
     ckey = state.ilp_inputs_key(m)
     expected = state.ilps.seconds.get(key, 0.0)  # what this mesh's ILP took last time

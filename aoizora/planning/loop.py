@@ -126,6 +126,7 @@ def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | 
     todo.sort(key=lambda t: t.rank)
     if state.screener is None:
         return todo
+    state.stop.checkpoint()
     rec = state.iterations[-1]
     rec.screens = rec.screens or []
     state.progress.stage(f"iteration {rec.iteration}: screening {len(todo)} layout(s) by early "

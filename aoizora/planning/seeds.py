@@ -109,6 +109,7 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: IterationRecord) -> list[Pr
     out = []
     irs: dict[int, Any] = {}
     for i, sd in enumerate(state.seeds, 1):
+        state.stop.checkpoint()
         if ilp.left() <= 0:
             rec.changes.append("seed refinement skipped: the time budget is kept for compiles")
             rec.time_limited.append(f"seed refinement of {sd.layout.name} and the seeds after "
