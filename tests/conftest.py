@@ -1,11 +1,16 @@
 """Test set-up: 8 CPU devices for running plans for real, libtpu quiet for ahead-of-time compiles."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# the CLI's evidence cache (extract.evidence_cache): one per test session, not the user's
-os.environ.setdefault("AOIZORA_CACHE", tempfile.mkdtemp(prefix="aoizora-test-cache-"))
+# the CLI's evidence cache (extract.evidence_cache): one per test session, not the user's; made
+# by the process that starts the session (xdist's workers inherit it) and removed when it ends
+if "AOIZORA_CACHE" not in os.environ:
+    os.environ["AOIZORA_CACHE"] = tempfile.mkdtemp(prefix="aoizora-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["AOIZORA_CACHE"], ignore_errors=True)
 
 import jax  # noqa: E402
 

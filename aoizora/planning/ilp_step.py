@@ -27,6 +27,7 @@ from aoizora.planning.seeds import first_iteration_ilps
 from aoizora.solvers.budget import Budget, clock
 from aoizora.runtime.rematerialize import retraceable
 from aoizora.solvers.sharding import MemoryBudgetError, ShardingProblem, ShardingSolveError
+from aoizora.solvers.stop import checkpoint
 
 
 def solve_ilps(state: LoopState, it: int, rec: IterationRecord, seeded: bool
@@ -53,7 +54,7 @@ def _solve_mesh(state: LoopState, m: dict[str, int], ilp: Budget, rec: Iteration
                 something_ranked: bool) -> list:
     """Mesh ``m``'s ILP layouts as (Q1, mesh, solution); [] when skipped (the budget, once
     ``something_ranked``) or when no layout fits or the solver found none (noted)."""
-    state.stop.checkpoint()
+    checkpoint()
     progress, key = state.progress, mesh_key(m)
     ckey = state.ilp_inputs_key(m)
     expected = state.ilps.seconds.get(key, 0.0)  # what this mesh's ILP took last time

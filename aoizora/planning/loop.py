@@ -30,6 +30,7 @@ from aoizora.planning.pricing_order import PricingItem, diverse, pricing_rank, w
 from aoizora.planning.seeds import seed_pricing_items
 from aoizora.planning.tile_retry import retile_overflowing
 from aoizora.formulation.remat import REMAT_KEY, remat_key
+from aoizora.solvers.stop import checkpoint
 
 
 def iterate(state: LoopState) -> None:
@@ -126,7 +127,7 @@ def queue_compiles(state: LoopState, ranked: list, refined: list[PricingItem] | 
     todo.sort(key=lambda t: t.rank)
     if state.screener is None:
         return todo
-    state.stop.checkpoint()
+    checkpoint()
     rec = state.iterations[-1]
     rec.screens = rec.screens or []
     state.progress.stage(f"iteration {rec.iteration}: screening {len(todo)} layout(s) by early "

@@ -44,6 +44,7 @@ from aoizora.planning.seed_refinement import RefinementError
 from aoizora.solvers.budget import Budget, clock
 from aoizora.solvers.certificate import Certificate
 from aoizora.solvers.sharding import ShardingSolution
+from aoizora.solvers.stop import checkpoint
 from aoizora.kernels.tiles import kernel_tiled
 
 
@@ -109,7 +110,7 @@ def refine_seeds(state: LoopState, ilp: Budget, rec: IterationRecord) -> list[Pr
     out = []
     irs: dict[int, Any] = {}
     for i, sd in enumerate(state.seeds, 1):
-        state.stop.checkpoint()
+        checkpoint()
         if ilp.left() <= 0:
             rec.changes.append("seed refinement skipped: the time budget is kept for compiles")
             rec.time_limited.append(f"seed refinement of {sd.layout.name} and the seeds after "
