@@ -51,6 +51,7 @@ from aoizora.formulation.sharding_ilp import evaluate, peak_memory
 from aoizora.formulation.strategies import SWITCH_EDGE
 from aoizora.formulation.attention_tiles import wrapper_seconds
 from aoizora.formulation.kernel_model import SplashShape, splash_seconds
+from aoizora.formulation.ring_overhead import ring_overhead_seconds
 from aoizora.formulation.compiler_settings import ilp_compiler_options
 from aoizora.formulation.strategies import Hardware, Options
 from aoizora.kernels.attention_kernels import padded_lengths
@@ -103,8 +104,9 @@ def layout_attention_seconds(G, st, layout: Layout, ir, chip) -> float | None:
     """Seconds per step of attention group ``G`` under strategy ``st`` by Q1's kernel model at
     the tiles ``layout`` runs it with (its own tiles, else the automatic ones:
     ``models.attention_kernels.padded_lengths``), with the pads and relayouts around the kernel
-    at those tiles (``formulation.attention_tiles.wrapper_seconds``), as the ILP prices a
-    strategy; None when not a forward attention or no kernel chip."""
+    at those tiles (``formulation.attention_tiles.wrapper_seconds``) and, in a ring, the ring's
+    combine, carry copies and log-sum-exp slice (``formulation.ring_overhead``), as the ILP
+    prices a strategy; None when not a forward attention or no kernel chip."""
     if G.kind != "attention" or chip is None:
         return None
     n = ir.node(G.anchor)
@@ -123,6 +125,10 @@ def layout_attention_seconds(G, st, layout: Layout, ir, chip) -> float | None:
     one = splash_seconds(SplashShape(lead, sq // n_s, skv // r, sh.head_dim, sh.dtype_bytes),
                          bq, bkv, bkvc if bkv % bkvc == 0 else bkv, chip)
     around = wrapper_seconds(sh, n_b, n_h, n_s, st.kv == "ring", bq, bkv, chip)
+    if st.kv == "ring":
+        around += ring_overhead_seconds(n_s, -(-sh.batch // n_b) * -(-sh.heads // n_h),
+                                        -(-sh.q_len // n_s), -(-sh.kv_len // n_s), sh.head_dim,
+                                        sh.dtype_bytes, chip.hbm_Bps)
     return (r * one + around) * n.repeat
 
 
