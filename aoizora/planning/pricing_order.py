@@ -21,6 +21,11 @@ from aoizora.formulation.calibration import mesh_key
 from aoizora.formulation.layout import Layout
 
 UNPROVEN_NEAR = 0.01   # an unproven mesh's best layout this close to the best by Q1 compiles too
+# the best layout of the other kv kind is compiled second if its Q1 is at most this far above
+# the best's: about twice Q1's median error against the simulator (10.8%, q1_fidelity.md). In
+# the ILP-only runs (ilp_only.md, tag a2a-routed) the other kind won at 15% above the best by
+# Q1 and lost every time it was 27% or more above (a compile spent on a mesh Q1 put far behind)
+DIVERSE_NEAR = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,13 +144,15 @@ def uses_ring(layout: Layout) -> bool:
 def diverse(ranked: list, k: int) -> list:
     """The `k` layouts to compile from `ranked` (Q1 order): the best, then the best of the other
     kind -- with some attention's keys/values in a ring, or all gathered (how much of a ring's
-    traffic hides behind compute is what Q1 prices least reliably) -- then the rest by Q1."""
+    traffic hides behind compute is what Q1 prices least reliably) -- if its Q1 is within
+    ``DIVERSE_NEAR`` of the best's, then the rest by Q1."""
     firsts, rest, modes = [], [], set()
     for r in ranked:
         sig = uses_ring(r[2].layout)
-        (rest if sig in modes else firsts).append(r)
+        near = not firsts or r[0] <= firsts[0][0] * (1.0 + DIVERSE_NEAR)
+        (rest if sig in modes or not near else firsts).append(r)
         modes.add(sig)
-    return (firsts + rest)[:k]
+    return (firsts + sorted(rest, key=lambda r: r[0]))[:k]
 
 
 def with_unproven_near(fresh: list, untried: list) -> list:
