@@ -38,7 +38,7 @@ def test_compile_order_takes_each_kv_mode_combination_early():
 
     ring_gather = NS(layout=Layout({"x": 8}, [], name="r3", attention={
         "a": AttentionLayout(seq=("x",), kv="ring"), "b": AttentionLayout(seq=("x",))}))
-    ranked = [(1.0, {}, sol("ring", "r1")), (1.0, {}, sol("ring", "r2")),
+    ranked = [(1.0, {}, sol("ring", "r1")), (1.05, {}, sol("ring", "r2")),
               (1.1, {}, ring_gather), (1.2, {}, sol("gather", "g1")),
               (1.6, {}, sol("gather", "g2"))]
     assert [r[2].layout.name for r in diverse(ranked, 2)] == ["r1", "g1"]
@@ -107,3 +107,39 @@ def test_two_ilp_answers_with_one_layout_compile_once():
     ranked = [(1.0, m, first), (1.0, m, twin), (1.1, m, other)]
     assert [s for _q, _m, s in distinct_untried(ranked, set())] == [first, other]
     assert distinct_untried(ranked, {layout_id(m, old.layout)}) == [(1.0, m, first)]
+
+
+def test_a_layout_and_its_twin_on_the_permuted_mesh_are_one_identity():
+    """``layout_id`` does not see the names or the order of the mesh's axes: the same splits on
+    2x4 and on 4x2 (axes renamed) are one program; a split over an axis of another size is not."""
+    from aoizora.planning.candidate import attention_id, layout_id
+
+    def lay(mesh, seq, batch):
+        return Layout(mesh, [(seq,), (batch,)], name="any", attention={
+            "a": AttentionLayout(batch=(batch,), seq=(seq,), kv="ring")})
+
+    a, twin = lay({"x": 2, "y": 4}, "y", "x"), lay({"x": 4, "y": 2}, "x", "y")
+    other = lay({"x": 2, "y": 4}, "x", "y")          # the ring over the 2-axis
+    assert layout_id(a.mesh_axes, a) == layout_id(twin.mesh_axes, twin)
+    assert layout_id(a.mesh_axes, a) != layout_id(other.mesh_axes, other)
+    assert attention_id(a.mesh_axes, a) == attention_id(twin.mesh_axes, twin)
+    assert attention_id(a.mesh_axes, a) != attention_id(other.mesh_axes, other)
+
+
+def test_a_twin_of_the_best_compiles_after_the_other_layouts():
+    """A layout that runs every attention as the best does, on a permuted mesh, at the best's Q1
+    (the 41f v5e-16 case: 2x4x2 and 4x2x2, 164.4 and 164.5 ms by Q2) goes last; the next
+    distinct layout takes the second compile."""
+    def sol(mesh, seq, batch, extra=None):
+        return NS(layout=Layout(mesh, [(seq,), extra or (batch,)], name=f"{mesh}", attention={
+            "a": AttentionLayout(batch=(batch,), seq=(seq,), kv="ring")}))
+
+    best = sol({"x": 2, "y": 4}, "y", "x")
+    twin = sol({"x": 4, "y": 2}, "x", "y", extra=(None,))   # one input split otherwise
+    nxt = sol({"x": 2, "y": 4}, "x", "y")
+    ranked = [(1.000, best.layout.mesh_axes, best), (1.000, twin.layout.mesh_axes, twin),
+              (1.030, nxt.layout.mesh_axes, nxt)]
+    assert [r[2] for r in diverse(ranked, 2)] == [best, nxt]
+    assert [r[2] for r in diverse(ranked, 3)] == [best, nxt, twin]
+    far = [(1.0, best.layout.mesh_axes, best), (1.1, twin.layout.mesh_axes, twin)]
+    assert [r[2] for r in diverse(far, 2)] == [best, twin]   # Q1 apart: not a twin

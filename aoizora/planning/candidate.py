@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from typing import Any, Callable
@@ -77,10 +78,47 @@ class Candidate:
 
 
 def layout_id(mesh_axes: dict[str, int], layout: Layout) -> str:
-    """A layout's identity on a mesh, whatever its name (the loop compiles each once)."""
+    """A layout's identity on a mesh, whatever its name and the names and order of the mesh's
+    axes (the loop compiles each once). A layout on mesh 2x4x2 and its twin on 4x2x2 that splits
+    the same tensors over axes of the same sizes are one program up to which chip runs which
+    rank, and the placement chooses that for each: the identity is the least, over the orders
+    of the axes, of the layout with its axes renamed in that order."""
     d = layout.to_json()
     d.pop("name", None)
-    return json.dumps([mesh_axes, d], sort_keys=True)
+    d.pop("mesh_axes", None)
+    return _canonical(mesh_axes, d)
+
+
+def attention_id(mesh_axes: dict[str, int], layout: Layout) -> str:
+    """``layout_id`` of the layout's attention alone (each attention node's batch, heads and
+    sequence splits, kv way and tiles) and its compiler options: two layouts with one
+    ``attention_id`` run every attention the same way and differ at most in how other tensors
+    are split."""
+    d = layout.to_json()
+    return _canonical(mesh_axes, {"attention": d.get("attention", {}),
+                                  "compiler_options": d.get("compiler_options", {})})
+
+
+def _canonical(mesh_axes: dict[str, int], d: dict[str, Any]) -> str:
+    """The least, over the orders of the mesh's axes, of JSON ``d`` with its axes renamed in that
+    order, with the axes' sizes in that order."""
+    best = None
+    for order in itertools.permutations(list(mesh_axes)):
+        new = {a: f"_a{k}" for k, a in enumerate(order)}
+        s = json.dumps([[mesh_axes[a] for a in order], _renamed(d, new)], sort_keys=True)
+        best = s if best is None or s < best else best
+    return best
+
+
+def _renamed(x: Any, new: dict[str, str]) -> Any:
+    """``x`` (a layout's JSON) with every string that names a mesh axis renamed by ``new``."""
+    if isinstance(x, str):
+        return new.get(x, x)
+    if isinstance(x, list):
+        return [_renamed(v, new) for v in x]
+    if isinstance(x, dict):
+        return {k: _renamed(v, new) for k, v in x.items()}
+    return x
 
 
 def mesh_str(m: dict[str, int]) -> str:

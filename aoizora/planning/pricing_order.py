@@ -2,7 +2,9 @@
 
 - ``diverse``: of the ILPs' layouts not compiled before (Q1 order), the ``top_k`` to compile:
   the best, then the best of the other kind (some attention's keys/values in a ring, or none:
-  Q1 prices a ring's overlap least reliably), then the rest by Q1.
+  Q1 prices a ring's overlap least reliably) if Q1 puts it near the best, then the rest by Q1;
+  a twin of a layout before it (every attention split the same way over axes of the same
+  sizes, Q1 within ``TWIN_NEAR``) last.
 - ``with_unproven_near``: right after the best, every other mesh's best layout that its ILP did
   not prove optimal, whose bound is below the best's Q1 and whose Q1 is within
   ``UNPROVEN_NEAR`` of it (the solver could not separate them, so a compile does).
@@ -18,6 +20,7 @@ import math
 from typing import Any
 
 from aoizora.formulation.calibration import mesh_key
+from aoizora.planning.candidate import attention_id
 from aoizora.formulation.layout import Layout
 
 UNPROVEN_NEAR = 0.01   # an unproven mesh's best layout this close to the best by Q1 compiles too
@@ -26,6 +29,10 @@ UNPROVEN_NEAR = 0.01   # an unproven mesh's best layout this close to the best b
 # the ILP-only runs (ilp_only.md, tag a2a-routed) the other kind won at 15% above the best by
 # Q1 and lost every time it was 27% or more above (a compile spent on a mesh Q1 put far behind)
 DIVERSE_NEAR = 0.25
+# a layout that runs every attention as one listed before it (``candidate.attention_id``) with a
+# Q1 this close is its twin: on Wan 1.3B 41f v5e-16 the ILP's layouts on meshes 2x4x2 and
+# 4x2x2 differed in three small inputs' specs and compiled to 164.4 and 164.5 ms (Q2)
+TWIN_NEAR = 0.005
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,17 +149,24 @@ def uses_ring(layout: Layout) -> bool:
 
 
 def diverse(ranked: list, k: int) -> list:
-    """The `k` layouts to compile from `ranked` (Q1 order): the best, then the best of the other
-    kind -- with some attention's keys/values in a ring, or all gathered (how much of a ring's
-    traffic hides behind compute is what Q1 prices least reliably) -- if its Q1 is within
-    ``DIVERSE_NEAR`` of the best's, then the rest by Q1."""
-    firsts, rest, modes = [], [], set()
+    """The `k` layouts to compile from `ranked` (Q1 order; each (Q1, mesh, solution)): the best,
+    then the best of the other kind -- with some attention's keys/values in a ring, or all
+    gathered (how much of a ring's traffic hides behind compute is what Q1 prices least
+    reliably) -- if its Q1 is within ``DIVERSE_NEAR`` of the best's, then the rest by Q1, and
+    last the twins (``TWIN_NEAR``) of layouts before them."""
+    firsts, rest, twins, modes = [], [], [], set()
+    seen: list[tuple[float, str]] = []
     for r in ranked:
+        aid = attention_id(r[1], r[2].layout)
+        if any(a == aid and abs(r[0] - q) <= TWIN_NEAR * abs(q) for q, a in seen):
+            twins.append(r)
+            continue
+        seen.append((r[0], aid))
         sig = uses_ring(r[2].layout)
         near = not firsts or r[0] <= firsts[0][0] * (1.0 + DIVERSE_NEAR)
         (rest if sig in modes or not near else firsts).append(r)
         modes.add(sig)
-    return (firsts + sorted(rest, key=lambda r: r[0]))[:k]
+    return (firsts + sorted(rest, key=lambda r: r[0]) + twins)[:k]
 
 
 def with_unproven_near(fresh: list, untried: list) -> list:
