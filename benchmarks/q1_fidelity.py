@@ -61,6 +61,7 @@ from aoizora.solvers.sharding import ShardingProblem, ShardingSolveError, build_
 from aoizora.solvers.sharding_layout import tensor_spec
 from aoizora.planning.seed_refinement import RefinementError, attention_pins
 from benchmarks.grid import spearman
+from benchmarks.machine import git_state
 from benchmarks.q1_fidelity_collect import RESULTS
 from benchmarks.q1_teacher import Teacher, teach
 
@@ -339,8 +340,16 @@ def first_choices(cells: dict[str, Any]) -> list[str]:
              f"simulator's fastest in {hit['q1']}, Q2's in {hit['q2']}.", ""] + lines + [""])
 
 
+def _commits(cells: dict[str, Any]) -> str:
+    """The commit(s) whose Q1 a tag's cells were computed with, in words."""
+    got = sorted({(c.get("git") or {}).get("git_commit", "")[:12] for c in cells.values()})
+    if got == [""]:
+        return "commit not recorded (runs before 2026-12-08)"
+    return "Q1 at commit " + ", ".join(g or "not recorded" for g in got)
+
+
 def markdown(cells: dict[str, Any], tag: str) -> str:
-    L = [f"# Q1 fidelity ({tag})", "",
+    L = [f"# Q1 fidelity ({tag})", "", _commits(cells) + ".", "",
          "Q1 (the sharding ILP's objective, predicted, placement-oblivious) of every compiled "
          "layout against the reference simulator (simulated by the AoiZora reference simulator on "
          "the compiled XLA:TPU HLO, JAX's default device order) and Q2 (predicted). Milliseconds "
@@ -434,7 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for d in dirs:
         rows, teacher = cell_rows(d, a.variant, a.teacher, a.all_settings)
         if rows:
-            cells[d.name] = {"rows": rows, "summary": cell_summary(rows), "teacher": teacher}
+            cells[d.name] = {"rows": rows, "summary": cell_summary(rows), "teacher": teacher,
+                             "git": git_state()}
             print(d.name, cells[d.name]["summary"], flush=True)
     hist = json.loads(REPORT_JSON.read_text()) if REPORT_JSON.exists() else {}
     hist.setdefault(a.tag, {}).update(cells)
