@@ -6,6 +6,8 @@
                                                   # experts priced in the same run
     python -m benchmarks.ilp_only --cells NAME,... --compiles 4 --reference-dir DIR --tag T
                                                   # against a grid run (its tuned experts)
+    python -m benchmarks.ilp_only --seeds ...     # the control: the same call with the experts
+                                                  # as seeds (benchmarks.seeded_vs_ilp)
 
 For each cell of ``benchmarks.grid.grid_cells()``: ``aoizora.plan`` with ``seed_layouts=[]`` (as
 ``aoizora plan --no-seeds``), so every layout it compiles is one of the ILP's; its plan priced like
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import aoizora
-from aoizora.builtin import builtin_job
+from aoizora.builtin import builtin_job, expert_seed_layouts
 from aoizora.extract.aot_compile import keeping_hlo, read_hlo
 from aoizora.extract.evidence_cache import CacheError, EvidenceCache, open_cache
 from aoizora.extract.hlo import parse_hlo_module
@@ -53,6 +55,7 @@ from benchmarks.simulator import LABEL as SIM_LABEL, Simulator
 from aoizora.extract.atomic_io import atomic_write
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ilp_only"
+SEEDED = Path(__file__).resolve().parent / "results" / "seeded_plan"   # --seeds' runs
 REPORT = Path(__file__).resolve().parent / "results" / "ilp_only.md"
 TIE = 0.99          # within 1% of the best expert counts as a tie
 
@@ -94,15 +97,16 @@ _NO_REFERENCE = {"best_expert": None, "best_expert_sim_s": None, "best_expert_q2
 
 def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None,
              experts: bool = False, reference_dir: Path | None = None,
-             cache: EvidenceCache | None = None) -> dict[str, Any]:
-    """Plan one cell with no seeds and price the plan; never raises for a failing plan.
+             cache: EvidenceCache | None = None, seeds: bool = False) -> dict[str, Any]:
+    """Plan one cell with no seeds (``seeds``: with the experts' layouts as seeds, as the grid's
+    planner column) and price the plan; never raises for a failing plan.
     ``compiles``: the planner's budget in candidate compiles (``budget_s`` then its guard; a
     compile ``cache`` gives counts as one);
     ``experts``: price every expert configuration in this run too (the module docstring);
     ``reference_dir``: the grid run whose cell is the reference (``_grid_reference``)."""
     job = builtin_job(cell.model, cell.resolution, cell.frames, cell.target)
     out: dict[str, Any] = {"cell": cell.name, "budget_s": budget_s, "compiles": compiles,
-                           "seed": seed,
+                           "seed": seed, "seeds": seeds,
                            "machine": machine_info(), "git": git_state(),
                            "labels": {"sim": SIM_LABEL, "q2": "predicted (Q2)"}, "unit": "seconds",
                            "reference": (_NO_REFERENCE if experts
@@ -112,8 +116,8 @@ def run_cell(cell, budget_s: float, seed: int, compiles: int | None = None,
     with tempfile.TemporaryDirectory() as tmp, keeping_hlo(tmp):
         try:
             p = aoizora.plan(job.fn, *job.args, target=job.target, time_budget_s=budget_s,
-                             seed=seed, seed_layouts=[], on_candidate=cands.append,
-                             compiles=compiles, cache=cache)
+                             seed=seed, seed_layouts=expert_seed_layouts(job) if seeds else [],
+                             on_candidate=cands.append, compiles=compiles, cache=cache)
         except Exception as e:  # noqa: BLE001 -- recorded
             out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             return out
@@ -151,7 +155,8 @@ def _priced_plan(out: dict[str, Any], p, cands: list, job, t0: float) -> dict[st
     best = next((c for c in cands if c.solution.layout is p.layout and c.evidence is not None), None)
     out["plan"] = {"mesh": p.mesh, "device_order": p.device_order, "status": p.status,
                    "layout_in_words": p.layout_in_words, "planning_time_s": p.planning_time_s,
-                   "q2_planner_step_s": p.predicted["step_s"], "candidates": len(cands)}
+                   "q2_planner_step_s": p.predicted["step_s"], "candidates": len(cands),
+                   "layout_name": p.layout.name}
     if best is None:
         out["error"] = "the plan's compiled evidence was not among the candidates"
         return out
@@ -303,6 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="evidence cache every compile looks up first (benchmarks.grid's "
                          "--cache-dir; default: none, every compile runs)")
     ap.add_argument("--cache-limit-gb", type=float, default=20.0)
+    ap.add_argument("--seeds", action="store_true",
+                    help="plan with the experts' layouts as seeds (the control arm), into "
+                         "benchmarks/results/seeded_plan/<tag>/")
     ap.add_argument("--reference-dir", default=None, metavar="DIR",
                     help="a grid run's results directory (e.g. benchmarks/results/grid_tuned) "
                          "whose cells are the reference, with their best tuned experts")
@@ -315,13 +323,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not a.report:
         want = set(filter(None, a.cells.split(",")))
-        d = RESULTS / a.tag
+        d = (SEEDED if a.seeds else RESULTS) / a.tag
         d.mkdir(parents=True, exist_ok=True)
         for cell in grid_cells():
             if (want and cell.name not in want) or ((d / f"{cell.name}.json").exists() and not a.force):
                 continue
-            print(f"[{cell.name}] planning with no seeds, budget {a.budget:g} s", flush=True)
-            out = run_cell(cell, a.budget, a.seed, a.compiles, a.experts, ref_dir, cache)
+            print(f"[{cell.name}] planning {'with' if a.seeds else 'with no'} seeds, budget "
+                  f"{a.budget:g} s", flush=True)
+            out = run_cell(cell, a.budget, a.seed, a.compiles, a.experts, ref_dir, cache,
+                           a.seeds)
             atomic_write(d / f"{cell.name}.json", json.dumps(out, indent=1, default=str) + "\n")
             print(f"[{cell.name}] {out.get('sim_step_s', out.get('error'))}", flush=True)
     tags = sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.exists() else []

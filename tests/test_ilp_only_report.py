@@ -61,3 +61,27 @@ def test_a_grid_run_with_tuned_experts_is_a_reference(tmp_path, monkeypatch):
     assert ref["best_expert"] == "cfg2_context" and ref["best_expert_sim_s"] == 0.102
     assert ref["best_tuned_expert_sim_s"] == 0.095 and ref["grid_commit"] == "abcdef123456"
     assert ref["source"] == "grid_tuned/c.json"
+
+
+def test_the_seeded_arm_is_set_beside_the_ilp_only_run_of_its_commit(tmp_path, monkeypatch):
+    """benchmarks.seeded_vs_ilp: a seeded plan's kind comes from its layout's name, and the
+    ILP-only arm beside it is the run at the same commit and compile budget (not another's)."""
+    from benchmarks import seeded_vs_ilp as S
+
+    assert [S.plan_kind(n) for n in ("ilp", "ilp#2", "refined:expert:dsp", "expert:usp")] == [
+        "ILP's own", "ILP's own", "refined expert", "expert"]
+    seeded, only = tmp_path / "seeded", tmp_path / "only"
+    monkeypatch.setattr(S, "SEEDED", seeded)
+    monkeypatch.setattr(S, "ILP_ONLY", only)
+
+    def res(commit, sim, name="ilp"):
+        return {"cell": "c", "git": {"git_commit": commit}, "compiles": 4, "sim_step_s": sim,
+                "speedup_over_best_tuned_expert": 0.1 / sim,
+                "plan": {"mesh": {"x": 8}, "layout_name": name}}
+    for d, tag, r in ((seeded, "t", res("abc", 0.09, "refined:expert:dsp")),
+                      (only, "old", res("zzz", 0.12)), (only, "new", res("abc", 0.08))):
+        (d / tag).mkdir(parents=True)
+        (d / tag / "c.json").write_text(json.dumps(r))
+    (row,) = S.rows("t")
+    assert row["kind"] == "refined expert" and abs(row["ilp_only_sim_ms"] - 80.0) < 1e-9
+    assert "never slower than it in **1 of 1**" in S.markdown("t", [row])
