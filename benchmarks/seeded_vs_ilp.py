@@ -6,8 +6,10 @@
 Each ``benchmarks/results/seeded_plan/<tag>/<cell>.json`` is one cell planned by ``aoizora.plan``
 with the experts' layouts as seeds (``benchmarks.ilp_only --seeds``: the grid's planner call,
 priced like the ILP-only runs, against the same reference: the best tuned expert of a grid run).
-Beside it, the cell's ILP-only run (``benchmarks/results/ilp_only/<tag>/``) at the same commit
-and budget, when there is one: the two arms then differ only in the seeds.
+Beside it, the cell's ILP-only run (``benchmarks/results/ilp_only/<tag>/``) at the same compile
+budget and the same code -- the same commit, or one whose planner, solvers, extractors and
+simulator (``CODE_PATHS``) ``git diff`` finds identical -- when there is one: the two arms then
+differ only in the seeds.
 
 Per cell: what the seeded plan is (``kind``: the ILP's own layout, a refined expert -- an
 expert's attention kept, the ILP's other splits -- or an expert's own), its simulated step, its
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,8 @@ from aoizora.extract.atomic_io import atomic_write
 from benchmarks.ilp_only import RESULTS as ILP_ONLY, SEEDED
 
 REPORT = SEEDED.parent / "seeded_plan.md"
+CODE_PATHS = ("aoizora", "formulation", "solvers", "extract", "benchmarks/sim",
+              "benchmarks/simulator.py")
 
 
 def plan_kind(layout_name: str) -> str:
@@ -43,14 +48,27 @@ def _commit(d: dict[str, Any]) -> str:
     return (d.get("git") or {}).get("git_commit", "")
 
 
+def same_code(a: str, b: str) -> bool:
+    """Whether commits ``a`` and ``b`` hold the same ``CODE_PATHS`` (``git diff`` finds none)."""
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    r = subprocess.run(["git", "diff", "--quiet", a, b, "--", *CODE_PATHS],
+                       cwd=Path(__file__).resolve().parent.parent, capture_output=True)
+    return r.returncode == 0
+
+
 def ilp_only_twin(d: dict[str, Any]) -> dict[str, Any] | None:
-    """The ILP-only run of ``d``'s cell at ``d``'s commit and compile budget, if any."""
+    """The latest ILP-only run of ``d``'s cell at ``d``'s compile budget and code
+    (``same_code``), if any."""
+    got = []
     for f in sorted(ILP_ONLY.glob(f"*/{d['cell']}.json")):
         o = json.loads(f.read_text())
-        if (_commit(o) == _commit(d) and o.get("compiles") == d.get("compiles")
-                and o.get("sim_step_s")):
-            return o
-    return None
+        if o.get("compiles") == d.get("compiles") and o.get("sim_step_s") \
+                and same_code(_commit(o), _commit(d)):
+            got.append(((o.get("machine") or {}).get("date", ""), o))
+    return max(got, key=lambda t: t[0])[1] if got else None
 
 
 def rows(tag: str) -> list[dict[str, Any]]:
@@ -69,6 +87,7 @@ def rows(tag: str) -> list[dict[str, Any]]:
                     "sim_ms": d["sim_step_s"] * 1e3,
                     "x_tuned": d.get("speedup_over_best_tuned_expert"),
                     "ilp_only_sim_ms": twin["sim_step_s"] * 1e3 if twin else None,
+                    "ilp_only_commit": _commit(twin)[:12] if twin else "",
                     "ilp_only_x_tuned": twin.get("speedup_over_best_tuned_expert") if twin
                     else None})
     return out
@@ -87,15 +106,17 @@ def markdown(tag: str, rs: list[dict[str, Any]]) -> str:
               f"**{sum(x >= 1.0 for x in xs)} of {len(xs)}**; the plan is the ILP's own layout "
               f"in **{own} of {len(ok)}**.", ""]
     L += ["| cell | mesh | plan (kind: layout) | seeded sim (ms) | x best tuned expert | "
-          "ILP only, same commit: sim (ms) | x best tuned expert |", "|---|---|---|---|---|---|---|"]
+          "ILP only, same code: commit | sim (ms) | x best tuned expert |",
+          "|---|---|---|---|---|---|---|---|"]
     f3 = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     f2 = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for r in rs:
         if "error" in r:
-            L.append(f"| {r['cell']} | - | {r['error']} | | | | |")
+            L.append(f"| {r['cell']} | - | {r['error']} | | | | | |")
             continue
         L.append(f"| {r['cell']} | {r['mesh']} | {r['kind']}: {r['layout']} | {f2(r['sim_ms'])} | "
-                 f"{f3(r['x_tuned'])} | {f2(r['ilp_only_sim_ms'])} | {f3(r['ilp_only_x_tuned'])} |")
+                 f"{f3(r['x_tuned'])} | {r['ilp_only_commit'] or '-'} | "
+                 f"{f2(r['ilp_only_sim_ms'])} | {f3(r['ilp_only_x_tuned'])} |")
     return "\n".join(L) + "\n"
 
 

@@ -65,7 +65,8 @@ def test_a_grid_run_with_tuned_experts_is_a_reference(tmp_path, monkeypatch):
 
 def test_the_seeded_arm_is_set_beside_the_ilp_only_run_of_its_commit(tmp_path, monkeypatch):
     """benchmarks.seeded_vs_ilp: a seeded plan's kind comes from its layout's name, and the
-    ILP-only arm beside it is the run at the same commit and compile budget (not another's)."""
+    ILP-only arm beside it is the run at the same commit and compile budget (not another's:
+    "zzz" is not a commit, so git finds no same code)."""
     from benchmarks import seeded_vs_ilp as S
 
     assert [S.plan_kind(n) for n in ("ilp", "ilp#2", "refined:expert:dsp", "expert:usp")] == [
