@@ -451,12 +451,32 @@ def ilp_only_text(directory: Path = RES / "ilp_only") -> str:
         return head + (f"{ratio_text(tuned)} (geometric mean / median, range) of the best tuned "
                        f"expert of a grid run with tuned experts, at least 0.98x in "
                        f"{sum(x >= 0.98 for x in tuned)} of {len(tuned)}, below 0.90x in "
-                       f"{sum(x < 0.90 for x in tuned)} (simulated).")
+                       f"{sum(x < 0.90 for x in tuned)} (simulated).") + seeded_text()
     if v:
         return head + (f"{ratio_text(v)} (geometric mean / median, range) of the best expert "
                        f"as published, at least 0.98x in {sum(x >= 0.98 for x in v)} of "
                        f"{len(v)} (simulated).")
     return ""
+
+
+def seeded_text(directory: Path = RES / "seeded_plan") -> str:
+    """The latest run of ``benchmarks.ilp_only --seeds`` (the experts as seeds, the same
+    references), in one sentence; "" when there is none."""
+    runs = [p for p in Path(directory).glob("*") if p.is_dir() and any(p.glob("*.json"))]
+    if not runs:
+        return ""
+    d = max(runs, key=lambda p: (_run_date(p), p.name))
+    cs = [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
+    x = [c["speedup_over_best_tuned_expert"] for c in cs if c.get("speedup_over_best_tuned_expert")]
+    if not x:
+        return ""
+    own = sum(not c["plan"].get("layout_name", "").startswith(("refined:", "retimed:", "expert:"))
+              for c in cs if c.get("speedup_over_best_tuned_expert"))
+    commits = sorted({c.get("git", {}).get("git_commit", "")[:7] for c in cs})
+    return (f" With the experts as seeds (run `{d.name}`, {len(x)} cells, commit "
+            f"{', '.join(commits)}, `seeded_plan.md`): {ratio_text(x)} of the same references, "
+            f"never slower in {sum(v >= 1.0 for v in x)} of {len(x)}, the ILP's own layout in "
+            f"{own} of {len(x)}.")
 
 
 def paper(inf: Sequence[CellFigures], tr: Sequence[CellFigures]) -> str:
