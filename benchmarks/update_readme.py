@@ -429,6 +429,16 @@ def _run_date(d: Path) -> str:
                 for p in d.glob("*.json")), default="")
 
 
+def _latest_run(directory: Path) -> tuple[Path, list[dict[str, Any]]] | None:
+    """The subdirectory of ``directory`` whose cells ran last, and its cells' JSON; None when
+    there is none."""
+    runs = [p for p in Path(directory).glob("*") if p.is_dir() and any(p.glob("*.json"))]
+    if not runs:
+        return None
+    d = max(runs, key=lambda p: (_run_date(p), p.name))
+    return d, [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
+
+
 def ilp_only_text(directory: Path = RES / "ilp_only") -> str:
     """The latest run of ``benchmarks.ilp_only`` (the subdirectory whose cells ran last): the
     ILP's own layout (no seeds) against the best expert it was priced against (a grid run with
@@ -462,18 +472,17 @@ def ilp_only_text(directory: Path = RES / "ilp_only") -> str:
 def seeded_text(directory: Path = RES / "seeded_plan") -> str:
     """The latest run of ``benchmarks.ilp_only --seeds`` (the experts as seeds, the same
     references), in one sentence; "" when there is none."""
-    runs = [p for p in Path(directory).glob("*") if p.is_dir() and any(p.glob("*.json"))]
-    if not runs:
+    from benchmarks.seeded_vs_ilp import ilp_only_twin, plan_kind
+
+    latest = _latest_run(directory)
+    if latest is None:
         return ""
-    d = max(runs, key=lambda p: (_run_date(p), p.name))
-    cs = [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
+    d, cs = latest
     x = [c["speedup_over_best_tuned_expert"] for c in cs if c.get("speedup_over_best_tuned_expert")]
     if not x:
         return ""
-    own = sum(not c["plan"].get("layout_name", "").startswith(("refined:", "retimed:", "expert:"))
+    own = sum(plan_kind(c["plan"].get("layout_name", "")) == "ILP's own"
               for c in cs if c.get("speedup_over_best_tuned_expert"))
-    from benchmarks.seeded_vs_ilp import ilp_only_twin   # git and the results, no compiler
-
     commits = sorted({c.get("git", {}).get("git_commit", "") for c in cs})
     twins = sum(ilp_only_twin(c) is not None for c in cs if c.get("sim_step_s"))
     return (f" With the experts as seeds (run `{d.name}`, {len(x)} cells, {len(commits)} "
