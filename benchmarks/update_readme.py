@@ -485,8 +485,10 @@ def seeded_text(directory: Path = RES / "seeded_plan") -> str:
               for c in cs if c.get("speedup_over_best_tuned_expert"))
     commits = sorted({c.get("git", {}).get("git_commit", "") for c in cs})
     twins = sum(ilp_only_twin(c) is not None for c in cs if c.get("sim_step_s"))
-    return (f" With the experts as seeds (run `{d.name}`, {len(x)} cells, {len(commits)} "
-            f"commit(s); {twins} of them beside an ILP-alone run of the same code, "
+    compiles = sorted({str(c.get("compiles")) for c in cs})
+    return (f" With the experts as seeds (run `{d.name}`, {len(x)} cells, "
+            f"{', '.join(compiles)} compiles a cell, {len(commits)} commit(s); {twins} of them "
+            f"beside an ILP-alone run of the same code and budget; every run in "
             f"`seeded_plan.md`): {ratio_text(x)} of the same references, "
             f"never slower in {sum(v >= 1.0 for v in x)} of {len(x)}, the ILP's own layout in "
             f"{own} of {len(x)}.")
