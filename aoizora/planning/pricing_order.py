@@ -166,7 +166,7 @@ def diverse(ranked: list, k: int) -> list:
         near = not firsts or r[0] <= firsts[0][0] * (1.0 + DIVERSE_NEAR)
         (rest if sig in modes or not near else firsts).append(r)
         modes.add(sig)
-    return (firsts + sorted(rest, key=lambda r: r[0]) + twins)[:k]
+    return (firsts + rest + twins)[:k]   # rest and twins keep ``ranked``'s Q1 order
 
 
 def with_unproven_near(fresh: list, untried: list) -> list:
